@@ -1,0 +1,2 @@
+//! rdpipe orchestration (pipeline plan, SSH launch). Work in progress.
+#![deny(missing_docs)]

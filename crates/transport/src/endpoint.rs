@@ -1,0 +1,211 @@
+//! What `rdsend` and `rdrecv` run, as library calls: establish the connection
+//! (connect or listen, independent of the data direction, because rdpipe needs both
+//! ways round), authenticate and negotiate, build the chosen transport, pump, report.
+
+use crate::connect::{connect_retry, Listener};
+use crate::handshake::{handshake, LocalParams, Negotiated};
+use crate::pump::{recv_stream, send_stream};
+use crate::tcp::{TcpReceiver, TcpSender};
+use crate::{ChunkReceiver, ChunkSender, TransportError};
+use rdpipe_wire::frame::Chosen;
+use rdpipe_wire::{Caps, Role, TransportPref};
+use std::io::{self, Read, Write};
+use std::net::TcpStream;
+use std::os::fd::AsFd;
+use std::time::{Duration, Instant};
+
+/// Called with the bound port once listening, before waiting for the peer.
+pub type Announce = Box<dyn FnOnce(u16) -> io::Result<()> + Send>;
+
+/// How the TCP connection comes about.
+pub enum Endpoint {
+    /// Connect to a listening peer, retrying until `timeout`.
+    Connect {
+        /// Host name or address.
+        host: String,
+        /// Port.
+        port: u16,
+        /// How long to keep retrying a refused connection.
+        timeout: Duration,
+    },
+    /// Listen on `port` (0 = ephemeral) and accept exactly one peer.
+    Listen {
+        /// The port.
+        port: u16,
+        /// Told the real port once listening (`--announce-fd`, rdpipe's agents).
+        announce: Option<Announce>,
+    },
+}
+
+/// Everything a transfer needs besides the connection and its input or output.
+pub struct Options {
+    /// The shared key.
+    pub key: Vec<u8>,
+    /// Bytes per chunk.
+    pub chunk_size: u32,
+    /// Buffers in flight.
+    pub slots: u32,
+    /// `--transport`.
+    pub transport: TransportPref,
+    /// Bound on each handshake read.
+    pub handshake_timeout: Duration,
+    /// Called with the running byte count after every chunk.
+    pub progress: Option<Box<dyn FnMut(u64) + Send>>,
+}
+
+/// What a completed transfer reports (`-v`).
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// Bytes moved, verified end to end.
+    pub bytes: u64,
+    /// Their xxh3-64.
+    pub checksum: u64,
+    /// From the end of the handshake to the confirmation.
+    pub elapsed: Duration,
+    /// The transport that carried the data (`tcp`, `rdma (rxe0)`).
+    pub transport: String,
+    /// The peer's address.
+    pub peer: String,
+}
+
+impl Report {
+    /// Throughput in GB/s (10^9 bytes per second), the original tool's unit.
+    pub fn gbps(&self) -> f64 {
+        let s = self.elapsed.as_secs_f64();
+        if s > 0.0 {
+            self.bytes as f64 / s / 1e9
+        } else {
+            0.0
+        }
+    }
+}
+
+fn establish(endpoint: Endpoint) -> Result<TcpStream, TransportError> {
+    match endpoint {
+        Endpoint::Connect {
+            host,
+            port,
+            timeout,
+        } => connect_retry(&host, port, timeout),
+        Endpoint::Listen { port, announce } => {
+            let l = Listener::bind(port)?;
+            if let Some(a) = announce {
+                a(l.port()).map_err(TransportError::Announce)?;
+            }
+            l.accept()
+        }
+    }
+}
+
+/// This end's capabilities for the handshake.
+fn local_caps(pref: TransportPref) -> Caps {
+    if pref == TransportPref::Tcp {
+        return Caps::default();
+    }
+    crate::select::rdma_caps()
+}
+
+fn negotiate(
+    endpoint: Endpoint,
+    opts: &Options,
+    role: Role,
+) -> Result<(TcpStream, Negotiated), TransportError> {
+    let params = LocalParams {
+        role,
+        transport: opts.transport,
+        caps: local_caps(opts.transport),
+        chunk_size: opts.chunk_size,
+        slots: opts.slots,
+    };
+    let mut s = establish(endpoint)?;
+    let n = handshake(&mut s, &opts.key, &params, opts.handshake_timeout)?;
+    Ok((s, n))
+}
+
+/// Sends `input` to the peer. Returns only once the receiver confirmed the whole
+/// stream (count and checksum).
+pub fn run_send<R: Read + AsFd>(
+    endpoint: Endpoint,
+    mut opts: Options,
+    input: &mut R,
+) -> Result<Report, TransportError> {
+    let (stream, n) = negotiate(endpoint, &opts, Role::Sender)?;
+    let peer = n.peer_addr.clone();
+    let mut tx: Box<dyn ChunkSender> = match n.chosen {
+        Chosen::Tcp => Box::new(
+            TcpSender::new(
+                stream,
+                n.chunk_size as usize,
+                opts.slots as usize,
+                peer.clone(),
+            )
+            .map_err(|source| TransportError::Io {
+                context: "starting the TCP sender",
+                source,
+            })?,
+        ),
+        Chosen::Rdma => crate::select::rdma_sender(stream, &n, opts.transport)?,
+    };
+    let start = Instant::now();
+    let mut noop = |_: u64| {};
+    let progress: &mut dyn FnMut(u64) = match opts.progress.as_mut() {
+        Some(p) => p.as_mut(),
+        None => &mut noop,
+    };
+    let totals = send_stream(input, tx.as_mut(), progress)?;
+    Ok(Report {
+        bytes: totals.bytes,
+        checksum: totals.checksum,
+        elapsed: start.elapsed(),
+        transport: tx.describe(),
+        peer,
+    })
+}
+
+/// Receives the stream into the output that `open_output` creates. The output is
+/// opened only after the peer authenticated, so a wrong key never creates or
+/// truncates a file. Returns only once the whole stream was verified and flushed.
+pub fn run_recv<W: Write, F: FnOnce() -> Result<W, TransportError>>(
+    endpoint: Endpoint,
+    mut opts: Options,
+    open_output: F,
+) -> Result<Report, TransportError> {
+    let (stream, n) = negotiate(endpoint, &opts, Role::Receiver)?;
+    let peer = n.peer_addr.clone();
+    let mut rx: Box<dyn ChunkReceiver> = match n.chosen {
+        Chosen::Tcp => Box::new(
+            TcpReceiver::new(
+                stream,
+                n.chunk_size as usize,
+                n.slots as usize,
+                peer.clone(),
+            )
+            .map_err(|source| TransportError::Io {
+                context: "starting the TCP receiver",
+                source,
+            })?,
+        ),
+        Chosen::Rdma => crate::select::rdma_receiver(stream, &n, opts.transport)?,
+    };
+    let mut output = match open_output() {
+        Ok(o) => o,
+        Err(e) => {
+            rx.abort(&format!("receiver cannot open its output: {e}"));
+            return Err(e);
+        }
+    };
+    let start = Instant::now();
+    let mut noop = |_: u64| {};
+    let progress: &mut dyn FnMut(u64) = match opts.progress.as_mut() {
+        Some(p) => p.as_mut(),
+        None => &mut noop,
+    };
+    let totals = recv_stream(rx.as_mut(), &mut output, progress)?;
+    Ok(Report {
+        bytes: totals.bytes,
+        checksum: totals.checksum,
+        elapsed: start.elapsed(),
+        transport: rx.describe(),
+        peer,
+    })
+}

@@ -1,0 +1,166 @@
+//! Errors of the transport layer, one variant per thing that can fail, each naming
+//! what was involved. [`TransportError::exit_code`] maps them to the documented exit
+//! codes of rdsend/rdrecv.
+
+use rdpipe_wire::WireError;
+use std::io;
+
+/// Exit status: success.
+pub const EXIT_OK: u8 = 0;
+/// Exit status: any other failure (local I/O, resources).
+pub const EXIT_FAILURE: u8 = 1;
+/// Exit status: bad command line (clap uses 2 too).
+pub const EXIT_USAGE: u8 = 2;
+/// Exit status: authentication failed.
+pub const EXIT_AUTH: u8 = 3;
+/// Exit status: the stream is incomplete or corrupt (truncated, checksum mismatch).
+pub const EXIT_INCOMPLETE: u8 = 4;
+/// Exit status: the peer aborted the stream, or our output was closed.
+pub const EXIT_ABORTED: u8 = 5;
+/// Exit status: could not connect, bind or resolve.
+pub const EXIT_CONNECT: u8 = 6;
+/// Exit status: RDMA was required (`--transport rdma`) but cannot be used.
+pub const EXIT_NO_RDMA: u8 = 7;
+/// Exit status: the peer broke the protocol (not rdma-pipe, wrong version, garbage).
+pub const EXIT_PROTOCOL: u8 = 8;
+
+/// Everything that can go wrong moving a stream.
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    /// Name resolution failed.
+    #[error("cannot resolve host {host}: {source}")]
+    Resolve {
+        /// The host name.
+        host: String,
+        /// The resolver's error.
+        source: io::Error,
+    },
+    /// Connecting failed (after retrying until the connect timeout).
+    #[error("cannot connect to {addr}: {source} (is rdrecv running there? see --connect-timeout)")]
+    Connect {
+        /// `host:port`.
+        addr: String,
+        /// The last error seen.
+        source: io::Error,
+    },
+    /// Binding or listening failed.
+    #[error("cannot listen on port {port}: {source}")]
+    Listen {
+        /// The port asked for.
+        port: u16,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// accept() failed.
+    #[error("accepting a connection failed: {0}")]
+    Accept(#[source] io::Error),
+    /// Writing the announcement (`PORT n`) failed.
+    #[error("cannot announce the listening port: {0}")]
+    Announce(#[source] io::Error),
+    /// A socket option could not be set.
+    #[error("cannot configure the socket: {0}")]
+    SocketOption(#[source] io::Error),
+    /// The peer's bytes broke the protocol.
+    #[error("protocol error from {peer}: {source}")]
+    Protocol {
+        /// The peer's address.
+        peer: String,
+        /// What was wrong.
+        source: WireError,
+    },
+    /// The handshake did not complete in time.
+    #[error("handshake with {peer} timed out after {secs} s")]
+    HandshakeTimeout {
+        /// The peer's address.
+        peer: String,
+        /// The timeout.
+        secs: u64,
+    },
+    /// The peer failed (or we failed) mutual authentication.
+    #[error("authentication failed with {peer}: the keys differ")]
+    AuthFailed {
+        /// The peer's address.
+        peer: String,
+    },
+    /// The two ends' transport choices cannot be reconciled.
+    #[error("transport mismatch: {0}")]
+    TransportMismatch(String),
+    /// RDMA was required but cannot be used.
+    #[error("RDMA unavailable: {0}")]
+    RdmaUnavailable(String),
+    /// A failure in the RDMA transport after set-up.
+    #[error("RDMA: {0}")]
+    Rdma(String),
+    /// Reading our input failed.
+    #[error("reading input failed: {0}")]
+    Input(#[source] io::Error),
+    /// Writing our output failed (EPIPE included).
+    #[error("writing output failed: {0}")]
+    Output(#[source] io::Error),
+    /// The peer closed or reset the connection where the protocol did not allow it.
+    #[error("connection to {peer} lost: {reason}")]
+    PeerGone {
+        /// The peer's address.
+        peer: String,
+        /// What was observed (EOF, reset, timeout).
+        reason: String,
+    },
+    /// The stream ended without an end-of-stream frame.
+    #[error("stream truncated after {bytes} bytes ({reason})")]
+    Truncated {
+        /// Bytes received before the loss.
+        bytes: u64,
+        /// What ended it.
+        reason: String,
+    },
+    /// The end-of-stream byte count differs from what arrived.
+    #[error("stream length mismatch: sender sent {sent} bytes, {received} arrived")]
+    LengthMismatch {
+        /// The sender's count.
+        sent: u64,
+        /// Ours.
+        received: u64,
+    },
+    /// The end-of-stream checksum differs from what arrived.
+    #[error("stream checksum mismatch after {bytes} bytes: sender {sent:016x}, received {received:016x}")]
+    ChecksumMismatch {
+        /// Bytes compared.
+        bytes: u64,
+        /// The sender's checksum.
+        sent: u64,
+        /// Ours.
+        received: u64,
+    },
+    /// The peer abandoned the stream and said why.
+    #[error("peer aborted the stream: {0}")]
+    PeerAborted(String),
+    /// Some other I/O on the connection failed.
+    #[error("{context}: {source}")]
+    Io {
+        /// What we were doing.
+        context: &'static str,
+        /// The error.
+        source: io::Error,
+    },
+}
+
+impl TransportError {
+    /// The documented exit status for this error.
+    pub fn exit_code(&self) -> u8 {
+        use TransportError::*;
+        match self {
+            Resolve { .. } | Connect { .. } | Listen { .. } => EXIT_CONNECT,
+            AuthFailed { .. } => EXIT_AUTH,
+            Protocol { .. } | HandshakeTimeout { .. } => EXIT_PROTOCOL,
+            TransportMismatch(_) | RdmaUnavailable(_) => EXIT_NO_RDMA,
+            Truncated { .. }
+            | LengthMismatch { .. }
+            | ChecksumMismatch { .. }
+            | PeerGone { .. } => EXIT_INCOMPLETE,
+            PeerAborted(_) | Output(_) => EXIT_ABORTED,
+            Accept(_) | Announce(_) | SocketOption(_) | Rdma(_) | Input(_) | Io { .. } => {
+                EXIT_FAILURE
+            }
+        }
+    }
+}

@@ -1,0 +1,87 @@
+//! rdma-pipe transports behind one interface, and the loops that drive them.
+//!
+//! - [`ChunkSender`] / [`ChunkReceiver`]: the interface every transport implements.
+//!   It lends out buffers instead of taking slices, so the RDMA transport can have
+//!   the input read straight into registered memory and the output written straight
+//!   from it, while TCP uses a pool of ordinary buffers.
+//! - [`handshake`]: hello, mutual authentication and negotiation, on the TCP
+//!   connection that every transfer starts with (RDMA bootstraps from it).
+//! - [`tcp`]: the TCP transport (double-buffered with a writer/reader thread).
+//! - [`pump`]: the send and receive loops: checksum, byte count, end of stream.
+//! - [`endpoint`]: what `rdsend` and `rdrecv` run: connect or listen, handshake,
+//!   pick the transport, pump, report.
+#![deny(missing_docs)]
+
+pub mod connect;
+pub mod endpoint;
+pub mod error;
+pub mod frame_io;
+pub mod handshake;
+pub mod pump;
+pub mod select;
+pub mod tcp;
+
+pub use endpoint::{run_recv, run_send, Endpoint, Options, Report};
+pub use error::TransportError;
+
+use std::io as stdio;
+
+/// What a receiver got from [`ChunkReceiver::recv_chunk`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Received {
+    /// A chunk of this many bytes was passed to the drain.
+    Chunk(usize),
+    /// The sender ended the stream and claims this byte count and checksum.
+    End {
+        /// Bytes the sender sent.
+        bytes: u64,
+        /// The sender's xxh3-64 of the stream.
+        checksum: u64,
+    },
+}
+
+/// The sending half of a transport.
+///
+/// Buffers are lent, not passed: [`ChunkSender::send_chunk`] hands the caller a free
+/// buffer (a registered slot for RDMA) to fill, then puts it on the wire. It blocks
+/// until a buffer is free, which is where the credit logic of a transport lives.
+pub trait ChunkSender: Send {
+    /// Calls `fill` with a free buffer of the chunk size, then sends the bytes it
+    /// filled. Returns that count; 0 means `fill` found end of input and nothing was
+    /// sent. An error from `fill` comes back as [`TransportError::Input`].
+    fn send_chunk(
+        &mut self,
+        fill: &mut dyn FnMut(&mut [u8]) -> stdio::Result<usize>,
+    ) -> Result<usize, TransportError>;
+
+    /// Sends end of stream with the byte count and checksum, then waits until the
+    /// receiver confirms that it verified and flushed the whole stream.
+    fn finish(&mut self, bytes: u64, checksum: u64) -> Result<(), TransportError>;
+
+    /// Tells the receiver, as far as still possible, that the stream is abandoned.
+    fn abort(&mut self, reason: &str);
+
+    /// Human-readable transport description for `-v` (e.g. `tcp`, `rdma (rxe0)`).
+    fn describe(&self) -> String;
+}
+
+/// The receiving half of a transport.
+pub trait ChunkReceiver: Send {
+    /// Waits for the next chunk and passes it to `drain` (straight from the
+    /// transport's buffer), then recycles the buffer (returns the credit). At the end
+    /// of the stream returns what the sender claims, without calling `drain`.
+    /// An error from `drain` comes back as [`TransportError::Output`].
+    fn recv_chunk(
+        &mut self,
+        drain: &mut dyn FnMut(&[u8]) -> stdio::Result<()>,
+    ) -> Result<Received, TransportError>;
+
+    /// Confirms to the sender that the stream was verified and flushed.
+    fn confirm(&mut self, bytes: u64, checksum: u64) -> Result<(), TransportError>;
+
+    /// Tells the sender, as far as still possible, that the stream is abandoned.
+    fn abort(&mut self, reason: &str);
+
+    /// Human-readable transport description for `-v`.
+    fn describe(&self) -> String;
+}

@@ -1,0 +1,155 @@
+//! The send and receive loops, the same for every transport: they own the
+//! end-to-end byte count and checksum, and they turn a transport's "connection lost"
+//! into the user-facing "stream truncated after N bytes".
+
+use crate::{ChunkReceiver, ChunkSender, Received, TransportError};
+use rdpipe_wire::StreamHasher;
+use rustix::event::{poll, PollFd, PollFlags};
+use std::io::{self, Read, Write};
+use std::os::fd::AsFd;
+
+/// Progress callback: total bytes so far.
+pub type Progress<'a> = &'a mut dyn FnMut(u64);
+
+/// Reads into `buf` until it is full, input ends, or no more input is ready right
+/// now. Waiting only for the first byte keeps latency low for interactive or slow
+/// producers (a pipe delivers 64 KiB at a time) while a fast producer still fills
+/// whole chunks.
+pub fn fill_available<R: Read + AsFd>(input: &mut R, buf: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        if n > 0 {
+            let mut fds = [PollFd::new(input, PollFlags::IN)];
+            match poll(&mut fds, 0) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        match input.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+/// What a finished loop reports.
+#[derive(Debug, Clone, Copy)]
+pub struct Totals {
+    /// Bytes moved.
+    pub bytes: u64,
+    /// Their xxh3-64.
+    pub checksum: u64,
+}
+
+/// Sends all of `input`, then end of stream, and waits for the receiver's
+/// confirmation. On any failure the receiver is told (abort), so it never mistakes
+/// a partial stream for a whole one.
+pub fn send_stream<R: Read + AsFd>(
+    input: &mut R,
+    tx: &mut dyn ChunkSender,
+    progress: Progress<'_>,
+) -> Result<Totals, TransportError> {
+    let mut hasher = StreamHasher::new();
+    loop {
+        let r = tx.send_chunk(&mut |buf| {
+            let n = fill_available(input, buf)?;
+            hasher.update(&buf[..n]);
+            Ok(n)
+        });
+        match r {
+            Ok(0) => break,
+            Ok(_) => progress(hasher.bytes()),
+            Err(e @ TransportError::Input(_)) => {
+                tx.abort(&format!(
+                    "sender's input failed after {} bytes: {e}",
+                    hasher.bytes()
+                ));
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    let totals = Totals {
+        bytes: hasher.bytes(),
+        checksum: hasher.digest(),
+    };
+    tx.finish(totals.bytes, totals.checksum)?;
+    Ok(totals)
+}
+
+/// Receives the stream into `output`, verifies byte count and checksum against the
+/// sender's end-of-stream frame, flushes, and only then confirms. Anything short of
+/// that is an error: a plain EOF is reported as truncation.
+pub fn recv_stream<W: Write>(
+    rx: &mut dyn ChunkReceiver,
+    output: &mut W,
+    progress: Progress<'_>,
+) -> Result<Totals, TransportError> {
+    let mut hasher = StreamHasher::new();
+    loop {
+        let r = rx.recv_chunk(&mut |data| {
+            hasher.update(data);
+            output.write_all(data)
+        });
+        match r {
+            Ok(Received::Chunk(_)) => progress(hasher.bytes()),
+            Ok(Received::End { bytes, checksum }) => {
+                let got = Totals {
+                    bytes: hasher.bytes(),
+                    checksum: hasher.digest(),
+                };
+                let bad = if bytes != got.bytes {
+                    Some(TransportError::LengthMismatch {
+                        sent: bytes,
+                        received: got.bytes,
+                    })
+                } else if checksum != got.checksum {
+                    Some(TransportError::ChecksumMismatch {
+                        bytes,
+                        sent: checksum,
+                        received: got.checksum,
+                    })
+                } else {
+                    None
+                };
+                if let Some(e) = bad {
+                    rx.abort(&format!("receiver rejected the stream: {e}"));
+                    return Err(e);
+                }
+                if let Err(e) = output.flush() {
+                    let e = TransportError::Output(e);
+                    rx.abort(&format!("receiver's {e}"));
+                    return Err(e);
+                }
+                rx.confirm(got.bytes, got.checksum)?;
+                return Ok(got);
+            }
+            Err(TransportError::Output(e)) => {
+                let what = if e.kind() == io::ErrorKind::BrokenPipe {
+                    "receiver's output was closed (broken pipe)".to_string()
+                } else {
+                    format!("receiver cannot write its output: {e}")
+                };
+                rx.abort(&format!("{what} after {} bytes", hasher.bytes()));
+                return Err(TransportError::Output(e));
+            }
+            Err(TransportError::PeerGone { reason, .. }) => {
+                return Err(TransportError::Truncated {
+                    bytes: hasher.bytes(),
+                    reason,
+                })
+            }
+            Err(TransportError::Rdma(reason)) => {
+                return Err(TransportError::Truncated {
+                    bytes: hasher.bytes(),
+                    reason,
+                })
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}

@@ -1,0 +1,369 @@
+//! The TCP transport: data frames on the authenticated connection.
+//!
+//! Double buffering: the sender fills one buffer from its input while a writer
+//! thread puts the previous one on the socket; the receiver writes one buffer to its
+//! output while a reader thread fills the next from the socket. Buffers travel
+//! between the two threads through a pair of channels, so no more than `slots`
+//! chunks exist at once (memory stays flat whatever the stream length).
+
+use crate::frame_io::{conn_error, read_control_payload, read_header, write_control, write_data};
+use crate::{ChunkReceiver, ChunkSender, Received, TransportError};
+use rdpipe_wire::{Control, FrameKind, WireError};
+use std::io;
+use std::net::{Shutdown, TcpStream};
+use std::sync::mpsc::{channel, sync_channel, Receiver, RecvTimeoutError, Sender, SyncSender};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// How often an idle sender proves it is alive.
+const KEEPALIVE_EVERY: Duration = Duration::from_secs(5);
+
+enum Out {
+    Data(Vec<u8>, usize),
+    End(u64, u64),
+}
+
+enum Back {
+    Done(u64, u64),
+    Aborted(String),
+    Failed(TransportError),
+}
+
+/// The sending half over TCP.
+pub struct TcpSender {
+    peer: String,
+    free: Receiver<Vec<u8>>,
+    out: Option<SyncSender<Out>>,
+    writer: Option<JoinHandle<io::Result<()>>>,
+    back: Receiver<Back>,
+    ctl: TcpStream,
+}
+
+impl TcpSender {
+    /// Starts the writer and back-channel threads on an authenticated connection.
+    pub fn new(
+        stream: TcpStream,
+        chunk_size: usize,
+        slots: usize,
+        peer: String,
+    ) -> io::Result<Self> {
+        let (free_tx, free) = channel();
+        for _ in 0..slots.max(2) {
+            free_tx
+                .send(vec![0u8; chunk_size])
+                .expect("receiver is alive");
+        }
+        let (out, out_rx) = sync_channel::<Out>(slots.max(2));
+        let mut wsock = stream.try_clone()?;
+        let writer = std::thread::Builder::new()
+            .name("tcp-writer".into())
+            .spawn(move || -> io::Result<()> {
+                loop {
+                    match out_rx.recv_timeout(KEEPALIVE_EVERY) {
+                        Ok(Out::Data(buf, n)) => {
+                            write_data(&mut wsock, &buf[..n])?;
+                            // The sender may have finished already; then nobody needs it.
+                            let _ = free_tx.send(buf);
+                        }
+                        Ok(Out::End(bytes, checksum)) => {
+                            io::Write::write_all(
+                                &mut wsock,
+                                &Control::End { bytes, checksum }.encode(),
+                            )?;
+                            return Ok(());
+                        }
+                        Err(RecvTimeoutError::Timeout) => {
+                            io::Write::write_all(&mut wsock, &Control::Keepalive.encode())?;
+                        }
+                        Err(RecvTimeoutError::Disconnected) => return Ok(()),
+                    }
+                }
+            })?;
+        let (back_tx, back) = channel();
+        let mut rsock = stream.try_clone()?;
+        let bpeer = peer.clone();
+        std::thread::Builder::new()
+            .name("tcp-backchannel".into())
+            .spawn(move || {
+                let msg = loop {
+                    let h = match read_header(&mut rsock, &bpeer, 0) {
+                        Ok(h) => h,
+                        Err(e) => break Back::Failed(e),
+                    };
+                    match read_control_payload(&mut rsock, &bpeer, h) {
+                        Ok(Control::Keepalive) => continue,
+                        Ok(Control::Done { bytes, checksum }) => break Back::Done(bytes, checksum),
+                        Ok(Control::Abort(m)) => break Back::Aborted(m),
+                        Ok(other) => {
+                            break Back::Failed(crate::frame_io::protocol(
+                                &bpeer,
+                                WireError::Unexpected(other.kind()),
+                            ))
+                        }
+                        Err(e) => break Back::Failed(e),
+                    }
+                };
+                let _ = back_tx.send(msg);
+            })?;
+        Ok(TcpSender {
+            peer,
+            free,
+            out: Some(out),
+            writer: Some(writer),
+            back,
+            ctl: stream,
+        })
+    }
+
+    /// The writer failed or is gone: find the most telling reason. The receiver's own
+    /// Abort message beats our EPIPE, so wait briefly for the back channel.
+    fn failure(&mut self) -> TransportError {
+        self.out = None;
+        let werr = self
+            .writer
+            .take()
+            .and_then(|w| w.join().ok())
+            .and_then(|r| r.err());
+        match self.back.recv_timeout(Duration::from_secs(2)) {
+            Ok(Back::Aborted(m)) => TransportError::PeerAborted(m),
+            Ok(Back::Failed(e)) if werr.is_none() => e,
+            _ => match werr {
+                Some(e) => conn_error(&self.peer, e),
+                None => TransportError::PeerGone {
+                    peer: self.peer.clone(),
+                    reason: "writer stopped".into(),
+                },
+            },
+        }
+    }
+}
+
+impl ChunkSender for TcpSender {
+    fn send_chunk(
+        &mut self,
+        fill: &mut dyn FnMut(&mut [u8]) -> io::Result<usize>,
+    ) -> Result<usize, TransportError> {
+        // An early Abort from the receiver (its output closed) stops us at once.
+        if let Ok(b) = self.back.try_recv() {
+            return Err(match b {
+                Back::Aborted(m) => TransportError::PeerAborted(m),
+                Back::Failed(e) => e,
+                Back::Done(..) => TransportError::Protocol {
+                    peer: self.peer.clone(),
+                    source: WireError::Unexpected(FrameKind::Done),
+                },
+            });
+        }
+        let Ok(mut buf) = self.free.recv() else {
+            return Err(self.failure());
+        };
+        let n = fill(&mut buf).map_err(TransportError::Input)?;
+        if n == 0 {
+            // End of input: the buffer is not needed again.
+            return Ok(0);
+        }
+        let out = self.out.as_ref().expect("send_chunk after finish");
+        if out.send(Out::Data(buf, n)).is_err() {
+            return Err(self.failure());
+        }
+        Ok(n)
+    }
+
+    fn finish(&mut self, bytes: u64, checksum: u64) -> Result<(), TransportError> {
+        let out = self.out.take().expect("finish called once");
+        if out.send(Out::End(bytes, checksum)).is_err() {
+            return Err(self.failure());
+        }
+        drop(out);
+        if let Some(w) = self.writer.take() {
+            match w.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    return Err(match self.back.recv_timeout(Duration::from_secs(2)) {
+                        Ok(Back::Aborted(m)) => TransportError::PeerAborted(m),
+                        _ => conn_error(&self.peer, e),
+                    })
+                }
+                Err(_) => {
+                    return Err(TransportError::Io {
+                        context: "TCP writer thread",
+                        source: io::Error::other("panicked"),
+                    })
+                }
+            }
+        }
+        match self.back.recv() {
+            Ok(Back::Done(b, c)) if b == bytes && c == checksum => Ok(()),
+            Ok(Back::Done(b, c)) => Err(if b != bytes {
+                TransportError::LengthMismatch {
+                    sent: bytes,
+                    received: b,
+                }
+            } else {
+                TransportError::ChecksumMismatch {
+                    bytes,
+                    sent: checksum,
+                    received: c,
+                }
+            }),
+            Ok(Back::Aborted(m)) => Err(TransportError::PeerAborted(m)),
+            Ok(Back::Failed(TransportError::PeerGone { peer, reason })) => {
+                Err(TransportError::PeerGone {
+                    peer,
+                    reason: format!("{reason} before the receiver confirmed the stream"),
+                })
+            }
+            Ok(Back::Failed(e)) => Err(e),
+            Err(_) => Err(TransportError::PeerGone {
+                peer: self.peer.clone(),
+                reason: "no confirmation from the receiver".into(),
+            }),
+        }
+    }
+
+    fn abort(&mut self, reason: &str) {
+        self.out = None;
+        if let Some(w) = self.writer.take() {
+            let _ = w.join();
+        }
+        let _ = write_control(
+            &mut self.ctl,
+            &self.peer,
+            &Control::Abort(reason.to_string()),
+        );
+        let _ = self.ctl.shutdown(Shutdown::Both);
+    }
+
+    fn describe(&self) -> String {
+        "tcp".into()
+    }
+}
+
+enum In {
+    Data(Vec<u8>, usize),
+    Control(Control),
+    Failed(TransportError),
+}
+
+/// The receiving half over TCP.
+pub struct TcpReceiver {
+    peer: String,
+    incoming: Receiver<In>,
+    free: Sender<Vec<u8>>,
+    ctl: TcpStream,
+}
+
+impl TcpReceiver {
+    /// Starts the reader thread on an authenticated connection.
+    pub fn new(
+        stream: TcpStream,
+        chunk_size: usize,
+        slots: usize,
+        peer: String,
+    ) -> io::Result<Self> {
+        let (free, free_rx) = channel::<Vec<u8>>();
+        for _ in 0..slots.max(2) {
+            free.send(vec![0u8; chunk_size]).expect("receiver is alive");
+        }
+        let (in_tx, incoming) = sync_channel::<In>(slots.max(2));
+        let mut rsock = stream.try_clone()?;
+        let rpeer = peer.clone();
+        let max = chunk_size as u32;
+        std::thread::Builder::new()
+            .name("tcp-reader".into())
+            .spawn(move || loop {
+                let h = match read_header(&mut rsock, &rpeer, max) {
+                    Ok(h) => h,
+                    Err(e) => {
+                        let _ = in_tx.send(In::Failed(e));
+                        return;
+                    }
+                };
+                let msg = if h.kind == FrameKind::Data {
+                    let Ok(mut buf) = free_rx.recv() else { return };
+                    let n = h.len as usize;
+                    match io::Read::read_exact(&mut rsock, &mut buf[..n]) {
+                        Ok(()) => In::Data(buf, n),
+                        Err(e) => In::Failed(conn_error(&rpeer, e)),
+                    }
+                } else {
+                    match read_control_payload(&mut rsock, &rpeer, h) {
+                        Ok(Control::Keepalive) => continue,
+                        Ok(c) => In::Control(c),
+                        Err(e) => In::Failed(e),
+                    }
+                };
+                let last = !matches!(msg, In::Data(..));
+                if in_tx.send(msg).is_err() || last {
+                    return;
+                }
+            })?;
+        Ok(TcpReceiver {
+            peer,
+            incoming,
+            free,
+            ctl: stream,
+        })
+    }
+}
+
+impl ChunkReceiver for TcpReceiver {
+    fn recv_chunk(
+        &mut self,
+        drain: &mut dyn FnMut(&[u8]) -> io::Result<()>,
+    ) -> Result<Received, TransportError> {
+        match self.incoming.recv() {
+            Ok(In::Data(buf, n)) => {
+                let r = drain(&buf[..n]);
+                let _ = self.free.send(buf);
+                r.map_err(TransportError::Output)?;
+                Ok(Received::Chunk(n))
+            }
+            Ok(In::Control(Control::End { bytes, checksum })) => {
+                Ok(Received::End { bytes, checksum })
+            }
+            Ok(In::Control(Control::Abort(m))) => Err(TransportError::PeerAborted(m)),
+            Ok(In::Control(other)) => Err(TransportError::Protocol {
+                peer: self.peer.clone(),
+                source: WireError::Unexpected(other.kind()),
+            }),
+            Ok(In::Failed(e)) => Err(e),
+            Err(_) => Err(TransportError::PeerGone {
+                peer: self.peer.clone(),
+                reason: "reader stopped".into(),
+            }),
+        }
+    }
+
+    fn confirm(&mut self, bytes: u64, checksum: u64) -> Result<(), TransportError> {
+        write_control(
+            &mut self.ctl,
+            &self.peer,
+            &Control::Done { bytes, checksum },
+        )?;
+        // Wait for the sender to close: our process must not exit (and possibly
+        // reset the connection) before the confirmation has reached it.
+        let _ = self.ctl.shutdown(Shutdown::Write);
+        let _ = self.ctl.set_read_timeout(Some(Duration::from_secs(5)));
+        let mut sink = [0u8; 64];
+        while let Ok(n) = io::Read::read(&mut self.ctl, &mut sink) {
+            if n == 0 {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn abort(&mut self, reason: &str) {
+        let _ = write_control(
+            &mut self.ctl,
+            &self.peer,
+            &Control::Abort(reason.to_string()),
+        );
+        let _ = self.ctl.shutdown(Shutdown::Both);
+    }
+
+    fn describe(&self) -> String {
+        "tcp".into()
+    }
+}

@@ -1,0 +1,239 @@
+//! The fixed-size greeting both ends send first.
+//!
+//! Layout (little endian, 52 bytes):
+//! `magic[4] version:u16 role:u8 transport:u8 caps:u32 chunk_size:u32 slots:u32 nonce[32]`.
+//! The magic and version sit in the first six bytes so a reader can check them with
+//! [`Hello::check_prefix`] before it trusts anything else: a future version may change
+//! the rest of the layout, but never those six bytes.
+
+use crate::{WireError, MAX_CHUNK_SIZE, MAX_SLOTS, MIN_CHUNK_SIZE};
+
+/// The four bytes every rdma-pipe connection starts with.
+pub const MAGIC: [u8; 4] = *b"RDPP";
+/// The protocol version this build speaks.
+pub const PROTOCOL_VERSION: u16 = 1;
+/// Length of an encoded [`Hello`].
+pub const HELLO_LEN: usize = 52;
+/// Length of the part of the hello that every version keeps: magic and version.
+pub const HELLO_PREFIX_LEN: usize = 6;
+/// Length of the nonce in a hello.
+pub const NONCE_LEN: usize = 32;
+
+/// Which end of the stream a peer is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// Reads its input and sends it (rdsend).
+    Sender,
+    /// Receives and writes its output (rdrecv).
+    Receiver,
+}
+
+impl Role {
+    fn to_byte(self) -> u8 {
+        match self {
+            Role::Sender => 1,
+            Role::Receiver => 2,
+        }
+    }
+    fn from_byte(b: u8) -> Result<Self, WireError> {
+        match b {
+            1 => Ok(Role::Sender),
+            2 => Ok(Role::Receiver),
+            other => Err(WireError::BadRole(other)),
+        }
+    }
+    /// The other end's role.
+    pub fn peer(self) -> Role {
+        match self {
+            Role::Sender => Role::Receiver,
+            Role::Receiver => Role::Sender,
+        }
+    }
+}
+
+/// What transport an end asks for (`--transport`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum TransportPref {
+    /// RDMA where both ends can, else TCP.
+    #[default]
+    Auto,
+    /// TCP only.
+    Tcp,
+    /// RDMA or fail.
+    Rdma,
+}
+
+impl TransportPref {
+    fn to_byte(self) -> u8 {
+        match self {
+            TransportPref::Auto => 0,
+            TransportPref::Tcp => 1,
+            TransportPref::Rdma => 2,
+        }
+    }
+    fn from_byte(b: u8) -> Result<Self, WireError> {
+        match b {
+            0 => Ok(TransportPref::Auto),
+            1 => Ok(TransportPref::Tcp),
+            2 => Ok(TransportPref::Rdma),
+            other => Err(WireError::BadTransportPref(other)),
+        }
+    }
+}
+
+/// Capability bits announced in the hello.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Caps(pub u32);
+
+impl Caps {
+    /// This end has an active RDMA device and was built with RDMA support.
+    pub const RDMA: Caps = Caps(1);
+    /// This end can use RDMA WRITE_WITH_IMM (else WRITE followed by SEND).
+    pub const WRITE_WITH_IMM: Caps = Caps(2);
+
+    /// Whether every bit of `other` is set.
+    pub fn contains(self, other: Caps) -> bool {
+        self.0 & other.0 == other.0
+    }
+    /// Both sets together.
+    pub fn union(self, other: Caps) -> Caps {
+        Caps(self.0 | other.0)
+    }
+    /// Bits set in both.
+    pub fn intersect(self, other: Caps) -> Caps {
+        Caps(self.0 & other.0)
+    }
+}
+
+/// The greeting. Both ends send one as soon as the connection is up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hello {
+    /// Protocol version ([`PROTOCOL_VERSION`] when we build it).
+    pub version: u16,
+    /// The sender's role.
+    pub role: Role,
+    /// The transport the sender asks for.
+    pub transport: TransportPref,
+    /// The sender's capabilities.
+    pub caps: Caps,
+    /// The chunk size the sender wants to use.
+    pub chunk_size: u32,
+    /// The number of buffers (slots) the sender wants in flight.
+    pub slots: u32,
+    /// Fresh random bytes, never reused: they make every authentication unique.
+    pub nonce: [u8; NONCE_LEN],
+}
+
+impl Hello {
+    /// Encodes the hello into its fixed wire form.
+    pub fn encode(&self) -> [u8; HELLO_LEN] {
+        let mut b = [0u8; HELLO_LEN];
+        b[0..4].copy_from_slice(&MAGIC);
+        b[4..6].copy_from_slice(&self.version.to_le_bytes());
+        b[6] = self.role.to_byte();
+        b[7] = self.transport.to_byte();
+        b[8..12].copy_from_slice(&self.caps.0.to_le_bytes());
+        b[12..16].copy_from_slice(&self.chunk_size.to_le_bytes());
+        b[16..20].copy_from_slice(&self.slots.to_le_bytes());
+        b[20..52].copy_from_slice(&self.nonce);
+        b
+    }
+
+    /// Checks magic and version, the only part of the hello every version shares.
+    /// Read these six bytes first and call this before reading the rest.
+    pub fn check_prefix(prefix: &[u8; HELLO_PREFIX_LEN]) -> Result<(), WireError> {
+        let magic = [prefix[0], prefix[1], prefix[2], prefix[3]];
+        if magic != MAGIC {
+            return Err(WireError::BadMagic(magic));
+        }
+        let version = u16::from_le_bytes([prefix[4], prefix[5]]);
+        if version != PROTOCOL_VERSION {
+            return Err(WireError::VersionMismatch {
+                peer: version,
+                ours: PROTOCOL_VERSION,
+            });
+        }
+        Ok(())
+    }
+
+    /// Decodes and validates a hello.
+    pub fn decode(b: &[u8; HELLO_LEN]) -> Result<Hello, WireError> {
+        let mut prefix = [0u8; HELLO_PREFIX_LEN];
+        prefix.copy_from_slice(&b[..HELLO_PREFIX_LEN]);
+        Self::check_prefix(&prefix)?;
+        let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        let chunk_size = u32_at(12);
+        if !(MIN_CHUNK_SIZE..=MAX_CHUNK_SIZE).contains(&chunk_size) {
+            return Err(WireError::BadChunkSize(chunk_size));
+        }
+        let slots = u32_at(16);
+        if !(1..=MAX_SLOTS).contains(&slots) {
+            return Err(WireError::BadSlots(slots));
+        }
+        let mut nonce = [0u8; NONCE_LEN];
+        nonce.copy_from_slice(&b[20..52]);
+        Ok(Hello {
+            version: PROTOCOL_VERSION,
+            role: Role::from_byte(b[6])?,
+            transport: TransportPref::from_byte(b[7])?,
+            caps: Caps(u32_at(8)),
+            chunk_size,
+            slots,
+            nonce,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Hello {
+        Hello {
+            version: PROTOCOL_VERSION,
+            role: Role::Sender,
+            transport: TransportPref::Auto,
+            caps: Caps::RDMA,
+            chunk_size: 1 << 20,
+            slots: 2,
+            nonce: [7; NONCE_LEN],
+        }
+    }
+
+    #[test]
+    fn roundtrip() {
+        let h = sample();
+        assert_eq!(Hello::decode(&h.encode()).unwrap(), h);
+    }
+
+    #[test]
+    fn version_mismatch_is_named() {
+        let mut b = sample().encode();
+        b[4..6].copy_from_slice(&7u16.to_le_bytes());
+        let e = Hello::decode(&b).unwrap_err();
+        assert_eq!(e.to_string(), "peer speaks protocol 7, we speak 1");
+    }
+
+    #[test]
+    fn bad_magic() {
+        let mut b = sample().encode();
+        b[0] = b'X';
+        assert!(matches!(Hello::decode(&b), Err(WireError::BadMagic(_))));
+    }
+
+    #[test]
+    fn limits_enforced() {
+        let mut h = sample();
+        h.chunk_size = MAX_CHUNK_SIZE + 1;
+        assert!(matches!(
+            Hello::decode(&h.encode()),
+            Err(WireError::BadChunkSize(_))
+        ));
+        h.chunk_size = 1 << 20;
+        h.slots = 0;
+        assert!(matches!(
+            Hello::decode(&h.encode()),
+            Err(WireError::BadSlots(0))
+        ));
+    }
+}

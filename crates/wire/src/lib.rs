@@ -1,0 +1,96 @@
+//! The rdma-pipe wire protocol, with no I/O: everything here turns bytes into values
+//! and values into bytes, so it can be fuzzed and property-tested in isolation.
+//!
+//! A connection goes through three phases, whatever transport carries the data:
+//!
+//! 1. **Hello** ([`Hello`]): both ends send a fixed-size greeting at once: magic,
+//!    protocol version, role, capabilities, chunk size and a fresh 32-byte nonce.
+//!    The magic and version come first so that an incompatible peer is reported as
+//!    "peer speaks protocol X, we speak Y" instead of garbage.
+//! 2. **Authentication** ([`auth`]): each end proves knowledge of the shared key with
+//!    an HMAC-SHA256 tag over both hellos (so both nonces) and its own role. The key
+//!    never crosses the network, a tag cannot be replayed into another connection
+//!    (fresh nonces) and cannot be reflected back (the role is part of the message).
+//! 3. **Frames** ([`frame`]): data chunks, then an end-of-stream frame carrying the
+//!    byte count and an xxh3-64 checksum of the whole stream, answered by the
+//!    receiver's confirmation. Every length read from the network is validated
+//!    against limits before anything is allocated.
+#![deny(missing_docs)]
+
+pub mod auth;
+pub mod checksum;
+pub mod frame;
+pub mod hello;
+
+pub use auth::{auth_tag, verify_tag, AUTH_TAG_LEN};
+pub use checksum::StreamHasher;
+pub use frame::{Control, FrameHeader, FrameKind, FRAME_HEADER_LEN};
+pub use hello::{Caps, Hello, Role, TransportPref, HELLO_LEN, MAGIC, PROTOCOL_VERSION};
+
+/// Largest chunk (data frame payload, RDMA slot) any endpoint accepts. Bounds every
+/// allocation that a length from the network could cause.
+pub const MAX_CHUNK_SIZE: u32 = 64 << 20;
+/// Smallest chunk size; below this the per-frame overhead dominates.
+pub const MIN_CHUNK_SIZE: u32 = 4096;
+/// Default chunk size: 1 MiB, the original tool's buffer size.
+pub const DEFAULT_CHUNK_SIZE: u32 = 1 << 20;
+/// Most slots (buffers in flight) an endpoint accepts.
+pub const MAX_SLOTS: u32 = 64;
+
+/// Everything that can be wrong with bytes received from a peer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    /// The first bytes are not our magic: not an rdma-pipe endpoint at all.
+    #[error("peer is not an rdma-pipe endpoint (bad magic {0:02x?})")]
+    BadMagic([u8; 4]),
+    /// The peer runs an incompatible protocol version.
+    #[error("peer speaks protocol {peer}, we speak {ours}")]
+    VersionMismatch {
+        /// The peer's version.
+        peer: u16,
+        /// Ours ([`PROTOCOL_VERSION`]).
+        ours: u16,
+    },
+    /// A role byte other than sender/receiver.
+    #[error("invalid role byte {0}")]
+    BadRole(u8),
+    /// A transport preference byte out of range.
+    #[error("invalid transport preference byte {0}")]
+    BadTransportPref(u8),
+    /// Both ends claim the same role.
+    #[error("both ends are {0:?}s: connect an rdsend to an rdrecv")]
+    SameRole(Role),
+    /// A chunk size outside [`MIN_CHUNK_SIZE`]..=[`MAX_CHUNK_SIZE`].
+    #[error("chunk size {0} out of range {MIN_CHUNK_SIZE}..={MAX_CHUNK_SIZE}")]
+    BadChunkSize(u32),
+    /// A slot count outside 1..=[`MAX_SLOTS`].
+    #[error("slot count {0} out of range 1..={MAX_SLOTS}")]
+    BadSlots(u32),
+    /// A frame type byte we do not know.
+    #[error("unknown frame type {0}")]
+    UnknownFrame(u8),
+    /// A frame longer than its type allows.
+    #[error("{kind:?} frame of {len} bytes exceeds the limit of {limit}")]
+    FrameTooLarge {
+        /// The frame's type.
+        kind: FrameKind,
+        /// The length the header announced.
+        len: u32,
+        /// The largest length allowed for that type.
+        limit: u32,
+    },
+    /// A frame whose payload length does not fit its type.
+    #[error("{kind:?} frame with malformed payload of {len} bytes")]
+    BadPayload {
+        /// The frame's type.
+        kind: FrameKind,
+        /// Its payload length.
+        len: usize,
+    },
+    /// The reserved header bytes were not zero.
+    #[error("frame header has non-zero reserved bytes")]
+    BadReserved,
+    /// A frame arrived where the protocol does not allow it.
+    #[error("unexpected {0:?} frame")]
+    Unexpected(FrameKind),
+}
