@@ -1,9 +1,8 @@
 //! `rdpipe`: Unix pipes between machines, orchestrated over SSH. See
-//! `rdpipe --help` and the `rdpipe_orchestrate` crate.
+//! `rdpipe --help`, `rdma_pipe::cli::pipe` and the `rdpipe-orchestrate` crate.
 
 use clap::Parser;
-use rdpipe_orchestrate::cli::RdpipeArgs;
-use rdpipe_orchestrate::run::{run, LocalExe};
+use rdma_pipe::cli::pipe::{normalize_args, run, PipeArgs};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -12,13 +11,7 @@ fn main() -> ExitCode {
     if let Some(code) = rdpipe_orchestrate::internal_mode(&argv) {
         return code;
     }
-    // `-:CMD` (a local segment) looks like a short option to clap: spell it
-    // `localhost:CMD`, which means the same.
-    let words = std::env::args_os().map(|a| match a.to_str() {
-        Some(s) if s.starts_with("-:") => format!("localhost{}", &s[1..]).into(),
-        _ => a,
-    });
-    let args = match RdpipeArgs::try_parse_from(words) {
+    let args = match PipeArgs::try_parse_from(normalize_args(std::env::args_os())) {
         Ok(a) => a,
         Err(e) => {
             let _ = e.print();
@@ -32,5 +25,5 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    ExitCode::from(run(args, LocalExe { exe }))
+    ExitCode::from(run(args, exe))
 }

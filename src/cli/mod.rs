@@ -1,7 +1,8 @@
-//! Flags and entry points of `rdsend` and `rdrecv`, and what they share: key
+//! Flags and entry points of `rdsend`, `rdrecv` and `rdpipe`, and what they share: key
 //! resolution, size parsing, messages and exit statuses.
 
 pub mod common;
+pub mod pipe;
 pub mod recv;
 pub mod send;
 

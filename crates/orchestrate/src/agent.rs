@@ -90,6 +90,9 @@ pub struct AgentArgs {
     /// auto, tcp or rdma.
     #[arg(long, default_value = "auto")]
     pub transport: String,
+    /// Seconds the authentication handshake may take.
+    #[arg(long, default_value_t = 10)]
+    pub handshake_timeout: u64,
     /// Seconds to keep retrying a connect.
     #[arg(long, default_value_t = 30)]
     pub connect_timeout: u64,
@@ -317,7 +320,7 @@ fn run(a: AgentArgs) -> bool {
         chunk_size: a.chunk_size,
         slots: a.slots,
         transport: pref,
-        handshake_timeout: Duration::from_secs(30),
+        handshake_timeout: Duration::from_secs(a.handshake_timeout),
         progress: None,
     };
     let connect_timeout = Duration::from_secs(a.connect_timeout);

@@ -1,7 +1,6 @@
 //! rdpipe: Unix pipelines across machines.
 //!
 //! - [`plan`]: `HOST:CMD` arguments → a [`plan::Pipeline`] value (what `-n` prints);
-//! - [`cli`]: rdpipe's command line;
 //! - [`run`]: SSH masters, agents, relaying ports, teardown, the verdict;
 //! - [`agent`]: the per-segment endpoint (`rdrecv --agent`), and its control protocol;
 //! - [`ssh`]: ssh options, data addresses, master connections;
@@ -9,7 +8,6 @@
 #![deny(missing_docs)]
 
 pub mod agent;
-pub mod cli;
 pub mod guard;
 pub mod plan;
 pub mod run;

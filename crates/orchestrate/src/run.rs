@@ -11,7 +11,6 @@
 //! five seconds of a failure.
 
 use crate::agent::{describe_exit, encode_hex};
-use crate::cli::RdpipeArgs;
 use crate::plan::{parse_data_host, plan, Action, Host, Node, Pipeline, PlanError, RemoteHost};
 use crate::ssh::{Master, SshConfig};
 use crate::transport_pref;
@@ -38,6 +37,38 @@ pub const EXIT_FAILED: u8 = 1;
 pub const EXIT_USAGE: u8 = 2;
 /// rdrecv missing on a host.
 pub const EXIT_NOT_FOUND: u8 = 127;
+
+/// Everything rdpipe was asked to do (built from the command line by the
+/// `rdma-pipe` crate's `cli::pipe`).
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The `HOST:CMD` arguments.
+    pub segments: Vec<String>,
+    /// `-n`: print the plan only.
+    pub dry_run: bool,
+    /// `-v`: per-hop reports and the bandwidth.
+    pub verbose: bool,
+    /// `-o` options for ssh.
+    pub ssh_options: Vec<String>,
+    /// `-F` file for ssh.
+    pub ssh_config: Option<PathBuf>,
+    /// `--data-host HOST=ADDR` values.
+    pub data_host: Vec<String>,
+    /// `--remote-bin DIR`.
+    pub remote_bin: Option<String>,
+    /// `auto`, `tcp` or `rdma`.
+    pub transport: String,
+    /// Chunk size in bytes.
+    pub chunk_size: u32,
+    /// Buffers in flight.
+    pub slots: u32,
+    /// Seconds to keep trying to connect.
+    pub connect_timeout: u64,
+    /// Seconds the authentication handshake may take.
+    pub handshake_timeout: u64,
+    /// SSH sessions per master connection.
+    pub max_sessions: u32,
+}
 
 /// Where rdpipe finds the programs it runs locally.
 #[derive(Debug, Clone)]
@@ -98,7 +129,7 @@ pub fn sh_quote(s: &str) -> String {
 }
 
 /// The agent's argv (after the program) for segment `i`.
-pub fn agent_args(p: &Pipeline, i: usize, a: &RdpipeArgs) -> Vec<String> {
+pub fn agent_args(p: &Pipeline, i: usize, a: &Config) -> Vec<String> {
     let (input, output) = p.sides(i);
     let seg = &p.segments[i];
     let mut v = vec![
@@ -117,6 +148,8 @@ pub fn agent_args(p: &Pipeline, i: usize, a: &RdpipeArgs) -> Vec<String> {
         a.transport.clone(),
         "--connect-timeout".into(),
         a.connect_timeout.to_string(),
+        "--handshake-timeout".into(),
+        a.handshake_timeout.to_string(),
     ];
     match &seg.action {
         Action::Command(c) => v.extend(["--cmd".into(), c.clone()]),
@@ -142,7 +175,7 @@ fn runtime_dir() -> PathBuf {
 
 /// Builds the plan from the arguments, resolving data addresses (`--data-host`,
 /// else `ssh -G`'s HostName).
-pub fn build_plan(a: &RdpipeArgs, stdin_is_input: bool) -> Result<Pipeline, PlanError> {
+pub fn build_plan(a: &Config, stdin_is_input: bool) -> Result<Pipeline, PlanError> {
     let mut overrides = HashMap::new();
     for d in &a.data_host {
         let (h, addr) = parse_data_host(d)?;
@@ -164,7 +197,7 @@ pub fn build_plan(a: &RdpipeArgs, stdin_is_input: bool) -> Result<Pipeline, Plan
     plan(&a.segments, stdin_is_input, &resolve)
 }
 
-fn ssh_config(a: &RdpipeArgs) -> SshConfig {
+fn ssh_config(a: &Config) -> SshConfig {
     SshConfig {
         config_file: a.ssh_config.clone(),
         options: a.ssh_options.clone(),
@@ -172,19 +205,19 @@ fn ssh_config(a: &RdpipeArgs) -> SshConfig {
     }
 }
 
-fn transfer_options(a: &RdpipeArgs, key: &[u8]) -> Options {
+fn transfer_options(a: &Config, key: &[u8]) -> Options {
     Options {
         key: key.to_vec(),
         chunk_size: a.chunk_size,
         slots: a.slots,
         transport: transport_pref(&a.transport).unwrap_or_default(),
-        handshake_timeout: Duration::from_secs(30),
+        handshake_timeout: Duration::from_secs(a.handshake_timeout),
         progress: None,
     }
 }
 
 /// Runs rdpipe with parsed arguments; returns the exit status.
-pub fn run(a: RdpipeArgs, exe: LocalExe) -> u8 {
+pub fn run(a: Config, exe: LocalExe) -> u8 {
     let stdin_is_input = !std::io::stdin().is_terminal();
     let p = match build_plan(&a, stdin_is_input) {
         Ok(p) => p,
@@ -211,7 +244,7 @@ pub fn run(a: RdpipeArgs, exe: LocalExe) -> u8 {
 }
 
 struct Runner {
-    a: RdpipeArgs,
+    a: Config,
     p: Pipeline,
     exe: LocalExe,
     key: Vec<u8>,
@@ -230,7 +263,7 @@ struct Runner {
 }
 
 impl Runner {
-    fn new(a: RdpipeArgs, p: Pipeline, exe: LocalExe) -> Runner {
+    fn new(a: Config, p: Pipeline, exe: LocalExe) -> Runner {
         let mut key = vec![0u8; 32];
         getrandom::getrandom(&mut key).expect("the OS random source works");
         let (tx, rx) = mpsc::unbounded_channel();
