@@ -392,6 +392,12 @@ fn run(a: AgentArgs) -> bool {
     let mut pending_out = a.output != SideArg::None;
     let mut pending_exit = false;
     let mut file_target: Option<String> = None;
+    // Setup failures are sent as events too: count them so the loop reads them.
+    let mut pending_setup = 0usize;
+    let setup_fail = |pending: &mut usize, part: &'static str, msg: String| {
+        *pending += 1;
+        let _ = tx.send(Ev::Setup(part, msg));
+    };
 
     if let Some(cmd) = &a.cmd {
         let mut c = Command::new("sh");
@@ -432,7 +438,7 @@ fn run(a: AgentArgs) -> bool {
                 child = Some(ch);
             }
             Err(e) => {
-                let _ = tx.send(Ev::Setup("cmd", format!("cannot start sh: {e}")));
+                setup_fail(&mut pending_setup, "cmd", format!("cannot start sh: {e}"));
             }
         }
     } else if let Some(path) = &a.read {
@@ -450,7 +456,7 @@ fn run(a: AgentArgs) -> bool {
                 Ok(f) => spawn_send(&tx, out_endpoint(a.output), opts(&key), f),
                 Err(e) => {
                     pending_out = false;
-                    let _ = tx.send(Ev::Setup("file", format!("cannot open {path}: {e}")));
+                    setup_fail(&mut pending_setup, "file", format!("cannot open {path}: {e}"));
                 }
             }
         }
@@ -481,7 +487,7 @@ fn run(a: AgentArgs) -> bool {
                 }),
             );
         } else if let Err(e) = open() {
-            let _ = tx.send(Ev::Setup("file", e.to_string()));
+            setup_fail(&mut pending_setup, "file", format!("{}: {e}", file_target.clone().unwrap_or_default()));
         }
         if pending_out {
             // `>` in the middle: an empty stream goes onward.
@@ -489,7 +495,7 @@ fn run(a: AgentArgs) -> bool {
                 Ok(f) => spawn_send(&tx, out_endpoint(a.output), opts(&key), f),
                 Err(e) => {
                     pending_out = false;
-                    let _ = tx.send(Ev::Setup("agent", format!("cannot open /dev/null: {e}")));
+                    setup_fail(&mut pending_setup, "agent", format!("cannot open /dev/null: {e}"));
                 }
             }
         }
@@ -528,7 +534,7 @@ fn run(a: AgentArgs) -> bool {
         }
     };
     let in_part = if file_target.is_some() { "file" } else { "in" };
-    while pending_in || pending_out || pending_exit {
+    while pending_in || pending_out || pending_exit || pending_setup > 0 {
         let ev = match deadline {
             None => rx.recv().ok(),
             Some(d) => rx
@@ -576,6 +582,7 @@ fn run(a: AgentArgs) -> bool {
                 }
             }
             Ev::Setup(part, msg) => {
+                pending_setup -= 1;
                 say.line(&format!("FAIL {part} 1 {msg}"));
                 fail(&mut ok, &mut deadline);
             }

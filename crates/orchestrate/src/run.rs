@@ -518,6 +518,12 @@ impl Runner {
                             let wait = tokio::spawn(async move {
                                 match ch.wait().await {
                                     Ok(s) => (s.code(), describe_exit(s)),
+                                    // Native mux reports status 127 this way.
+                                    Err(openssh::Error::Remote(e))
+                                        if e.kind() == std::io::ErrorKind::NotFound =>
+                                    {
+                                        (Some(127), "exited with status 127".into())
+                                    }
                                     Err(e) => (None, format!("ssh channel failed: {e}")),
                                 }
                             });
@@ -597,6 +603,19 @@ impl Runner {
             Msg::Exited(i, code, text) => {
                 let st = &mut self.segs[i];
                 st.exited = true;
+                if st.ended == Some(true) {
+                    let me = Node::Segment(i);
+                    let missing_in = self.p.hop_into(me).is_some() && st.in_report.is_none();
+                    let missing_out = self.p.hop_from(me).is_some() && st.out_report.is_none();
+                    if missing_in || missing_out {
+                        self.fail(
+                            1,
+                            Some(me),
+                            format!("{}: the agent ended without completing its transfers", self.seg_desc(i)),
+                        );
+                    }
+                }
+                let st = &self.segs[i];
                 if st.ended.is_none() {
                     let hello = st.hello;
                     let host = self.p.segments[i].host.label().to_string();
