@@ -567,7 +567,9 @@ fn run(a: AgentArgs) -> bool {
             }
             Ev::Exit(st) => {
                 pending_exit = false;
-                if deadline.is_some() && !st.success() {
+                // Killed by us after another failure: not a failure of its own. A
+                // command that exited with a status after all is reported as such.
+                if deadline.is_some() && st.code().is_none() {
                     say.line("EXIT killed");
                 } else {
                     match (st.code(), st.signal()) {

@@ -898,7 +898,8 @@ impl Runner {
                 Some((b, _, s, _)) if s > 0.0 => b as f64 / s / 1e9,
                 _ => 0.0,
             };
-            eprintln!("rdpipe: Bandwidth {gbps:.3} GB/s ({:.3} s in all)", wall.as_secs_f64());
+            eprintln!("rdpipe: {:.3} s in all", wall.as_secs_f64());
+            eprintln!("Bandwidth {gbps:.3} GB/s");
         }
         if self.failures.is_empty() {
             return 0;
