@@ -36,14 +36,23 @@ fn go(net: &Netns, extra: &[&str], input: Option<Vec<u8>>, limit: u64) -> Run {
 fn assert_clean(net: &Netns) {
     let left = net.wait_clean(Duration::from_secs(8));
     let pids: Vec<u32> = left.iter().flat_map(|(_, v)| v.clone()).collect();
-    assert!(left.is_empty(), "processes left over: {left:?}\n{}", ps(&pids));
+    assert!(
+        left.is_empty(),
+        "processes left over: {left:?}\n{}",
+        ps(&pids)
+    );
 }
 
 #[test]
 fn netns_hello_olleh() {
     need_root!("netns_hello_olleh");
     let net = Netns::start("a");
-    let r = go(&net, &["n1:tr [:lower:] [:upper:]", "n2:rev"], Some(b"hello\n".to_vec()), 60);
+    let r = go(
+        &net,
+        &["n1:tr [:lower:] [:upper:]", "n2:rev"],
+        Some(b"hello\n".to_vec()),
+        60,
+    );
     r.ok();
     assert_eq!(r.stdout_str(), "OLLEH\n");
     assert_clean(&net);
@@ -63,17 +72,35 @@ fn netns_64mib_three_hosts_tee_checksums() {
         240,
     );
     r.ok();
-    assert!(r.stdout == data, "stdout differs ({} bytes)", r.stdout.len());
-    assert!(std::fs::read(&tee).unwrap() == data, "tee copy on n2 differs");
+    assert!(
+        r.stdout == data,
+        "stdout differs ({} bytes)",
+        r.stdout.len()
+    );
+    assert!(
+        std::fs::read(&tee).unwrap() == data,
+        "tee copy on n2 differs"
+    );
     // rdpipe stdin -> n1 -> n2 -> n3 -> rdpipe stdout: each hop verified by both
     // ends and reported with the input's checksum.
     let hops: Vec<&str> = r.stderr.lines().filter(|l| l.contains(" -> ")).collect();
     assert_eq!(hops.len(), 4, "{}", r.stderr);
     for l in &hops {
-        assert!(l.contains(&sum) && l.contains(&format!("{} bytes", data.len())), "{l}");
+        assert!(
+            l.contains(&sum) && l.contains(&format!("{} bytes", data.len())),
+            "{l}"
+        );
     }
-    assert!(hops[1].starts_with("rdpipe: [1] n1 -> [2] n2: tcp"), "{}", hops[1]);
-    assert!(r.stderr.lines().any(|l| l.starts_with("Bandwidth ")), "{}", r.stderr);
+    assert!(
+        hops[1].starts_with("rdpipe: [1] n1 -> [2] n2: tcp"),
+        "{}",
+        hops[1]
+    );
+    assert!(
+        r.stderr.lines().any(|l| l.starts_with("Bandwidth ")),
+        "{}",
+        r.stderr
+    );
     assert_clean(&net);
 }
 
@@ -85,7 +112,11 @@ fn netns_file_operators() {
     std::fs::write(d.path("in"), "abc\n").unwrap();
     go(
         &net,
-        &[&format!("n1:< {}", d.s("in")), "n2:tr a-z A-Z", &format!("n3:> {}", d.s("out"))],
+        &[
+            &format!("n1:< {}", d.s("in")),
+            "n2:tr a-z A-Z",
+            &format!("n3:> {}", d.s("out")),
+        ],
         None,
         60,
     )
@@ -93,7 +124,12 @@ fn netns_file_operators() {
     assert_eq!(std::fs::read_to_string(d.path("out")).unwrap(), "ABC\n");
     let r = go(
         &net,
-        &["n1:cat", &format!("n2:> {}", d.s("mid")), &format!("n3:< {}", d.s("in")), "n1:rev"],
+        &[
+            "n1:cat",
+            &format!("n2:> {}", d.s("mid")),
+            &format!("n3:< {}", d.s("in")),
+            "n1:rev",
+        ],
         Some(b"xyz\n".to_vec()),
         60,
     );
@@ -110,7 +146,12 @@ fn netns_repeated_host_and_more_than_max_sessions() {
     // tac twice is the identity for data that ends with a newline.
     let mut data = random_bytes(2 << 20, 5);
     *data.last_mut().unwrap() = b'\n';
-    let r = go(&net, &["n1:cat", "n2:tac", "n1:tac", "n3:cat"], Some(data.clone()), 60);
+    let r = go(
+        &net,
+        &["n1:cat", "n2:tac", "n1:tac", "n3:cat"],
+        Some(data.clone()),
+        60,
+    );
     r.ok();
     assert!(r.stdout == data);
     // 12 segments on n2 (sshd's MaxSessions is 10).
@@ -131,9 +172,20 @@ fn netns_two_pipelines_at_once() {
     let d2 = random_bytes(8 << 20, 2);
     let p = net.exec_prefix();
     let p: Vec<&str> = p.iter().map(|s| s.as_str()).collect();
-    let a = start(&p, &args(&net, &["n1:cat", "n2:cat", "n3:cat"]), Some(d1.clone()));
-    let b = start(&p, &args(&net, &["n3:cat", "n2:cat", "n1:cat"]), Some(d2.clone()));
-    let (ra, rb) = (a.finish(Duration::from_secs(120)), b.finish(Duration::from_secs(120)));
+    let a = start(
+        &p,
+        &args(&net, &["n1:cat", "n2:cat", "n3:cat"]),
+        Some(d1.clone()),
+    );
+    let b = start(
+        &p,
+        &args(&net, &["n3:cat", "n2:cat", "n1:cat"]),
+        Some(d2.clone()),
+    );
+    let (ra, rb) = (
+        a.finish(Duration::from_secs(120)),
+        b.finish(Duration::from_secs(120)),
+    );
     ra.ok();
     rb.ok();
     assert!(ra.stdout == d1 && rb.stdout == d2);
@@ -152,7 +204,9 @@ fn netns_failing_middle_command() {
     );
     assert_eq!(r.code(), Some(5), "{}", r.stderr);
     assert!(
-        r.stderr.starts_with("rdpipe: n2 [2] 'head -c 1000 >/dev/null; exit 5': the command exited with status 5"),
+        r.stderr.starts_with(
+            "rdpipe: n2 [2] 'head -c 1000 >/dev/null; exit 5': the command exited with status 5"
+        ),
         "{}",
         r.stderr
     );
@@ -171,13 +225,20 @@ fn netns_sigint_mid_stream_leaves_nothing() {
         &p,
         &args(
             &net,
-            &[&format!("n1:yes {mark}"), "n2:cat", &format!("n3:cat >/dev/null # {mark}")],
+            &[
+                &format!("n1:yes {mark}"),
+                "n2:cat",
+                &format!("n3:cat >/dev/null # {mark}"),
+            ],
         ),
         None,
     );
     let t = std::time::Instant::now();
     while pgrep(&format!("^yes {mark}")).is_empty() {
-        assert!(t.elapsed() < Duration::from_secs(20), "pipeline did not start");
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "pipeline did not start"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     std::thread::sleep(Duration::from_millis(700));
@@ -212,8 +273,9 @@ fn netns_missing_remote_tool() {
     let r = start(&p, &a, None).finish(Duration::from_secs(30));
     assert_eq!(r.code(), Some(127), "{}", r.stderr);
     assert!(
-        r.stderr
-            .contains("rdpipe: n2: rdrecv not found (install rdma-pipe there or pass --remote-bin)"),
+        r.stderr.contains(
+            "rdpipe: n2: rdrecv not found (install rdma-pipe there or pass --remote-bin)"
+        ),
         "{}",
         r.stderr
     );

@@ -55,10 +55,19 @@ fn ssh_file_operators() {
     );
     r.ok();
     assert!(r.stdout.is_empty());
-    assert_eq!(std::fs::read_to_string(d.path("out")).unwrap(), "FROM A FILE\n");
+    assert_eq!(
+        std::fs::read_to_string(d.path("out")).unwrap(),
+        "FROM A FILE\n"
+    );
     // `>>` appends.
     run(
-        &args(&ssh, &[&format!("h1:< {}", d.s("in")), &format!("h2:>> {}", d.s("out"))]),
+        &args(
+            &ssh,
+            &[
+                &format!("h1:< {}", d.s("in")),
+                &format!("h2:>> {}", d.s("out")),
+            ],
+        ),
         None,
         Duration::from_secs(60),
     )
@@ -106,23 +115,31 @@ fn ssh_data_through_repeated_hosts_with_tee() {
     let sum = xxh3_hex(&data);
     let tee = ssh.dir.s("tee");
     let r = run(
-        &args(
-            &ssh,
-            &["-v", "h1:cat", &format!("h2:tee {tee}"), "h1:cat"],
-        ),
+        &args(&ssh, &["-v", "h1:cat", &format!("h2:tee {tee}"), "h1:cat"]),
         Some(data.clone()),
         Duration::from_secs(120),
     );
     r.ok();
-    assert!(r.stdout == data, "stdout differs ({} bytes)", r.stdout.len());
+    assert!(
+        r.stdout == data,
+        "stdout differs ({} bytes)",
+        r.stdout.len()
+    );
     assert!(std::fs::read(&tee).unwrap() == data, "tee file differs");
     // Every hop's reported checksum is the input's.
     let hops: Vec<&str> = r.stderr.lines().filter(|l| l.contains(" -> ")).collect();
     assert_eq!(hops.len(), 4, "{}", r.stderr);
     for l in hops {
-        assert!(l.contains(&sum) && l.contains(&format!("{} bytes", data.len())), "{l}");
+        assert!(
+            l.contains(&sum) && l.contains(&format!("{} bytes", data.len())),
+            "{l}"
+        );
     }
-    assert!(r.stderr.lines().any(|l| l.starts_with("Bandwidth ")), "{}", r.stderr);
+    assert!(
+        r.stderr.lines().any(|l| l.starts_with("Bandwidth ")),
+        "{}",
+        r.stderr
+    );
 }
 
 #[test]
@@ -130,11 +147,13 @@ fn ssh_more_segments_than_max_sessions() {
     need_ssh!("ssh_more_segments_than_max_sessions");
     let ssh = LocalSsh::start("many");
     let data = random_bytes(1 << 20, 11);
-    let mut a: Vec<&str> = vec![];
-    for _ in 0..12 {
-        a.push("h1:cat");
-    }
-    let r = run(&args(&ssh, &a), Some(data.clone()), Duration::from_secs(120));
+    // 12 segments on one host: sshd's MaxSessions is 10.
+    let a = vec!["h1:cat"; 12];
+    let r = run(
+        &args(&ssh, &a),
+        Some(data.clone()),
+        Duration::from_secs(120),
+    );
     r.ok();
     assert!(r.stdout == data);
 }
@@ -192,8 +211,9 @@ fn ssh_missing_remote_tool() {
     let r = run(&a, None, Duration::from_secs(30));
     assert_eq!(r.code(), Some(127), "{}", r.stderr);
     assert!(
-        r.stderr
-            .contains("rdpipe: h2: rdrecv not found (install rdma-pipe there or pass --remote-bin)"),
+        r.stderr.contains(
+            "rdpipe: h2: rdrecv not found (install rdma-pipe there or pass --remote-bin)"
+        ),
         "{}",
         r.stderr
     );
@@ -203,10 +223,17 @@ fn ssh_missing_remote_tool() {
 fn ssh_unreachable_host() {
     need_ssh!("ssh_unreachable_host");
     let ssh = LocalSsh::start("closed");
-    let r = run(&args(&ssh, &["h1:cat", "closed:cat"]), None, Duration::from_secs(30));
+    let r = run(
+        &args(&ssh, &["h1:cat", "closed:cat"]),
+        None,
+        Duration::from_secs(30),
+    );
     assert_eq!(r.code(), Some(1), "{}", r.stderr);
     assert!(r.stderr.contains("rdpipe: closed: ssh: "), "{}", r.stderr);
-    assert!(wait_gone(&ssh.config.to_string_lossy(), Duration::from_secs(5)));
+    assert!(wait_gone(
+        &ssh.config.to_string_lossy(),
+        Duration::from_secs(5)
+    ));
 }
 
 fn interrupt(sig: &str, tag: &str) {
@@ -216,14 +243,20 @@ fn interrupt(sig: &str, tag: &str) {
         &[],
         &args(
             &ssh,
-            &[&format!("h1:yes {mark}"), &format!("h2:cat >/dev/null # {mark}")],
+            &[
+                &format!("h1:yes {mark}"),
+                &format!("h2:cat >/dev/null # {mark}"),
+            ],
         ),
         None,
     );
     // Mid-stream: wait until the commands run.
     let t = std::time::Instant::now();
     while pgrep(&format!("^yes {mark}")).is_empty() {
-        assert!(t.elapsed() < Duration::from_secs(20), "pipeline did not start");
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "pipeline did not start"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     std::thread::sleep(Duration::from_millis(500));

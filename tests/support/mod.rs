@@ -252,7 +252,10 @@ impl LocalSsh {
                 _sshd: sshd,
             };
         }
-        panic!("sshd did not start; log: {}", std::fs::read_to_string(dir.path("sshd.log")).unwrap_or_default());
+        panic!(
+            "sshd did not start; log: {}",
+            std::fs::read_to_string(dir.path("sshd.log")).unwrap_or_default()
+        );
     }
 
     /// `-F CONFIG --remote-bin DIR`.
@@ -479,11 +482,21 @@ impl Netns {
             ip(&["-n", &ns, "link", "set", "lo", "up"]);
             // veth pair created inside ns0, one end moved into the host's namespace.
             let a = format!("v{h}a");
-            ip(&["-n", &ns0, "link", "add", &a, "type", "veth", "peer", "name", "eth0"]);
+            ip(&[
+                "-n", &ns0, "link", "add", &a, "type", "veth", "peer", "name", "eth0",
+            ]);
             ip(&["-n", &ns0, "link", "set", "eth0", "netns", &ns]);
             ip(&["-n", &ns0, "link", "set", &a, "master", "br0"]);
             ip(&["-n", &ns0, "link", "set", &a, "up"]);
-            ip(&["-n", &ns, "addr", "add", &format!("10.99.0.1{h}/24"), "dev", "eth0"]);
+            ip(&[
+                "-n",
+                &ns,
+                "addr",
+                "add",
+                &format!("10.99.0.1{h}/24"),
+                "dev",
+                "eth0",
+            ]);
             ip(&["-n", &ns, "link", "set", "eth0", "up"]);
         }
         let keys = Keys::generate(&me.dir);
@@ -494,7 +507,15 @@ impl Netns {
             let conf = sshd_config(&me.dir, &keys, &format!("n{h}"), &addr, 22);
             let log = std::fs::File::create(me.dir.path(&format!("sshd_n{h}.log"))).unwrap();
             let child = Command::new("ip")
-                .args(["netns", "exec", &me.ns(h), "/usr/sbin/sshd", "-D", "-e", "-f"])
+                .args([
+                    "netns",
+                    "exec",
+                    &me.ns(h),
+                    "/usr/sbin/sshd",
+                    "-D",
+                    "-e",
+                    "-f",
+                ])
                 .arg(&conf)
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
@@ -527,7 +548,11 @@ impl Netns {
                 if !String::from_utf8_lossy(&o.stdout).trim().is_empty() {
                     break;
                 }
-                assert!(Instant::now() < deadline, "sshd in {} did not start", me.ns(h));
+                assert!(
+                    Instant::now() < deadline,
+                    "sshd in {} did not start",
+                    me.ns(h)
+                );
                 std::thread::sleep(Duration::from_millis(20));
             }
         }

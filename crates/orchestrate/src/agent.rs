@@ -162,7 +162,12 @@ impl Read for CmdOutput {
         if n > 0 {
             return Ok(n);
         }
-        let mut st = self.shared.exit.status.lock().unwrap_or_else(|p| p.into_inner());
+        let mut st = self
+            .shared
+            .exit
+            .status
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         while st.is_none() && !self.shared.poisoned.load(Ordering::SeqCst) {
             st = self
                 .shared
@@ -177,7 +182,10 @@ impl Read for CmdOutput {
         }
         match *st {
             Some(s) if s.success() => Ok(0),
-            Some(s) => Err(io::Error::other(format!("the command {}", describe_exit(s)))),
+            Some(s) => Err(io::Error::other(format!(
+                "the command {}",
+                describe_exit(s)
+            ))),
             None => Err(io::Error::other("the pipeline failed")),
         }
     }
@@ -365,15 +373,16 @@ fn run(a: AgentArgs) -> bool {
         }
     };
 
-    let spawn_recv = |ep: Box<dyn FnOnce() -> Result<Endpoint, TransportError> + Send>,
-                      o: Options,
-                      out: Box<dyn FnOnce() -> Result<Box<dyn Write + Send>, TransportError> + Send>| {
-        let tx = tx.clone();
-        std::thread::spawn(move || {
-            let r = ep().and_then(|ep| run_recv(ep, o, out));
-            let _ = tx.send(Ev::In(r));
-        });
-    };
+    let spawn_recv =
+        |ep: Box<dyn FnOnce() -> Result<Endpoint, TransportError> + Send>,
+         o: Options,
+         out: Box<dyn FnOnce() -> Result<Box<dyn Write + Send>, TransportError> + Send>| {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                let r = ep().and_then(|ep| run_recv(ep, o, out));
+                let _ = tx.send(Ev::In(r));
+            });
+        };
     fn spawn_send<R: Read + AsFd + Send + 'static>(
         tx: &mpsc::Sender<Ev>,
         ep: Box<dyn FnOnce() -> Result<Endpoint, TransportError> + Send>,
@@ -456,7 +465,11 @@ fn run(a: AgentArgs) -> bool {
                 Ok(f) => spawn_send(&tx, out_endpoint(a.output), opts(&key), f),
                 Err(e) => {
                     pending_out = false;
-                    setup_fail(&mut pending_setup, "file", format!("cannot open {path}: {e}"));
+                    setup_fail(
+                        &mut pending_setup,
+                        "file",
+                        format!("cannot open {path}: {e}"),
+                    );
                 }
             }
         }
@@ -487,7 +500,11 @@ fn run(a: AgentArgs) -> bool {
                 }),
             );
         } else if let Err(e) = open() {
-            setup_fail(&mut pending_setup, "file", format!("{}: {e}", file_target.clone().unwrap_or_default()));
+            setup_fail(
+                &mut pending_setup,
+                "file",
+                format!("{}: {e}", file_target.clone().unwrap_or_default()),
+            );
         }
         if pending_out {
             // `>` in the middle: an empty stream goes onward.
@@ -495,7 +512,11 @@ fn run(a: AgentArgs) -> bool {
                 Ok(f) => spawn_send(&tx, out_endpoint(a.output), opts(&key), f),
                 Err(e) => {
                     pending_out = false;
-                    setup_fail(&mut pending_setup, "agent", format!("cannot open /dev/null: {e}"));
+                    setup_fail(
+                        &mut pending_setup,
+                        "agent",
+                        format!("cannot open /dev/null: {e}"),
+                    );
                 }
             }
         }

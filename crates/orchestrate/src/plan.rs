@@ -239,11 +239,8 @@ pub fn quotes_balanced(s: &str) -> bool {
     while let Some(c) = chars.next() {
         match st {
             St::Plain => match c {
-                '\\' => {
-                    if chars.next().is_none() {
-                        return false;
-                    }
-                }
+                // An escaped character is consumed by the guard.
+                '\\' if chars.next().is_none() => return false,
                 '\'' => st = St::Single,
                 '"' => st = St::Double,
                 _ => {}
@@ -254,11 +251,7 @@ pub fn quotes_balanced(s: &str) -> bool {
                 }
             }
             St::Double => match c {
-                '\\' => {
-                    if chars.next().is_none() {
-                        return false;
-                    }
-                }
+                '\\' if chars.next().is_none() => return false,
                 '"' => st = St::Plain,
                 _ => {}
             },
@@ -512,8 +505,10 @@ impl Pipeline {
         for (i, seg) in self.segments.iter().enumerate() {
             let how = match &seg.host {
                 Host::Local => "local, no ssh".to_string(),
-                Host::Remote(r) => format!("ssh {}", r.destination())
-                    + &r.port.map(|p| format!(" port {p}")).unwrap_or_default(),
+                Host::Remote(r) => {
+                    format!("ssh {}", r.destination())
+                        + &r.port.map(|p| format!(" port {p}")).unwrap_or_default()
+                }
             };
             let what = match &seg.action {
                 Action::Command(c) => format!("sh -c {c:?}"),
@@ -632,7 +627,10 @@ mod tests {
             parse_segment(":cat"),
             Err(PlanError::EmptyHost(":cat".into()))
         );
-        assert_eq!(parse_segment("h:"), Err(PlanError::EmptyCommand("h:".into())));
+        assert_eq!(
+            parse_segment("h:"),
+            Err(PlanError::EmptyCommand("h:".into()))
+        );
         assert_eq!(
             parse_segment("h:   "),
             Err(PlanError::EmptyCommand("h:   ".into()))
@@ -727,7 +725,12 @@ mod tests {
         assert_eq!(p.hops[0].from, Node::Segment(0));
 
         // `<` and `>` in the middle keep their hops (drained / empty stream).
-        let p = plan(&args(&["h1:cat", "h2:< f", "h3:> g", "h1:cat"]), true, &addr).unwrap();
+        let p = plan(
+            &args(&["h1:cat", "h2:< f", "h3:> g", "h1:cat"]),
+            true,
+            &addr,
+        )
+        .unwrap();
         assert_eq!(p.hops.len(), 5);
         assert_eq!(p.sides(1), (Side::Listen, Side::Connect));
         assert_eq!(p.sides(2), (Side::Listen, Side::Connect));
@@ -768,7 +771,9 @@ mod tests {
         let t = p.describe(10);
         assert!(t.contains("[1] h1"), "{t}");
         assert!(
-            t.contains("[1] h1 -> [2] h2: [2] h2 listens on an ephemeral port, [1] h1 connects to h2.data"),
+            t.contains(
+                "[1] h1 -> [2] h2: [2] h2 listens on an ephemeral port, [1] h1 connects to h2.data"
+            ),
             "{t}"
         );
         assert!(t.contains("rdpipe stdin -> [1] h1"), "{t}");

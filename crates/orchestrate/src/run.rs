@@ -105,6 +105,16 @@ struct SegState {
 }
 
 type Writer = Box<dyn AsyncWrite + Unpin + Send>;
+type Reader = Box<dyn AsyncRead + Unpin + Send>;
+/// A started agent: control stdin, control stdout, stderr (remote only), local
+/// pid, and the task that waits for its exit.
+type Spawned = (
+    Writer,
+    Reader,
+    Option<Reader>,
+    Option<u32>,
+    tokio::task::JoinHandle<(Option<i32>, String)>,
+);
 
 fn stderr_line(prefix: &str, line: &[u8]) {
     let mut e = std::io::stderr().lock();
@@ -118,8 +128,7 @@ fn stderr_line(prefix: &str, line: &[u8]) {
 /// Shell-quotes one word for the remote `sh`.
 pub fn sh_quote(s: &str) -> String {
     if !s.is_empty()
-        && s
-            .chars()
+        && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || "-_./=:@,+%".contains(c))
     {
         s.to_string()
@@ -317,8 +326,7 @@ impl Runner {
             .launch_masters(dir.path(), &mut masters, &mut seg_master)
             .await;
         let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt());
-        let mut sigterm =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate());
+        let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate());
         let mut sighup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup());
         if ok {
             self.spawn_agents(&masters, &seg_master).await;
@@ -427,7 +435,11 @@ impl Runner {
                 Ok((n, Err(e))) => {
                     ok = false;
                     let first = jobs[n].1[0];
-                    self.fail(0, Some(Node::Segment(first)), format!("{}: {e}", jobs[n].0.spec));
+                    self.fail(
+                        0,
+                        Some(Node::Segment(first)),
+                        format!("{}: {e}", jobs[n].0.spec),
+                    );
                 }
                 Err(e) => {
                     ok = false;
@@ -459,16 +471,7 @@ impl Runner {
         let key_line = format!("{}\n", encode_hex(&self.key));
         for i in 0..self.p.segments.len() {
             let args = agent_args(&self.p, i, &self.a);
-            let spawned: Result<
-                (
-                    Writer,
-                    Box<dyn AsyncRead + Unpin + Send>,
-                    Option<Box<dyn AsyncRead + Unpin + Send>>,
-                    Option<u32>,
-                    tokio::task::JoinHandle<(Option<i32>, String)>,
-                ),
-                String,
-            > = match &self.p.segments[i].host {
+            let spawned: Result<Spawned, String> = match &self.p.segments[i].host {
                 Host::Local => {
                     let mut c = tokio::process::Command::new(&self.exe.exe);
                     c.args(&args)
@@ -488,7 +491,13 @@ impl Runner {
                                     Err(e) => (None, format!("wait failed: {e}")),
                                 }
                             });
-                            Ok((Box::new(sin) as Writer, Box::new(sout) as _, None, pid, wait))
+                            Ok((
+                                Box::new(sin) as Writer,
+                                Box::new(sout) as _,
+                                None,
+                                pid,
+                                wait,
+                            ))
                         }
                         Err(e) => Err(format!(
                             "cannot run the local agent {}: {e}",
@@ -542,7 +551,9 @@ impl Runner {
             match spawned {
                 Ok((mut sin, sout, serr, pid, wait)) => {
                     self.local_pids[i] = pid;
-                    if sin.write_all(key_line.as_bytes()).await.is_err() || sin.flush().await.is_err() {
+                    if sin.write_all(key_line.as_bytes()).await.is_err()
+                        || sin.flush().await.is_err()
+                    {
                         // Reported through its exit.
                     }
                     self.stdins[i] = Some(sin);
@@ -584,7 +595,11 @@ impl Runner {
                 }
                 Err(e) => {
                     self.segs[i].exited = true;
-                    self.fail(0, Some(Node::Segment(i)), format!("{}: {e}", self.seg_desc(i)));
+                    self.fail(
+                        0,
+                        Some(Node::Segment(i)),
+                        format!("{}: {e}", self.seg_desc(i)),
+                    );
                 }
             }
         }
@@ -611,7 +626,10 @@ impl Runner {
                         self.fail(
                             1,
                             Some(me),
-                            format!("{}: the agent ended without completing its transfers", self.seg_desc(i)),
+                            format!(
+                                "{}: the agent ended without completing its transfers",
+                                self.seg_desc(i)
+                            ),
                         );
                     }
                 }
@@ -635,7 +653,10 @@ impl Runner {
                         self.fail(
                             2,
                             Some(Node::Segment(i)),
-                            format!("{}: the agent ended without a report: it {text}", self.seg_desc(i)),
+                            format!(
+                                "{}: the agent ended without a report: it {text}",
+                                self.seg_desc(i)
+                            ),
                         );
                     }
                 }
@@ -648,7 +669,11 @@ impl Runner {
                         let to = self.p.hop_from(Node::Stdin).map(|h| h.to);
                         let rank = rank_of(&e);
                         let name = to.map(|n| self.p.node_name(n)).unwrap_or_default();
-                        self.fail(rank, Some(Node::Stdin), format!("sending rdpipe's stdin to {name} failed: {e}"));
+                        self.fail(
+                            rank,
+                            Some(Node::Stdin),
+                            format!("sending rdpipe's stdin to {name} failed: {e}"),
+                        );
                     }
                 }
             }
@@ -656,7 +681,9 @@ impl Runner {
                 self.sink_done = true;
                 match r {
                     Ok(rep) => self.sink_report = Some(rep),
-                    Err(TransportError::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                    Err(TransportError::Output(e))
+                        if e.kind() == std::io::ErrorKind::BrokenPipe =>
+                    {
                         self.broken_stdout = true;
                         self.fail(1, Some(Node::Stdout), "rdpipe's stdout was closed".into());
                     }
@@ -664,7 +691,11 @@ impl Runner {
                         let from = self.p.hop_into(Node::Stdout).map(|h| h.from);
                         let rank = rank_of(&e);
                         let name = from.map(|n| self.p.node_name(n)).unwrap_or_default();
-                        self.fail(rank, Some(Node::Stdout), format!("receiving rdpipe's stdout from {name} failed: {e}"));
+                        self.fail(
+                            rank,
+                            Some(Node::Stdout),
+                            format!("receiving rdpipe's stdout from {name} failed: {e}"),
+                        );
                     }
                 }
             }
@@ -693,8 +724,13 @@ impl Runner {
                     Node::Stdin => self.start_source(addr, port),
                     Node::Stdout => self.start_sink(addr, port),
                     Node::Segment(j) => {
-                        let dir = if hop.to == Node::Segment(j) { "in" } else { "out" };
-                        self.send_line(j, format!("CONNECT {dir} {addr} {port}\n")).await;
+                        let dir = if hop.to == Node::Segment(j) {
+                            "in"
+                        } else {
+                            "out"
+                        };
+                        self.send_line(j, format!("CONNECT {dir} {addr} {port}\n"))
+                            .await;
                     }
                 }
             }
@@ -732,14 +768,30 @@ impl Runner {
                 let (rank, text) = match part {
                     "cmd" | "file" => (0, format!("{desc}: {msg}")),
                     "in" => {
-                        let from = self.p.hop_into(me).map(|h| self.p.node_name(h.from)).unwrap_or_default();
-                        (transfer_rank(code), format!("{desc}: receiving from {from} failed: {msg}"))
+                        let from = self
+                            .p
+                            .hop_into(me)
+                            .map(|h| self.p.node_name(h.from))
+                            .unwrap_or_default();
+                        (
+                            transfer_rank(code),
+                            format!("{desc}: receiving from {from} failed: {msg}"),
+                        )
                     }
                     "out" => {
-                        let to = self.p.hop_from(me).map(|h| self.p.node_name(h.to)).unwrap_or_default();
-                        (transfer_rank(code), format!("{desc}: sending to {to} failed: {msg}"))
+                        let to = self
+                            .p
+                            .hop_from(me)
+                            .map(|h| self.p.node_name(h.to))
+                            .unwrap_or_default();
+                        (
+                            transfer_rank(code),
+                            format!("{desc}: sending to {to} failed: {msg}"),
+                        )
                     }
-                    _ if msg.starts_with("control channel closed") || msg.starts_with("killed by signal") => {
+                    _ if msg.starts_with("control channel closed")
+                        || msg.starts_with("killed by signal") =>
+                    {
                         (3, format!("{desc}: {msg}"))
                     }
                     _ => (0, format!("{desc}: {msg}")),
@@ -832,7 +884,12 @@ impl Runner {
     fn hop_report(&self, from: Node) -> Option<(u64, String, f64, String)> {
         match from {
             Node::Stdin => self.source_report.as_ref().map(|r| {
-                (r.bytes, format!("{:016x}", r.checksum), r.elapsed.as_secs_f64(), r.transport.clone())
+                (
+                    r.bytes,
+                    format!("{:016x}", r.checksum),
+                    r.elapsed.as_secs_f64(),
+                    r.transport.clone(),
+                )
             }),
             Node::Segment(i) => self.segs[i].out_report.clone(),
             Node::Stdout => None,
@@ -842,7 +899,12 @@ impl Runner {
     fn recv_report(&self, to: Node) -> Option<(u64, String, f64, String)> {
         match to {
             Node::Stdout => self.sink_report.as_ref().map(|r| {
-                (r.bytes, format!("{:016x}", r.checksum), r.elapsed.as_secs_f64(), r.transport.clone())
+                (
+                    r.bytes,
+                    format!("{:016x}", r.checksum),
+                    r.elapsed.as_secs_f64(),
+                    r.transport.clone(),
+                )
             }),
             Node::Segment(i) => self.segs[i].in_report.clone(),
             Node::Stdin => None,
@@ -872,14 +934,22 @@ impl Runner {
             for (i, s) in self.segs.iter().enumerate() {
                 if s.ended != Some(true) {
                     let t = format!("{}: no success report", self.seg_desc(i));
-                    self.failures.push(Failure { rank: 2, node: Some(Node::Segment(i)), text: t });
+                    self.failures.push(Failure {
+                        rank: 2,
+                        node: Some(Node::Segment(i)),
+                        text: t,
+                    });
                 }
             }
         }
         if self.a.verbose {
             for h in &self.p.hops {
                 if let Some((bytes, sum, secs, transport)) = self.hop_report(h.from) {
-                    let gbps = if secs > 0.0 { bytes as f64 / secs / 1e9 } else { 0.0 };
+                    let gbps = if secs > 0.0 {
+                        bytes as f64 / secs / 1e9
+                    } else {
+                        0.0
+                    };
                     eprintln!(
                         "rdpipe: {} -> {}: {transport}, {bytes} bytes in {secs:.3} s ({gbps:.3} GB/s), xxh3 {sum}",
                         self.p.node_name(h.from),
@@ -924,7 +994,11 @@ impl Runner {
         if let Some(s) = self.signal {
             return 128 + s as u8;
         }
-        if self.failures.iter().any(|f| f.text.contains("rdrecv not found")) {
+        if self
+            .failures
+            .iter()
+            .any(|f| f.text.contains("rdrecv not found"))
+        {
             return EXIT_NOT_FOUND;
         }
         // pipefail: the rightmost failing command's status.
@@ -966,6 +1040,9 @@ mod tests {
         assert_eq!(sh_quote("a b"), "'a b'");
         assert_eq!(sh_quote("it's"), "'it'\\''s'");
         assert_eq!(sh_quote(""), "''");
-        assert_eq!(sh_quote("tr [:lower:] [:upper:]"), "'tr [:lower:] [:upper:]'");
+        assert_eq!(
+            sh_quote("tr [:lower:] [:upper:]"),
+            "'tr [:lower:] [:upper:]'"
+        );
     }
 }
