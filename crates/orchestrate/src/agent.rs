@@ -11,6 +11,8 @@
 //! - line 1: the pipeline key, 64 hex digits (never on argv or in the environment);
 //! - `CONNECT in ADDR PORT` / `CONNECT out ADDR PORT`: where to connect the
 //!   incoming / outgoing transfer, for a side started with `connect`;
+//! - `PING`, every [`PING_EVERY`]: rdpipe is alive. An agent that hears nothing
+//!   for [`CONTROL_SILENCE`] ends the segment as below (the peer went silent);
 //! - end of file: rdpipe (or the SSH connection) is gone: the agent kills its
 //!   command's process group and exits at once, whatever state it is in.
 //!
@@ -48,6 +50,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
+
+/// How often rdpipe sends `PING` on each agent's control channel.
+pub const PING_EVERY: Duration = Duration::from_secs(5);
+
+/// An agent that hears nothing from rdpipe for this long (no `PING`, no line at
+/// all) considers rdpipe or its host gone and ends the segment.
+pub const CONTROL_SILENCE: Duration = Duration::from_secs(60);
 
 /// Version of the control protocol (`HELLO 1`).
 pub const PROTOCOL: u32 = 1;
@@ -127,8 +136,8 @@ enum Ev {
     In(Result<Report, TransportError>),
     Out(Result<Report, TransportError>),
     Exit(ExitStatus),
-    /// rdpipe or the SSH channel is gone.
-    ControlGone,
+    /// rdpipe or the SSH channel is gone (why).
+    ControlGone(String),
     /// SIGTERM/SIGINT/SIGHUP.
     Signal(i32),
     /// Preparation failed (part, message).
@@ -301,6 +310,23 @@ fn run(a: AgentArgs) -> bool {
     // The control channel: CONNECT lines, and EOF.
     let (in_tx, in_rx) = mpsc::channel::<(String, u16)>();
     let (out_tx, out_rx) = mpsc::channel::<(String, u16)>();
+    let last_heard = Arc::new(Mutex::new(Instant::now()));
+    {
+        // rdpipe pings every PING_EVERY; silence means it (or its host) is gone.
+        let tx = tx.clone();
+        let last_heard = last_heard.clone();
+        std::thread::spawn(move || loop {
+            std::thread::sleep(Duration::from_secs(1));
+            let t = *last_heard.lock().unwrap_or_else(|p| p.into_inner());
+            if t.elapsed() > CONTROL_SILENCE {
+                let _ = tx.send(Ev::ControlGone(format!(
+                    "control channel silent for {} s (rdpipe or its host gone)",
+                    CONTROL_SILENCE.as_secs()
+                )));
+                return;
+            }
+        });
+    }
     {
         let tx = tx.clone();
         std::thread::spawn(move || {
@@ -309,7 +335,9 @@ fn run(a: AgentArgs) -> bool {
                 line.clear();
                 match stdin.read_line(&mut line) {
                     Ok(0) | Err(_) => break,
-                    Ok(_) => {}
+                    Ok(_) => {
+                        *last_heard.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+                    }
                 }
                 let w: Vec<&str> = line.split_whitespace().collect();
                 if let ["CONNECT", side, host, port] = w[..] {
@@ -319,7 +347,9 @@ fn run(a: AgentArgs) -> bool {
                     }
                 }
             }
-            let _ = tx.send(Ev::ControlGone);
+            let _ = tx.send(Ev::ControlGone(
+                "control channel closed (rdpipe or ssh gone)".to_string(),
+            ));
         });
     }
 
@@ -609,10 +639,11 @@ fn run(a: AgentArgs) -> bool {
                 say.line(&format!("FAIL {part} 1 {msg}"));
                 fail(&mut ok, &mut deadline);
             }
-            Ev::ControlGone | Ev::Signal(_) => {
+            Ev::ControlGone(_) | Ev::Signal(_) => {
                 let why = match ev {
                     Ev::Signal(s) => format!("killed by signal {s}"),
-                    _ => "control channel closed (rdpipe or ssh gone)".to_string(),
+                    Ev::ControlGone(why) => why,
+                    _ => unreachable!(),
                 };
                 say.line(&format!("FAIL agent 1 {why}"));
                 fail(&mut ok, &mut deadline);

@@ -501,6 +501,12 @@ impl Pipeline {
     pub fn describe(&self, max_sessions: usize) -> String {
         use std::fmt::Write;
         let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "rdpipe plan: {} segment(s), {} transfer(s); nothing was run",
+            self.segments.len(),
+            self.hops.len()
+        );
         let _ = writeln!(s, "segments:");
         for (i, seg) in self.segments.iter().enumerate() {
             let how = match &seg.host {
@@ -522,14 +528,17 @@ impl Pipeline {
         }
         let _ = writeln!(s, "transfers:");
         for h in &self.hops {
-            let c = h.connector();
+            let c = match h.connector() {
+                Node::Stdin | Node::Stdout => "rdpipe".to_string(),
+                n => self.node_name(n),
+            };
             let _ = writeln!(
                 s,
                 "  {} -> {}: {} listens on an ephemeral port, {} connects to {}",
                 self.node_name(h.from),
                 self.node_name(h.to),
                 self.node_name(h.listener),
-                self.node_name(c),
+                c,
                 h.address
             );
         }

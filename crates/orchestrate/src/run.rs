@@ -10,7 +10,7 @@
 //! SIGHUP skip the grace. Every step is bounded, so a pipeline ends within about
 //! five seconds of a failure.
 
-use crate::agent::{describe_exit, encode_hex};
+use crate::agent::{describe_exit, encode_hex, PING_EVERY};
 use crate::plan::{parse_data_host, plan, Action, Host, Node, Pipeline, PlanError, RemoteHost};
 use crate::ssh::{Master, SshConfig};
 use crate::transport_pref;
@@ -333,6 +333,7 @@ impl Runner {
         }
         let mut first_failure: Option<Instant> = None;
         let mut closed_at: Option<Instant> = None;
+        let mut last_ping = Instant::now();
         loop {
             if self.all_done() {
                 break;
@@ -355,6 +356,12 @@ impl Runner {
                 }
                 if self.agents_done() && closed_at.is_some() {
                     break;
+                }
+            }
+            if last_ping.elapsed() >= PING_EVERY {
+                last_ping = Instant::now();
+                for i in 0..self.stdins.len() {
+                    self.send_line(i, "PING\n".to_string()).await;
                 }
             }
             let tick = tokio::time::sleep(Duration::from_millis(100));
@@ -642,6 +649,12 @@ impl Runner {
                             0,
                             Some(Node::Segment(i)),
                             format!("{host}: rdrecv not found (install rdma-pipe there or pass --remote-bin)"),
+                        );
+                    } else if code == Some(2) && !hello {
+                        self.fail(
+                            0,
+                            Some(Node::Segment(i)),
+                            format!("{host}: rdrecv there does not understand --agent (install the same rdma-pipe version there)"),
                         );
                     } else if !hello {
                         self.fail(
