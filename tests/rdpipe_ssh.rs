@@ -183,7 +183,12 @@ fn ssh_failing_middle_command() {
         Duration::from_secs(30),
     );
     assert_eq!(r.code(), Some(3), "{}", r.stderr);
-    let lines: Vec<&str> = r.stderr.lines().collect();
+    // Only rdpipe's own lines (the remote shell may print login noise).
+    let lines: Vec<&str> = r
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("rdpipe:"))
+        .collect();
     assert_eq!(lines.len(), 1, "{}", r.stderr);
     assert!(
         lines[0].starts_with("rdpipe: h2 [2] 'cat >/dev/null; exit 3'")

@@ -108,13 +108,12 @@ type Writer = Box<dyn AsyncWrite + Unpin + Send>;
 type Reader = Box<dyn AsyncRead + Unpin + Send>;
 /// A started agent: control stdin, control stdout, stderr (remote only), local
 /// pid, and the task that waits for its exit.
-type Spawned = (
-    Writer,
-    Reader,
-    Option<Reader>,
-    Option<u32>,
-    tokio::task::JoinHandle<(Option<i32>, String)>,
-);
+type Spawned = (Writer, Reader, Option<Reader>, Option<u32>, WaitFuture);
+/// Waits for an agent's exit. Only awaited after its stdout and stderr reached end
+/// of file: with native mux, finishing the wait closes the mux session, and the
+/// master then drops whatever output it had not yet passed on.
+type WaitFuture =
+    std::pin::Pin<Box<dyn std::future::Future<Output = (Option<i32>, String)> + Send>>;
 
 fn stderr_line(prefix: &str, line: &[u8]) {
     let mut e = std::io::stderr().lock();
@@ -492,7 +491,7 @@ impl Runner {
                             let sin = ch.stdin.take().expect("piped");
                             let sout = ch.stdout.take().expect("piped");
                             let pid = ch.id();
-                            let wait = tokio::spawn(async move {
+                            let wait: WaitFuture = Box::pin(async move {
                                 match ch.wait().await {
                                     Ok(s) => (s.code(), describe_exit(s)),
                                     Err(e) => (None, format!("wait failed: {e}")),
@@ -531,7 +530,7 @@ impl Runner {
                             let sin = ch.stdin().take().expect("piped");
                             let sout = ch.stdout().take().expect("piped");
                             let serr = ch.stderr().take().expect("piped");
-                            let wait = tokio::spawn(async move {
+                            let wait: WaitFuture = Box::pin(async move {
                                 match ch.wait().await {
                                     Ok(s) => (s.code(), describe_exit(s)),
                                     // Native mux reports status 127 this way.
@@ -593,10 +592,11 @@ impl Runner {
                                 }
                             }
                         }
-                        let (code, text) = wait.await.unwrap_or((None, "lost".into()));
                         if let Some(t) = stderr_task {
-                            let _ = tokio::time::timeout(Duration::from_secs(1), t).await;
+                            // A background process may hold stderr open: bounded.
+                            let _ = tokio::time::timeout(Duration::from_secs(2), t).await;
                         }
+                        let (code, text) = wait.await;
                         let _ = tx.send(Msg::Exited(i, code, text));
                     });
                 }
@@ -623,6 +623,9 @@ impl Runner {
         match m {
             Msg::Line(i, l) => self.handle_line(i, &l).await,
             Msg::Exited(i, code, text) => {
+                if std::env::var_os("RDPIPE_DEBUG").is_some() {
+                    eprintln!("rdpipe: debug: [{}] exited {code:?} {text}", i + 1);
+                }
                 let st = &mut self.segs[i];
                 st.exited = true;
                 if st.ended == Some(true) {
@@ -716,6 +719,9 @@ impl Runner {
     }
 
     async fn handle_line(&mut self, i: usize, l: &str) {
+        if std::env::var_os("RDPIPE_DEBUG").is_some() {
+            eprintln!("rdpipe: debug: [{}] {l}", i + 1);
+        }
         let mut w = l.splitn(4, ' ');
         let tag = w.next().unwrap_or("");
         match tag {
