@@ -298,3 +298,44 @@ fn ssh_sigkill_of_rdpipe_leaves_nothing() {
     need_ssh!("ssh_sigkill_of_rdpipe_leaves_nothing");
     interrupt("-KILL", "kill");
 }
+
+#[test]
+fn ssh_sigkill_of_an_agent_leaves_nothing() {
+    need_ssh!("ssh_sigkill_of_an_agent_leaves_nothing");
+    let ssh = LocalSsh::start("agentkill");
+    let mark = format!("AMARK{}", std::process::id());
+    let p = start(
+        &[],
+        &args(
+            &ssh,
+            &[
+                &format!("h1:yes {mark}"),
+                &format!("h2:cat >/dev/null # {mark}"),
+            ],
+        ),
+        None,
+    );
+    let t = std::time::Instant::now();
+    while pgrep(&format!("^yes {mark}")).is_empty() {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "pipeline did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The producer's agent dies without any chance to clean up.
+    let agents = pgrep(&format!("rdrecv --agent .*yes {mark}"));
+    assert_eq!(agents.len(), 1, "{}", ps(&pgrep(&mark)));
+    std::process::Command::new("kill")
+        .args(["-9", &agents[0].to_string()])
+        .status()
+        .unwrap();
+    let r = p.finish(Duration::from_secs(40));
+    assert_ne!(r.code(), Some(0), "{}", r.stderr);
+    assert!(r.stderr.contains("h1 [1] 'yes "), "{}", r.stderr);
+    assert!(
+        wait_gone(&mark, Duration::from_secs(8)),
+        "left over:\n{}",
+        ps(&pgrep(&mark))
+    );
+}

@@ -5,10 +5,11 @@ use rdma_pipe::cli::recv::{run, RecvArgs};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    // `rdrecv --agent ...`: rdpipe's per-segment endpoint, started over SSH.
+    // `rdrecv --agent ...`: rdpipe's per-segment endpoint, started over SSH (and
+    // its `--cmd-guard` helper).
     let argv: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
-    if argv.first().is_some_and(|a| a == "--agent") {
-        return rdpipe_orchestrate::agent::main(argv[1..].iter().cloned());
+    if let Some(code) = rdpipe_orchestrate::internal_mode(&argv) {
+        return code;
     }
     match run(RecvArgs::parse()) {
         Ok(()) => ExitCode::SUCCESS,

@@ -439,7 +439,23 @@ fn run(a: AgentArgs) -> bool {
     };
 
     if let Some(cmd) = &a.cmd {
-        let mut c = Command::new("sh");
+        // sh runs under a guardian that leads its process group and takes the group
+        // down if this agent dies, even by SIGKILL (see guard::cmd_main).
+        let lifeline =
+            rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).and_then(|(r, w)| {
+                rustix::io::fcntl_setfd(&r, rustix::io::FdFlags::empty())?;
+                Ok((r, w))
+            });
+        let mut c = match (&lifeline, std::env::current_exe()) {
+            (Ok((r, _)), Ok(exe)) => {
+                let mut c = Command::new(exe);
+                c.arg("--cmd-guard")
+                    .arg(std::os::fd::AsRawFd::as_raw_fd(r).to_string())
+                    .arg("sh");
+                c
+            }
+            _ => Command::new("sh"),
+        };
         c.arg("-c").arg(cmd).process_group(0);
         c.stdin(if pending_in {
             Stdio::piped()
@@ -475,6 +491,11 @@ fn run(a: AgentArgs) -> bool {
                 }
                 pending_exit = true;
                 child = Some(ch);
+                // Keep the write end for our whole life; the read end is the guard's.
+                if let Ok((r, w)) = lifeline {
+                    drop(r);
+                    std::mem::forget(w);
+                }
             }
             Err(e) => {
                 setup_fail(&mut pending_setup, "cmd", format!("cannot start sh: {e}"));

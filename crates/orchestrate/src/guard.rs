@@ -1,4 +1,10 @@
-//! The SSH master's guardian (`rdpipe --ssh-guard ssh ARGS...`, internal).
+//! Guardians: small processes that tie the life of something rdpipe started to
+//! the life of its starter, so that even a SIGKILL leaves nothing behind.
+//!
+//! - [`main`]: the SSH master's guardian (`rdpipe --ssh-guard ssh ARGS...`).
+//! - [`cmd_main`]: a segment command's guardian (`rdrecv --cmd-guard FD sh -c CMD`).
+//!
+//! # The SSH master's guardian
 //!
 //! rdpipe runs each SSH master connection (`ssh -M -N`) in the foreground under a
 //! small guardian process whose stdin is a pipe from rdpipe. When that pipe closes,
@@ -85,6 +91,78 @@ pub fn main<I: IntoIterator<Item = OsString>>(args: I) -> ExitCode {
                 }
             }
             ExitCode::SUCCESS
+        }
+    }
+}
+
+/// The command's guardian (`--cmd-guard FD PROG ARGS...`, internal): the agent
+/// starts a segment's `sh -c CMD` through it. It leads the command's process group
+/// and holds the read end of a "lifeline" pipe (file descriptor FD) whose write end
+/// only the agent has. When the agent dies, even by SIGKILL, the lifeline reads end
+/// of file and the guardian takes the whole group down (SIGTERM, SIGKILL one second
+/// later). Otherwise it exits with the command's status (128+N for signal N).
+pub fn cmd_main<I: IntoIterator<Item = OsString>>(args: I) -> ExitCode {
+    use std::os::unix::process::ExitStatusExt;
+    let args: Vec<OsString> = args.into_iter().collect();
+    let (Some(fd), Some(prog)) = (
+        args.first().and_then(|a| a.to_str()?.parse::<u32>().ok()),
+        args.get(1),
+    ) else {
+        eprintln!("rdrecv --cmd-guard: usage: --cmd-guard FD PROG ARGS...");
+        return ExitCode::from(2);
+    };
+    // A new descriptor for the inherited pipe (no unsafe fd adoption needed).
+    let lifeline = match std::fs::File::open(format!("/proc/self/fd/{fd}")) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("rdrecv --cmd-guard: no lifeline on fd {fd}: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut child = match Command::new(prog).args(&args[2..]).spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("rdpipe: cannot run {}: {e}", prog.to_string_lossy());
+            return ExitCode::from(127);
+        }
+    };
+    // The data pipes belong to the command now: hold no copies, so that their
+    // ends see EOF/EPIPE when the command closes them.
+    if let Ok(null) = std::fs::File::options()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+    {
+        let _ = rustix::stdio::dup2_stdin(&null);
+        let _ = rustix::stdio::dup2_stdout(&null);
+    }
+    let (tx, rx) = mpsc::channel();
+    {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 64];
+            let mut l = lifeline;
+            while matches!(l.read(&mut buf), Ok(n) if n > 0) {}
+            let _ = tx.send(Ev::Gone);
+        });
+    }
+    std::thread::spawn(move || {
+        let st = child.wait().ok();
+        let code = st.map(|s| match (s.code(), s.signal()) {
+            (Some(c), _) => c,
+            (None, Some(sig)) => 128 + sig,
+            _ => 1,
+        });
+        let _ = tx.send(Ev::Exited(code));
+    });
+    match rx.recv() {
+        Ok(Ev::Exited(code)) => ExitCode::from(code.unwrap_or(1).clamp(0, 255) as u8),
+        _ => {
+            let me = rustix::process::getpid();
+            let _ = rustix::process::kill_process_group(me, Signal::Term);
+            std::thread::sleep(Duration::from_secs(1));
+            let _ = rustix::process::kill_process_group(me, Signal::Kill);
+            ExitCode::FAILURE
         }
     }
 }

@@ -268,6 +268,8 @@ struct Runner {
     sink_report: Option<Report>,
     broken_stdout: bool,
     signal: Option<i32>,
+    /// The control channels are being closed: agents ending now are collateral.
+    closing: bool,
 }
 
 impl Runner {
@@ -295,6 +297,7 @@ impl Runner {
             sink_report: None,
             broken_stdout: false,
             signal: None,
+            closing: false,
         }
     }
 
@@ -347,6 +350,7 @@ impl Runner {
                     ROOT_CAUSE_GRACE
                 };
                 if closed_at.is_none() && f.elapsed() >= grace {
+                    self.closing = true;
                     self.stdins.iter_mut().for_each(|s| *s = None);
                     closed_at = Some(Instant::now());
                 }
@@ -382,6 +386,7 @@ impl Runner {
             }
         }
         // Teardown (also after success: nothing is left running).
+        self.closing = true;
         self.stdins.iter_mut().for_each(|s| *s = None);
         self.kill_local_agents().await;
         for m in masters {
@@ -666,11 +671,13 @@ impl Runner {
                             format!("{}: the agent did not start: it {text}", self.seg_desc(i)),
                         );
                     } else if self.signal.is_none() {
+                        // Before teardown, an agent that vanishes is a root cause.
+                        let rank = if self.closing { 2 } else { 0 };
                         self.fail(
-                            2,
+                            rank,
                             Some(Node::Segment(i)),
                             format!(
-                                "{}: the agent ended without a report: it {text}",
+                                "{}: the agent died without a report ({text})",
                                 self.seg_desc(i)
                             ),
                         );
