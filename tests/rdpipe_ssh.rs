@@ -339,3 +339,87 @@ fn ssh_sigkill_of_an_agent_leaves_nothing() {
         ps(&pgrep(&mark))
     );
 }
+
+#[test]
+fn ssh_options_ports_and_user_at_host() {
+    need_ssh!("ssh_options_ports_and_user_at_host");
+    let ssh = LocalSsh::start("opts");
+    let port = ssh.port.to_string();
+    let user = String::from_utf8(
+        std::process::Command::new("id")
+            .arg("-un")
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap()
+    .trim()
+    .to_string();
+    // `-o Port=N` reaches a host whose config has no port.
+    let r = run(
+        &args(&ssh, &["-o", &format!("Port={port}"), "noport:rev"]),
+        Some(b"abc\n".to_vec()),
+        Duration::from_secs(30),
+    );
+    r.ok();
+    assert_eq!(r.stdout_str(), "cba\n");
+    // The bracketed form gives user and port; data address is the literal host.
+    let r = run(
+        &args(&ssh, &[&format!("[{user}@127.0.0.1:{port}]:rev"), "h1:cat"]),
+        Some(b"abc\n".to_vec()),
+        Duration::from_secs(30),
+    );
+    r.ok();
+    assert_eq!(r.stdout_str(), "cba\n");
+    // user@alias.
+    let r = run(
+        &args(&ssh, &[&format!("{user}@h2:tr a-z A-Z")]),
+        Some(b"abc\n".to_vec()),
+        Duration::from_secs(30),
+    );
+    r.ok();
+    assert_eq!(r.stdout_str(), "ABC\n");
+}
+
+#[test]
+fn ssh_master_killed_mid_stream() {
+    need_ssh!("ssh_master_killed_mid_stream");
+    let ssh = LocalSsh::start("masterkill");
+    let mark = format!("SMARK{}", std::process::id());
+    let p = start(
+        &[],
+        &args(
+            &ssh,
+            &[
+                &format!("h1:yes {mark}"),
+                &format!("h2:cat >/dev/null # {mark}"),
+            ],
+        ),
+        None,
+    );
+    let t = std::time::Instant::now();
+    while pgrep(&format!("^yes {mark}")).is_empty() {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "pipeline did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let cfg = ssh.config.to_string_lossy().into_owned();
+    let masters = pgrep(&format!("^ssh .*{cfg}.* -M .*-- h1$"));
+    assert_eq!(masters.len(), 1, "{}", ps(&pgrep(&cfg)));
+    std::process::Command::new("kill")
+        .args(["-9", &masters[0].to_string()])
+        .status()
+        .unwrap();
+    let r = p.finish(Duration::from_secs(40));
+    assert_ne!(r.code(), Some(0), "{}", r.stderr);
+    assert!(r.stderr.contains("h1 [1]"), "{}", r.stderr);
+    for pat in [mark.as_str(), cfg.as_str()] {
+        assert!(
+            wait_gone(pat, Duration::from_secs(8)),
+            "left over:\n{}",
+            ps(&pgrep(pat))
+        );
+    }
+}

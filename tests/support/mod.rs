@@ -237,6 +237,7 @@ impl LocalSsh {
                 format!(
                     "Host h1 h2 h3 h4\n  HostName 127.0.0.1\n  Port {port}\n\
                      Host closed\n  HostName 127.0.0.1\n  Port {closed}\n\
+                     Host noport\n  HostName 127.0.0.1\n\
                      Host *\n  User {}\n  IdentityFile {}\n  IdentitiesOnly yes\n\
                      UserKnownHostsFile {}\n  StrictHostKeyChecking yes\n  LogLevel ERROR\n",
                     user(),
