@@ -17,31 +17,55 @@ fn parse_slots(s: &str) -> Result<u32, String> {
     Ok(n)
 }
 
-/// Unix pipes between machines: `echo hello | rdpipe h1:'tr a-z A-Z' h2:rev`.
+/// Examples for `--help` and the man page.
+pub const EXAMPLES: &str = "\
+Examples:
+  # hello -> OLLEH, through two hosts:
+  echo hello | rdpipe host1:'tr [:lower:] [:upper:]' host2:rev
+
+  # replicate a ZFS dataset, the data going host to host:
+  rdpipe src:'zfs send tank/fs@snap' dst:'zfs recv -F backup/fs'
+
+  # a file from host1, compressed on host2, stored on host3 (no stdout):
+  rdpipe host1:'< /data/db.dump' host2:'zstd -T0' host3:'> /backup/db.dump.zst'
+
+  # start and end locally, over an IPoIB address for host2's data:
+  tar c dir | rdpipe --data-host host2=10.0.0.2 host2:'gzip' -:'cat > dir.tgz'
+
+  # show what would run:
+  rdpipe -n host1:cat host2:cat";
+
+/// rdpipe's exit statuses, for the man page.
+pub const EXIT_STATUS: &[(&str, &str)] = &[
+    ("0", "Every command and every transfer succeeded (each hop verified by byte count and checksum)."),
+    ("1..125", "The status of the failing command (the rightmost one, as with set -o pipefail), or 1 for any other failure: ssh, a transfer, a file."),
+    ("2", "Bad arguments: malformed HOST:CMD (empty host or command, unbalanced quotes), out-of-range option."),
+    ("127", "rdrecv was not found on a host (install rdma-pipe there or pass --remote-bin)."),
+    ("130, 143", "Interrupted by SIGINT or SIGTERM; the whole pipeline was stopped."),
+    ("141", "rdpipe's standard output was closed (like a shell pipeline's SIGPIPE); no message."),
+];
+
+/// Unix pipes between machines, over RDMA or TCP, set up over SSH.
 ///
-/// Runs each HOST:CMD segment on its host (over SSH) and streams each command's
-/// stdout straight to the next host's command, over RDMA or TCP. rdpipe's stdin
-/// (unless it is a terminal) feeds the first command; the last command's stdout
-/// comes back to rdpipe's stdout.
+/// Runs each HOST:CMD segment on its host and streams each command's
+/// stdout straight to the next host's command. rdpipe's stdin (unless a
+/// terminal) feeds the first command; the last command's stdout comes
+/// back to rdpipe's stdout.
 ///
 /// Segments:
-///   HOST:CMD           run `sh -c CMD` on HOST (`user@host`, ssh-config aliases ok)
-///   [user@host:PORT]:CMD   with a port; [fe80::1]:CMD for an IPv6 address
-///   -:CMD, localhost:CMD   run CMD locally, without SSH
-///   HOST:'< FILE'      send FILE from HOST (mid-pipeline: the previous output is
-///                      received, verified and discarded; a new stream starts)
-///   HOST:'> FILE'      write the stream to FILE on HOST ('>>' appends); mid-pipeline
-///                      an empty stream is sent onward
+///   HOST:CMD         `sh -c CMD` on HOST (user@host, ssh aliases)
+///   [user@host:PORT]:CMD   with a port ([fe80::1]:CMD for IPv6)
+///   -:CMD            CMD on this machine, no SSH (also localhost:CMD)
+///   HOST:'< FILE'    send FILE; mid-pipeline the previous output is
+///                    received, verified and discarded
+///   HOST:'> FILE'    write the stream to FILE ('>>' appends);
+///                    mid-pipeline an empty stream goes onward
 ///
-/// Remote hosts need `rdrecv` (from rdma-pipe) in PATH or in --remote-bin DIR.
-///
-/// Exit status, like `set -o pipefail`: 0 when every command and every transfer
-/// succeeded; otherwise the status of the rightmost failing command, 127 when
-/// rdrecv is missing on a host, 130/143 after SIGINT/SIGTERM, 2 for bad
-/// arguments, 1 for any other failure. One line names the host, the command and
-/// what failed.
+/// Remote hosts need rdrecv (from rdma-pipe) in PATH or --remote-bin.
+/// Exit status as with `set -o pipefail`; on failure one line names the
+/// host, the command and what failed, and the whole pipeline stops.
 #[derive(Debug, Parser)]
-#[command(name = "rdpipe", version, verbatim_doc_comment)]
+#[command(name = "rdpipe", version, verbatim_doc_comment, after_help = EXAMPLES)]
 pub struct PipeArgs {
     /// The pipeline: HOST:CMD segments, in order.
     #[arg(value_name = "HOST:CMD", required = true)]
