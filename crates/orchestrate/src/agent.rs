@@ -626,7 +626,18 @@ fn run(a: AgentArgs) -> bool {
                     _ => e.to_string(),
                 };
                 say.line(&format!("FAIL {in_part} {} {msg}", e.exit_code()));
-                fail(&mut ok, &mut deadline);
+                let closed_input = a.cmd.is_some()
+                    && matches!(&e, TransportError::Output(io) if io.kind() == io::ErrorKind::BrokenPipe);
+                if closed_input && deadline.is_none() {
+                    // The command stopped reading (like `head`): the upstream was
+                    // told, and our output must not end cleanly, but the command
+                    // itself is not stopped: its own exit status still counts.
+                    ok = false;
+                    shared.poisoned.store(true, Ordering::SeqCst);
+                    shared.exit.cv.notify_all();
+                } else {
+                    fail(&mut ok, &mut deadline);
+                }
             }
             Ev::Out(Ok(r)) => {
                 pending_out = false;

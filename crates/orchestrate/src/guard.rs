@@ -100,7 +100,8 @@ pub fn main<I: IntoIterator<Item = OsString>>(args: I) -> ExitCode {
 /// and holds the read end of a "lifeline" pipe (file descriptor FD) whose write end
 /// only the agent has. When the agent dies, even by SIGKILL, the lifeline reads end
 /// of file and the guardian takes the whole group down (SIGTERM, SIGKILL one second
-/// later). Otherwise it exits with the command's status (128+N for signal N).
+/// later). Otherwise it exits with the command's status, or dies of the signal
+/// that killed the command.
 pub fn cmd_main<I: IntoIterator<Item = OsString>>(args: I) -> ExitCode {
     use std::os::unix::process::ExitStatusExt;
     let args: Vec<OsString> = args.into_iter().collect();
@@ -150,12 +151,17 @@ pub fn cmd_main<I: IntoIterator<Item = OsString>>(args: I) -> ExitCode {
         let st = child.wait().ok();
         let code = st.map(|s| match (s.code(), s.signal()) {
             (Some(c), _) => c,
-            (None, Some(sig)) => 128 + sig,
+            (None, Some(sig)) => -sig,
             _ => 1,
         });
         let _ = tx.send(Ev::Exited(code));
     });
     match rx.recv() {
+        Ok(Ev::Exited(Some(code))) if code < 0 => {
+            // Die of the same signal, so the agent sees what the command saw.
+            let _ = signal_hook::low_level::emulate_default_handler(-code);
+            ExitCode::from((128 - code).clamp(0, 255) as u8)
+        }
         Ok(Ev::Exited(code)) => ExitCode::from(code.unwrap_or(1).clamp(0, 255) as u8),
         _ => {
             let me = rustix::process::getpid();
