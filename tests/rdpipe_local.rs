@@ -203,3 +203,27 @@ fn sigterm_tears_down_local_segments() {
         ps(&pgrep(&mark))
     );
 }
+
+#[test]
+fn a_consumer_never_sees_a_clean_end_of_a_failed_stream() {
+    // wc prints only at end of input: it must be stopped before it gets one.
+    let s = Scratch::new("trunc");
+    for _ in 0..5 {
+        let out = s.path("count");
+        let _ = std::fs::remove_file(&out);
+        let r = run(
+            &a(&[
+                "-:head -c 100000 /dev/zero; exit 1",
+                &format!("-:wc -c > {}", out.display()),
+            ]),
+            None,
+            Duration::from_secs(30),
+        );
+        assert_eq!(r.code(), Some(1), "{}", r.stderr);
+        let got = std::fs::read_to_string(&out).unwrap_or_default();
+        assert!(
+            got.trim().is_empty(),
+            "the consumer saw a clean end: {got:?}"
+        );
+    }
+}

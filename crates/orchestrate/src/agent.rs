@@ -206,6 +206,34 @@ impl AsFd for CmdOutput {
     }
 }
 
+/// The command's stdin, held apart from the receiver: the receiver closes it
+/// (end of file for the command) only after the stream was verified whole. After
+/// a failure the agent first stops the command, then closes it, so a command never
+/// mistakes a truncated stream for a complete one.
+#[derive(Clone)]
+struct HeldInput(Arc<Mutex<Option<std::process::ChildStdin>>>);
+
+impl HeldInput {
+    fn release(&self) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).take();
+    }
+}
+
+impl Write for HeldInput {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self.0.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+            Some(w) => w.write(buf),
+            None => Err(io::ErrorKind::BrokenPipe.into()),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        match self.0.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+            Some(w) => w.flush(),
+            None => Ok(()),
+        }
+    }
+}
+
 /// `exited with status N` / `was killed by signal N`.
 pub fn describe_exit(s: ExitStatus) -> String {
     match (s.code(), s.signal()) {
@@ -406,10 +434,17 @@ fn run(a: AgentArgs) -> bool {
     let spawn_recv =
         |ep: Box<dyn FnOnce() -> Result<Endpoint, TransportError> + Send>,
          o: Options,
-         out: Box<dyn FnOnce() -> Result<Box<dyn Write + Send>, TransportError> + Send>| {
+         out: Box<dyn FnOnce() -> Result<Box<dyn Write + Send>, TransportError> + Send>,
+         held: Option<HeldInput>| {
             let tx = tx.clone();
             std::thread::spawn(move || {
                 let r = ep().and_then(|ep| run_recv(ep, o, out));
+                if r.is_ok() {
+                    // Verified whole: now the command may see end of file.
+                    if let Some(h) = held {
+                        h.release();
+                    }
+                }
                 let _ = tx.send(Ev::In(r));
             });
         };
@@ -431,6 +466,7 @@ fn run(a: AgentArgs) -> bool {
     let mut pending_out = a.output != SideArg::None;
     let mut pending_exit = false;
     let mut file_target: Option<String> = None;
+    let mut held_input: Option<HeldInput> = None;
     // Setup failures are sent as events too: count them so the loop reads them.
     let mut pending_setup = 0usize;
     let setup_fail = |pending: &mut usize, part: &'static str, msg: String| {
@@ -472,10 +508,14 @@ fn run(a: AgentArgs) -> bool {
                 let cin = ch.stdin.take();
                 let cout = ch.stdout.take();
                 if let Some(cin) = cin {
+                    let held = HeldInput(Arc::new(Mutex::new(Some(cin))));
+                    held_input = Some(held.clone());
+                    let w = held.clone();
                     spawn_recv(
                         in_endpoint(a.input),
                         opts(&key),
-                        Box::new(move || Ok(Box::new(cin) as Box<dyn Write + Send>)),
+                        Box::new(move || Ok(Box::new(w) as Box<dyn Write + Send>)),
+                        Some(held),
                     );
                 }
                 if let Some(cout) = cout {
@@ -509,6 +549,7 @@ fn run(a: AgentArgs) -> bool {
                 in_endpoint(a.input),
                 opts(&key),
                 Box::new(|| Ok(Box::new(io::sink()) as Box<dyn Write + Send>)),
+                None,
             );
         }
         if pending_out {
@@ -549,6 +590,7 @@ fn run(a: AgentArgs) -> bool {
                         .map(|f| Box::new(f) as Box<dyn Write + Send>)
                         .map_err(TransportError::Output)
                 }),
+                None,
             );
         } else if let Err(e) = open() {
             setup_fail(
@@ -637,6 +679,10 @@ fn run(a: AgentArgs) -> bool {
                     shared.exit.cv.notify_all();
                 } else {
                     fail(&mut ok, &mut deadline);
+                }
+                // Only now (the command was stopped) close its input.
+                if let Some(h) = &held_input {
+                    h.release();
                 }
             }
             Ev::Out(Ok(r)) => {
