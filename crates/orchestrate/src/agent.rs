@@ -35,7 +35,19 @@
 //! sends SIGTERM to the command's process group, and exits within
 //! [`FAIL_GRACE`] (SIGKILL to the group first). A command that exits non-zero also
 //! poisons the outgoing stream: a downstream `> FILE` or `zfs recv` never sees a
-//! clean end of a stream whose producer failed.
+//! clean end of a stream whose producer failed. Likewise the command's stdin is
+//! closed (end of file for it) only once the incoming stream was verified whole;
+//! after a failure the command is stopped first and its stdin closed after.
+//!
+//! A command that stops reading its input early (`head -c 1000`) makes the
+//! incoming transfer fail (the upstream is told "output closed", like SIGPIPE in a
+//! shell pipeline) but is not stopped: its own exit status is still reported.
+//!
+//! The command runs under a guardian ([`crate::guard::cmd_main`]) that leads its
+//! process group and takes the group down when the agent dies, even by SIGKILL.
+//! The agent itself ends when its stdin closes, when rdpipe is silent for
+//! [`CONTROL_SILENCE`], or on SIGTERM/SIGINT/SIGHUP; a data peer that goes silent is
+//! detected by the transport (TCP keepalive and user timeout, 30 s).
 
 use crate::transport_pref;
 use rdpipe_transport::{run_recv, run_send, Endpoint, Options, Report, TransportError};

@@ -25,12 +25,22 @@
 //!
 //! # Connections
 //!
-//! The data travels as rdsend→rdrecv style transfers, one per hop. For each hop the
-//! downstream end listens on an ephemeral port when it is on a remote host, and the
-//! upstream end connects to it. When the downstream end is local (rdpipe's own
-//! standard output, or a local segment) and the upstream end is remote, the remote
-//! sender listens and the local end connects: the local machine only ever connects
-//! outward, so rdpipe works from behind NAT or a firewall.
+//! The data travels as rdsend→rdrecv style transfers, one per hop, host to host;
+//! only rdpipe's own standard input and output pass through rdpipe. Every listening
+//! end binds an ephemeral port (never a fixed one) and announces it over its SSH
+//! channel; rdpipe tells the other end where to connect. Who listens:
+//!
+//! - a remote downstream end listens, the upstream end connects to it (at the
+//!   downstream host's data address, or 127.0.0.1 when both ends share a host);
+//! - when the downstream end is local (rdpipe's standard output or a local
+//!   segment) and the upstream end is remote, the remote sender listens and the
+//!   local end connects: the local machine only ever connects outward, so rdpipe
+//!   works from behind NAT or a firewall;
+//! - rdpipe's own ends never listen; between two local segments the downstream one
+//!   listens on loopback.
+//!
+//! A host's data address is `--data-host HOST=ADDR` if given, else the HostName
+//! that the ssh configuration gives it (`ssh -G`), else the name as written.
 
 use std::fmt;
 

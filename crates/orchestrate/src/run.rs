@@ -9,6 +9,19 @@
 //! agents that are still there, and closes the SSH masters. SIGINT, SIGTERM and
 //! SIGHUP skip the grace. Every step is bounded, so a pipeline ends within about
 //! five seconds of a failure.
+//!
+//! SSH: one master connection per distinct host and per [`Config::max_sessions`]
+//! segments on it (sshd's MaxSessions), started in parallel; every agent is one
+//! native-mux session on its host's master. Remote stderr is forwarded line by
+//! line, prefixed with the host as written; local segments' stderr is inherited.
+//!
+//! The verdict: failures are ranked (a command's status, a file, ssh or a missing
+//! rdrecv first; transfer errors next; aborts, which echo a failure elsewhere,
+//! last) and the best-ranked ones are printed, one line each (all with `-v`). The
+//! exit status is the failing command's (the rightmost), 127 for a missing rdrecv,
+//! 128+N for signal N, 141 quietly when rdpipe's own stdout was closed, else 1.
+//!
+//! `RDPIPE_DEBUG=1` prints every control line received from the agents.
 
 use crate::agent::{describe_exit, encode_hex, PING_EVERY};
 use crate::plan::{parse_data_host, plan, Action, Host, Node, Pipeline, PlanError, RemoteHost};
