@@ -165,7 +165,10 @@ struct ExitCell {
 }
 
 struct Shared {
+    /// The outgoing stream must not end cleanly.
     poisoned: AtomicBool,
+    /// The command is being stopped: do not wait for its exit.
+    stopping: AtomicBool,
     exit: ExitCell,
 }
 
@@ -189,7 +192,7 @@ impl Read for CmdOutput {
             .status
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        while st.is_none() && !self.shared.poisoned.load(Ordering::SeqCst) {
+        while st.is_none() && !self.shared.stopping.load(Ordering::SeqCst) {
             st = self
                 .shared
                 .exit
@@ -198,16 +201,14 @@ impl Read for CmdOutput {
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
         }
-        if self.shared.poisoned.load(Ordering::SeqCst) {
-            return Err(io::Error::other("the pipeline failed"));
-        }
+        let poisoned = self.shared.poisoned.load(Ordering::SeqCst);
         match *st {
-            Some(s) if s.success() => Ok(0),
-            Some(s) => Err(io::Error::other(format!(
+            Some(s) if !s.success() => Err(io::Error::other(format!(
                 "the command {}",
                 describe_exit(s)
             ))),
-            None => Err(io::Error::other("the pipeline failed")),
+            Some(_) if !poisoned => Ok(0),
+            _ => Err(io::Error::other("the pipeline failed")),
         }
     }
 }
@@ -404,6 +405,7 @@ fn run(a: AgentArgs) -> bool {
     let connect_timeout = Duration::from_secs(a.connect_timeout);
     let shared = Arc::new(Shared {
         poisoned: AtomicBool::new(false),
+        stopping: AtomicBool::new(false),
         exit: ExitCell::default(),
     });
 
@@ -654,6 +656,7 @@ fn run(a: AgentArgs) -> bool {
         *ok = false;
         if deadline.is_none() {
             shared.poisoned.store(true, Ordering::SeqCst);
+            shared.stopping.store(true, Ordering::SeqCst);
             shared.exit.cv.notify_all();
             kill(Signal::Term);
             *deadline = Some(Instant::now() + FAIL_GRACE);
@@ -708,9 +711,15 @@ fn run(a: AgentArgs) -> bool {
             }
             Ev::Exit(st) => {
                 pending_exit = false;
-                // Killed by us after another failure: not a failure of its own. A
-                // command that exited with a status after all is reported as such.
-                if deadline.is_some() && st.code().is_none() {
+                // Killed by us after another failure (or by SIGPIPE because our
+                // sender stopped reading): not a failure of its own. Shells report
+                // those signals as 128+N. A command that exited with another status
+                // after all is reported as such.
+                let collateral = match (st.code(), st.signal()) {
+                    (None, _) => true,
+                    (Some(c), _) => c == 128 + 13 || c == 128 + 15 || c == 128 + 9,
+                };
+                if deadline.is_some() && collateral {
                     say.line("EXIT killed");
                 } else {
                     match (st.code(), st.signal()) {
