@@ -349,6 +349,9 @@ impl Runner {
         let mut first_failure: Option<Instant> = None;
         let mut closed_at: Option<Instant> = None;
         let mut last_ping = Instant::now();
+        // Agents were just started (spawn_agents returns once all are running).
+        let started = Instant::now();
+        let mut hello_timeout_reported = false;
         loop {
             if self.all_done() {
                 break;
@@ -372,6 +375,23 @@ impl Runner {
                 }
                 if self.agents_done() && closed_at.is_some() {
                     break;
+                }
+            }
+            // An agent that never says HELLO (a login script waiting for input, a
+            // hung remote shell) must not hang the pipeline.
+            let limit = Duration::from_secs(self.a.connect_timeout);
+            if !hello_timeout_reported && started.elapsed() > limit {
+                let late: Vec<usize> = (0..self.segs.len())
+                    .filter(|&i| !self.segs[i].hello && !self.segs[i].exited)
+                    .collect();
+                for i in late {
+                    hello_timeout_reported = true;
+                    let t = format!(
+                        "{}: the agent did not start within {} s",
+                        self.seg_desc(i),
+                        limit.as_secs()
+                    );
+                    self.fail(0, Some(Node::Segment(i)), t);
                 }
             }
             if last_ping.elapsed() >= PING_EVERY {
