@@ -588,7 +588,11 @@ impl Runner {
                                 wait,
                             ))
                         }
-                        Err(e) => Err(format!("cannot start the agent over ssh: {e}")),
+                        Err(e) => Err(format!(
+                            "cannot open an ssh session for the agent: {e} (if sshd's \
+                             MaxSessions there is below {}, pass --max-sessions)",
+                            self.a.max_sessions
+                        )),
                     }
                 }
             };
