@@ -18,6 +18,7 @@ TIMEOUT=${RDMA_VM_TIMEOUT:-600}
 CACHE=${RDMA_VM_CACHE:-$REPO/.vmcache}
 VM_SMP=${RDMA_VM_SMP:-2}
 VM_MEM=${RDMA_VM_MEM:-2048}
+QEMU_BIN=${RDMA_VM_QEMU:-qemu-system-x86_64}
 # Modules for the initramfs (their dependencies are added automatically).
 # crc32_generic must come before rdma_rxe (rxe needs the crc32 shash and the
 # guest cannot autoload modules).
@@ -46,7 +47,7 @@ shift
 case "$TIMEOUT" in '' | *[!0-9]*) log "RDMA_VM_TIMEOUT must be a number of seconds"; exit 2 ;; esac
 
 # --- prerequisites ------------------------------------------------------------
-command -v qemu-system-x86_64 >/dev/null || skip "qemu-system-x86_64 not found (apt-get install $PACKAGES)"
+command -v "$QEMU_BIN" >/dev/null || skip "$QEMU_BIN not found (apt-get install $PACKAGES)"
 [ "$(id -u)" = 0 ] || skip "run-guest.sh must run as root (it exports / to the guest over 9p)"
 BUSYBOX=/bin/busybox
 [ -x "$BUSYBOX" ] && [[ $(LC_ALL=C ldd "$BUSYBOX" 2>&1 || true) == *"not a dynamic executable"* ]] \
@@ -192,7 +193,7 @@ done
 mapfile -t MOUNTS < <(printf '%s\n' "${MOUNTS[@]}" | sort -n -k1,1)
 
 q9() { printf '%s' "${1//,/,,}"; } # qemu option escaping
-QEMU=(qemu-system-x86_64 -accel tcg -cpu max -smp "$VM_SMP" -m "$VM_MEM"
+QEMU=("$QEMU_BIN" -accel tcg -cpu max -smp "$VM_SMP" -m "$VM_MEM"
     -nodefaults -no-user-config -display none -monitor none -nic none -no-reboot
     -kernel "$VMLINUZ" -initrd "$INITRD"
     -append "console=ttyS0 quiet panic=-1 rdinit=/init ${RDMA_VM_KERNEL_ARGS:-}"
