@@ -81,7 +81,7 @@ pub fn handshake(
 ) -> Result<Negotiated, TransportError> {
     let peer = stream
         .peer_addr()
-        .map(|a| a.to_string())
+        .map(|a| std::net::SocketAddr::new(a.ip().to_canonical(), a.port()).to_string())
         .unwrap_or_else(|_| "peer".into());
     stream
         .set_read_timeout(Some(timeout))

@@ -1,0 +1,216 @@
+//! What rdsend and rdrecv share: the key (positional, `--key-file` or
+//! `RDPIPE_KEY`), transport tuning flags, one-line messages on stderr and the
+//! mapping from errors to exit statuses.
+
+use clap::{Args, ValueEnum};
+use rdpipe_transport::error::{EXIT_FAILURE, EXIT_USAGE};
+use rdpipe_transport::TransportError;
+use rdpipe_wire::{TransportPref, MAX_CHUNK_SIZE, MAX_SLOTS, MIN_CHUNK_SIZE};
+use std::fmt::Display;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Environment variable that may hold the key (keeps it out of `ps`).
+pub const KEY_ENV: &str = "RDPIPE_KEY";
+
+/// A failed run: the one-line message and the exit status.
+#[derive(Debug)]
+pub struct Failure {
+    /// The message, without the tool prefix.
+    pub message: String,
+    /// The exit status.
+    pub code: u8,
+}
+
+/// Builds a [`Failure`].
+pub fn fail(code: u8, message: impl Display) -> Failure {
+    Failure {
+        message: message.to_string(),
+        code,
+    }
+}
+
+impl From<TransportError> for Failure {
+    fn from(e: TransportError) -> Self {
+        fail(e.exit_code(), e)
+    }
+}
+
+/// `--transport`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum Transport {
+    /// RDMA when both ends have an active RDMA device that reaches the peer, else TCP.
+    #[default]
+    Auto,
+    /// RDMA or fail (exit status 7).
+    Rdma,
+    /// TCP only.
+    Tcp,
+}
+
+impl From<Transport> for TransportPref {
+    fn from(t: Transport) -> Self {
+        match t {
+            Transport::Auto => TransportPref::Auto,
+            Transport::Rdma => TransportPref::Rdma,
+            Transport::Tcp => TransportPref::Tcp,
+        }
+    }
+}
+
+/// Parses a byte size such as `65536`, `64K`, `1M`, `1MiB` (binary units).
+pub fn parse_size(s: &str) -> Result<u32, String> {
+    let t = s.trim();
+    let digits_end = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(digits_end);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("'{s}' is not a size (examples: 65536, 64K, 1M)"))?;
+    let mult: u64 = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        _ => return Err(format!("unknown unit in '{s}' (use K, M or G)")),
+    };
+    let v = n.saturating_mul(mult);
+    if v < MIN_CHUNK_SIZE as u64 || v > MAX_CHUNK_SIZE as u64 {
+        return Err(format!(
+            "{s} is out of range: the chunk size must be between 4K and 64M"
+        ));
+    }
+    Ok(v as u32)
+}
+
+fn parse_slots(s: &str) -> Result<u32, String> {
+    let n: u32 = s
+        .parse()
+        .map_err(|_| format!("'{s}' is not a number of slots"))?;
+    if !(1..=MAX_SLOTS).contains(&n) {
+        return Err(format!("{n} slots is out of range 1..={MAX_SLOTS}"));
+    }
+    Ok(n)
+}
+
+fn parse_secs(s: &str) -> Result<Duration, String> {
+    let v: f64 = s
+        .parse()
+        .map_err(|_| format!("'{s}' is not a number of seconds"))?;
+    if !(0.0..=86400.0).contains(&v) {
+        return Err(format!("{s} seconds is out of range 0..=86400"));
+    }
+    Ok(Duration::from_secs_f64(v))
+}
+
+/// Flags both endpoints take.
+#[derive(Debug, Args, Clone)]
+pub struct CommonArgs {
+    /// Read the key from PATH (first line) instead of the KEY argument, which `ps` shows.
+    #[arg(long, value_name = "PATH")]
+    pub key_file: Option<PathBuf>,
+
+    /// Transport to use.
+    #[arg(long, value_enum, default_value_t = Transport::Auto)]
+    pub transport: Transport,
+
+    /// Bytes per chunk (RDMA slot / data frame), e.g. 256K, 1M. Both ends use the
+    /// smaller of the two sizes asked for.
+    #[arg(long, value_name = "SIZE", default_value = "1M", value_parser = parse_size)]
+    pub chunk_size: u32,
+
+    /// Buffers in flight (2 = double buffering). Pinned memory per process for RDMA
+    /// is about chunk size × slots.
+    #[arg(long, value_name = "N", default_value = "2", value_parser = parse_slots)]
+    pub slots: u32,
+
+    /// How long the authentication handshake may take before the peer is dropped.
+    #[arg(long, value_name = "SECS", default_value = "10", value_parser = parse_secs)]
+    pub handshake_timeout: Duration,
+
+    /// Print the transport used, the byte count and `Bandwidth X.XXX GB/s` on stderr
+    /// at the end.
+    #[arg(short, long, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+}
+
+impl CommonArgs {
+    /// Resolves the key: `--key-file`, else the KEY argument (unless `-`), else
+    /// `RDPIPE_KEY`.
+    pub fn key(&self, positional: Option<&str>) -> Result<Vec<u8>, Failure> {
+        let key = if let Some(path) = &self.key_file {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                fail(
+                    EXIT_USAGE,
+                    format!("cannot read key file {}: {e}", path.display()),
+                )
+            })?;
+            text.lines().next().unwrap_or("").to_string()
+        } else if let Some(k) = positional.filter(|k| *k != "-") {
+            k.to_string()
+        } else if let Ok(k) = std::env::var(KEY_ENV) {
+            k
+        } else {
+            return Err(fail(
+                EXIT_USAGE,
+                format!("no key given: pass KEY, --key-file PATH or set {KEY_ENV}"),
+            ));
+        };
+        if key.is_empty() {
+            return Err(fail(
+                EXIT_USAGE,
+                "the key is empty: use a non-empty shared secret",
+            ));
+        }
+        Ok(key.into_bytes())
+    }
+}
+
+/// Prints a message on stderr with the tool's name as prefix.
+/// The line is written with one `write` so that lines of two tools sharing a
+/// terminal do not interleave mid-line.
+pub fn say(tool: &str, msg: impl Display) {
+    line(&format!("{tool}: {msg}\n"));
+}
+
+fn line(s: &str) {
+    use std::io::Write;
+    let _ = std::io::stderr().lock().write_all(s.as_bytes());
+}
+
+/// Prints the `-v` report: transport, byte count, and the original's bandwidth line.
+pub fn report(tool: &str, verb: &str, r: &rdpipe_transport::Report) {
+    say(
+        tool,
+        format!(
+            "{verb} {} bytes {} {} over {} in {:.3} s (xxh3 {:016x})",
+            r.bytes,
+            if verb == "sent" { "to" } else { "from" },
+            r.peer,
+            r.transport,
+            r.elapsed.as_secs_f64(),
+            r.checksum
+        ),
+    );
+    line(&format!("Bandwidth {:.3} GB/s\n", r.gbps()));
+}
+
+/// Standard input as a file, so the send loop can poll it and read it without
+/// going through a userspace buffer.
+pub fn stdin_file() -> Result<std::fs::File, Failure> {
+    use std::os::fd::AsFd;
+    std::io::stdin()
+        .as_fd()
+        .try_clone_to_owned()
+        .map(std::fs::File::from)
+        .map_err(|e| fail(EXIT_FAILURE, format!("cannot use standard input: {e}")))
+}
+
+/// Standard output as a file, unbuffered: chunks go straight to the fd.
+pub fn stdout_file() -> Result<std::fs::File, TransportError> {
+    use std::os::fd::AsFd;
+    std::io::stdout()
+        .as_fd()
+        .try_clone_to_owned()
+        .map(std::fs::File::from)
+        .map_err(TransportError::Output)
+}

@@ -1,0 +1,8 @@
+//! Flags and entry points of `rdsend` and `rdrecv`, and what they share: key
+//! resolution, size parsing, messages and exit statuses.
+
+pub mod common;
+pub mod recv;
+pub mod send;
+
+pub use common::{fail, Failure};

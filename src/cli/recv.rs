@@ -1,0 +1,81 @@
+//! `rdrecv`: wait for one rdsend and write its stream to stdout (or FILE).
+
+use super::common::{report, stdout_file, CommonArgs, Failure};
+use clap::Parser;
+use rdpipe_transport::{run_recv, Endpoint, Options, TransportError};
+use std::fs::File;
+use std::io::Write;
+use std::path::PathBuf;
+
+/// Examples shown after `--help`.
+pub const EXAMPLES: &str = "\
+Examples:
+  rdrecv 7691 s3cret > copy.img          # then on the sender: rdsend HOST 7691 s3cret < disk.img
+  rdrecv -v 7691 s3cret /dev/null        # bandwidth check
+  rdrecv --announce-fd 3 0 - 3>port.txt  # ephemeral port, written as 'PORT <n>'";
+
+/// Wait on PORT for one rdsend and write the stream to standard output (or FILE).
+/// Exits 0 only when the whole stream arrived and its checksum matched.
+#[derive(Debug, Parser)]
+#[command(name = "rdrecv", version, after_help = EXAMPLES)]
+pub struct RecvArgs {
+    /// Port to listen on; 0 picks a free one (see --announce-fd).
+    pub port: u16,
+    /// Shared secret; `-` or omitted to use --key-file or RDPIPE_KEY instead.
+    pub key: Option<String>,
+    /// Write to this file (created or truncated, only once the sender has
+    /// authenticated) instead of standard output.
+    pub file: Option<PathBuf>,
+
+    /// Once listening, write `PORT <n>` and a newline to this file descriptor.
+    #[arg(long, value_name = "FD")]
+    pub announce_fd: Option<u32>,
+
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub common: CommonArgs,
+}
+
+fn announce_to_fd(fd: u32) -> Box<dyn FnOnce(u16) -> std::io::Result<()> + Send> {
+    Box::new(move |port| {
+        // /proc/self/fd/N reopens the descriptor's file or pipe without unsafe code.
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(format!("/proc/self/fd/{fd}"))?;
+        writeln!(f, "PORT {port}")?;
+        f.flush()
+    })
+}
+
+/// Runs rdrecv.
+pub fn run(args: RecvArgs) -> Result<(), Failure> {
+    const TOOL: &str = "rdrecv";
+    let key = args.common.key(args.key.as_deref())?;
+    let endpoint = Endpoint::Listen {
+        port: args.port,
+        announce: args.announce_fd.map(announce_to_fd),
+    };
+    let opts = Options {
+        key,
+        chunk_size: args.common.chunk_size,
+        slots: args.common.slots,
+        transport: args.common.transport.into(),
+        handshake_timeout: args.common.handshake_timeout,
+        progress: None,
+    };
+    let file = args.file.clone();
+    let open = move || -> Result<File, TransportError> {
+        match &file {
+            Some(p) => File::create(p).map_err(|e| TransportError::Io {
+                context: "cannot create the output file",
+                source: std::io::Error::new(e.kind(), format!("{}: {e}", p.display())),
+            }),
+            None => stdout_file(),
+        }
+    };
+    let r = run_recv(endpoint, opts, open)?;
+    if args.common.verbose > 0 {
+        report(TOOL, "received", &r);
+    }
+    Ok(())
+}

@@ -1,0 +1,79 @@
+//! `rdsend`: read stdin (or FILE) and send it to an rdrecv.
+
+use super::common::{fail, report, stdin_file, CommonArgs, Failure};
+use clap::Parser;
+use rdpipe_transport::error::EXIT_FAILURE;
+use rdpipe_transport::{run_send, Endpoint, Options};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Examples shown after `--help`.
+pub const EXAMPLES: &str = "\
+Examples:
+  # on host2:                         # on host1:
+  rdrecv 7691 s3cret > copy.img       rdsend host2 7691 s3cret < disk.img
+
+  # keep the key out of `ps`:
+  RDPIPE_KEY=s3cret rdsend host2 7691 - disk.img
+  rdsend --key-file ~/.rdpipe-key host2 7691 - disk.img";
+
+/// Send standard input (or FILE) to an rdrecv on HOST:PORT, over RDMA where both ends
+/// can, else TCP. Exits 0 only after the receiver confirmed the whole stream.
+#[derive(Debug, Parser)]
+#[command(name = "rdsend", version, after_help = EXAMPLES)]
+pub struct SendArgs {
+    /// The receiving host (name or address).
+    pub host: String,
+    /// The port rdrecv listens on.
+    pub port: u16,
+    /// Shared secret; `-` or omitted to use --key-file or RDPIPE_KEY instead.
+    pub key: Option<String>,
+    /// Read this file instead of standard input.
+    pub file: Option<PathBuf>,
+
+    /// Keep retrying a refused connection this long (the receiver may start later).
+    #[arg(long, value_name = "SECS", default_value = "10")]
+    pub connect_timeout: f64,
+
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub common: CommonArgs,
+}
+
+/// Runs rdsend.
+pub fn run(args: SendArgs) -> Result<(), Failure> {
+    const TOOL: &str = "rdsend";
+    let key = args.common.key(args.key.as_deref())?;
+    if !(0.0..=86400.0).contains(&args.connect_timeout) {
+        return Err(fail(
+            2,
+            format!(
+                "--connect-timeout {} is out of range 0..=86400",
+                args.connect_timeout
+            ),
+        ));
+    }
+    let mut input = match &args.file {
+        Some(p) => std::fs::File::open(p)
+            .map_err(|e| fail(EXIT_FAILURE, format!("cannot open {}: {e}", p.display())))?,
+        None => stdin_file()?,
+    };
+    let endpoint = Endpoint::Connect {
+        host: args.host.clone(),
+        port: args.port,
+        timeout: Duration::from_secs_f64(args.connect_timeout),
+    };
+    let opts = Options {
+        key,
+        chunk_size: args.common.chunk_size,
+        slots: args.common.slots,
+        transport: args.common.transport.into(),
+        handshake_timeout: args.common.handshake_timeout,
+        progress: None,
+    };
+    let r = run_send(endpoint, opts, &mut input)?;
+    if args.common.verbose > 0 {
+        report(TOOL, "sent", &r);
+    }
+    Ok(())
+}

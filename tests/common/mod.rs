@@ -1,0 +1,256 @@
+//! Helpers for the integration tests: spawn the real binaries, find the port an
+//! rdrecv announced, collect output, and print the whole command with its output
+//! when an expectation fails.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
+/// Path of one of the project's binaries, built by cargo for this test run.
+pub fn bin(name: &str) -> PathBuf {
+    match name {
+        "rdsend" => PathBuf::from(env!("CARGO_BIN_EXE_rdsend")),
+        "rdrecv" => PathBuf::from(env!("CARGO_BIN_EXE_rdrecv")),
+        "rdpipe" => PathBuf::from(env!("CARGO_BIN_EXE_rdpipe")),
+        other => panic!("no binary {other}"),
+    }
+}
+
+/// Deterministic pseudo-random bytes (xorshift), so failures are reproducible.
+pub fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    let mut v = Vec::with_capacity(len + 8);
+    while v.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v.extend_from_slice(&x.to_le_bytes());
+    }
+    v.truncate(len);
+    v
+}
+
+/// A fresh scratch directory, removed on drop.
+pub struct Scratch(pub PathBuf);
+
+impl Scratch {
+    pub fn new(tag: &str) -> Scratch {
+        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let d = std::env::temp_dir().join(format!("rdpipe-test-{tag}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        Scratch(d)
+    }
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Describes a command for failure messages.
+pub fn describe(cmd: &Command) -> String {
+    let mut s = cmd.get_program().to_string_lossy().into_owned();
+    for a in cmd.get_args() {
+        s.push(' ');
+        s.push_str(&a.to_string_lossy());
+    }
+    s
+}
+
+/// A running rdrecv whose port is known.
+pub struct Receiver {
+    pub child: Child,
+    pub port: u16,
+    pub cmdline: String,
+    stderr: mpsc::Receiver<String>,
+    stdout: Option<thread::JoinHandle<Vec<u8>>>,
+}
+
+/// The end of a process: status, stdout, stderr, and how it was started.
+pub struct Finished {
+    pub status: ExitStatus,
+    pub stdout: Vec<u8>,
+    pub stderr: String,
+    pub cmdline: String,
+}
+
+impl Finished {
+    pub fn code(&self) -> Option<i32> {
+        self.status.code()
+    }
+    /// Panics with the whole story unless the exit code is `code`.
+    pub fn expect_code(&self, code: i32) -> &Self {
+        assert_eq!(
+            self.status.code(),
+            Some(code),
+            "`{}` exited {:?}, expected {code}\nstderr:\n{}",
+            self.cmdline,
+            self.status,
+            self.stderr
+        );
+        self
+    }
+    pub fn expect_stderr(&self, needle: &str) -> &Self {
+        assert!(
+            self.stderr.contains(needle),
+            "`{}`: stderr lacks {needle:?}\nstderr:\n{}",
+            self.cmdline,
+            self.stderr
+        );
+        assert!(
+            !self.stderr.contains("panicked"),
+            "`{}` panicked:\n{}",
+            self.cmdline,
+            self.stderr
+        );
+        self
+    }
+}
+
+impl Receiver {
+    /// Starts `rdrecv --announce-fd 2 0 ARGS...` and waits for its `PORT n` line on
+    /// stderr (the readiness signal). Stdout is captured unless `stdout` is given.
+    pub fn start(args: &[&str], env: &[(&str, &str)], stdout: Option<Stdio>) -> Receiver {
+        let mut cmd = Command::new(bin("rdrecv"));
+        cmd.args(["--announce-fd", "2", "0"]).args(args);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.env_remove("RDPIPE_KEY");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let capture = stdout.is_none();
+        cmd.stdout(stdout.unwrap_or(Stdio::piped()))
+            .stderr(Stdio::piped())
+            .stdin(Stdio::null());
+        let cmdline = describe(&cmd);
+        let mut child = cmd.spawn().expect("spawn rdrecv");
+        let err = child.stderr.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        thread::spawn(move || {
+            for line in BufReader::new(err).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let first = rx
+            .recv_timeout(Duration::from_secs(10))
+            .unwrap_or_else(|_| panic!("`{cmdline}` announced no port"));
+        let port = first
+            .strip_prefix("PORT ")
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("`{cmdline}`: bad announcement {first:?}"));
+        let stdout = if capture {
+            let mut out = child.stdout.take().unwrap();
+            Some(thread::spawn(move || {
+                let mut v = Vec::new();
+                let _ = out.read_to_end(&mut v);
+                v
+            }))
+        } else {
+            None
+        };
+        Receiver {
+            child,
+            port,
+            cmdline,
+            stderr: rx,
+            stdout,
+        }
+    }
+
+    /// Waits for the receiver to exit (bounded) and collects everything.
+    pub fn finish(mut self) -> Finished {
+        let status = wait_bounded(&mut self.child, Duration::from_secs(60), &self.cmdline);
+        let stdout = self
+            .stdout
+            .take()
+            .map(|h| h.join().unwrap())
+            .unwrap_or_default();
+        let mut stderr = String::new();
+        while let Ok(l) = self.stderr.recv_timeout(Duration::from_secs(2)) {
+            stderr.push_str(&l);
+            stderr.push('\n');
+        }
+        Finished {
+            status,
+            stdout,
+            stderr,
+            cmdline: self.cmdline,
+        }
+    }
+}
+
+/// Waits for a child at most `limit`, killing it (and failing) past that: a test
+/// must never hang.
+pub fn wait_bounded(child: &mut Child, limit: Duration, cmdline: &str) -> ExitStatus {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("`{cmdline}` did not exit within {limit:?}");
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Runs rdsend to completion with `input` on stdin (or none when `input` is None).
+pub fn send(args: &[&str], env: &[(&str, &str)], input: Option<&[u8]>) -> Finished {
+    let mut cmd = Command::new(bin("rdsend"));
+    cmd.args(args).env_remove("RDPIPE_KEY");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.stdin(if input.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    })
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    let cmdline = describe(&cmd);
+    let mut child = cmd.spawn().expect("spawn rdsend");
+    if let Some(data) = input {
+        let mut w = child.stdin.take().unwrap();
+        let data = data.to_vec();
+        thread::spawn(move || {
+            let _ = w.write_all(&data);
+        });
+    }
+    let mut err = child.stderr.take().unwrap();
+    let h = thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let status = wait_bounded(&mut child, Duration::from_secs(60), &cmdline);
+    let mut stdout = Vec::new();
+    let _ = child.stdout.take().unwrap().read_to_end(&mut stdout);
+    Finished {
+        status,
+        stdout,
+        stderr: h.join().unwrap(),
+        cmdline,
+    }
+}
+
+/// Reads a whole file, with the path in the panic message.
+pub fn read(p: &Path) -> Vec<u8> {
+    std::fs::read(p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()))
+}

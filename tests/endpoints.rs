@@ -1,0 +1,267 @@
+//! rdsend -> rdrecv over loopback with the real binaries: byte-exactness at chunk
+//! boundaries, the three ways to give the key, files on both ends, port 0, wrong
+//! keys, a killed sender, a consumer that exits early, and garbage on the port.
+
+mod common;
+use common::*;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+const CHUNK: usize = 64 * 1024;
+
+/// Sends `data` through stdin -> rdsend -> rdrecv -> stdout and checks every byte.
+fn roundtrip(data: &[u8], extra: &[&str]) {
+    let mut rargs = vec!["k3y"];
+    rargs.extend_from_slice(extra);
+    let r = Receiver::start(&rargs, &[], None);
+    let port = r.port.to_string();
+    let mut sargs = vec!["127.0.0.1", port.as_str(), "k3y"];
+    sargs.extend_from_slice(extra);
+    let s = send(&sargs, &[], Some(data));
+    let f = r.finish();
+    s.expect_code(0);
+    f.expect_code(0);
+    assert_eq!(
+        f.stdout.len(),
+        data.len(),
+        "length differs for {} bytes",
+        data.len()
+    );
+    assert!(f.stdout == data, "content differs for {} bytes", data.len());
+}
+
+#[test]
+fn sizes_around_chunk_boundaries_are_byte_exact() {
+    let chunk = "--chunk-size=64K";
+    for (i, len) in [0, 1, CHUNK - 1, CHUNK, CHUNK + 1, 5 * CHUNK + 17]
+        .into_iter()
+        .enumerate()
+    {
+        roundtrip(&random_bytes(len, i as u64 + 1), &[chunk]);
+    }
+}
+
+#[test]
+fn default_chunk_boundaries_are_byte_exact() {
+    let mib = 1 << 20;
+    for (i, len) in [mib - 1, mib, mib + 1].into_iter().enumerate() {
+        roundtrip(&random_bytes(len, 100 + i as u64), &[]);
+    }
+}
+
+#[test]
+fn deeper_ring_is_byte_exact() {
+    roundtrip(
+        &random_bytes(3 << 20, 7),
+        &["--slots=8", "--chunk-size=128K"],
+    );
+}
+
+#[test]
+fn hundred_mib_of_random_data_file_to_file() {
+    let dir = Scratch::new("100m");
+    let src = dir.path("in.bin");
+    let dst = dir.path("out.bin");
+    let data = random_bytes(100 << 20, 42);
+    std::fs::write(&src, &data).unwrap();
+    let r = Receiver::start(&["-v", "k", dst.to_str().unwrap()], &[], None);
+    let port = r.port.to_string();
+    let s = send(
+        &["-v", "localhost", &port, "k", src.to_str().unwrap()],
+        &[],
+        None,
+    );
+    let f = r.finish();
+    s.expect_code(0).expect_stderr("Bandwidth ");
+    f.expect_code(0).expect_stderr("received 104857600 bytes");
+    s.expect_stderr("over tcp");
+    assert!(
+        f.stdout.is_empty(),
+        "rdrecv wrote to stdout although FILE was given"
+    );
+    assert!(read(&dst) == data, "100 MiB file differs");
+}
+
+#[test]
+fn key_from_positional_file_and_environment() {
+    let dir = Scratch::new("keys");
+    let keyfile = dir.path("key");
+    std::fs::write(&keyfile, "from-file\n").unwrap();
+    let data = random_bytes(300_000, 9);
+    let kf = keyfile.to_str().unwrap();
+    // Positional on one side, key file on the other.
+    let r = Receiver::start(&["from-file"], &[], None);
+    let p = r.port.to_string();
+    send(&["--key-file", kf, "127.0.0.1", &p], &[], Some(&data)).expect_code(0);
+    assert!(r.finish().expect_code(0).stdout == data);
+    // Environment on both sides, KEY given as `-`.
+    let env = [("RDPIPE_KEY", "from-env")];
+    let r = Receiver::start(&["-"], &env, None);
+    let p = r.port.to_string();
+    send(&["127.0.0.1", &p, "-"], &env, Some(&data)).expect_code(0);
+    assert!(r.finish().expect_code(0).stdout == data);
+    // Environment on the receiver, key file on the sender: same secret.
+    let r = Receiver::start(&[], &[("RDPIPE_KEY", "from-file")], None);
+    let p = r.port.to_string();
+    send(&["--key-file", kf, "127.0.0.1", &p], &[], Some(&data)).expect_code(0);
+    assert!(r.finish().expect_code(0).stdout == data);
+}
+
+#[test]
+fn missing_or_unreadable_key_is_a_usage_error() {
+    let s = send(&["127.0.0.1", "1"], &[], None);
+    s.expect_code(2).expect_stderr("no key given");
+    let s = send(
+        &["--key-file", "/nonexistent/key", "127.0.0.1", "1"],
+        &[],
+        None,
+    );
+    s.expect_code(2)
+        .expect_stderr("cannot read key file /nonexistent/key");
+}
+
+#[test]
+fn wrong_key_fails_both_ends_and_writes_nothing() {
+    let dir = Scratch::new("wrongkey");
+    let dst = dir.path("never.bin");
+    let r = Receiver::start(&["right", dst.to_str().unwrap()], &[], None);
+    let p = r.port.to_string();
+    let s = send(&["127.0.0.1", &p, "wrong"], &[], Some(b"secret data"));
+    let f = r.finish();
+    s.expect_code(3).expect_stderr("authentication failed");
+    f.expect_code(3).expect_stderr("authentication failed");
+    assert!(
+        !dst.exists(),
+        "rdrecv created its output file for an unauthenticated peer"
+    );
+    // And to stdout: nothing.
+    let r = Receiver::start(&["right"], &[], None);
+    let p = r.port.to_string();
+    send(&["127.0.0.1", &p, "wrong"], &[], Some(b"secret data")).expect_code(3);
+    let f = r.finish();
+    f.expect_code(3);
+    assert!(f.stdout.is_empty());
+}
+
+#[test]
+fn sender_retries_until_receiver_is_up_and_gives_up_clearly() {
+    // Nothing listens on this port (we bind and drop it to find a free one).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let s = send(
+        &[
+            "--connect-timeout",
+            "0.5",
+            "127.0.0.1",
+            &port.to_string(),
+            "k",
+        ],
+        &[],
+        Some(b"x"),
+    );
+    s.expect_code(6)
+        .expect_stderr("cannot connect to 127.0.0.1:");
+    let s = send(&["no-such-host.invalid", "1", "k"], &[], Some(b"x"));
+    s.expect_code(6)
+        .expect_stderr("cannot resolve host no-such-host.invalid");
+}
+
+#[test]
+fn killed_sender_makes_receiver_report_truncation() {
+    let r = Receiver::start(&["k", "--chunk-size=64K"], &[], None);
+    let p = r.port.to_string();
+    let mut cmd = Command::new(bin("rdsend"));
+    cmd.args(["127.0.0.1", &p, "k", "--chunk-size=64K"])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::null());
+    let mut s = cmd.spawn().unwrap();
+    let mut w = s.stdin.take().unwrap();
+    // Feed 1 MiB, make sure it went through, then kill the sender mid-stream.
+    w.write_all(&random_bytes(1 << 20, 3)).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    s.kill().unwrap();
+    s.wait().unwrap();
+    drop(w);
+    let f = r.finish();
+    f.expect_code(4).expect_stderr("stream truncated after ");
+}
+
+#[test]
+fn consumer_exiting_early_fails_both_ends() {
+    // rdrecv | head -c 1000: rdrecv gets EPIPE, says so, and rdsend learns of it.
+    let mut head = Command::new("head")
+        .args(["-c", "1000"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let head_in = head.stdin.take().unwrap();
+    let r = Receiver::start(&["k"], &[], Some(Stdio::from(head_in)));
+    let p = r.port.to_string();
+    let s = send(
+        &["127.0.0.1", &p, "k"],
+        &[],
+        Some(&random_bytes(20 << 20, 5)),
+    );
+    let f = r.finish();
+    let mut got = Vec::new();
+    head.stdout.take().unwrap().read_to_end(&mut got).unwrap();
+    head.wait().unwrap();
+    assert_eq!(got.len(), 1000);
+    f.expect_code(5).expect_stderr("Broken pipe");
+    s.expect_code(5).expect_stderr("output was closed");
+}
+
+#[test]
+fn garbage_on_the_port_is_rejected_without_panic() {
+    let cases: Vec<Vec<u8>> = vec![
+        random_bytes(4096, 77),
+        b"GET / HTTP/1.1\r\nHost: x\r\n\r\n".to_vec(),
+        // Right magic, future version.
+        [b"RDPP".as_slice(), &9u16.to_le_bytes(), &[0u8; 46]].concat(),
+        // A truncated hello, then EOF.
+        b"RDPP\x01\x00\x01".to_vec(),
+    ];
+    let expect = [
+        "not an rdma-pipe endpoint",
+        "not an rdma-pipe endpoint",
+        "peer speaks protocol 9, we speak 1",
+        "connection closed",
+    ];
+    for (data, needle) in cases.iter().zip(expect) {
+        let r = Receiver::start(&["k"], &[], None);
+        let mut c = TcpStream::connect(("127.0.0.1", r.port)).unwrap();
+        let _ = c.write_all(data);
+        let _ = c.shutdown(std::net::Shutdown::Write);
+        let f = r.finish();
+        assert_ne!(f.code(), Some(0), "rdrecv accepted garbage {needle}");
+        f.expect_stderr(needle);
+        assert!(f.stdout.is_empty());
+    }
+}
+
+#[test]
+fn silent_peer_times_out_in_the_handshake() {
+    let r = Receiver::start(&["k", "--handshake-timeout", "1"], &[], None);
+    let _c = TcpStream::connect(("127.0.0.1", r.port)).unwrap();
+    let f = r.finish();
+    f.expect_code(8).expect_stderr("timed out");
+}
+
+#[test]
+fn bad_options_are_one_line_errors() {
+    for (args, needle) in [
+        (vec!["--chunk-size", "0", "h", "1", "k"], "out of range"),
+        (vec!["--chunk-size", "1Q", "h", "1", "k"], "unknown unit"),
+        (vec!["--slots", "0", "h", "1", "k"], "out of range"),
+        (vec!["h", "99999", "k"], "99999"),
+    ] {
+        let s = send(&args, &[], None);
+        s.expect_code(2).expect_stderr(needle);
+    }
+}
