@@ -5,6 +5,8 @@
 # RDMA_PIPE_BIN_DIR overrides). The receiver listens on rxe0's address
 # (10.77.0.1), the sender's traffic leaves from rxe1 (10.77.0.2).
 # Every check prints a PASS or FAIL line; the script exits 1 on any failure.
+# Arguments (optional) pick sections: sizes noimm chunks wrongkey senderkill
+# memlock recvkill perf (default: all).
 # Readiness: rdrecv --announce-fd writes its port into a FIFO, which this
 # script reads (no sleeps).
 set -uo pipefail
@@ -18,6 +20,15 @@ KEY=suite-key-$$
 W=$(mktemp -d /tmp/rdsuite.XXXXXX)
 chmod 777 "$W"
 FAILS=0 PASSES=0
+ONLY=("$@")
+
+# want SECTION: whether SECTION was asked for (all are, without arguments).
+want() {
+    [ ${#ONLY[@]} = 0 ] && return 0
+    local o
+    for o in "${ONLY[@]}"; do [ "$o" = "$1" ] && return 0; done
+    return 1
+}
 
 pass() { echo "PASS: $*"; PASSES=$((PASSES + 1)); }
 fail() { echo "FAIL: $*"; FAILS=$((FAILS + 1)); }
@@ -79,6 +90,7 @@ for n in 0 1 $((CHUNK - 1)) $CHUNK $((CHUNK + 1)) $((64 * CHUNK)); do
 done
 chmod 644 "$W"/in.*
 
+if want sizes; then
 echo "== sizes, --transport rdma and auto, WRITE_WITH_IMM"
 for mode in rdma auto; do
     for n in 0 1 $((CHUNK - 1)) $CHUNK $((CHUNK + 1)) $((64 * CHUNK)); do
@@ -87,6 +99,9 @@ for mode in rdma auto; do
     done
 done
 
+fi
+
+if want noimm; then
 echo "== forced WRITE + SEND (RDPIPE_RDMA_NO_IMM=1)"
 for n in 1 $((CHUNK + 1)) $((64 * CHUNK)); do
     xfer "noimm-send-$n" "$W/in.$n" "" "--transport rdma" "env RDPIPE_RDMA_NO_IMM=1" "--transport rdma"
@@ -96,12 +111,18 @@ n=$((CHUNK + 1))
 xfer "noimm-recv-$n" "$W/in.$n" "env RDPIPE_RDMA_NO_IMM=1" "--transport auto" "" "--transport auto"
 check_xfer "noimm-recv-$n" "$W/in.$n" "rdma (rxe0, write+send)" "rdma (rxe1, write+send)"
 
+fi
+
+if want chunks; then
 echo "== other chunk sizes and slot counts"
 xfer "chunk64k-slots4" "$W/in.$((64 * CHUNK))" "" "--transport rdma --chunk-size 64K --slots 4" "" "--transport rdma --chunk-size 64K"
 check_xfer "chunk64k-slots4" "$W/in.$((64 * CHUNK))" "rdma (rxe0" "rdma (rxe1"
 xfer "slots1" "$W/in.$((CHUNK + 1))" "" "--transport rdma --slots 1" "" "--transport rdma"
 check_xfer "slots1" "$W/in.$((CHUNK + 1))" "rdma (rxe0" "rdma (rxe1"
 
+fi
+
+if want wrongkey; then
 echo "== wrong key: rejected (exit 3) before any RDMA connection"
 before=$(rxe_counter rxe0 rcvd_pkts)
 rm -f "$W/wk.fifo"
@@ -121,6 +142,9 @@ else
     show wk
 fi
 
+fi
+
+if want senderkill; then
 echo "== sender killed mid-stream: receiver fails with 'truncated'"
 rm -f "$W/kill.fifo" "$W/kill.out"
 mkfifo "$W/kill.fifo"
@@ -143,6 +167,9 @@ else
     show kill
 fi
 
+fi
+
+if want memlock; then
 echo "== unprivileged rdtest, ulimit -l 64 KiB"
 n=$((CHUNK + 1))
 xfer "memlock-auto" "$W/in.$n" "as_user" "--transport auto" "as_user" "--transport auto"
@@ -172,13 +199,18 @@ else
     show memlock-rdma
 fi
 
+fi
+
+if want recvkill; then
 echo "== receiver killed mid-stream: sender fails, no success"
 rm -f "$W/rkill.fifo" "$W/rkill.out"
 mkfifo "$W/rkill.fifo"
-timeout 120 "$RECV" --transport rdma --announce-fd 3 0 "$KEY" "$W/rkill.out" 3>"$W/rkill.fifo" 2>"$W/rkill.recv.err" &
+# No timeout wrapper here: the pid killed must be rdrecv's own.
+"$RECV" --transport rdma --announce-fd 3 0 "$KEY" "$W/rkill.out" 3>"$W/rkill.fifo" 2>"$W/rkill.recv.err" &
 rpid=$!
 read -r _ port <"$W/rkill.fifo"
-{ cat "$W/in.$((CHUNK + 1))"; sleep 60; } | timeout 120 "$SEND" --transport rdma "$RXE_SERVER_IP" "$port" "$KEY" 2>"$W/rkill.send.err" &
+# Endless input: the sender is waiting for credits when the receiver dies.
+timeout 120 "$SEND" --transport rdma "$RXE_SERVER_IP" "$port" "$KEY" /dev/zero 2>"$W/rkill.send.err" &
 spid=$!
 if wait_for 60 test -s "$W/rkill.out"; then
     kill -9 "$rpid"
@@ -192,23 +224,24 @@ else
     fail "receiver killed: rdsend exit $SRC (want non-zero, not a timeout)"
     show rkill
 fi
+rm -f "$W/rkill.out"
 
+fi
+
+if want perf; then
 echo "== throughput against ib_write_bw -R (same devices, 1 MiB messages)"
-# ib_write_bw busy-polls its CQ by default, which in an emulated 2-vCPU guest
-# competes with rxe's own kernel work; -e (completion events, as rdpipe uses)
-# is measured too, for reference. The ratio printed is against plain -R.
+# Both run on an otherwise idle guest, one right after the other. Under TCG the
+# figures vary with the host's load: only the ratio means anything.
 BIG=$W/in.big
 head -c $((128 * CHUNK)) /dev/zero >"$BIG"
 ref=$(ib_write_bw_mbs $CHUNK 200) || ref=
 xfer "perf" "$BIG" "" "--transport rdma" "" "--transport rdma" /dev/null
-ref_e=$(ib_write_bw_mbs $CHUNK 200 -e) || ref_e=
 secs=$(sed -n 's/.*received \([0-9]*\) bytes .* in \([0-9.]*\) s.*/\2/p' "$W/perf.recv.err")
 bytes=$(sed -n 's/.*received \([0-9]*\) bytes .*/\1/p' "$W/perf.recv.err")
 if [ "$RRC" = 0 ] && [ "$SRC" = 0 ] && [ -n "$ref" ] && [ -n "$secs" ]; then
     ours=$(awk -v b="$bytes" -v s="$secs" 'BEGIN { printf "%.2f", b / s / 1048576 }')
     ratio=$(awk -v o="$ours" -v r="$ref" 'BEGIN { printf "%.2f", o / r }')
-    echo "ib_write_bw -R: $ref MB/s; ib_write_bw -R -e: ${ref_e:-?} MB/s; rdsend -> rdrecv: $ours MB/s ($bytes bytes in $secs s)"
-    [ -n "$ref_e" ] && echo "ratio to ib_write_bw -R -e: $(awk -v o="$ours" -v r="$ref_e" 'BEGIN { printf "%.2f", o / r }')"
+    echo "ib_write_bw -R: $ref MB/s; rdsend -> rdrecv: $ours MB/s ($bytes bytes in $secs s)"
     echo "RDMA ratio: $ratio of ib_write_bw"
     pass "throughput measured (emulated guest: compare ratios, not absolute speed)"
 else
@@ -216,6 +249,8 @@ else
     show perf
 fi
 rm -f "$BIG"
+
+fi
 
 echo "== summary: $PASSES passed, $FAILS failed"
 [ "$FAILS" = 0 ]

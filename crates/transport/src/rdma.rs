@@ -547,15 +547,16 @@ impl Conn {
                 }
             }
             CmEventKind::Disconnected | CmEventKind::DeviceRemoval if ev.is_for(&self.id) => {
-                self.dead.get_or_insert(TransportError::Rdma(format!(
-                    "RDMA connection to {} lost ({})",
-                    self.peer,
-                    if ev.kind == CmEventKind::Disconnected {
-                        "peer disconnected"
+                // The same error as a lost TCP connection: the receive loop reports
+                // "stream truncated", the sender exits with "connection lost".
+                self.dead.get_or_insert(TransportError::PeerGone {
+                    peer: self.peer.clone(),
+                    reason: if ev.kind == CmEventKind::Disconnected {
+                        "RDMA connection lost (peer disconnected)".into()
                     } else {
-                        "device removed"
-                    }
-                )));
+                        "RDMA device removed".into()
+                    },
+                });
             }
             _ => {}
         }

@@ -162,6 +162,8 @@ pub(crate) fn wait_readable(fd: i32, timeout: Option<Duration>) -> Result<bool, 
 impl EventChannel {
     /// Creates an event channel.
     pub fn new() -> Result<Self, VerbsError> {
+        // Before librdmacm opens any device: see crate::fork_init.
+        crate::fork_init()?;
         // SAFETY: no arguments; the result is owned by EcInner.
         let ch = unsafe { sys::rdma_create_event_channel() };
         if ch.is_null() {

@@ -144,6 +144,10 @@ fn probe(dev: *mut sys::ibv_device) -> Result<DeviceInfo, VerbsError> {
 /// Every RDMA device this host has, with its active ports. A device that cannot
 /// be opened or queried is left out (it cannot carry traffic either).
 pub fn devices() -> Result<Vec<DeviceInfo>, VerbsError> {
+    // Discovery is the first verbs call a process makes: the best moment for
+    // fork_init (its man page asks for "before any other libibverbs call"). A
+    // failure resurfaces, and stops RDMA, at the first registration.
+    let _ = crate::fork_init();
     let list = DeviceList::get()?;
     let mut out = Vec::with_capacity(list.len);
     for i in 0..list.len {
