@@ -5,7 +5,7 @@
 # RDMA_PIPE_BIN_DIR overrides). The receiver listens on rxe0's address
 # (10.77.0.1), the sender's traffic leaves from rxe1 (10.77.0.2).
 # Every check prints a PASS or FAIL line; the script exits 1 on any failure.
-# Arguments (optional) pick sections: sizes noimm chunks wrongkey senderkill
+# Arguments (optional) pick sections: sizes noimm chunks wrongkey token senderkill
 # memlock recvkill perf (default: all).
 # Readiness: rdrecv --announce-fd writes its port into a FIFO, which this
 # script reads (no sleeps).
@@ -142,6 +142,30 @@ else
     show wk
 fi
 
+fi
+
+if want token; then
+echo "== rdma_cm connect request with a wrong token: rejected"
+PROBE=$(dirname "$SEND")/examples/rdma_token_probe
+if [ -x "$PROBE" ]; then
+    rm -f "$W/tok.fifo" "$W/tok.out"
+    mkfifo "$W/tok.fifo"
+    timeout 60 "$RECV" --transport rdma --announce-fd 3 0 "$KEY" "$W/tok.out" 3>"$W/tok.fifo" 2>"$W/tok.recv.err" &
+    rpid=$!
+    read -r _ port <"$W/tok.fifo"
+    probe=$(timeout 60 "$PROBE" "$RXE_SERVER_IP" "$port" "$KEY" 2>&1)
+    prc=$?
+    wait "$rpid"
+    RRC=$?
+    if [ "$prc" = 0 ] && [ "$RRC" != 0 ] && [ ! -e "$W/tok.out" ]; then
+        pass "token: ${probe#PROBE: }; rdrecv exit $RRC, no output created"
+    else
+        fail "token: probe exit $prc ($probe), rdrecv exit $RRC (want non-zero), output $([ -e "$W/tok.out" ] && echo created || echo absent)"
+        sed 's/^/    [tok recv] /' "$W/tok.recv.err"
+    fi
+else
+    fail "token: $PROBE not built (cargo build --release -p rdpipe-transport --examples; cargo test builds it)"
+fi
 fi
 
 if want senderkill; then
