@@ -6,7 +6,7 @@
 # (10.77.0.1), the sender's traffic leaves from rxe1 (10.77.0.2).
 # Every check prints a PASS or FAIL line; the script exits 1 on any failure.
 # Arguments (optional) pick sections: sizes noimm chunks wrongkey token senderkill
-# memlock recvkill perf (default: all).
+# epipe memlock recvkill perf (default: all).
 # Readiness: rdrecv --announce-fd writes its port into a FIFO, which this
 # script reads (no sleeps).
 set -uo pipefail
@@ -191,6 +191,25 @@ else
     show kill
 fi
 
+fi
+
+if want epipe; then
+echo "== receiver's output closed (EPIPE): both report the abort"
+rm -f "$W/epipe.fifo"
+mkfifo "$W/epipe.fifo"
+{ timeout 120 "$RECV" --transport rdma --announce-fd 3 0 "$KEY" 3>"$W/epipe.fifo" 2>"$W/epipe.recv.err"; echo $? >"$W/epipe.rrc"; } | head -c 1000 >/dev/null &
+ppid=$!
+read -r _ port <"$W/epipe.fifo"
+timeout 120 "$SEND" --transport rdma "$RXE_SERVER_IP" "$port" "$KEY" "$W/in.$((64 * CHUNK))" 2>"$W/epipe.send.err"
+SRC=$?
+wait "$ppid"
+RRC=$(cat "$W/epipe.rrc")
+if [ "$RRC" = 5 ] && [ "$SRC" = 5 ]; then
+    pass "EPIPE: both exit 5; rdsend: $(head -n1 "$W/epipe.send.err")"
+else
+    fail "EPIPE: rdrecv $RRC, rdsend $SRC (want 5, 5)"
+    show epipe
+fi
 fi
 
 if want memlock; then
