@@ -1,14 +1,18 @@
-//! `rdrecv PORT KEY [FILE]`: see `rdrecv --help` and man/rdrecv.1.
+//! `rdrecv`: see `rdrecv --help` and man/rdrecv.1. Parses flags and hands over to
+//! [`rdma_pipe::cli::recv::run`]; this file only maps the outcome to an exit status.
 
 use clap::Parser;
 use rdma_pipe::cli::recv::{run, RecvArgs};
+use rdma_pipe::cli::term;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    match run(RecvArgs::parse()) {
+    let args = RecvArgs::parse();
+    term::init_logging("rdrecv", args.common.verbose, args.common.quiet);
+    match run(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(f) => {
-            rdma_pipe::cli::common::say("rdrecv", &f.message);
+            term::error("rdrecv", &f.message);
             ExitCode::from(f.code)
         }
     }

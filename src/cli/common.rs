@@ -131,9 +131,31 @@ pub struct CommonArgs {
     /// at the end.
     #[arg(short, long, action = clap::ArgAction::Count)]
     pub verbose: u8,
+
+    /// No progress line and no warnings; errors are still printed.
+    #[arg(short, long)]
+    pub quiet: bool,
+
+    /// Show a live progress line on stderr (bytes, rate, elapsed; percentage and ETA
+    /// for a file source). On by default when stderr is a terminal.
+    #[arg(long)]
+    pub progress: bool,
 }
 
 impl CommonArgs {
+    /// The progress callback for the transfer, if progress is wanted.
+    pub fn progress(
+        &self,
+        tool: &'static str,
+        total: Option<u64>,
+    ) -> Option<Box<dyn FnMut(u64) + Send>> {
+        if !super::progress::wanted(self.progress, self.quiet) {
+            return None;
+        }
+        let mut p = super::progress::Progress::new(tool, total);
+        Some(Box::new(move |bytes| p.update(bytes)))
+    }
+
     /// Resolves the key: `--key-file`, else the KEY argument (unless `-`), else
     /// `RDPIPE_KEY`.
     pub fn key(&self, positional: Option<&str>) -> Result<Vec<u8>, Failure> {
@@ -165,17 +187,7 @@ impl CommonArgs {
     }
 }
 
-/// Prints a message on stderr with the tool's name as prefix.
-/// The line is written with one `write` so that lines of two tools sharing a
-/// terminal do not interleave mid-line.
-pub fn say(tool: &str, msg: impl Display) {
-    line(&format!("{tool}: {msg}\n"));
-}
-
-fn line(s: &str) {
-    use std::io::Write;
-    let _ = std::io::stderr().lock().write_all(s.as_bytes());
-}
+pub use super::term::say;
 
 /// Prints the `-v` report: transport, byte count, and the original's bandwidth line.
 pub fn report(tool: &str, verb: &str, r: &rdpipe_transport::Report) {
@@ -191,7 +203,7 @@ pub fn report(tool: &str, verb: &str, r: &rdpipe_transport::Report) {
             r.checksum
         ),
     );
-    line(&format!("Bandwidth {:.3} GB/s\n", r.gbps()));
+    super::term::line(&format!("Bandwidth {:.3} GB/s\n", r.gbps()));
 }
 
 /// Standard input as a file, so the send loop can poll it and read it without

@@ -2,7 +2,10 @@
 //! resolution, size parsing, messages and exit statuses.
 
 pub mod common;
+pub mod docs;
+pub mod progress;
 pub mod recv;
 pub mod send;
+pub mod term;
 
 pub use common::{fail, Failure};

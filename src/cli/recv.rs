@@ -14,8 +14,12 @@ Examples:
   rdrecv -v 7691 s3cret /dev/null        # bandwidth check
   rdrecv --announce-fd 3 0 - 3>port.txt  # ephemeral port, written as 'PORT <n>'";
 
-/// Wait on PORT for one rdsend and write the stream to standard output (or FILE).
-/// Exits 0 only when the whole stream arrived and its checksum matched.
+/// Receive a stream from an rdsend over RDMA or TCP.
+///
+/// Waits on PORT for one rdsend and writes its stream to standard output (or FILE).
+/// Both ends authenticate each other with the shared key before any data moves.
+/// Exits 0 only when the whole stream arrived and its byte count and checksum
+/// matched; a stream cut short is always an error ("stream truncated after N bytes").
 #[derive(Debug, Parser)]
 #[command(name = "rdrecv", version, after_help = EXAMPLES)]
 pub struct RecvArgs {
@@ -61,7 +65,7 @@ pub fn run(args: RecvArgs) -> Result<(), Failure> {
         slots: args.common.slots,
         transport: args.common.transport.into(),
         handshake_timeout: args.common.handshake_timeout,
-        progress: None,
+        progress: args.common.progress(TOOL, None),
     };
     let file = args.file.clone();
     let open = move || -> Result<File, TransportError> {

@@ -17,8 +17,12 @@ Examples:
   RDPIPE_KEY=s3cret rdsend host2 7691 - disk.img
   rdsend --key-file ~/.rdpipe-key host2 7691 - disk.img";
 
-/// Send standard input (or FILE) to an rdrecv on HOST:PORT, over RDMA where both ends
-/// can, else TCP. Exits 0 only after the receiver confirmed the whole stream.
+/// Send a stream to an rdrecv over RDMA or TCP.
+///
+/// Reads standard input (or FILE) and sends it to the rdrecv on HOST:PORT, over RDMA
+/// where both ends can, else TCP. Both ends authenticate each other with the shared
+/// key before any data moves. Exits 0 only after the receiver confirmed that the
+/// whole stream arrived (byte count and checksum).
 #[derive(Debug, Parser)]
 #[command(name = "rdsend", version, after_help = EXAMPLES)]
 pub struct SendArgs {
@@ -58,6 +62,12 @@ pub fn run(args: SendArgs) -> Result<(), Failure> {
             .map_err(|e| fail(EXIT_FAILURE, format!("cannot open {}: {e}", p.display())))?,
         None => stdin_file()?,
     };
+    // A regular file (FILE, or stdin redirected from one) has a size: show % and ETA.
+    let total = input
+        .metadata()
+        .ok()
+        .filter(|m| m.is_file())
+        .map(|m| m.len());
     let endpoint = Endpoint::Connect {
         host: args.host.clone(),
         port: args.port,
@@ -69,7 +79,7 @@ pub fn run(args: SendArgs) -> Result<(), Failure> {
         slots: args.common.slots,
         transport: args.common.transport.into(),
         handshake_timeout: args.common.handshake_timeout,
-        progress: None,
+        progress: args.common.progress(TOOL, total),
     };
     let r = run_send(endpoint, opts, &mut input)?;
     if args.common.verbose > 0 {

@@ -81,10 +81,14 @@ pub fn connect_retry(
                 .max(Duration::from_millis(100));
             match TcpStream::connect_timeout(a, left.min(Duration::from_secs(5))) {
                 Ok(s) => {
+                    tracing::debug!("connected to {a}");
                     tune(&s)?;
                     return Ok(s);
                 }
-                Err(e) => last = Some(e),
+                Err(e) => {
+                    tracing::debug!("connect to {a}: {e}");
+                    last = Some(e)
+                }
             }
         }
         let e = last.expect("at least one address was tried");
@@ -128,6 +132,7 @@ impl Listener {
             Err(e) => return Err(err(e)),
         };
         let port = inner.local_addr().map_err(err)?.port();
+        tracing::debug!("listening on port {port}");
         Ok(Listener { inner, port })
     }
 
@@ -138,7 +143,8 @@ impl Listener {
 
     /// Waits for one peer.
     pub fn accept(&self) -> Result<TcpStream, TransportError> {
-        let (s, _) = self.inner.accept().map_err(TransportError::Accept)?;
+        let (s, a) = self.inner.accept().map_err(TransportError::Accept)?;
+        tracing::debug!("accepted a connection from {a}");
         tune(&s)?;
         Ok(s)
     }

@@ -124,6 +124,14 @@ fn run(
         .read_exact(&mut their_bytes[HELLO_PREFIX_LEN..])
         .map_err(|e| conn_error(peer, e))?;
     let theirs = Hello::decode(&their_bytes).map_err(|e| protocol(peer, e))?;
+    tracing::debug!(
+        "hello from {peer}: {:?}, transport {:?}, caps {:#x}, chunk {}, slots {}",
+        theirs.role,
+        theirs.transport,
+        theirs.caps.0,
+        theirs.chunk_size,
+        theirs.slots
+    );
     if theirs.role == local.role {
         return Err(protocol(peer, WireError::SameRole(local.role)));
     }
@@ -195,6 +203,9 @@ fn run(
             other => return Err(protocol(peer, WireError::Unexpected(other.kind()))),
         },
     };
+    tracing::debug!(
+        "authenticated {peer}; transport {chosen:?}, chunk {chunk_size}, slots {slots}"
+    );
     Ok(Negotiated {
         chosen,
         chunk_size,
