@@ -109,7 +109,7 @@ VMLINUZ=$KDIR/boot/vmlinuz-$KVER
 [ -f "$VMLINUZ" ] || die "no kernel image at $VMLINUZ (remove $KDIR and retry)"
 
 # The initramfs depends on the kernel, the module list, busybox and the guest scripts.
-ikey=$( { echo "$KPKG $MODULES"; sha256sum "$BUSYBOX" "$SELF_DIR/guest/init" "$SELF_DIR/guest/stage2.sh"; } \
+ikey=$( { echo "$KPKG $MODULES"; cat "$BUSYBOX" "$SELF_DIR/guest/init" "$SELF_DIR/guest/stage2.sh"; } \
     | sha256sum | cut -c1-16)
 INITRD=$CACHE/initramfs-$ikey.cpio
 if [ ! -f "$INITRD" ]; then
