@@ -168,7 +168,10 @@ ib_write_bw_mbs() {
 }
 
 # start_sshd: start an sshd on port 22 of the guest and let root and rdtest
-# log in to rxehost0/rxehost1 (and localhost) with a key, no prompts.
+# log in to rxehost0/rxehost1 (and localhost) with a key, no prompts.  The
+# first connection to a host takes ~10 s under emulation; later ones reuse it
+# (ControlMaster).  A remote command gets sshd's limits (ulimit -l 8192), not
+# the caller's: set `ulimit -l` in the remote command itself.
 start_sshd() {
     command -v /usr/sbin/sshd >/dev/null || die "start_sshd: openssh-server not installed"
     mkdir -p /run/sshd /etc/ssh
@@ -179,7 +182,10 @@ start_sshd() {
         mkdir -p "$h/.ssh"
         [ -f "$h/.ssh/id_ed25519" ] || ssh-keygen -q -t ed25519 -N '' -f "$h/.ssh/id_ed25519"
         cat "$h/.ssh/id_ed25519.pub" >>"$h/.ssh/authorized_keys"
-        printf 'Host *\n  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n  BatchMode yes\n' \
+        # A new ssh connection costs seconds under emulation: multiplex them.
+        printf '%s\n' 'Host *' '  StrictHostKeyChecking no' '  UserKnownHostsFile /dev/null' \
+            '  LogLevel ERROR' '  BatchMode yes' '  GSSAPIAuthentication no' \
+            '  ControlMaster auto' '  ControlPath /tmp/ssh-mux-%u-%r@%h:%p' '  ControlPersist 900' \
             >"$h/.ssh/config"
         chown -R "$u:" "$h/.ssh"
         chmod 700 "$h/.ssh"

@@ -64,6 +64,9 @@ CACHE=$(cd "$CACHE" && pwd -P)
 exec 9>"$CACHE/.lock"
 flock 9
 
+cached_kernel() { # newest complete kernel in the cache, if any
+    (cd "$CACHE" && ls -d kernel/linux-image-*/.complete 2>/dev/null) | sort -V | tail -n1 | cut -d/ -f2
+}
 KPKG=${RDMA_VM_KERNEL_PKG:-}
 if [ -z "$KPKG" ]; then
     KPKG=$(apt-cache depends linux-image-amd64 2>/dev/null \
@@ -71,35 +74,42 @@ if [ -z "$KPKG" ]; then
 fi
 if [ -z "$KPKG" ]; then
     # No apt metadata: fall back to the newest kernel already in the cache.
-    KPKG=$(cd "$CACHE" && ls -d kernel/linux-image-*/.complete 2>/dev/null | sort -V | tail -n1 \
-        | cut -d/ -f2 || true)
+    KPKG=$(cached_kernel || true)
     [ -n "$KPKG" ] || skip "cannot resolve linux-image-amd64 with apt-cache and no cached kernel in $CACHE"
 fi
-KDIR=$CACHE/kernel/$KPKG
-if [ ! -e "$KDIR/.complete" ]; then
-    command -v apt-get >/dev/null && command -v dpkg-deb >/dev/null \
-        || skip "apt-get/dpkg-deb needed to fetch $KPKG"
-    log "fetching $KPKG into $KDIR (once)"
-    tmp=$CACHE/tmp.$$
-    rm -rf "$tmp" "$KDIR"
-    mkdir -p "$tmp/x"
-    (cd "$tmp" && apt-get -q -o APT::Sandbox::User=root download "$KPKG" >&2) \
-        || { rm -rf "$tmp"; die "apt-get download $KPKG failed"; }
-    dpkg-deb -x "$tmp"/*.deb "$tmp/x" || { rm -rf "$tmp"; die "dpkg-deb -x failed"; }
-    kver=$(ls "$tmp/x/lib/modules")
-    depmod -b "$tmp/x" "$kver" || { rm -rf "$tmp"; die "depmod failed"; }
-    echo "$kver" >"$tmp/x/.kver"
-    touch "$tmp/x/.complete"
-    mkdir -p "$CACHE/kernel"
-    mv "$tmp/x" "$KDIR"
+fetch_kernel() { # PKG -> $CACHE/kernel/PKG (extracted, depmod'ed)
+    local pkg=$1 tmp=$CACHE/tmp.$$ kver
+    command -v apt-get >/dev/null && command -v dpkg-deb >/dev/null || {
+        log "apt-get/dpkg-deb needed to fetch $pkg"
+        return 1
+    }
+    log "fetching $pkg into $CACHE/kernel/$pkg (once)"
+    rm -rf "$tmp" "$CACHE/kernel/$pkg"
+    mkdir -p "$tmp/x" "$CACHE/kernel"
+    (cd "$tmp" && apt-get -q -o APT::Sandbox::User=root download "$pkg" >&2) &&
+        dpkg-deb -x "$tmp"/*.deb "$tmp/x" &&
+        kver=$(ls "$tmp/x/lib/modules") &&
+        depmod -b "$tmp/x" "$kver" &&
+        echo "$kver" >"$tmp/x/.kver" &&
+        touch "$tmp/x/.complete" &&
+        mv "$tmp/x" "$CACHE/kernel/$pkg"
+    local rc=$?
     rm -rf "$tmp"
+    return "$rc"
+}
+if [ ! -e "$CACHE/kernel/$KPKG/.complete" ] && ! fetch_kernel "$KPKG"; then
+    old=$(cached_kernel)
+    [ -n "$old" ] || die "cannot fetch $KPKG (apt-get download / dpkg-deb / depmod failed)"
+    log "WARNING: cannot fetch $KPKG, using the cached $old"
+    KPKG=$old
 fi
+KDIR=$CACHE/kernel/$KPKG
 KVER=$(cat "$KDIR/.kver")
 VMLINUZ=$KDIR/boot/vmlinuz-$KVER
 [ -f "$VMLINUZ" ] || die "no kernel image at $VMLINUZ (remove $KDIR and retry)"
 
 # The initramfs depends on the kernel, the module list, busybox and the guest scripts.
-ikey=$( { echo "$KPKG $MODULES"; sha256sum "$BUSYBOX" "$SELF_DIR/guest/init" "$SELF_DIR/guest/stage2.sh"; } \
+ikey=$( { echo "$KPKG $MODULES"; cat "$BUSYBOX" "$SELF_DIR/guest/init" "$SELF_DIR/guest/stage2.sh"; } \
     | sha256sum | cut -c1-16)
 INITRD=$CACHE/initramfs-$ikey.cpio
 if [ ! -f "$INITRD" ]; then

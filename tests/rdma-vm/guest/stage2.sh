@@ -83,7 +83,7 @@ chmod 0666 /dev/infiniband/* 2>/dev/null
 
 # --- unprivileged user (root bypasses RLIMIT_MEMLOCK) ----------------------
 if ! id rdtest >/dev/null 2>&1; then
-    useradd -m -s /bin/bash rdtest || die "useradd rdtest"
+    useradd -m -s /bin/bash -p '*' rdtest || die "useradd rdtest"
 fi
 
 read -r T1 _ </proc/uptime
