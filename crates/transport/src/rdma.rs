@@ -279,7 +279,7 @@ fn may_fall_back(n: &Negotiated) -> bool {
 }
 
 fn warn_fallback(reason: &str) {
-    eprintln!("warning: RDMA unavailable ({reason}); falling back to TCP");
+    tracing::warn!("RDMA unavailable ({reason}); falling back to TCP");
 }
 
 fn unavailable(n: &Negotiated, reason: &str, whose: &str) -> TransportError {
@@ -543,6 +543,7 @@ impl Conn {
             CmEventKind::ConnectRequest => {
                 // Nobody else may join: refuse and destroy the new id.
                 if let Some(id) = ev.take_new_id() {
+                    tracing::warn!("rejected an RDMA connect request during the transfer");
                     let _ = id.reject(&[]);
                 }
             }
@@ -715,6 +716,12 @@ pub fn receiver(
     let offer_imm = !l.iwarp
         && n.local.caps.contains(Caps::WRITE_WITH_IMM)
         && n.peer.caps.contains(Caps::WRITE_WITH_IMM);
+    tracing::debug!(
+        "rdma_cm listener on {local}:{} ({}), ring {} registered; offering (write_with_imm: {offer_imm})",
+        l.listener.local_port(),
+        l.device,
+        human((slots * chunk) as u64)
+    );
     let mut stream = stream;
     write_control(
         &mut stream,
@@ -812,6 +819,7 @@ fn accept_sender(
                     _ => {
                         // Wrong or missing token, or a second connection: refuse.
                         // Nothing about our memory has been revealed to it.
+                        tracing::warn!("rejected an RDMA connect request without the right token");
                         let _ = id.reject(&[]);
                         continue;
                     }
@@ -836,6 +844,7 @@ fn accept_sender(
                     chunk: n.chunk_size,
                 };
                 id.accept(&info.encode()).map_err(rdma_err)?;
+                tracing::debug!("token accepted; sender uses write_with_imm: {imm}");
                 accepted = Some((id, v, imm));
             }
             CmEventKind::Established => {
@@ -846,6 +855,7 @@ fn accept_sender(
                     accepted = Some((id, v, imm));
                     continue;
                 }
+                tracing::debug!("RDMA connection established on {device}");
                 let n_send = s.n_send;
                 return Ok(Accepted::Conn(Box::new(Conn {
                     v,
@@ -980,6 +990,10 @@ pub fn sender(
         Err(reason) => return decline_send(stream, n, reason),
     };
     let imm = offer_imm && !r.iwarp && !no_imm_forced();
+    tracing::debug!(
+        "resolved {remote} from {local} on {}; connecting (write_with_imm: {imm})",
+        r.device
+    );
     if let Err(e) = r.id.connect(&connect_data(&token, imm)) {
         return decline_send(stream, n, format!("rdma_connect: {e}"));
     }
@@ -997,6 +1011,7 @@ pub fn sender(
             return decline_send(stream, n, reason);
         }
     };
+    tracing::debug!("RDMA connection established on {}", r.device);
     let conn = Conn {
         v: r.v,
         n_send: s.n_send,
