@@ -273,26 +273,35 @@ fi
 
 if want perf; then
 echo "== throughput against ib_write_bw -R (same devices, 1 MiB messages)"
-# Both run on an otherwise idle guest, one right after the other. Under TCG the
-# figures vary with the host's load: only the ratio means anything.
+# The reference and ours alternate, twice each, on an otherwise idle guest; the
+# best of each counts. Under TCG the figures follow the host's load: only the
+# ratio means anything.
 BIG=$W/in.big
 head -c $((128 * CHUNK)) /dev/zero >"$BIG"
-ref=$(ib_write_bw_mbs $CHUNK 200) || ref=
-xfer "perf" "$BIG" "" "--transport rdma" "" "--transport rdma" /dev/null
-secs=$(sed -n 's/.*received \([0-9]*\) bytes .* in \([0-9.]*\) s.*/\2/p' "$W/perf.recv.err")
-bytes=$(sed -n 's/.*received \([0-9]*\) bytes .*/\1/p' "$W/perf.recv.err")
-if [ "$RRC" = 0 ] && [ "$SRC" = 0 ] && [ -n "$ref" ] && [ -n "$secs" ]; then
+best_ref= best_ours= perf_ok=1
+for round in 1 2; do
+    ref=$(ib_write_bw_mbs $CHUNK 200) || { perf_ok=; ref=; }
+    xfer "perf$round" "$BIG" "" "--transport rdma" "" "--transport rdma" /dev/null
+    secs=$(sed -n 's/.*received \([0-9]*\) bytes .* in \([0-9.]*\) s.*/\2/p' "$W/perf$round.recv.err")
+    bytes=$(sed -n 's/.*received \([0-9]*\) bytes .*/\1/p' "$W/perf$round.recv.err")
+    if [ "$RRC" != 0 ] || [ "$SRC" != 0 ] || [ -z "$secs" ] || [ -z "$ref" ]; then
+        perf_ok=
+        show "perf$round"
+        continue
+    fi
     ours=$(awk -v b="$bytes" -v s="$secs" 'BEGIN { printf "%.2f", b / s / 1048576 }')
-    ratio=$(awk -v o="$ours" -v r="$ref" 'BEGIN { printf "%.2f", o / r }')
-    echo "ib_write_bw -R: $ref MB/s; rdsend -> rdrecv: $ours MB/s ($bytes bytes in $secs s)"
-    echo "RDMA ratio: $ratio of ib_write_bw"
+    echo "round $round: ib_write_bw -R $ref MB/s; rdsend -> rdrecv $ours MB/s ($bytes bytes in $secs s)"
+    best_ref=$(awk -v a="${best_ref:-0}" -v b="$ref" 'BEGIN { print (b > a) ? b : a }')
+    best_ours=$(awk -v a="${best_ours:-0}" -v b="$ours" 'BEGIN { print (b > a) ? b : a }')
+done
+if [ -n "$perf_ok" ]; then
+    echo "best: ib_write_bw -R $best_ref MB/s; rdsend -> rdrecv $best_ours MB/s"
+    echo "RDMA ratio: $(awk -v o="$best_ours" -v r="$best_ref" 'BEGIN { printf "%.2f", o / r }') of ib_write_bw"
     pass "throughput measured (emulated guest: compare ratios, not absolute speed)"
 else
-    fail "throughput: ib_write_bw '$ref' MB/s, ours rc $RRC/$SRC, '$secs' s"
-    show perf
+    fail "throughput: a reference or rdsend/rdrecv run failed"
 fi
 rm -f "$BIG"
-
 fi
 
 echo "== summary: $PASSES passed, $FAILS failed"

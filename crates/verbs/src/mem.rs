@@ -210,3 +210,23 @@ impl MemoryRegion {
         unsafe { std::slice::from_raw_parts_mut(self.inner.base(), self.inner.len) }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buffers_are_whole_private_pages() {
+        let page = page_size();
+        for len in [1, 100, page, page + 1, 3 << 20] {
+            let b = PageBuf::new(len).unwrap();
+            assert_eq!(b.ptr as usize % page, 0, "{len}: not page-aligned");
+            assert_eq!(b.layout.size() % page, 0, "{len}: not whole pages");
+            assert!(b.layout.size() >= len);
+            // Zeroed, so slices over it are initialised.
+            // SAFETY: a live allocation of layout.size() bytes.
+            let s = unsafe { std::slice::from_raw_parts(b.ptr, b.layout.size()) };
+            assert!(s.iter().all(|&x| x == 0));
+        }
+    }
+}
