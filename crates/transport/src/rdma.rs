@@ -434,11 +434,18 @@ impl Conn {
         c: Completion,
         on: &mut dyn FnMut(&mut Conn, Completion) -> Result<(), TransportError>,
     ) -> Result<(), TransportError> {
-        if let Some((code, text)) = &c.error {
-            // A flush error after the peer went away says less than the TCP side.
-            return Err(TransportError::Rdma(format!(
-                "work completion failed: {text} (status {code})"
-            )));
+        if let Some(e) = &c.error {
+            // Flushed or retried-out requests mean the peer is gone: the same error
+            // as a lost TCP connection (the receiver reports truncation). Anything
+            // else is an RDMA failure of its own.
+            return Err(if e.connection_lost() {
+                TransportError::PeerGone {
+                    peer: self.peer.clone(),
+                    reason: format!("RDMA connection lost: {e}"),
+                }
+            } else {
+                TransportError::Rdma(format!("work completion failed: {e}"))
+            });
         }
         let (kind, i) = wr_split(c.wr_id);
         if kind == WR_SEND {

@@ -107,13 +107,41 @@ pub enum WcOpcode {
     Other(u32),
 }
 
+/// Why a work request failed: the status code and libibverbs' description.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WcError {
+    /// The `ibv_wc_status` value.
+    pub code: u32,
+    /// `ibv_wc_status_str` of it.
+    pub text: String,
+}
+
+impl WcError {
+    /// Whether the status means the connection is gone (flushed after the QP went
+    /// to the error state, retries or RNR retries exhausted) rather than a local
+    /// programming error.
+    pub fn connection_lost(&self) -> bool {
+        use sys::ibv_wc_status::*;
+        matches!(
+            self.code,
+            IBV_WC_WR_FLUSH_ERR | IBV_WC_RETRY_EXC_ERR | IBV_WC_RNR_RETRY_EXC_ERR
+        )
+    }
+}
+
+impl std::fmt::Display for WcError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} (status {})", self.text, self.code)
+    }
+}
+
 /// One work completion, copied out of the CQ.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Completion {
     /// The work request's id, as posted.
     pub wr_id: u64,
     /// `None` on success, else the status code and its description.
-    pub error: Option<(u32, String)>,
+    pub error: Option<WcError>,
     /// What it was. Only meaningful on success.
     pub opcode: WcOpcode,
     /// Bytes received (receives only).
@@ -135,7 +163,10 @@ impl Completion {
                 // SAFETY: non-null static NUL-terminated string.
                 unsafe { CStr::from_ptr(s) }.to_string_lossy().into_owned()
             };
-            Some((wc.status, text))
+            Some(WcError {
+                code: wc.status,
+                text,
+            })
         };
         use sys::ibv_wc_opcode::*;
         let opcode = match wc.opcode {

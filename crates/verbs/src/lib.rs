@@ -36,7 +36,7 @@ mod mem;
 mod qp;
 
 pub use cm::{CmEvent, CmEventKind, CmId, EventChannel};
-pub use cq::{Completion, CompletionChannel, CompletionQueue, WcOpcode};
+pub use cq::{Completion, CompletionChannel, CompletionQueue, WcError, WcOpcode};
 pub use device::{active_devices, devices, DeviceInfo, DeviceTransport};
 pub use error::VerbsError;
 pub use mem::{MemoryRegion, ProtectionDomain};
