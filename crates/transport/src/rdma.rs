@@ -1436,6 +1436,59 @@ mod tests {
         assert_eq!(wr_split(wr_id(WR_WRITE, 0)), (WR_WRITE, 0));
     }
 
+    fn negotiated(local: TransportPref, peer: TransportPref) -> Negotiated {
+        let hello = |role, transport| rdpipe_wire::Hello {
+            version: rdpipe_wire::PROTOCOL_VERSION,
+            role,
+            transport,
+            caps: Caps::RDMA,
+            chunk_size: 1 << 20,
+            slots: 2,
+            nonce: [0; rdpipe_wire::hello::NONCE_LEN],
+        };
+        Negotiated {
+            chosen: rdpipe_wire::frame::Chosen::Rdma,
+            chunk_size: 1 << 20,
+            slots: 2,
+            local: hello(rdpipe_wire::Role::Receiver, local),
+            peer: hello(rdpipe_wire::Role::Sender, peer),
+            peer_addr: "peer".into(),
+        }
+    }
+
+    #[test]
+    fn fallback_only_when_both_ends_said_auto() {
+        use TransportPref::*;
+        assert!(may_fall_back(&negotiated(Auto, Auto)));
+        assert!(!may_fall_back(&negotiated(Rdma, Auto)));
+        assert!(!may_fall_back(&negotiated(Auto, Rdma)));
+        let e = unavailable(&negotiated(Auto, Rdma), "cannot pin 2 MiB", "this end");
+        assert_eq!(e.exit_code(), crate::error::EXIT_NO_RDMA);
+        assert!(e.to_string().contains("the peer requires --transport rdma"));
+        let e = unavailable(&negotiated(Rdma, Auto), "x", "this end");
+        assert!(e.to_string().contains("--transport rdma was given here"));
+    }
+
+    #[test]
+    fn memlock_message_names_size_and_limit() {
+        let e = VerbsError::RegMr {
+            len: 2 << 20,
+            source: io::Error::from_raw_os_error(libc_enomem()),
+        };
+        let m = register_error(2 << 20, &e);
+        assert!(m.starts_with("cannot pin 2 MiB: ulimit -l is "), "{m}");
+        assert!(m.ends_with("; raise it or use --chunk-size"), "{m}");
+        let other = VerbsError::RegMr {
+            len: 4096,
+            source: io::Error::from_raw_os_error(22),
+        };
+        assert!(register_error(4096, &other).starts_with("cannot register 4 KiB"));
+    }
+
+    fn libc_enomem() -> i32 {
+        rustix::io::Errno::NOMEM.raw_os_error()
+    }
+
     #[test]
     fn queue_sizes_are_never_zero() {
         let s = sizes(1);
