@@ -119,15 +119,31 @@ xfer "chunk64k-slots4" "$W/in.$((64 * CHUNK))" "" "--transport rdma --chunk-size
 check_xfer "chunk64k-slots4" "$W/in.$((64 * CHUNK))" "rdma (rxe0" "rdma (rxe1"
 xfer "slots1" "$W/in.$((CHUNK + 1))" "" "--transport rdma --slots 1" "" "--transport rdma"
 check_xfer "slots1" "$W/in.$((CHUNK + 1))" "rdma (rxe0" "rdma (rxe1"
+xfer "setup-log" "$W/in.1" "" "--transport rdma -v" "" "--transport rdma -v"
+if [ "$RRC" = 0 ] && [ "$SRC" = 0 ] && grep -q "rdma_cm listener on 10.77.0.1:.* (rxe0)" "$W/setup-log.recv.err" &&
+    grep -q "RDMA connection established on rxe1" "$W/setup-log.send.err"; then
+    pass "-vv shows the RDMA set-up: $(grep -m1 -o 'rdma_cm listener.*' "$W/setup-log.recv.err")"
+else
+    fail "-vv set-up log: rdrecv $RRC, rdsend $SRC"
+    show setup-log
+fi
 
 fi
 
 if want wrongkey; then
 echo "== wrong key: rejected (exit 3) before any RDMA connection"
+# Let the previous connection's teardown (rdma_cm DREQ/DREP) finish first.
+counter_quiet() {
+    local a
+    a=$(rxe_counter rxe0 rcvd_pkts)
+    sleep 0.5
+    [ "$a" = "$(rxe_counter rxe0 rcvd_pkts)" ]
+}
+wait_for 10 counter_quiet || true
 before=$(rxe_counter rxe0 rcvd_pkts)
 rm -f "$W/wk.fifo"
 mkfifo "$W/wk.fifo"
-timeout 60 "$RECV" -v --transport rdma --announce-fd 3 0 "$KEY" "$W/wk.out" 3>"$W/wk.fifo" 2>"$W/wk.recv.err" &
+timeout 60 "$RECV" -vv --transport rdma --announce-fd 3 0 "$KEY" "$W/wk.out" 3>"$W/wk.fifo" 2>"$W/wk.recv.err" &
 rpid=$!
 read -r _ port <"$W/wk.fifo"
 timeout 60 "$SEND" -v --transport rdma "$RXE_SERVER_IP" "$port" "wrong-$KEY" "$W/in.1" 2>"$W/wk.send.err"
@@ -135,8 +151,9 @@ SRC=$?
 wait "$rpid"
 RRC=$?
 after=$(rxe_counter rxe0 rcvd_pkts)
-if [ "$RRC" = 3 ] && [ "$SRC" = 3 ] && [ "$after" = "$before" ] && [ ! -e "$W/wk.out" ]; then
-    pass "wrong key: both exit 3, rxe0 received no RDMA packet, no output file created"
+if [ "$RRC" = 3 ] && [ "$SRC" = 3 ] && [ "$after" = "$before" ] && [ ! -e "$W/wk.out" ] &&
+    ! grep -q "rdma_cm listener" "$W/wk.recv.err"; then
+    pass "wrong key: both exit 3, no rdma_cm listener opened, rxe0 received no RDMA packet, no output file created"
 else
     fail "wrong key: rdrecv $RRC, rdsend $SRC (want 3, 3); rxe0 packets $before -> $after; output $([ -e "$W/wk.out" ] && echo created || echo absent)"
     show wk
