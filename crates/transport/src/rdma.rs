@@ -42,6 +42,9 @@
 //! One CQ with a completion channel. Waiting follows the only correct pattern:
 //! poll until empty; when empty, sleep on the channel (together with the rdma_cm
 //! channel and the TCP socket); on an event, ack it, re-arm, poll until empty.
+//! No busy-poll mode: spinning on the CQ made a 128 MiB transfer on Soft-RoCE about
+//! 30% slower (it steals CPU from the software NIC), and a stream of 1 MiB chunks is
+//! bandwidth-bound, not latency-bound.
 //!
 //! # Pinned memory
 //! Each end pins `slots × chunk_size` (2 MiB by default) plus a page or two for
