@@ -1,0 +1,161 @@
+//! Hostile and broken peers against the real rdrecv: an authenticated peer that
+//! announces an oversized frame, a recorded handshake replayed to a new receiver,
+//! and a slow consumer that must not make rdrecv's memory grow.
+
+mod common;
+use common::*;
+use rdpipe_transport::handshake::{handshake, LocalParams};
+use rdpipe_wire::{Caps, FrameHeader, FrameKind, Role, TransportPref};
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+fn sender_params() -> LocalParams {
+    LocalParams {
+        role: Role::Sender,
+        transport: TransportPref::Tcp,
+        caps: Caps::default(),
+        chunk_size: 1 << 20,
+        slots: 2,
+    }
+}
+
+#[test]
+fn oversized_frame_after_authentication_is_rejected() {
+    let r = Receiver::start(&["k"], &[], None);
+    let mut s = TcpStream::connect(("127.0.0.1", r.port)).unwrap();
+    handshake(&mut s, b"k", &sender_params(), Duration::from_secs(5)).unwrap();
+    // Announce a 2 GiB data frame: must be refused before any allocation or read.
+    let h = FrameHeader {
+        kind: FrameKind::Data,
+        len: 1 << 31,
+    };
+    s.write_all(&h.encode()).unwrap();
+    let f = r.finish();
+    f.expect_code(8).expect_stderr("exceeds the limit");
+    assert!(f.stdout.is_empty());
+}
+
+#[test]
+fn unknown_frame_type_and_early_eof_are_errors() {
+    let r = Receiver::start(&["k"], &[], None);
+    let mut s = TcpStream::connect(("127.0.0.1", r.port)).unwrap();
+    handshake(&mut s, b"k", &sender_params(), Duration::from_secs(5)).unwrap();
+    s.write_all(&[0xee, 0, 0, 0, 0, 0, 0, 0]).unwrap();
+    r.finish()
+        .expect_code(8)
+        .expect_stderr("unknown frame type 238");
+
+    // Authenticated, some data, then a plain EOF without End: truncation, not success.
+    let r = Receiver::start(&["k"], &[], None);
+    let mut s = TcpStream::connect(("127.0.0.1", r.port)).unwrap();
+    handshake(&mut s, b"k", &sender_params(), Duration::from_secs(5)).unwrap();
+    s.write_all(&FrameHeader::data(5).encode()).unwrap();
+    s.write_all(b"hello").unwrap();
+    drop(s);
+    let f = r.finish();
+    f.expect_code(4)
+        .expect_stderr("stream truncated after 5 bytes");
+}
+
+#[test]
+fn replayed_handshake_is_rejected_and_nothing_is_written() {
+    // Record what a real rdsend sends through a proxy.
+    let r1 = Receiver::start(&["k"], &[], None);
+    let proxy = TcpListener::bind("127.0.0.1:0").unwrap();
+    let pport = proxy.local_addr().unwrap().port();
+    let recorded = Arc::new(Mutex::new(Vec::new()));
+    let rec = recorded.clone();
+    let target = r1.port;
+    let h = std::thread::spawn(move || {
+        let (mut c, _) = proxy.accept().unwrap();
+        let mut up = TcpStream::connect(("127.0.0.1", target)).unwrap();
+        let mut c2 = c.try_clone().unwrap();
+        let mut up2 = up.try_clone().unwrap();
+        let back = std::thread::spawn(move || {
+            let _ = std::io::copy(&mut up2, &mut c2);
+        });
+        let mut buf = [0u8; 65536];
+        loop {
+            let n = c.read(&mut buf).unwrap_or(0);
+            if n == 0 {
+                break;
+            }
+            rec.lock().unwrap().extend_from_slice(&buf[..n]);
+            if up.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+        let _ = up.shutdown(std::net::Shutdown::Write);
+        let _ = back.join();
+    });
+    send(
+        &["127.0.0.1", &pport.to_string(), "k"],
+        &[],
+        Some(b"top secret payload"),
+    )
+    .expect_code(0);
+    assert_eq!(r1.finish().expect_code(0).stdout, b"top secret payload");
+    h.join().unwrap();
+
+    // Replay every byte the genuine sender sent to a fresh receiver with the same key.
+    let bytes = recorded.lock().unwrap().clone();
+    assert!(bytes.len() > 52, "nothing was recorded");
+    let r2 = Receiver::start(&["k"], &[], None);
+    let mut s = TcpStream::connect(("127.0.0.1", r2.port)).unwrap();
+    let _ = s.write_all(&bytes);
+    let f = r2.finish();
+    f.expect_code(3).expect_stderr("authentication failed");
+    assert!(f.stdout.is_empty(), "replayed stream leaked to the output");
+}
+
+fn rss_kib(pid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines()
+        .find(|l| l.starts_with("VmRSS:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+#[test]
+fn slow_consumer_keeps_receiver_memory_flat() {
+    // A consumer that reads 1 MiB every 20 ms; 200 MiB are offered as fast as possible.
+    let mut slow = Command::new("sh")
+        .args([
+            "-c",
+            "while [ \"$(dd bs=1048576 count=1 iflag=fullblock status=none | wc -c)\" -gt 0 ]; do sleep 0.02; done",
+        ])
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let r = Receiver::start(&["k"], &[], Some(Stdio::from(slow.stdin.take().unwrap())));
+    let pid = r.child.id();
+    let port = r.port.to_string();
+    let sender = std::thread::spawn(move || {
+        send(
+            &["127.0.0.1", &port, "k"],
+            &[],
+            Some(&random_bytes(200 << 20, 11)),
+        )
+    });
+    let mut peak = 0;
+    for _ in 0..40 {
+        std::thread::sleep(Duration::from_millis(50));
+        if let Some(k) = rss_kib(pid) {
+            peak = peak.max(k);
+        }
+    }
+    sender.join().unwrap().expect_code(0);
+    r.finish().expect_code(0);
+    wait_bounded(&mut slow, Duration::from_secs(30), "slow consumer");
+    eprintln!("rdrecv peak RSS while the consumer lagged: {peak} KiB");
+    assert!(peak > 0, "could not read rdrecv's RSS");
+    assert!(
+        peak < 32 * 1024,
+        "rdrecv RSS grew to {peak} KiB with a slow consumer"
+    );
+}
