@@ -119,6 +119,8 @@ impl Master {
         let log = ctl.with_extension("log");
         let mut cmd = tokio::process::Command::new(guard_exe);
         cmd.arg("--ssh-guard")
+            .arg("--rm")
+            .arg(ctl)
             .arg("ssh")
             .args(cfg.args(host))
             .arg("-M")
