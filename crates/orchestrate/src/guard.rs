@@ -82,8 +82,9 @@ fn supervise(args: &[OsString]) -> ExitCode {
         signal_hook::consts::SIGHUP,
     ]) {
         let tx = tx.clone();
+        // Keep catching: we signal our own group when stopping.
         std::thread::spawn(move || {
-            if sigs.forever().next().is_some() {
+            for _ in sigs.forever() {
                 let _ = tx.send(Ev::Gone);
             }
         });
@@ -98,7 +99,13 @@ fn supervise(args: &[OsString]) -> ExitCode {
             ExitCode::from(code.unwrap_or(1).clamp(0, 255) as u8)
         }
         _ => {
+            // The whole group: ssh and whatever it started (a ProxyCommand). We
+            // lead the group (rdpipe starts us in our own) and catch SIGTERM.
             let _ = kill_process(pid, Signal::Term);
+            let me = rustix::process::getpid();
+            if rustix::process::getpgrp() == me {
+                let _ = rustix::process::kill_process_group(me, Signal::Term);
+            }
             let deadline = Instant::now() + Duration::from_secs(2);
             loop {
                 match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
