@@ -7,6 +7,12 @@ use rdma_pipe::cli::term;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    // `rdrecv --agent ...`: rdpipe's per-segment endpoint, started over SSH (and
+    // its `--cmd-guard` helper).
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    if let Some(code) = rdpipe_orchestrate::internal_mode(&argv) {
+        return code;
+    }
     let args = RecvArgs::parse();
     term::init_logging("rdrecv", args.common.verbose, args.common.quiet);
     match run(args) {

@@ -66,6 +66,22 @@ pub fn commands() -> Vec<DocCommand> {
             files: &[("FILE", "The output, instead of standard output; created or truncated only once the sender has authenticated.")],
             see_also: "rdsend(1), rdpipe(1), ib_write_bw(1), socat(1), pv(1)",
         },
+        DocCommand {
+            name: "rdpipe",
+            command: super::pipe::PipeArgs::command(),
+            examples: super::pipe::EXAMPLES,
+            exit_status: super::pipe::EXIT_STATUS,
+            environment: &[
+                ("RDPIPE_KEY", "Not used: rdpipe makes a fresh random key for each pipeline and hands it to each endpoint on its SSH channel's standard input, never on a command line or in the environment."),
+                ("RDPIPE_DEBUG", "When set, every control line from the agents is printed on stderr."),
+                ("SSH_AUTH_SOCK", "Used by ssh as usual: rdpipe's ssh runs with BatchMode=yes, so keys must be usable without a prompt."),
+            ],
+            files: &[
+                ("~/.ssh/config", "Host aliases, users, ports and options for every host (or the file given with -F)."),
+                ("$XDG_RUNTIME_DIR/rdpipe-*/, /tmp/rdpipe-*/", "The ssh control sockets of a running pipeline; removed when it ends."),
+            ],
+            see_also: "rdsend(1), rdrecv(1), ssh(1), ssh_config(5), sshd_config(5)",
+        },
     ]
 }
 

@@ -1,8 +1,9 @@
-//! Flags and entry points of `rdsend` and `rdrecv`, and what they share: key
+//! Flags and entry points of `rdsend`, `rdrecv` and `rdpipe`, and what they share: key
 //! resolution, size parsing, messages and exit statuses.
 
 pub mod common;
 pub mod docs;
+pub mod pipe;
 pub mod progress;
 pub mod recv;
 pub mod send;

@@ -1,2 +1,39 @@
-//! rdpipe orchestration (pipeline plan, SSH launch). Work in progress.
+//! rdpipe: Unix pipelines across machines.
+//!
+//! - [`plan`]: `HOST:CMD` arguments → a [`plan::Pipeline`] value (what `-n` prints);
+//! - [`run`]: SSH masters, agents, relaying ports, teardown, the verdict;
+//! - [`agent`]: the per-segment endpoint (`rdrecv --agent`), and its control protocol;
+//! - [`ssh`]: ssh options, data addresses, master connections;
+//! - [`guard`]: the processes that tie an SSH master's life to rdpipe's and a
+//!   command's life to its agent's.
 #![deny(missing_docs)]
+
+pub mod agent;
+pub mod guard;
+pub mod plan;
+pub mod run;
+pub mod ssh;
+
+use rdpipe_wire::TransportPref;
+
+/// Parses `auto`, `tcp` or `rdma`.
+pub fn transport_pref(s: &str) -> Option<TransportPref> {
+    match s {
+        "auto" => Some(TransportPref::Auto),
+        "tcp" => Some(TransportPref::Tcp),
+        "rdma" => Some(TransportPref::Rdma),
+        _ => None,
+    }
+}
+
+/// If `args` (without the program name) start with one of rdpipe's internal modes
+/// (`--agent`, `--ssh-guard`, `--cmd-guard`), runs it and returns its exit status.
+/// Both `rdpipe` and `rdrecv` call this first.
+pub fn internal_mode(args: &[std::ffi::OsString]) -> Option<std::process::ExitCode> {
+    match args.first().and_then(|a| a.to_str()) {
+        Some("--agent") => Some(agent::main(args[1..].iter().cloned())),
+        Some("--ssh-guard") => Some(guard::main(args[1..].iter().cloned())),
+        Some("--cmd-guard") => Some(guard::cmd_main(args[1..].iter().cloned())),
+        _ => None,
+    }
+}

@@ -1,0 +1,16 @@
+complete -c rdpipe -s o -l ssh-option -d 'An option for ssh, as for `ssh -o` (repeatable), e.g. `-o Port=2222`. Applies to every host; host-specific settings belong in the ssh configuration' -r
+complete -c rdpipe -s F -l ssh-config -d 'An ssh configuration file instead of ~/.ssh/config, as for `ssh -F`' -r -F
+complete -c rdpipe -l data-host -d 'The address the other hosts use to reach HOST\'s data endpoints, e.g. an IPoIB address (repeatable). Default: HOST\'s HostName in the ssh configuration, else HOST itself' -r
+complete -c rdpipe -l remote-bin -d 'Directory holding rdrecv on the remote hosts (default: found in PATH)' -r
+complete -c rdpipe -l transport -d 'Transport for the data' -r -f -a "auto\t'RDMA when both ends have an active RDMA device that reaches the peer, else TCP'
+rdma\t'RDMA or fail (exit status 7)'
+tcp\t'TCP only'"
+complete -c rdpipe -l chunk-size -d 'Bytes per chunk, e.g. 256K, 1M' -r
+complete -c rdpipe -l slots -d 'Buffers in flight per transfer' -r
+complete -c rdpipe -l connect-timeout -d 'Seconds to keep trying to connect (ssh and data connections)' -r
+complete -c rdpipe -l handshake-timeout -d 'Seconds the authentication handshake of each transfer may take' -r
+complete -c rdpipe -l max-sessions -d 'SSH sessions per master connection (sshd\'s MaxSessions, 10 by default); a host with more segments gets more connections' -r
+complete -c rdpipe -s n -l dry-run -d 'Print the plan (segments, hosts, who listens, who connects to whom) and run nothing'
+complete -c rdpipe -s v -l verbose -d 'Print each hop\'s transport, byte count and checksum, and the final `Bandwidth X.XXX GB/s`, on stderr'
+complete -c rdpipe -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c rdpipe -s V -l version -d 'Print version'

@@ -1,0 +1,174 @@
+//! Guardians: small processes that tie the life of something rdpipe started to
+//! the life of its starter, so that even a SIGKILL leaves nothing behind.
+//!
+//! - [`main`]: the SSH master's guardian (`rdpipe --ssh-guard ssh ARGS...`).
+//! - [`cmd_main`]: a segment command's guardian (`rdrecv --cmd-guard FD sh -c CMD`).
+//!
+//! # The SSH master's guardian
+//!
+//! rdpipe runs each SSH master connection (`ssh -M -N`) in the foreground under a
+//! small guardian process whose stdin is a pipe from rdpipe. When that pipe closes,
+//! because rdpipe finished, failed, or was killed with SIGKILL, the guardian
+//! terminates the master. So no `ssh` process of a pipeline outlives rdpipe, which
+//! a daemonised master (`ssh -f` with `ControlPersist=yes`) would.
+
+use rustix::process::{kill_process, Pid, Signal};
+use std::ffi::OsString;
+use std::io::Read;
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+enum Ev {
+    Gone,
+    Exited(Option<i32>),
+}
+
+/// Runs `args[0] args[1..]` until it exits (its status is returned) or stdin
+/// reaches end of file or a SIGTERM/SIGINT/SIGHUP arrives (it is then terminated).
+pub fn main<I: IntoIterator<Item = OsString>>(args: I) -> ExitCode {
+    let args: Vec<OsString> = args.into_iter().collect();
+    let Some((prog, rest)) = args.split_first() else {
+        eprintln!("rdpipe --ssh-guard: no command");
+        return ExitCode::from(2);
+    };
+    let mut child = match Command::new(prog)
+        .args(rest)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("rdpipe: cannot run {}: {e}", prog.to_string_lossy());
+            return ExitCode::from(127);
+        }
+    };
+    let pid = Pid::from_child(&child);
+    let (tx, rx) = mpsc::channel();
+    {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 64];
+            let mut stdin = std::io::stdin();
+            while matches!(stdin.read(&mut buf), Ok(n) if n > 0) {}
+            let _ = tx.send(Ev::Gone);
+        });
+    }
+    if let Ok(mut sigs) = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGHUP,
+    ]) {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            if sigs.forever().next().is_some() {
+                let _ = tx.send(Ev::Gone);
+            }
+        });
+    }
+    let waiter = std::thread::spawn(move || {
+        let st = child.wait().ok().and_then(|s| s.code());
+        let _ = tx.send(Ev::Exited(st));
+    });
+    match rx.recv() {
+        Ok(Ev::Exited(code)) => {
+            let _ = waiter.join();
+            ExitCode::from(code.unwrap_or(1).clamp(0, 255) as u8)
+        }
+        _ => {
+            let _ = kill_process(pid, Signal::Term);
+            let deadline = Instant::now() + Duration::from_secs(2);
+            loop {
+                match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                    Ok(Ev::Exited(_)) => break,
+                    Ok(Ev::Gone) => continue,
+                    Err(_) => {
+                        let _ = kill_process(pid, Signal::Kill);
+                        let _ = waiter.join();
+                        break;
+                    }
+                }
+            }
+            ExitCode::SUCCESS
+        }
+    }
+}
+
+/// The command's guardian (`--cmd-guard FD PROG ARGS...`, internal): the agent
+/// starts a segment's `sh -c CMD` through it. It leads the command's process group
+/// and holds the read end of a "lifeline" pipe (file descriptor FD) whose write end
+/// only the agent has. When the agent dies, even by SIGKILL, the lifeline reads end
+/// of file and the guardian takes the whole group down (SIGTERM, SIGKILL one second
+/// later). Otherwise it exits with the command's status, or dies of the signal
+/// that killed the command.
+pub fn cmd_main<I: IntoIterator<Item = OsString>>(args: I) -> ExitCode {
+    use std::os::unix::process::ExitStatusExt;
+    let args: Vec<OsString> = args.into_iter().collect();
+    let (Some(fd), Some(prog)) = (
+        args.first().and_then(|a| a.to_str()?.parse::<u32>().ok()),
+        args.get(1),
+    ) else {
+        eprintln!("rdrecv --cmd-guard: usage: --cmd-guard FD PROG ARGS...");
+        return ExitCode::from(2);
+    };
+    // A new descriptor for the inherited pipe (no unsafe fd adoption needed).
+    let lifeline = match std::fs::File::open(format!("/proc/self/fd/{fd}")) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("rdrecv --cmd-guard: no lifeline on fd {fd}: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut child = match Command::new(prog).args(&args[2..]).spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("rdpipe: cannot run {}: {e}", prog.to_string_lossy());
+            return ExitCode::from(127);
+        }
+    };
+    // The data pipes belong to the command now: hold no copies, so that their
+    // ends see EOF/EPIPE when the command closes them.
+    if let Ok(null) = std::fs::File::options()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+    {
+        let _ = rustix::stdio::dup2_stdin(&null);
+        let _ = rustix::stdio::dup2_stdout(&null);
+    }
+    let (tx, rx) = mpsc::channel();
+    {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 64];
+            let mut l = lifeline;
+            while matches!(l.read(&mut buf), Ok(n) if n > 0) {}
+            let _ = tx.send(Ev::Gone);
+        });
+    }
+    std::thread::spawn(move || {
+        let st = child.wait().ok();
+        let code = st.map(|s| match (s.code(), s.signal()) {
+            (Some(c), _) => c,
+            (None, Some(sig)) => -sig,
+            _ => 1,
+        });
+        let _ = tx.send(Ev::Exited(code));
+    });
+    match rx.recv() {
+        Ok(Ev::Exited(Some(code))) if code < 0 => {
+            // Die of the same signal, so the agent sees what the command saw.
+            let _ = signal_hook::low_level::emulate_default_handler(-code);
+            ExitCode::from((128 - code).clamp(0, 255) as u8)
+        }
+        Ok(Ev::Exited(code)) => ExitCode::from(code.unwrap_or(1).clamp(0, 255) as u8),
+        _ => {
+            let me = rustix::process::getpid();
+            let _ = rustix::process::kill_process_group(me, Signal::Term);
+            std::thread::sleep(Duration::from_secs(1));
+            let _ = rustix::process::kill_process_group(me, Signal::Kill);
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,179 @@
+//! The SSH side: the `ssh` options every call gets, the data address of a host
+//! (`ssh -G`), and the multiplexed master connections that carry the agents'
+//! control channels (the `openssh` crate in native-mux mode).
+//!
+//! Masters are started by rdpipe itself, in the foreground under a guardian
+//! ([`crate::guard`]), with `ssh -M -S SOCKET -N`, and then used through
+//! [`openssh::Session::resume_mux`]. Starting them ourselves lets every `-o`
+//! option through and ties the master's life to rdpipe's.
+
+use crate::plan::RemoteHost;
+use openssh::Session;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How rdpipe calls ssh.
+#[derive(Debug, Clone, Default)]
+pub struct SshConfig {
+    /// `-F FILE`.
+    pub config_file: Option<PathBuf>,
+    /// `-o OPTION`s, passed first so that they win over rdpipe's defaults.
+    pub options: Vec<String>,
+    /// Seconds for `ConnectTimeout` unless an option sets it.
+    pub connect_timeout: u64,
+}
+
+/// SSH failures.
+#[derive(Debug, thiserror::Error)]
+pub enum SshError {
+    /// The master connection could not be established.
+    #[error("ssh: {0}")]
+    Connect(String),
+    /// Running ssh or the guardian failed.
+    #[error("cannot run ssh: {0}")]
+    Spawn(#[source] std::io::Error),
+}
+
+impl SshConfig {
+    /// Arguments common to every ssh call for `host`, ending with the destination.
+    pub fn args(&self, host: &RemoteHost) -> Vec<String> {
+        let mut a = Vec::new();
+        if let Some(f) = &self.config_file {
+            a.push("-F".into());
+            a.push(f.to_string_lossy().into_owned());
+        }
+        for o in &self.options {
+            a.push("-o".into());
+            a.push(o.clone());
+        }
+        a.extend(
+            [
+                "BatchMode=yes".to_string(),
+                format!("ConnectTimeout={}", self.connect_timeout.max(1)),
+                "ServerAliveInterval=10".into(),
+                "ServerAliveCountMax=3".into(),
+            ]
+            .into_iter()
+            .flat_map(|o| ["-o".to_string(), o]),
+        );
+        if let Some(p) = host.port {
+            a.push("-p".into());
+            a.push(p.to_string());
+        }
+        a
+    }
+
+    /// The host's address as the ssh configuration resolves it (`ssh -G`'s
+    /// `hostname`): what other hosts use to reach its data endpoints unless
+    /// `--data-host` says otherwise. Falls back to the name as written.
+    pub fn hostname(&self, host: &RemoteHost) -> String {
+        let out = std::process::Command::new("ssh")
+            .arg("-G")
+            .args(self.args(host))
+            .arg("--")
+            .arg(host.destination())
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .output();
+        if let Ok(o) = out {
+            if o.status.success() {
+                for l in String::from_utf8_lossy(&o.stdout).lines() {
+                    if let Some(h) = l.strip_prefix("hostname ") {
+                        return h.trim().to_string();
+                    }
+                }
+            }
+        }
+        host.name.clone()
+    }
+}
+
+/// A running master connection.
+pub struct Master {
+    guard: tokio::process::Child,
+    guard_stdin: Option<tokio::process::ChildStdin>,
+    /// The session, for opening channels.
+    pub session: Arc<Session>,
+}
+
+fn last_log_line(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.lines()
+        .map(str::trim)
+        .rfind(|l| !l.is_empty())
+        .unwrap_or("connection failed")
+        .to_string()
+}
+
+impl Master {
+    /// Starts a master for `host` with its control socket at `ctl` and waits until
+    /// it accepts sessions. `guard_exe` is run as `guard_exe --ssh-guard ssh ...`.
+    pub async fn launch(
+        cfg: &SshConfig,
+        host: &RemoteHost,
+        ctl: &Path,
+        guard_exe: &Path,
+    ) -> Result<Master, SshError> {
+        let log = ctl.with_extension("log");
+        let mut cmd = tokio::process::Command::new(guard_exe);
+        cmd.arg("--ssh-guard")
+            .arg("ssh")
+            .args(cfg.args(host))
+            .arg("-M")
+            .arg("-S")
+            .arg(ctl)
+            .arg("-N")
+            .arg("-E")
+            .arg(&log)
+            .args(["-o", "ControlPersist=no", "-o", "RemoteCommand=none"])
+            .arg("--")
+            .arg(host.destination())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .kill_on_drop(true);
+        let mut guard = cmd.spawn().map_err(SshError::Spawn)?;
+        let guard_stdin = guard.stdin.take();
+        let session = Arc::new(Session::resume_mux(ctl.into(), Some(log.clone().into())));
+        let limit = Duration::from_secs(cfg.connect_timeout.max(1) + 30);
+        let start = Instant::now();
+        let mut pause = Duration::from_millis(10);
+        loop {
+            if let Ok(Some(_)) = guard.try_wait() {
+                return Err(SshError::Connect(last_log_line(&log)));
+            }
+            if ctl.exists() && session.check().await.is_ok() {
+                return Ok(Master {
+                    guard,
+                    guard_stdin,
+                    session,
+                });
+            }
+            if start.elapsed() > limit {
+                let _ = guard.start_kill();
+                return Err(SshError::Connect(format!(
+                    "no master connection after {} s ({})",
+                    limit.as_secs(),
+                    last_log_line(&log)
+                )));
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(100));
+        }
+    }
+
+    /// Ends the master (and with it every channel still open) and waits for it.
+    pub async fn close(mut self) {
+        self.guard_stdin.take();
+        if tokio::time::timeout(Duration::from_secs(4), self.guard.wait())
+            .await
+            .is_err()
+        {
+            let _ = self.guard.start_kill();
+            let _ = self.guard.wait().await;
+        }
+    }
+}

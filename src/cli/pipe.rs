@@ -1,0 +1,204 @@
+//! `rdpipe`'s flags (clap derive) and its entry point. The work is done by the
+//! `rdpipe-orchestrate` crate; this file only turns flags into its `Config`.
+
+use crate::cli::common::{parse_size, Transport};
+use clap::Parser;
+use rdpipe_orchestrate::run::{Config, LocalExe};
+use rdpipe_wire::MAX_SLOTS;
+use std::path::PathBuf;
+
+fn parse_slots(s: &str) -> Result<u32, String> {
+    let n: u32 = s
+        .parse()
+        .map_err(|_| format!("'{s}' is not a number of slots"))?;
+    if !(1..=MAX_SLOTS).contains(&n) {
+        return Err(format!("{n} slots is out of range 1..={MAX_SLOTS}"));
+    }
+    Ok(n)
+}
+
+/// Examples for `--help` and the man page.
+pub const EXAMPLES: &str = "\
+Examples:
+  # hello -> OLLEH, through two hosts:
+  echo hello | rdpipe host1:'tr [:lower:] [:upper:]' host2:rev
+
+  # replicate a ZFS dataset, the data going host to host:
+  rdpipe src:'zfs send tank/fs@snap' dst:'zfs recv -F backup/fs'
+
+  # a file from host1, compressed on host2, stored on host3 (no stdout):
+  rdpipe host1:'< /data/db.dump' host2:'zstd -T0' host3:'> /backup/db.dump.zst'
+
+  # start and end locally, over an IPoIB address for host2's data:
+  tar c dir | rdpipe --data-host host2=10.0.0.2 host2:'gzip' -:'cat > dir.tgz'
+
+  # show what would run:
+  rdpipe -n host1:cat host2:cat";
+
+/// rdpipe's exit statuses, for the man page.
+pub const EXIT_STATUS: &[(&str, &str)] = &[
+    ("0", "Every command and every transfer succeeded (each hop verified by byte count and checksum)."),
+    ("1..125", "The status of the failing command (the rightmost one, as with set -o pipefail), or 1 for any other failure: ssh, a transfer, a file."),
+    ("2", "Bad arguments: malformed HOST:CMD (empty host or command, unbalanced quotes), out-of-range option."),
+    ("127", "rdrecv was not found on a host (install rdma-pipe there or pass --remote-bin)."),
+    ("130, 143", "Interrupted by SIGINT or SIGTERM; the whole pipeline was stopped."),
+    ("141", "rdpipe's standard output was closed (like a shell pipeline's SIGPIPE); no message."),
+];
+
+/// Unix pipes between machines, over RDMA or TCP, set up over SSH.
+///
+/// Runs each HOST:CMD segment on its host and streams each command's
+/// stdout straight to the next host's command. rdpipe's stdin (unless a
+/// terminal) feeds the first command; the last command's stdout comes
+/// back to rdpipe's stdout.
+///
+/// Segments:
+///   HOST:CMD         `sh -c CMD` on HOST (user@host, ssh aliases)
+///   [user@host:PORT]:CMD   with a port ([fe80::1]:CMD for IPv6)
+///   -:CMD            CMD on this machine, no SSH (also localhost:CMD)
+///   HOST:'< FILE'    send FILE; mid-pipeline the previous output is
+///                    received, verified and discarded
+///   HOST:'> FILE'    write the stream to FILE ('>>' appends);
+///                    mid-pipeline an empty stream goes onward
+///
+/// Remote hosts need rdrecv (from rdma-pipe) in PATH or --remote-bin.
+/// Exit status as with `set -o pipefail`; on failure one line names the
+/// host, the command and what failed, and the whole pipeline stops.
+#[derive(Debug, Parser)]
+#[command(name = "rdpipe", version, verbatim_doc_comment, after_help = EXAMPLES)]
+pub struct PipeArgs {
+    /// The pipeline: HOST:CMD segments, in order.
+    #[arg(value_name = "HOST:CMD", required = true)]
+    pub segments: Vec<String>,
+
+    /// Print the plan (segments, hosts, who listens, who connects to whom) and run
+    /// nothing.
+    #[arg(short = 'n', long)]
+    pub dry_run: bool,
+
+    /// Print each hop's transport, byte count and checksum, and the final
+    /// `Bandwidth X.XXX GB/s`, on stderr.
+    #[arg(short, long)]
+    pub verbose: bool,
+
+    /// An option for ssh, as for `ssh -o` (repeatable), e.g. `-o Port=2222`. Applies
+    /// to every host; host-specific settings belong in the ssh configuration.
+    #[arg(short = 'o', long = "ssh-option", value_name = "OPTION")]
+    pub ssh_options: Vec<String>,
+
+    /// An ssh configuration file instead of ~/.ssh/config, as for `ssh -F`.
+    #[arg(short = 'F', long = "ssh-config", value_name = "FILE")]
+    pub ssh_config: Option<PathBuf>,
+
+    /// The address the other hosts use to reach HOST's data endpoints, e.g. an
+    /// IPoIB address (repeatable). Default: HOST's HostName in the ssh
+    /// configuration, else HOST itself.
+    #[arg(long, value_name = "HOST=ADDR")]
+    pub data_host: Vec<String>,
+
+    /// Directory holding rdrecv on the remote hosts (default: found in PATH).
+    #[arg(long, value_name = "DIR")]
+    pub remote_bin: Option<String>,
+
+    /// Transport for the data.
+    #[arg(long, value_enum, default_value_t = Transport::Auto)]
+    pub transport: Transport,
+
+    /// Bytes per chunk, e.g. 256K, 1M.
+    #[arg(long, value_name = "SIZE", default_value = "1M", value_parser = parse_size)]
+    pub chunk_size: u32,
+
+    /// Buffers in flight per transfer.
+    #[arg(long, value_name = "N", default_value = "2", value_parser = parse_slots)]
+    pub slots: u32,
+
+    /// Seconds to keep trying to connect (ssh and data connections).
+    #[arg(long, value_name = "SECS", default_value_t = 30,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub connect_timeout: u64,
+
+    /// Seconds the authentication handshake of each transfer may take.
+    #[arg(long, value_name = "SECS", default_value_t = 10,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub handshake_timeout: u64,
+
+    /// SSH sessions per master connection (sshd's MaxSessions, 10 by default); a
+    /// host with more segments gets more connections.
+    #[arg(long, value_name = "N", default_value_t = 10,
+          value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub max_sessions: u32,
+}
+
+impl PipeArgs {
+    /// The orchestrator's configuration.
+    pub fn config(self) -> Config {
+        Config {
+            segments: self.segments,
+            dry_run: self.dry_run,
+            verbose: self.verbose,
+            ssh_options: self.ssh_options,
+            ssh_config: self.ssh_config,
+            data_host: self.data_host,
+            remote_bin: self.remote_bin,
+            transport: match self.transport {
+                Transport::Auto => "auto",
+                Transport::Tcp => "tcp",
+                Transport::Rdma => "rdma",
+            }
+            .to_string(),
+            chunk_size: self.chunk_size,
+            slots: self.slots,
+            connect_timeout: self.connect_timeout,
+            handshake_timeout: self.handshake_timeout,
+            max_sessions: self.max_sessions,
+        }
+    }
+}
+
+/// `-:CMD` (a local segment) looks like a short option to clap: it is spelled
+/// `localhost:CMD` before parsing, which means the same.
+pub fn normalize_args<I: IntoIterator<Item = std::ffi::OsString>>(
+    args: I,
+) -> Vec<std::ffi::OsString> {
+    args.into_iter()
+        .map(|a| match a.to_str() {
+            Some(s) if s.starts_with("-:") => format!("localhost{}", &s[1..]).into(),
+            _ => a,
+        })
+        .collect()
+}
+
+/// Runs rdpipe; `exe` is this program (run again for local segments' agents and
+/// as the ssh master's guard). Returns the exit status.
+pub fn run(args: PipeArgs, exe: PathBuf) -> u8 {
+    rdpipe_orchestrate::run::run(args.config(), LocalExe { exe })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_parse() {
+        let a = PipeArgs::try_parse_from(normalize_args(
+            [
+                "rdpipe",
+                "-n",
+                "-o",
+                "Port=2222",
+                "--data-host",
+                "h1=10.0.0.1",
+                "-:cat",
+                "h2:rev",
+            ]
+            .map(Into::into),
+        ))
+        .unwrap();
+        assert!(a.dry_run);
+        assert_eq!(a.ssh_options, ["Port=2222"]);
+        assert_eq!(a.segments, ["localhost:cat", "h2:rev"]);
+        assert!(PipeArgs::try_parse_from(["rdpipe"]).is_err());
+        assert!(PipeArgs::try_parse_from(["rdpipe", "--slots", "0", "h:cat"]).is_err());
+        assert!(PipeArgs::try_parse_from(["rdpipe", "--chunk-size", "0", "h:cat"]).is_err());
+    }
+}

@@ -1,0 +1,205 @@
+//! rdpipe without SSH: local segments (`-:CMD`, `localhost:CMD`), argument errors,
+//! the dry run, pipefail exit statuses, a closed stdout, and teardown on SIGTERM.
+
+mod support;
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+use support::*;
+
+fn a(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+#[test]
+fn local_hello_olleh() {
+    let r = run(
+        &a(&["-:tr [:lower:] [:upper:]", "localhost:rev"]),
+        Some(b"hello\n".to_vec()),
+        Duration::from_secs(30),
+    );
+    r.ok();
+    assert_eq!(r.stdout_str(), "OLLEH\n");
+    assert!(r.stderr.is_empty(), "{}", r.stderr);
+}
+
+#[test]
+fn local_data_verbose() {
+    let data = random_bytes(8 << 20, 3);
+    let r = run(
+        &a(&["-v", "-:cat", "-:cat"]),
+        Some(data.clone()),
+        Duration::from_secs(60),
+    );
+    r.ok();
+    assert!(r.stdout == data);
+    let sum = xxh3_hex(&data);
+    assert_eq!(
+        r.stderr.lines().filter(|l| l.contains(&sum)).count(),
+        3,
+        "{}",
+        r.stderr
+    );
+    assert!(
+        r.stderr.lines().last().unwrap().starts_with("Bandwidth "),
+        "{}",
+        r.stderr
+    );
+}
+
+#[test]
+fn malformed_arguments_exit_2_with_one_line() {
+    for (arg, msg) in [
+        (":cat", "rdpipe: empty host in ':cat'"),
+        ("h1:", "rdpipe: empty command in 'h1:'"),
+        ("h1:   ", "rdpipe: empty command in 'h1:   '"),
+        (
+            "h1:echo 'oops",
+            "rdpipe: unbalanced quotes in 'h1:echo 'oops'",
+        ),
+        ("cat", "rdpipe: 'cat' is not HOST:CMD (no ':')"),
+        ("h1:>", "rdpipe: missing file name after '>' in 'h1:>'"),
+    ] {
+        let r = run(&a(&["h0:cat", arg]), None, Duration::from_secs(10));
+        assert_eq!(r.code(), Some(2), "{arg}: {}", r.stderr);
+        assert_eq!(r.stderr.trim_end(), msg, "{arg}");
+    }
+    let r = run(
+        &a(&["--data-host", "nonsense", "h:cat"]),
+        None,
+        Duration::from_secs(10),
+    );
+    assert_eq!(r.code(), Some(2));
+    let r = run(
+        &a(&["--chunk-size", "0", "h:cat"]),
+        None,
+        Duration::from_secs(10),
+    );
+    assert_eq!(r.code(), Some(2));
+    let r = run(&a(&[]), None, Duration::from_secs(10));
+    assert_eq!(r.code(), Some(2));
+}
+
+#[test]
+fn dry_run_prints_the_plan_and_runs_nothing() {
+    let r = run(
+        &a(&[
+            "-n",
+            "--data-host",
+            "h2=192.0.2.7",
+            "h1:tr [:lower:] [:upper:]",
+            "h2:rev",
+            "-:> /nonexistent/dir/file",
+        ]),
+        None,
+        Duration::from_secs(10),
+    );
+    r.ok();
+    let t = r.stdout_str();
+    for want in [
+        "rdpipe plan: 3 segment(s), 3 transfer(s); nothing was run",
+        "[1] h1               sh -c \"tr [:lower:] [:upper:]\"  (ssh h1)",
+        "[3] local            write file \"/nonexistent/dir/file\"  (local, no ssh)",
+        "rdpipe stdin -> [1] h1: [1] h1 listens on an ephemeral port, rdpipe connects to h1",
+        "[1] h1 -> [2] h2: [2] h2 listens on an ephemeral port, [1] h1 connects to 192.0.2.7",
+        "[2] h2 -> [3] local: [2] h2 listens on an ephemeral port, [3] local connects to 192.0.2.7",
+        "h1: 1 segment(s) over 1 connection(s)",
+    ] {
+        assert!(t.contains(want), "missing {want:?} in:\n{t}");
+    }
+}
+
+#[test]
+fn pipefail_status_of_the_failing_command() {
+    // The failing command's status, and one line naming it.
+    let r = run(
+        &a(&["-:cat", "-:cat >/dev/null; exit 4", "-:cat"]),
+        Some(b"x\n".to_vec()),
+        Duration::from_secs(30),
+    );
+    assert_eq!(r.code(), Some(4), "{}", r.stderr);
+    assert_eq!(
+        r.stderr.trim_end(),
+        "rdpipe: local [2] 'cat >/dev/null; exit 4': the command exited with status 4"
+    );
+    // A failed producer aborts its stream: the downstream command is stopped
+    // instead of seeing a clean end, so the producer's status is the verdict.
+    let r = run(
+        &a(&["-:exit 3", "-:cat >/dev/null; exit 4", "-:cat"]),
+        None,
+        Duration::from_secs(30),
+    );
+    assert_eq!(r.code(), Some(3), "{}", r.stderr);
+    assert!(r
+        .stderr
+        .contains("rdpipe: local [1] 'exit 3': the command exited with status 3"));
+    // A producer that fails after writing everything: the consumer never sees a
+    // clean end of stream, so `> FILE` is not mistaken for complete.
+    let s = Scratch::new("pf");
+    let r = run(
+        &a(&["-:echo partial; exit 1", &format!("-:> {}", s.s("f"))]),
+        None,
+        Duration::from_secs(30),
+    );
+    assert_eq!(r.code(), Some(1), "{}", r.stderr);
+}
+
+#[test]
+fn closed_stdout_is_quiet() {
+    let mut c = Command::new(rdpipe())
+        .args(["-:yes"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut so = c.stdout.take().unwrap();
+    let mut buf = [0u8; 10];
+    so.read_exact(&mut buf).unwrap();
+    drop(so);
+    let t = std::time::Instant::now();
+    let st = loop {
+        if let Some(st) = c.try_wait().unwrap() {
+            break st;
+        }
+        assert!(t.elapsed() < Duration::from_secs(15), "rdpipe did not stop");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    c.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert_eq!(st.code(), Some(141), "{err}");
+    assert!(err.is_empty(), "{err}");
+}
+
+#[test]
+fn sigterm_tears_down_local_segments() {
+    let mark = format!("LMARK{}", std::process::id());
+    let p = start(
+        &[],
+        &a(&[
+            &format!("-:yes {mark}"),
+            &format!("-:cat >/dev/null # {mark}"),
+        ]),
+        None,
+    );
+    let t = std::time::Instant::now();
+    while pgrep(&format!("^yes {mark}")).is_empty() {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "pipeline did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Command::new("kill")
+        .args(["-TERM", &p.child.id().to_string()])
+        .status()
+        .unwrap();
+    let r = p.finish(Duration::from_secs(10));
+    assert_eq!(r.code(), Some(143), "{}", r.stderr);
+    assert!(
+        wait_gone(&mark, Duration::from_secs(5)),
+        "{}",
+        ps(&pgrep(&mark))
+    );
+}

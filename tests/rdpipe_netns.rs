@@ -1,0 +1,283 @@
+//! rdpipe across three "hosts": network namespaces joined by veth pairs to a bridge,
+//! each with its own sshd, rdpipe itself running in a fourth namespace. Needs root
+//! (CI runs as root); each test says SKIPPED loudly otherwise. Every test checks at
+//! the end that no process of the pipeline is left in any namespace.
+
+mod support;
+
+use std::time::Duration;
+use support::*;
+
+macro_rules! need_root {
+    ($name:expr) => {
+        if !is_root() {
+            skip($name, "needs root (network namespaces)");
+            return;
+        }
+        if !have_ssh() {
+            skip($name, "needs openssh-server and openssh-client installed");
+            return;
+        }
+    };
+}
+
+fn args(net: &Netns, extra: &[&str]) -> Vec<String> {
+    let mut v = net.base_args();
+    v.extend(extra.iter().map(|s| s.to_string()));
+    v
+}
+
+fn go(net: &Netns, extra: &[&str], input: Option<Vec<u8>>, limit: u64) -> Run {
+    let p = net.exec_prefix();
+    let p: Vec<&str> = p.iter().map(|s| s.as_str()).collect();
+    start(&p, &args(net, extra), input).finish(Duration::from_secs(limit))
+}
+
+fn assert_clean(net: &Netns) {
+    let left = net.wait_clean(Duration::from_secs(8));
+    let pids: Vec<u32> = left.iter().flat_map(|(_, v)| v.clone()).collect();
+    assert!(
+        left.is_empty(),
+        "processes left over: {left:?}\n{}",
+        ps(&pids)
+    );
+}
+
+#[test]
+fn netns_hello_olleh() {
+    need_root!("netns_hello_olleh");
+    let net = Netns::start("a");
+    let r = go(
+        &net,
+        &["n1:tr [:lower:] [:upper:]", "n2:rev"],
+        Some(b"hello\n".to_vec()),
+        60,
+    );
+    r.ok();
+    assert_eq!(r.stdout_str(), "OLLEH\n");
+    assert_clean(&net);
+}
+
+#[test]
+fn netns_64mib_three_hosts_tee_checksums() {
+    need_root!("netns_64mib_three_hosts_tee_checksums");
+    let net = Netns::start("b");
+    let data = random_bytes(64 << 20, 64);
+    let sum = xxh3_hex(&data);
+    let tee = net.dir.s("tee");
+    let r = go(
+        &net,
+        &["-v", "n1:cat", &format!("n2:tee {tee}"), "n3:cat"],
+        Some(data.clone()),
+        240,
+    );
+    r.ok();
+    assert!(
+        r.stdout == data,
+        "stdout differs ({} bytes)",
+        r.stdout.len()
+    );
+    assert!(
+        std::fs::read(&tee).unwrap() == data,
+        "tee copy on n2 differs"
+    );
+    // rdpipe stdin -> n1 -> n2 -> n3 -> rdpipe stdout: each hop verified by both
+    // ends and reported with the input's checksum.
+    let hops: Vec<&str> = r.stderr.lines().filter(|l| l.contains(" -> ")).collect();
+    assert_eq!(hops.len(), 4, "{}", r.stderr);
+    for l in &hops {
+        assert!(
+            l.contains(&sum) && l.contains(&format!("{} bytes", data.len())),
+            "{l}"
+        );
+    }
+    assert!(
+        hops[1].starts_with("rdpipe: [1] n1 -> [2] n2: tcp"),
+        "{}",
+        hops[1]
+    );
+    assert!(
+        r.stderr.lines().any(|l| l.starts_with("Bandwidth ")),
+        "{}",
+        r.stderr
+    );
+    assert_clean(&net);
+}
+
+#[test]
+fn netns_file_operators() {
+    need_root!("netns_file_operators");
+    let net = Netns::start("c");
+    let d = &net.dir;
+    std::fs::write(d.path("in"), "abc\n").unwrap();
+    go(
+        &net,
+        &[
+            &format!("n1:< {}", d.s("in")),
+            "n2:tr a-z A-Z",
+            &format!("n3:> {}", d.s("out")),
+        ],
+        None,
+        60,
+    )
+    .ok();
+    assert_eq!(std::fs::read_to_string(d.path("out")).unwrap(), "ABC\n");
+    let r = go(
+        &net,
+        &[
+            "n1:cat",
+            &format!("n2:> {}", d.s("mid")),
+            &format!("n3:< {}", d.s("in")),
+            "n1:rev",
+        ],
+        Some(b"xyz\n".to_vec()),
+        60,
+    );
+    r.ok();
+    assert_eq!(r.stdout_str(), "cba\n");
+    assert_eq!(std::fs::read_to_string(d.path("mid")).unwrap(), "xyz\n");
+    assert_clean(&net);
+}
+
+#[test]
+fn netns_repeated_host_and_more_than_max_sessions() {
+    need_root!("netns_repeated_host_and_more_than_max_sessions");
+    let net = Netns::start("d");
+    // tac twice is the identity for data that ends with a newline.
+    let mut data = random_bytes(2 << 20, 5);
+    *data.last_mut().unwrap() = b'\n';
+    let r = go(
+        &net,
+        &["n1:cat", "n2:tac", "n1:tac", "n3:cat"],
+        Some(data.clone()),
+        60,
+    );
+    r.ok();
+    assert!(r.stdout == data);
+    // 12 segments on n2 (sshd's MaxSessions is 10).
+    let mut a = vec!["n1:cat"];
+    a.extend(std::iter::repeat_n("n2:cat", 12));
+    a.push("n3:cat");
+    let r = go(&net, &a, Some(data.clone()), 120);
+    r.ok();
+    assert!(r.stdout == data);
+    assert_clean(&net);
+}
+
+#[test]
+fn netns_two_pipelines_at_once() {
+    need_root!("netns_two_pipelines_at_once");
+    let net = Netns::start("e");
+    let d1 = random_bytes(8 << 20, 1);
+    let d2 = random_bytes(8 << 20, 2);
+    let p = net.exec_prefix();
+    let p: Vec<&str> = p.iter().map(|s| s.as_str()).collect();
+    let a = start(
+        &p,
+        &args(&net, &["n1:cat", "n2:cat", "n3:cat"]),
+        Some(d1.clone()),
+    );
+    let b = start(
+        &p,
+        &args(&net, &["n3:cat", "n2:cat", "n1:cat"]),
+        Some(d2.clone()),
+    );
+    let (ra, rb) = (
+        a.finish(Duration::from_secs(120)),
+        b.finish(Duration::from_secs(120)),
+    );
+    ra.ok();
+    rb.ok();
+    assert!(ra.stdout == d1 && rb.stdout == d2);
+    assert_clean(&net);
+}
+
+#[test]
+fn netns_failing_middle_command() {
+    need_root!("netns_failing_middle_command");
+    let net = Netns::start("f");
+    let r = go(
+        &net,
+        &["n1:cat", "n2:head -c 1000 >/dev/null; exit 5", "n3:cat"],
+        Some(random_bytes(8 << 20, 9)),
+        30,
+    );
+    assert_eq!(r.code(), Some(5), "{}", r.stderr);
+    assert!(
+        r.stderr.starts_with(
+            "rdpipe: n2 [2] 'head -c 1000 >/dev/null; exit 5': the command exited with status 5"
+        ),
+        "{}",
+        r.stderr
+    );
+    assert!(r.stdout.is_empty());
+    assert_clean(&net);
+}
+
+#[test]
+fn netns_sigint_mid_stream_leaves_nothing() {
+    need_root!("netns_sigint_mid_stream_leaves_nothing");
+    let net = Netns::start("g");
+    let p = net.exec_prefix();
+    let p: Vec<&str> = p.iter().map(|s| s.as_str()).collect();
+    let mark = format!("MARK{}", std::process::id());
+    let s = start(
+        &p,
+        &args(
+            &net,
+            &[
+                &format!("n1:yes {mark}"),
+                "n2:cat",
+                &format!("n3:cat >/dev/null # {mark}"),
+            ],
+        ),
+        None,
+    );
+    let t = std::time::Instant::now();
+    while pgrep(&format!("^yes {mark}")).is_empty() {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "pipeline did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(700));
+    assert!(std::process::Command::new("kill")
+        .args(["-INT", &s.child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let r = s.finish(Duration::from_secs(10));
+    assert_eq!(r.code(), Some(130), "{}", r.stderr);
+    assert!(r.elapsed < Duration::from_secs(20));
+    assert_clean(&net);
+}
+
+#[test]
+fn netns_missing_remote_tool() {
+    need_root!("netns_missing_remote_tool");
+    let net = Netns::start("h");
+    let p = net.exec_prefix();
+    let p: Vec<&str> = p.iter().map(|s| s.as_str()).collect();
+    let a: Vec<String> = [
+        "-F",
+        &net.config.to_string_lossy(),
+        "--remote-bin",
+        "/nonexistent",
+        "n1:cat",
+        "n2:cat",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let r = start(&p, &a, None).finish(Duration::from_secs(30));
+    assert_eq!(r.code(), Some(127), "{}", r.stderr);
+    assert!(
+        r.stderr.contains(
+            "rdpipe: n2: rdrecv not found (install rdma-pipe there or pass --remote-bin)"
+        ),
+        "{}",
+        r.stderr
+    );
+    assert_clean(&net);
+}

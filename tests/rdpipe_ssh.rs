@@ -1,0 +1,425 @@
+//! rdpipe against a real sshd on 127.0.0.1 (no privileges needed): host aliases
+//! h1..h4 in a generated ssh config all reach the same sshd.
+
+mod support;
+
+use std::time::Duration;
+use support::*;
+
+fn args(ssh: &LocalSsh, extra: &[&str]) -> Vec<String> {
+    let mut v = ssh.base_args();
+    v.extend(extra.iter().map(|s| s.to_string()));
+    v
+}
+
+macro_rules! need_ssh {
+    ($name:expr) => {
+        if !have_ssh() {
+            skip($name, "needs openssh-server and openssh-client installed");
+            return;
+        }
+    };
+}
+
+#[test]
+fn ssh_hello_olleh() {
+    need_ssh!("ssh_hello_olleh");
+    let ssh = LocalSsh::start("hello");
+    let r = run(
+        &args(&ssh, &["h1:tr [:lower:] [:upper:]", "h2:rev"]),
+        Some(b"hello\n".to_vec()),
+        Duration::from_secs(60),
+    );
+    r.ok();
+    assert_eq!(r.stdout_str(), "OLLEH\n", "{}", r.stderr);
+}
+
+#[test]
+fn ssh_file_operators() {
+    need_ssh!("ssh_file_operators");
+    let ssh = LocalSsh::start("files");
+    let d = &ssh.dir;
+    std::fs::write(d.path("in"), "from a file\n").unwrap();
+    // `<` starts, `>` ends: nothing comes back to stdout.
+    let r = run(
+        &args(
+            &ssh,
+            &[
+                &format!("h1:< {}", d.s("in")),
+                "h2:tr a-z A-Z",
+                &format!("h1:> {}", d.s("out")),
+            ],
+        ),
+        None,
+        Duration::from_secs(60),
+    );
+    r.ok();
+    assert!(r.stdout.is_empty());
+    assert_eq!(
+        std::fs::read_to_string(d.path("out")).unwrap(),
+        "FROM A FILE\n"
+    );
+    // `>>` appends.
+    run(
+        &args(
+            &ssh,
+            &[
+                &format!("h1:< {}", d.s("in")),
+                &format!("h2:>> {}", d.s("out")),
+            ],
+        ),
+        None,
+        Duration::from_secs(60),
+    )
+    .ok();
+    assert_eq!(
+        std::fs::read_to_string(d.path("out")).unwrap(),
+        "FROM A FILE\nfrom a file\n"
+    );
+    // `<` in the middle: the previous output is discarded, the file goes on.
+    let r = run(
+        &args(&ssh, &["h1:cat", &format!("h2:< {}", d.s("in")), "h3:rev"]),
+        Some(b"discarded\n".to_vec()),
+        Duration::from_secs(60),
+    );
+    r.ok();
+    assert_eq!(r.stdout_str(), "elif a morf\n");
+    // `>` in the middle: the file gets the stream, an empty stream goes on.
+    let r = run(
+        &args(&ssh, &[&format!("h1:> {}", d.s("mid")), "h2:wc -c"]),
+        Some(b"12345\n".to_vec()),
+        Duration::from_secs(60),
+    );
+    r.ok();
+    assert_eq!(r.stdout_str().trim(), "0");
+    assert_eq!(std::fs::read_to_string(d.path("mid")).unwrap(), "12345\n");
+    // A file that cannot be opened: non-zero, the message names host and file.
+    let r = run(
+        &args(&ssh, &["h2:< /nonexistent/file", "h1:cat"]),
+        None,
+        Duration::from_secs(60),
+    );
+    assert_ne!(r.code(), Some(0));
+    assert!(
+        r.stderr.contains("h2 [1] '< /nonexistent/file'") && r.stderr.contains("/nonexistent/file"),
+        "{}",
+        r.stderr
+    );
+}
+
+#[test]
+fn ssh_data_through_repeated_hosts_with_tee() {
+    need_ssh!("ssh_data_through_repeated_hosts_with_tee");
+    let ssh = LocalSsh::start("tee");
+    let data = random_bytes(16 << 20, 7);
+    let sum = xxh3_hex(&data);
+    let tee = ssh.dir.s("tee");
+    let r = run(
+        &args(&ssh, &["-v", "h1:cat", &format!("h2:tee {tee}"), "h1:cat"]),
+        Some(data.clone()),
+        Duration::from_secs(120),
+    );
+    r.ok();
+    assert!(
+        r.stdout == data,
+        "stdout differs ({} bytes)",
+        r.stdout.len()
+    );
+    assert!(std::fs::read(&tee).unwrap() == data, "tee file differs");
+    // Every hop's reported checksum is the input's.
+    let hops: Vec<&str> = r.stderr.lines().filter(|l| l.contains(" -> ")).collect();
+    assert_eq!(hops.len(), 4, "{}", r.stderr);
+    for l in hops {
+        assert!(
+            l.contains(&sum) && l.contains(&format!("{} bytes", data.len())),
+            "{l}"
+        );
+    }
+    assert!(
+        r.stderr.lines().any(|l| l.starts_with("Bandwidth ")),
+        "{}",
+        r.stderr
+    );
+}
+
+#[test]
+fn ssh_more_segments_than_max_sessions() {
+    need_ssh!("ssh_more_segments_than_max_sessions");
+    let ssh = LocalSsh::start("many");
+    let data = random_bytes(1 << 20, 11);
+    // 12 segments on one host: sshd's MaxSessions is 10.
+    let a = vec!["h1:cat"; 12];
+    let r = run(
+        &args(&ssh, &a),
+        Some(data.clone()),
+        Duration::from_secs(120),
+    );
+    r.ok();
+    assert!(r.stdout == data);
+}
+
+#[test]
+fn ssh_two_pipelines_at_once() {
+    need_ssh!("ssh_two_pipelines_at_once");
+    let ssh = LocalSsh::start("two");
+    let d1 = random_bytes(4 << 20, 1);
+    let d2 = random_bytes(4 << 20, 2);
+    let p1 = start(&[], &args(&ssh, &["h1:cat", "h2:cat"]), Some(d1.clone()));
+    let p2 = start(&[], &args(&ssh, &["h2:cat", "h1:cat"]), Some(d2.clone()));
+    let r1 = p1.finish(Duration::from_secs(120));
+    let r2 = p2.finish(Duration::from_secs(120));
+    r1.ok();
+    r2.ok();
+    assert!(r1.stdout == d1 && r2.stdout == d2);
+}
+
+#[test]
+fn ssh_failing_middle_command() {
+    need_ssh!("ssh_failing_middle_command");
+    let ssh = LocalSsh::start("fail");
+    let r = run(
+        &args(&ssh, &["h1:cat", "h2:cat >/dev/null; exit 3", "h3:cat"]),
+        Some(random_bytes(1 << 20, 3)),
+        Duration::from_secs(30),
+    );
+    assert_eq!(r.code(), Some(3), "{}", r.stderr);
+    // Only rdpipe's own lines (the remote shell may print login noise).
+    let lines: Vec<&str> = r
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("rdpipe:"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{}", r.stderr);
+    assert!(
+        lines[0].starts_with("rdpipe: h2 [2] 'cat >/dev/null; exit 3'")
+            && lines[0].contains("exited with status 3"),
+        "{}",
+        r.stderr
+    );
+    assert!(r.elapsed < Duration::from_secs(10), "{:?}", r.elapsed);
+}
+
+#[test]
+fn ssh_missing_remote_tool() {
+    need_ssh!("ssh_missing_remote_tool");
+    let ssh = LocalSsh::start("missing");
+    let a: Vec<String> = [
+        "-F",
+        &ssh.config.to_string_lossy(),
+        "--remote-bin",
+        "/nonexistent/bin",
+        "h2:cat",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let r = run(&a, None, Duration::from_secs(30));
+    assert_eq!(r.code(), Some(127), "{}", r.stderr);
+    assert!(
+        r.stderr.contains(
+            "rdpipe: h2: rdrecv not found (install rdma-pipe there or pass --remote-bin)"
+        ),
+        "{}",
+        r.stderr
+    );
+}
+
+#[test]
+fn ssh_unreachable_host() {
+    need_ssh!("ssh_unreachable_host");
+    let ssh = LocalSsh::start("closed");
+    let r = run(
+        &args(&ssh, &["h1:cat", "closed:cat"]),
+        None,
+        Duration::from_secs(30),
+    );
+    assert_eq!(r.code(), Some(1), "{}", r.stderr);
+    assert!(r.stderr.contains("rdpipe: closed: ssh: "), "{}", r.stderr);
+    assert!(wait_gone(
+        &ssh.config.to_string_lossy(),
+        Duration::from_secs(5)
+    ));
+}
+
+fn interrupt(sig: &str, tag: &str) {
+    let ssh = LocalSsh::start(tag);
+    let mark = format!("MARK{}{tag}", std::process::id());
+    let p = start(
+        &[],
+        &args(
+            &ssh,
+            &[
+                &format!("h1:yes {mark}"),
+                &format!("h2:cat >/dev/null # {mark}"),
+            ],
+        ),
+        None,
+    );
+    // Mid-stream: wait until the commands run.
+    let t = std::time::Instant::now();
+    while pgrep(&format!("^yes {mark}")).is_empty() {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "pipeline did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let pid = p.child.id().to_string();
+    assert!(std::process::Command::new("kill")
+        .args([sig, &pid])
+        .status()
+        .unwrap()
+        .success());
+    let r = p.finish(Duration::from_secs(10));
+    if sig == "-INT" {
+        assert_eq!(r.code(), Some(130), "{}", r.stderr);
+        assert!(r.stderr.contains("interrupted by SIGINT"), "{}", r.stderr);
+    } else {
+        assert_eq!(r.status.code(), None, "killed by SIGKILL");
+    }
+    for pat in [mark.as_str(), &ssh.config.to_string_lossy()] {
+        assert!(
+            wait_gone(pat, Duration::from_secs(8)),
+            "left over after {sig}:\n{}",
+            ps(&pgrep(pat))
+        );
+    }
+}
+
+#[test]
+fn ssh_sigint_mid_stream_leaves_nothing() {
+    need_ssh!("ssh_sigint_mid_stream_leaves_nothing");
+    interrupt("-INT", "int");
+}
+
+#[test]
+fn ssh_sigkill_of_rdpipe_leaves_nothing() {
+    need_ssh!("ssh_sigkill_of_rdpipe_leaves_nothing");
+    interrupt("-KILL", "kill");
+}
+
+#[test]
+fn ssh_sigkill_of_an_agent_leaves_nothing() {
+    need_ssh!("ssh_sigkill_of_an_agent_leaves_nothing");
+    let ssh = LocalSsh::start("agentkill");
+    let mark = format!("AMARK{}", std::process::id());
+    let p = start(
+        &[],
+        &args(
+            &ssh,
+            &[
+                &format!("h1:yes {mark}"),
+                &format!("h2:cat >/dev/null # {mark}"),
+            ],
+        ),
+        None,
+    );
+    let t = std::time::Instant::now();
+    while pgrep(&format!("^yes {mark}")).is_empty() {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "pipeline did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The producer's agent dies without any chance to clean up.
+    let agents = pgrep(&format!("rdrecv --agent .*yes {mark}"));
+    assert_eq!(agents.len(), 1, "{}", ps(&pgrep(&mark)));
+    std::process::Command::new("kill")
+        .args(["-9", &agents[0].to_string()])
+        .status()
+        .unwrap();
+    let r = p.finish(Duration::from_secs(40));
+    assert_ne!(r.code(), Some(0), "{}", r.stderr);
+    assert!(r.stderr.contains("h1 [1] 'yes "), "{}", r.stderr);
+    assert!(
+        wait_gone(&mark, Duration::from_secs(8)),
+        "left over:\n{}",
+        ps(&pgrep(&mark))
+    );
+}
+
+#[test]
+fn ssh_options_ports_and_user_at_host() {
+    need_ssh!("ssh_options_ports_and_user_at_host");
+    let ssh = LocalSsh::start("opts");
+    let port = ssh.port.to_string();
+    let user = String::from_utf8(
+        std::process::Command::new("id")
+            .arg("-un")
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap()
+    .trim()
+    .to_string();
+    // `-o Port=N` reaches a host whose config has no port.
+    let r = run(
+        &args(&ssh, &["-o", &format!("Port={port}"), "noport:rev"]),
+        Some(b"abc\n".to_vec()),
+        Duration::from_secs(30),
+    );
+    r.ok();
+    assert_eq!(r.stdout_str(), "cba\n");
+    // The bracketed form gives user and port; data address is the literal host.
+    let r = run(
+        &args(&ssh, &[&format!("[{user}@127.0.0.1:{port}]:rev"), "h1:cat"]),
+        Some(b"abc\n".to_vec()),
+        Duration::from_secs(30),
+    );
+    r.ok();
+    assert_eq!(r.stdout_str(), "cba\n");
+    // user@alias.
+    let r = run(
+        &args(&ssh, &[&format!("{user}@h2:tr a-z A-Z")]),
+        Some(b"abc\n".to_vec()),
+        Duration::from_secs(30),
+    );
+    r.ok();
+    assert_eq!(r.stdout_str(), "ABC\n");
+}
+
+#[test]
+fn ssh_master_killed_mid_stream() {
+    need_ssh!("ssh_master_killed_mid_stream");
+    let ssh = LocalSsh::start("masterkill");
+    let mark = format!("SMARK{}", std::process::id());
+    let p = start(
+        &[],
+        &args(
+            &ssh,
+            &[
+                &format!("h1:yes {mark}"),
+                &format!("h2:cat >/dev/null # {mark}"),
+            ],
+        ),
+        None,
+    );
+    let t = std::time::Instant::now();
+    while pgrep(&format!("^yes {mark}")).is_empty() {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "pipeline did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let cfg = ssh.config.to_string_lossy().into_owned();
+    let masters = pgrep(&format!("^ssh .*{cfg}.* -M .*-- h1$"));
+    assert_eq!(masters.len(), 1, "{}", ps(&pgrep(&cfg)));
+    std::process::Command::new("kill")
+        .args(["-9", &masters[0].to_string()])
+        .status()
+        .unwrap();
+    let r = p.finish(Duration::from_secs(40));
+    assert_ne!(r.code(), Some(0), "{}", r.stderr);
+    assert!(r.stderr.contains("h1 [1]"), "{}", r.stderr);
+    for pat in [mark.as_str(), cfg.as_str()] {
+        assert!(
+            wait_gone(pat, Duration::from_secs(8)),
+            "left over:\n{}",
+            ps(&pgrep(pat))
+        );
+    }
+}
