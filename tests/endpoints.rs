@@ -265,3 +265,19 @@ fn bad_options_are_one_line_errors() {
         s.expect_code(2).expect_stderr(needle);
     }
 }
+
+#[test]
+fn port_in_use_is_a_clear_error() {
+    let busy = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    let port = busy.local_addr().unwrap().port().to_string();
+    let mut cmd = Command::new(bin("rdrecv"));
+    cmd.args([port.as_str(), "k"]).stdin(Stdio::null());
+    let out = cmd.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(6), "{stderr}");
+    assert!(
+        stderr.contains(&format!("cannot listen on port {port}")),
+        "{stderr}"
+    );
+    assert_eq!(stderr.lines().count(), 1, "not one line: {stderr}");
+}

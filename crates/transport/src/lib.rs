@@ -7,6 +7,8 @@
 //! - [`handshake`]: hello, mutual authentication and negotiation, on the TCP
 //!   connection that every transfer starts with (RDMA bootstraps from it).
 //! - [`tcp`]: the TCP transport (double-buffered with a writer/reader thread).
+//! - [`rdma`]: the RDMA transport (rdma_cm set-up, RDMA WRITE into the receiver's
+//!   registered ring, credits back as SENDs), built on `rdpipe-verbs`.
 //! - [`pump`]: the send and receive loops: checksum, byte count, end of stream.
 //! - [`endpoint`]: what `rdsend` and `rdrecv` run: connect or listen, handshake,
 //!   pick the transport, pump, report.
@@ -18,6 +20,7 @@ pub mod error;
 pub mod frame_io;
 pub mod handshake;
 pub mod pump;
+pub mod rdma;
 pub mod select;
 pub mod tcp;
 
