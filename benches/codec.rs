@@ -1,6 +1,7 @@
 //! Hot-loop micro-benchmarks: frame header encode/decode, control frames, the
-//! end-to-end checksum, and the input loop's fill step. Figures, not pass/fail:
-//! `cargo bench --bench codec`.
+//! end-to-end checksum, the input loop's fill step, and the whole pump (file ->
+//! send loop -> TCP transport over loopback -> receive loop -> sink) in one process.
+//! Figures, not pass/fail: `cargo bench --bench codec`.
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
 use rdpipe_wire::{Control, FrameHeader, StreamHasher};
@@ -63,5 +64,50 @@ fn fill(c: &mut Criterion) {
     let _ = std::fs::remove_file(&path);
 }
 
-criterion_group!(benches, frames, checksum, fill);
+fn tcp_pump(c: &mut Criterion) {
+    // send_stream -> TcpSender -> loopback -> TcpReceiver -> recv_stream -> sink, with
+    // the checksum on both ends, as rdsend/rdrecv run it (minus process start-up and
+    // the handshake). Both ends share this process's CPUs, as on one host.
+    use rdpipe_transport::pump::{recv_stream, send_stream};
+    use rdpipe_transport::tcp::{TcpReceiver, TcpSender};
+    use std::net::{TcpListener, TcpStream};
+    const SIZE: usize = 256 << 20;
+    let path = std::env::temp_dir().join(format!("rdpipe-bench-pump-{}", std::process::id()));
+    let data: Vec<u8> = (0..SIZE).map(|i| (i * 7 + i / 251) as u8).collect();
+    std::fs::write(&path, &data).unwrap();
+    drop(data);
+    let mut g = c.benchmark_group("pump");
+    g.throughput(Throughput::Bytes(SIZE as u64));
+    g.sample_size(10);
+    for chunk in [64usize << 10, 256 << 10, 1 << 20] {
+        g.bench_function(
+            format!("tcp loopback 256 MiB, chunk {} KiB", chunk >> 10),
+            |b| {
+                b.iter(|| {
+                    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+                    let addr = l.local_addr().unwrap();
+                    let rx = std::thread::spawn(move || {
+                        let (s, _) = l.accept().unwrap();
+                        rdpipe_transport::connect::tune(&s).unwrap();
+                        let mut rx = TcpReceiver::new(s, chunk, 2, "bench".into()).unwrap();
+                        recv_stream(&mut rx, &mut std::io::sink(), &mut |_| {}).unwrap()
+                    });
+                    let s = TcpStream::connect(addr).unwrap();
+                    rdpipe_transport::connect::tune(&s).unwrap();
+                    let mut tx = TcpSender::new(s, chunk, 2, "bench".into()).unwrap();
+                    let mut f = std::fs::File::open(&path).unwrap();
+                    let sent = send_stream(&mut f, &mut tx, &mut |_| {}).unwrap();
+                    drop(tx);
+                    let got = rx.join().unwrap();
+                    assert_eq!(sent.checksum, got.checksum);
+                    got.bytes
+                })
+            },
+        );
+    }
+    g.finish();
+    let _ = std::fs::remove_file(&path);
+}
+
+criterion_group!(benches, frames, checksum, fill, tcp_pump);
 criterion_main!(benches);

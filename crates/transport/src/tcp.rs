@@ -1,19 +1,30 @@
 //! The TCP transport: data frames on the authenticated connection.
 //!
-//! Double buffering: the sender fills one buffer from its input while a writer
-//! thread puts the previous one on the socket; the receiver writes one buffer to its
-//! output while a reader thread fills the next from the socket. Buffers travel
-//! between the two threads through a pair of channels, so no more than `slots`
-//! chunks exist at once (memory stays flat whatever the stream length).
+//! Sender: double buffering. The caller fills one buffer from its input (and
+//! hashes it) while a writer thread puts the previous one on the socket. Buffers
+//! travel between the two threads through a pair of channels, so no more than
+//! `slots` of them exist at once (memory stays flat whatever the stream length).
+//!
+//! Receiver: no thread. The caller reads each frame's payload straight into one
+//! buffer (a frame larger than the buffer in several pieces) and drains it; the
+//! kernel's socket buffer is what overlaps the network with the output.
+//!
+//! Buffers are at most [`TCP_BUF`] bytes whatever the negotiated chunk size, so
+//! that the data is still in the CPU cache between the copy in, the checksum and
+//! the copy out (see docs/performance.md for the measurements behind this layout).
 
 use crate::frame_io::{conn_error, read_control_payload, read_header, write_control, write_data};
 use crate::{ChunkReceiver, ChunkSender, Received, TransportError};
 use rdpipe_wire::{Control, FrameKind, WireError};
 use std::io;
 use std::net::{Shutdown, TcpStream};
-use std::sync::mpsc::{channel, sync_channel, Receiver, RecvTimeoutError, Sender, SyncSender};
+use std::sync::mpsc::{channel, sync_channel, Receiver, RecvTimeoutError, SyncSender};
 use std::thread::JoinHandle;
 use std::time::Duration;
+
+/// The largest buffer (and data frame) the TCP transport uses; a larger negotiated
+/// chunk size only bounds what the receiver accepts from the peer.
+pub const TCP_BUF: usize = 256 << 10;
 
 /// How often an idle sender proves it is alive.
 const KEEPALIVE_EVERY: Duration = Duration::from_secs(5);
@@ -47,6 +58,7 @@ impl TcpSender {
         slots: usize,
         peer: String,
     ) -> io::Result<Self> {
+        let chunk_size = chunk_size.clamp(1, TCP_BUF);
         let (free_tx, free) = channel();
         for _ in 0..slots.max(2) {
             free_tx
@@ -239,70 +251,32 @@ impl ChunkSender for TcpSender {
     }
 }
 
-enum In {
-    Data(Vec<u8>, usize),
-    Control(Control),
-    Failed(TransportError),
-}
-
 /// The receiving half over TCP.
 pub struct TcpReceiver {
     peer: String,
-    incoming: Receiver<In>,
-    free: Sender<Vec<u8>>,
-    ctl: TcpStream,
+    sock: TcpStream,
+    buf: Vec<u8>,
+    /// Payload bytes of the current data frame not read yet.
+    left: usize,
+    /// The largest data frame the peer may send (the negotiated chunk size).
+    max: u32,
 }
 
 impl TcpReceiver {
-    /// Starts the reader thread on an authenticated connection.
+    /// Prepares to receive on an authenticated connection. `slots` does not
+    /// matter here: the socket buffer does the read-ahead.
     pub fn new(
         stream: TcpStream,
         chunk_size: usize,
-        slots: usize,
+        _slots: usize,
         peer: String,
     ) -> io::Result<Self> {
-        let (free, free_rx) = channel::<Vec<u8>>();
-        for _ in 0..slots.max(2) {
-            free.send(vec![0u8; chunk_size]).expect("receiver is alive");
-        }
-        let (in_tx, incoming) = sync_channel::<In>(slots.max(2));
-        let mut rsock = stream.try_clone()?;
-        let rpeer = peer.clone();
-        let max = chunk_size as u32;
-        std::thread::Builder::new()
-            .name("tcp-reader".into())
-            .spawn(move || loop {
-                let h = match read_header(&mut rsock, &rpeer, max) {
-                    Ok(h) => h,
-                    Err(e) => {
-                        let _ = in_tx.send(In::Failed(e));
-                        return;
-                    }
-                };
-                let msg = if h.kind == FrameKind::Data {
-                    let Ok(mut buf) = free_rx.recv() else { return };
-                    let n = h.len as usize;
-                    match io::Read::read_exact(&mut rsock, &mut buf[..n]) {
-                        Ok(()) => In::Data(buf, n),
-                        Err(e) => In::Failed(conn_error(&rpeer, e)),
-                    }
-                } else {
-                    match read_control_payload(&mut rsock, &rpeer, h) {
-                        Ok(Control::Keepalive) => continue,
-                        Ok(c) => In::Control(c),
-                        Err(e) => In::Failed(e),
-                    }
-                };
-                let last = !matches!(msg, In::Data(..));
-                if in_tx.send(msg).is_err() || last {
-                    return;
-                }
-            })?;
         Ok(TcpReceiver {
             peer,
-            incoming,
-            free,
-            ctl: stream,
+            sock: stream,
+            buf: vec![0u8; chunk_size.clamp(1, TCP_BUF)],
+            left: 0,
+            max: chunk_size as u32,
         })
     }
 }
@@ -312,41 +286,42 @@ impl ChunkReceiver for TcpReceiver {
         &mut self,
         drain: &mut dyn FnMut(&[u8]) -> io::Result<()>,
     ) -> Result<Received, TransportError> {
-        match self.incoming.recv() {
-            Ok(In::Data(buf, n)) => {
-                let r = drain(&buf[..n]);
-                let _ = self.free.send(buf);
-                r.map_err(TransportError::Output)?;
-                Ok(Received::Chunk(n))
+        while self.left == 0 {
+            let h = read_header(&mut self.sock, &self.peer, self.max)?;
+            if h.kind == FrameKind::Data {
+                self.left = h.len as usize;
+                continue;
             }
-            Ok(In::Control(Control::End { bytes, checksum })) => {
-                Ok(Received::End { bytes, checksum })
-            }
-            Ok(In::Control(Control::Abort(m))) => Err(TransportError::PeerAborted(m)),
-            Ok(In::Control(other)) => Err(TransportError::Protocol {
-                peer: self.peer.clone(),
-                source: WireError::Unexpected(other.kind()),
-            }),
-            Ok(In::Failed(e)) => Err(e),
-            Err(_) => Err(TransportError::PeerGone {
-                peer: self.peer.clone(),
-                reason: "reader stopped".into(),
-            }),
+            return match read_control_payload(&mut self.sock, &self.peer, h)? {
+                Control::Keepalive => continue,
+                Control::End { bytes, checksum } => Ok(Received::End { bytes, checksum }),
+                Control::Abort(m) => Err(TransportError::PeerAborted(m)),
+                other => Err(TransportError::Protocol {
+                    peer: self.peer.clone(),
+                    source: WireError::Unexpected(other.kind()),
+                }),
+            };
         }
+        let n = self.left.min(self.buf.len());
+        io::Read::read_exact(&mut self.sock, &mut self.buf[..n])
+            .map_err(|e| conn_error(&self.peer, e))?;
+        self.left -= n;
+        drain(&self.buf[..n]).map_err(TransportError::Output)?;
+        Ok(Received::Chunk(n))
     }
 
     fn confirm(&mut self, bytes: u64, checksum: u64) -> Result<(), TransportError> {
         write_control(
-            &mut self.ctl,
+            &mut self.sock,
             &self.peer,
             &Control::Done { bytes, checksum },
         )?;
         // Wait for the sender to close: our process must not exit (and possibly
         // reset the connection) before the confirmation has reached it.
-        let _ = self.ctl.shutdown(Shutdown::Write);
-        let _ = self.ctl.set_read_timeout(Some(Duration::from_secs(5)));
+        let _ = self.sock.shutdown(Shutdown::Write);
+        let _ = self.sock.set_read_timeout(Some(Duration::from_secs(5)));
         let mut sink = [0u8; 64];
-        while let Ok(n) = io::Read::read(&mut self.ctl, &mut sink) {
+        while let Ok(n) = io::Read::read(&mut self.sock, &mut sink) {
             if n == 0 {
                 break;
             }
@@ -356,11 +331,11 @@ impl ChunkReceiver for TcpReceiver {
 
     fn abort(&mut self, reason: &str) {
         let _ = write_control(
-            &mut self.ctl,
+            &mut self.sock,
             &self.peer,
             &Control::Abort(reason.to_string()),
         );
-        let _ = self.ctl.shutdown(Shutdown::Both);
+        let _ = self.sock.shutdown(Shutdown::Both);
     }
 
     fn describe(&self) -> String {
