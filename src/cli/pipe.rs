@@ -21,10 +21,16 @@ fn parse_slots(s: &str) -> Result<u32, String> {
 pub const EXAMPLES: &str = "\
 Examples:
   # hello -> OLLEH, through two hosts:
-  echo hello | rdpipe host1:'tr [:lower:] [:upper:]' host2:rev
+  echo hello | rdpipe host1:'tr [:lower:] [:upper:]' host2:'rev'
 
-  # replicate a ZFS dataset, the data going host to host:
-  rdpipe src:'zfs send tank/fs@snap' dst:'zfs recv -F backup/fs'
+  # ZFS replication, the snapshot stream going straight from fileserver to backup:
+  rdpipe backup@fileserver:'zfs send -I tank/media@last tank/media@head' backup:'zfs recv tank-backup/media'
+
+  # raw video to a playback host:
+  ffmpeg -i in.mkv -f rawvideo -pix_fmt yuv420p - | rdpipe playback:'ffplay -f rawvideo -pixel_format yuv420p -video_size 1920x1080 -'
+
+  # bandwidth check between two hosts (page-cached file to /dev/null):
+  rdpipe -v host1:'< /scratch/zeroes' host2:'> /dev/null'
 
   # a file from host1, compressed on host2, stored on host3 (no stdout):
   rdpipe host1:'< /data/db.dump' host2:'zstd -T0' host3:'> /backup/db.dump.zst'
