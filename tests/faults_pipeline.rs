@@ -164,7 +164,8 @@ fn kill9_mid_stream(victim: Victim, tag: &str) {
         r.stderr
     );
     if let Victim::Command = victim {
-        assert_one_line(&r, &["h1 [1] 'yes ", "signal 9"]);
+        // `sh -c` reports its child's SIGKILL as 137.
+        assert_one_line(&r, &["h1 [1] 'yes ", "137"]);
         assert_eq!(r.code(), Some(137), "{}", r.stderr);
     }
     assert_gone(&[&mark, &cfg], &name);
@@ -363,8 +364,9 @@ fn downstream_head_exits_early() {
     let cfg = ssh.config.to_string_lossy().into_owned();
     // An endless producer: the consumer stops reading after 1000 bytes. Like
     // `set -o pipefail; yes | head -c 1000`: head's output is delivered whole,
-    // the producer's stream was cut short, so the status is non-zero (141, the
-    // SIGPIPE status a shell reports) and one line says who stopped reading.
+    // the producer's stream was cut short, so the status is non-zero (1, the
+    // status of a failed transfer; 141 stays reserved for rdpipe's own stdout
+    // being closed) and one line says who stopped reading.
     let t = Instant::now();
     let r = run(
         &args(
@@ -380,8 +382,15 @@ fn downstream_head_exits_early() {
     eprintln!("head: {:?} {:?}\n{}", r.status, t.elapsed(), r.stderr);
     assert_eq!(r.stdout.len(), 1000, "{}", r.stderr);
     assert!(r.stdout.starts_with(format!("{mark}\n").as_bytes()));
-    assert_eq!(r.code(), Some(141), "{}", r.stderr);
-    assert_one_line(&r, &["h2 [2] 'head -c 1000", "stopped reading"]);
+    assert_eq!(r.code(), Some(1), "{}", r.stderr);
+    assert_one_line(
+        &r,
+        &[
+            "h2 [2] 'head -c 1000",
+            "stopped reading its input",
+            "from [1] h1 was cut short",
+        ],
+    );
     assert_gone(&[&mark, &cfg], "head -c 1000");
 
     // A finite stream that fits the consumer's pipe is written whole before it
@@ -541,9 +550,18 @@ fn signal_at(sig: &str, num: i32, tag: &str) {
         kill(&format!("-{sig}"), s.child.id());
         let r = s.finish(Duration::from_secs(20));
         eprintln!("{name} {when:?}: {:?} after {:?}", r.status, t.elapsed());
-        assert_eq!(r.code(), Some(128 + num), "{when:?}: {}", r.stderr);
         assert!(t.elapsed() < Duration::from_secs(10), "{when:?}");
-        assert_one_line(&r, &[&format!("interrupted by SIG{sig}")]);
+        use std::os::unix::process::ExitStatusExt;
+        if r.status.signal() == Some(num) {
+            // Within the first milliseconds, before rdpipe has set up its
+            // handlers (and before it started anything), the default action
+            // applies; a shell reports that as 128+N too.
+            assert!(matches!(when, When::BeforeConnect), "{when:?}");
+            eprintln!("{name}: {sig} arrived before rdpipe caught signals");
+        } else {
+            assert_eq!(r.code(), Some(128 + num), "{when:?}: {}", r.stderr);
+            assert_one_line(&r, &[&format!("interrupted by SIG{sig}")]);
+        }
         if let When::AtTheEnd = when {
             assert_eq!(r.stdout_str(), format!("{mark}\n"));
         }
@@ -573,21 +591,23 @@ fn ssh_authentication_failure_is_one_line_naming_the_host() {
     // A host alias whose identity is a key sshd does not know.
     let keys = Keys::generate(&Scratch::new("authk"));
     let cfg = ssh.dir.path("ssh_config_badkey");
-    let good = std::fs::read_to_string(&ssh.config).unwrap();
     let known = ssh.dir.path("known_hosts");
-    std::fs::write(
-        &cfg,
-        format!(
-            "Host badkey\n  HostName 127.0.0.1\n  Port {}\n  User {}\n  IdentityFile {}\n\
+    let user = String::from_utf8_lossy(&Command::new("id").arg("-un").output().unwrap().stdout)
+        .trim()
+        .to_string();
+    // No `Host *` block: IdentityFile accumulates, the good key must not leak in.
+    let mut text = String::new();
+    for (alias, key) in [("h1", ssh.dir.path("id_test")), ("badkey", keys.user_key)] {
+        text.push_str(&format!(
+            "Host {alias}\n  HostName 127.0.0.1\n  Port {}\n  User {user}\n  IdentityFile {}\n\
              IdentitiesOnly yes\n  UserKnownHostsFile {}\n  StrictHostKeyChecking yes\n\
-             LogLevel ERROR\n  BatchMode yes\n\n{good}",
+             LogLevel ERROR\n  BatchMode yes\n",
             ssh.port,
-            String::from_utf8_lossy(&Command::new("id").arg("-un").output().unwrap().stdout).trim(),
-            keys.user_key.display(),
+            key.display(),
             known.display()
-        ),
-    )
-    .unwrap();
+        ));
+    }
+    std::fs::write(&cfg, text).unwrap();
     let cfgs = cfg.to_string_lossy().into_owned();
     let t = Instant::now();
     let r = run(

@@ -23,7 +23,7 @@
 //!
 //! `RDPIPE_DEBUG=1` prints every control line received from the agents.
 
-use crate::agent::{describe_exit, encode_hex, PING_EVERY};
+use crate::agent::{describe_exit, encode_hex, PING_EVERY, STOPPED_READING};
 use crate::plan::{parse_data_host, plan, Action, Host, Node, Pipeline, PlanError, RemoteHost};
 use crate::ssh::{Master, SshConfig};
 use crate::transport_pref;
@@ -337,13 +337,40 @@ impl Runner {
         };
         let mut masters: Vec<Master> = Vec::new();
         let mut seg_master: HashMap<usize, usize> = HashMap::new();
-        let ok = self
-            .launch_masters(dir.path(), &mut masters, &mut seg_master)
-            .await;
+        // Signals are caught from the start: one that arrives while the masters
+        // connect stops the pipeline before any agent starts (exit 128+N).
         let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt());
         let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate());
         let mut sighup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup());
-        if ok {
+        let mut early_signal = None;
+        let ok = {
+            let launch = self.launch_masters(dir.path(), &mut masters, &mut seg_master);
+            tokio::pin!(launch);
+            loop {
+                tokio::select! {
+                    ok = &mut launch => break ok,
+                    _ = async { sigint.as_mut().ok()?.recv().await }, if sigint.is_ok() => {
+                        early_signal.get_or_insert(2);
+                    }
+                    _ = async { sigterm.as_mut().ok()?.recv().await }, if sigterm.is_ok() => {
+                        early_signal.get_or_insert(15);
+                    }
+                    _ = async { sighup.as_mut().ok()?.recv().await }, if sighup.is_ok() => {
+                        early_signal.get_or_insert(1);
+                    }
+                }
+            }
+        };
+        if let Some(sig) = early_signal {
+            self.interrupted(sig);
+            // Nothing was started.
+            for s in &mut self.segs {
+                s.exited = true;
+            }
+            self.source_done = true;
+            self.sink_done = true;
+        }
+        if ok && early_signal.is_none() {
             self.spawn_agents(&masters, &seg_master).await;
         }
         let mut first_failure: Option<Instant> = None;
@@ -836,10 +863,23 @@ impl Runner {
                             .hop_into(me)
                             .map(|h| self.p.node_name(h.from))
                             .unwrap_or_default();
-                        (
-                            transfer_rank(code),
-                            format!("{desc}: receiving from {from} failed: {msg}"),
-                        )
+                        if msg.starts_with(STOPPED_READING) {
+                            // The command stopped reading (`head -c 1000`): the root
+                            // cause, like SIGPIPE for its producer in a shell with
+                            // pipefail. The stream from upstream was cut short.
+                            (
+                                0,
+                                format!(
+                                    "{desc}: {STOPPED_READING}; the stream from {from} \
+                                     was cut short"
+                                ),
+                            )
+                        } else {
+                            (
+                                transfer_rank(code),
+                                format!("{desc}: receiving from {from} failed: {msg}"),
+                            )
+                        }
                     }
                     "out" => {
                         let to = self
@@ -847,10 +887,14 @@ impl Runner {
                             .hop_from(me)
                             .map(|h| self.p.node_name(h.to))
                             .unwrap_or_default();
-                        (
-                            transfer_rank(code),
-                            format!("{desc}: sending to {to} failed: {msg}"),
-                        )
+                        // "the pipeline failed": the agent poisoned its own output
+                        // after a failure reported separately.
+                        let rank = if msg.ends_with("the pipeline failed") {
+                            2
+                        } else {
+                            transfer_rank(code)
+                        };
+                        (rank, format!("{desc}: sending to {to} failed: {msg}"))
                     }
                     _ if msg.starts_with("control channel closed")
                         || msg.starts_with("killed by signal") =>
