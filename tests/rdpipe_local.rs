@@ -227,3 +227,36 @@ fn a_consumer_never_sees_a_clean_end_of_a_failed_stream() {
         );
     }
 }
+
+#[test]
+fn dry_run_resolves_data_addresses_through_the_ssh_config() {
+    let s = Scratch::new("cfg");
+    std::fs::write(
+        s.path("config"),
+        "Host alpha\n  HostName 192.0.2.10\nHost beta\n  HostName 192.0.2.20\n",
+    )
+    .unwrap();
+    let r = run(
+        &a(&[
+            "-n",
+            "-F",
+            &s.s("config"),
+            "--data-host",
+            "beta=198.51.100.7",
+            "alpha:cat",
+            "beta:cat",
+            "alpha:cat",
+        ]),
+        None,
+        Duration::from_secs(10),
+    );
+    r.ok();
+    let t = r.stdout_str();
+    assert!(t.contains("rdpipe connects to 192.0.2.10"), "{t}");
+    assert!(t.contains("[1] alpha connects to 198.51.100.7"), "{t}");
+    assert!(t.contains("[2] beta connects to 192.0.2.10"), "{t}");
+    assert!(
+        t.contains("alpha: 2 segment(s) over 1 connection(s)"),
+        "{t}"
+    );
+}

@@ -281,3 +281,41 @@ fn netns_missing_remote_tool() {
     );
     assert_clean(&net);
 }
+
+#[test]
+fn netns_data_host_override_is_used() {
+    need_root!("netns_data_host_override_is_used");
+    let net = Netns::start("i");
+    // A second address on n2, like an IPoIB interface next to the management one.
+    let ns2 = net.ns(2);
+    assert!(std::process::Command::new("ip")
+        .args(["-n", &ns2, "addr", "add", "10.99.0.22/24", "dev", "eth0"])
+        .status()
+        .unwrap()
+        .success());
+    let r = go(
+        &net,
+        &["-v", "--data-host", "n2=10.99.0.22", "n1:cat", "n2:rev"],
+        Some(b"abc\n".to_vec()),
+        60,
+    );
+    r.ok();
+    assert_eq!(r.stdout_str(), "cba\n");
+    // An address nobody has: the hop into n2 fails, naming it, within the bound.
+    let r = go(
+        &net,
+        &[
+            "--connect-timeout",
+            "2",
+            "--data-host",
+            "n2=10.99.0.99",
+            "n1:cat",
+            "n2:rev",
+        ],
+        Some(b"abc\n".to_vec()),
+        60,
+    );
+    assert_eq!(r.code(), Some(1), "{}", r.stderr);
+    assert!(r.stderr.contains("10.99.0.99"), "{}", r.stderr);
+    assert_clean(&net);
+}

@@ -423,3 +423,42 @@ fn ssh_master_killed_mid_stream() {
         );
     }
 }
+
+#[test]
+fn ssh_interrupt_while_connecting_leaves_nothing() {
+    need_ssh!("ssh_interrupt_while_connecting_leaves_nothing");
+    let dir = Scratch::new("hang");
+    for (sig, want) in [("-INT", Some(130)), ("-KILL", None)] {
+        // A host whose connection never completes (its ProxyCommand just sleeps).
+        let secs = format!("{}{}", 700 + want.unwrap_or(9), std::process::id() % 1000);
+        let cfg = dir.path(&format!("config{sig}"));
+        std::fs::write(&cfg, format!("Host hang\n  ProxyCommand sleep {secs}\n")).unwrap();
+        let p = start(
+            &[],
+            &[
+                "-F".into(),
+                cfg.to_string_lossy().into_owned(),
+                "hang:cat".into(),
+            ],
+            None,
+        );
+        let t = std::time::Instant::now();
+        while pgrep(&format!("^sleep {secs}")).is_empty() {
+            assert!(t.elapsed() < Duration::from_secs(20), "ssh did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        std::process::Command::new("kill")
+            .args([sig, &p.child.id().to_string()])
+            .status()
+            .unwrap();
+        let r = p.finish(Duration::from_secs(10));
+        assert_eq!(r.code(), want, "{}", r.stderr);
+        for pat in [format!("sleep {secs}"), cfg.to_string_lossy().into_owned()] {
+            assert!(
+                wait_gone(&pat, Duration::from_secs(8)),
+                "left over after {sig}:\n{}",
+                ps(&pgrep(&pat))
+            );
+        }
+    }
+}

@@ -26,8 +26,29 @@ enum Ev {
 
 /// Runs `args[0] args[1..]` until it exits (its status is returned) or stdin
 /// reaches end of file or a SIGTERM/SIGINT/SIGHUP arrives (it is then terminated).
+///
+/// With `--rm CTL` first, the control socket CTL, its `CTL.log` and (when empty)
+/// their directory are removed when the master has ended, so a rdpipe killed with
+/// SIGKILL leaves no files either.
 pub fn main<I: IntoIterator<Item = OsString>>(args: I) -> ExitCode {
-    let args: Vec<OsString> = args.into_iter().collect();
+    let mut args: Vec<OsString> = args.into_iter().collect();
+    let mut remove: Option<std::path::PathBuf> = None;
+    if args.first().is_some_and(|a| a == "--rm") && args.len() >= 2 {
+        remove = Some(args[1].clone().into());
+        args.drain(..2);
+    }
+    let code = supervise(&args);
+    if let Some(ctl) = remove {
+        let _ = std::fs::remove_file(&ctl);
+        let _ = std::fs::remove_file(ctl.with_extension("log"));
+        if let Some(dir) = ctl.parent() {
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
+    code
+}
+
+fn supervise(args: &[OsString]) -> ExitCode {
     let Some((prog, rest)) = args.split_first() else {
         eprintln!("rdpipe --ssh-guard: no command");
         return ExitCode::from(2);
@@ -61,8 +82,9 @@ pub fn main<I: IntoIterator<Item = OsString>>(args: I) -> ExitCode {
         signal_hook::consts::SIGHUP,
     ]) {
         let tx = tx.clone();
+        // Keep catching: we signal our own group when stopping.
         std::thread::spawn(move || {
-            if sigs.forever().next().is_some() {
+            for _ in sigs.forever() {
                 let _ = tx.send(Ev::Gone);
             }
         });
@@ -77,7 +99,13 @@ pub fn main<I: IntoIterator<Item = OsString>>(args: I) -> ExitCode {
             ExitCode::from(code.unwrap_or(1).clamp(0, 255) as u8)
         }
         _ => {
+            // The whole group: ssh and whatever it started (a ProxyCommand). We
+            // lead the group (rdpipe starts us in our own) and catch SIGTERM.
             let _ = kill_process(pid, Signal::Term);
+            let me = rustix::process::getpid();
+            if rustix::process::getpgrp() == me {
+                let _ = rustix::process::kill_process_group(me, Signal::Term);
+            }
             let deadline = Instant::now() + Duration::from_secs(2);
             loop {
                 match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {

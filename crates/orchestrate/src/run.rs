@@ -337,40 +337,30 @@ impl Runner {
         };
         let mut masters: Vec<Master> = Vec::new();
         let mut seg_master: HashMap<usize, usize> = HashMap::new();
-        // Signals are caught from the start: one that arrives while the masters
-        // connect stops the pipeline before any agent starts (exit 128+N).
         let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt());
         let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate());
         let mut sighup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup());
-        let mut early_signal = None;
-        let ok = {
-            let launch = self.launch_masters(dir.path(), &mut masters, &mut seg_master);
-            tokio::pin!(launch);
-            loop {
-                tokio::select! {
-                    ok = &mut launch => break ok,
-                    _ = async { sigint.as_mut().ok()?.recv().await }, if sigint.is_ok() => {
-                        early_signal.get_or_insert(2);
-                    }
-                    _ = async { sigterm.as_mut().ok()?.recv().await }, if sigterm.is_ok() => {
-                        early_signal.get_or_insert(15);
-                    }
-                    _ = async { sighup.as_mut().ok()?.recv().await }, if sighup.is_ok() => {
-                        early_signal.get_or_insert(1);
-                    }
+        // Starting the masters may take up to the connect timeout: a signal cancels
+        // it (dropping a half-started master closes its guard's stdin, which ends it).
+        let launched = tokio::select! {
+            ok = self.launch_masters(dir.path(), &mut masters, &mut seg_master) => Ok(ok),
+            _ = async { sigint.as_mut().ok()?.recv().await }, if sigint.is_ok() => Err(2),
+            _ = async { sigterm.as_mut().ok()?.recv().await }, if sigterm.is_ok() => Err(15),
+            _ = async { sighup.as_mut().ok()?.recv().await }, if sighup.is_ok() => Err(1),
+        };
+        let ok = match launched {
+            Ok(ok) => ok,
+            Err(sig) => {
+                self.interrupted(sig);
+                for s in &mut self.segs {
+                    s.exited = true;
                 }
+                self.source_done = true;
+                self.sink_done = true;
+                false
             }
         };
-        if let Some(sig) = early_signal {
-            self.interrupted(sig);
-            // Nothing was started.
-            for s in &mut self.segs {
-                s.exited = true;
-            }
-            self.source_done = true;
-            self.sink_done = true;
-        }
-        if ok && early_signal.is_none() {
+        if ok {
             self.spawn_agents(&masters, &seg_master).await;
         }
         let mut first_failure: Option<Instant> = None;

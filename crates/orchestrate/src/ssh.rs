@@ -119,6 +119,8 @@ impl Master {
         let log = ctl.with_extension("log");
         let mut cmd = tokio::process::Command::new(guard_exe);
         cmd.arg("--ssh-guard")
+            .arg("--rm")
+            .arg(ctl)
             .arg("ssh")
             .args(cfg.args(host))
             .arg("-M")
@@ -133,8 +135,9 @@ impl Master {
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
-            .process_group(0)
-            .kill_on_drop(true);
+            // No kill_on_drop: SIGKILL would orphan the master. Dropping the
+            // guard's stdin makes it end the master instead.
+            .process_group(0);
         let mut guard = cmd.spawn().map_err(SshError::Spawn)?;
         let guard_stdin = guard.stdin.take();
         let session = Arc::new(Session::resume_mux(ctl.into(), Some(log.clone().into())));
@@ -153,7 +156,7 @@ impl Master {
                 });
             }
             if start.elapsed() > limit {
-                let _ = guard.start_kill();
+                // Closing the guard's stdin (on return) ends the master.
                 return Err(SshError::Connect(format!(
                     "no master connection after {} s ({})",
                     limit.as_secs(),
