@@ -128,17 +128,38 @@ fn kill9_mid_stream(victim: Victim, tag: &str) {
         ),
         None,
     );
-    wait_for(&format!("^yes {mark}"), Duration::from_secs(20));
+    let (pattern, comm_is) = match victim {
+        Victim::Command => (format!("^yes {mark}"), "yes"),
+        Victim::SendAgent => (format!("rdrecv --agent .*yes {mark}"), "rdrecv"),
+        Victim::RecvAgent => (
+            format!("rdrecv --agent .*cat >/dev/null # {mark}"),
+            "rdrecv",
+        ),
+        Victim::RecvMaster => (format!("^ssh .*{cfg}.* -M .*-- h2$"), "ssh"),
+    };
+    // Mid-stream: both commands run (the remote login shell that starts an
+    // agent shows the same command line until it execs, hence the comm check).
+    let t0 = Instant::now();
+    let pids = loop {
+        let both = !pgrep(&format!("^yes {mark}")).is_empty()
+            && !pgrep(&format!("rdrecv --cmd-guard .*cat >/dev/null # {mark}")).is_empty();
+        let v: Vec<u32> = pgrep(&pattern)
+            .into_iter()
+            .filter(|p| comm(*p) == comm_is)
+            .collect();
+        if both && !v.is_empty() {
+            break v;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "pipeline did not start: {}",
+            ps(&pgrep(&mark))
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(pids.len(), 1, "{pattern}: {}", ps(&pgrep(&mark)));
     let at = rng.millis(50, 1500);
     std::thread::sleep(at);
-    let pattern = match victim {
-        Victim::Command => format!("^yes {mark}"),
-        Victim::SendAgent => format!("rdrecv --agent .*yes {mark}"),
-        Victim::RecvAgent => format!("rdrecv --agent .*cat >/dev/null # {mark}"),
-        Victim::RecvMaster => format!("^ssh .*{cfg}.* -M .*-- h2$"),
-    };
-    let pids = pgrep(&pattern);
-    assert_eq!(pids.len(), 1, "{pattern}: {}", ps(&pgrep(&mark)));
     eprintln!("{name}: kill -9 {pattern} after {at:?} of streaming");
     let t = Instant::now();
     kill("-9", pids[0]);
@@ -426,10 +447,16 @@ fn slow_consumer_keeps_the_receiving_agents_memory_flat() {
         ),
         None,
     );
-    let agent = wait_for(
-        &format!("rdrecv --agent .*wc -c # {mark}"),
-        Duration::from_secs(20),
-    )[0];
+    // The agent itself (not the login shell that starts it, same command line).
+    let pat = format!("rdrecv --agent .*wc -c # {mark}");
+    let t0 = Instant::now();
+    let agent = loop {
+        if let Some(p) = pgrep(&pat).into_iter().find(|p| comm(*p) == "rdrecv") {
+            break p;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(20), "no agent");
+        std::thread::sleep(Duration::from_millis(20));
+    };
     let mut samples = Vec::new();
     for _ in 0..30 {
         std::thread::sleep(Duration::from_millis(100));
