@@ -395,8 +395,9 @@ impl Runner {
                 }
             }
             // An agent that never says HELLO (a login script waiting for input, a
-            // hung remote shell) must not hang the pipeline.
-            let limit = Duration::from_secs(self.a.connect_timeout);
+            // hung remote shell) must not hang the pipeline: --connect-timeout, at
+            // least 30 s (login scripts can be slow).
+            let limit = Duration::from_secs(self.a.connect_timeout.max(30));
             if !hello_timeout_reported && started.elapsed() > limit {
                 let late: Vec<usize> = (0..self.segs.len())
                     .filter(|&i| !self.segs[i].hello && !self.segs[i].exited)
