@@ -44,7 +44,7 @@ Examples:
 /// rdpipe's exit statuses, for the man page.
 pub const EXIT_STATUS: &[(&str, &str)] = &[
     ("0", "Every command and every transfer succeeded (each hop verified by byte count and checksum)."),
-    ("1..125", "The status of the failing command (the rightmost one, as with set -o pipefail), or 1 for any other failure: ssh, a transfer, a file."),
+    ("1..125", "The status of the failing command (the rightmost one, as with set -o pipefail), or 1 for any other failure: ssh, a transfer, a file, or a command that stopped reading its input early (head -c N: its output is delivered, the stream before it was cut short)."),
     ("2", "Bad arguments: malformed HOST:CMD (empty host or command, unbalanced quotes), out-of-range option."),
     ("127", "rdrecv was not found on a host (install rdma-pipe there or pass --remote-bin)."),
     ("130, 143", "Interrupted by SIGINT or SIGTERM; the whole pipeline was stopped."),

@@ -621,3 +621,90 @@ impl Drop for Netns {
         }
     }
 }
+
+/// A seeded xorshift generator for picking random fault points. The seed comes
+/// from `RDPIPE_FAULT_SEED` when set (to replay a failure), else from the clock,
+/// and is printed either way.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn seeded(test: &str) -> Rng {
+        let seed = std::env::var("RDPIPE_FAULT_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_nanos() as u64
+            });
+        eprintln!("{test}: seed {seed} (replay with RDPIPE_FAULT_SEED={seed})");
+        Rng(seed | 1)
+    }
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    /// A duration in `[lo, hi)` milliseconds.
+    pub fn millis(&mut self, lo: u64, hi: u64) -> Duration {
+        Duration::from_millis(lo + self.next() % (hi - lo).max(1))
+    }
+}
+
+/// Waits until a process matches `pattern`; returns its pids.
+pub fn wait_for(pattern: &str, limit: Duration) -> Vec<u32> {
+    let deadline = Instant::now() + limit;
+    loop {
+        let p = pgrep(pattern);
+        if !p.is_empty() {
+            return p;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no process matching {pattern:?} within {limit:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Sends `sig` (e.g. "-9") to `pid`.
+pub fn kill(sig: &str, pid: u32) {
+    let _ = Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// VmRSS of a process in KiB.
+pub fn rss_kib(pid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines()
+        .find(|l| l.starts_with("VmRSS:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// Listening TCP ports in namespace `ns` other than sshd's :22.
+pub fn netns_listeners(ns: &str) -> Vec<String> {
+    let o = Command::new("ip")
+        .args(["netns", "exec", ns, "ss", "-Hltn"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter(|l| !l.contains(":22 "))
+        .map(|l| l.to_string())
+        .collect()
+}
+
+/// The `comm` of a process.
+pub fn comm(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}

@@ -70,6 +70,11 @@ pub const PING_EVERY: Duration = Duration::from_secs(5);
 /// all) considers rdpipe or its host gone and ends the segment.
 pub const CONTROL_SILENCE: Duration = Duration::from_secs(60);
 
+/// The start of the `FAIL in` message of a command that stopped reading its
+/// input before the stream ended (`head -c 1000`), as opposed to a command
+/// stopped after another failure.
+pub const STOPPED_READING: &str = "the command stopped reading its input";
+
 /// Version of the control protocol (`HELLO 1`).
 pub const PROTOCOL: u32 = 1;
 
@@ -682,9 +687,16 @@ fn run(a: AgentArgs) -> bool {
                     (Some(p), TransportError::Output(io)) => format!("{p}: {io}"),
                     _ => e.to_string(),
                 };
-                say.line(&format!("FAIL {in_part} {} {msg}", e.exit_code()));
                 let closed_input = a.cmd.is_some()
                     && matches!(&e, TransportError::Output(io) if io.kind() == io::ErrorKind::BrokenPipe);
+                let msg = if closed_input && deadline.is_none() {
+                    // rdpipe recognises this text (the consumer's own choice, not
+                    // an echo of another failure).
+                    format!("{STOPPED_READING} ({msg})")
+                } else {
+                    msg
+                };
+                say.line(&format!("FAIL {in_part} {} {msg}", e.exit_code()));
                 if closed_input && deadline.is_none() {
                     // The command stopped reading (like `head`): the upstream was
                     // told, and our output must not end cleanly, but the command

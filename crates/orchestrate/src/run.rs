@@ -23,7 +23,7 @@
 //!
 //! `RDPIPE_DEBUG=1` prints every control line received from the agents.
 
-use crate::agent::{describe_exit, encode_hex, PING_EVERY};
+use crate::agent::{describe_exit, encode_hex, PING_EVERY, STOPPED_READING};
 use crate::plan::{parse_data_host, plan, Action, Host, Node, Pipeline, PlanError, RemoteHost};
 use crate::ssh::{Master, SshConfig};
 use crate::transport_pref;
@@ -854,10 +854,23 @@ impl Runner {
                             .hop_into(me)
                             .map(|h| self.p.node_name(h.from))
                             .unwrap_or_default();
-                        (
-                            transfer_rank(code),
-                            format!("{desc}: receiving from {from} failed: {msg}"),
-                        )
+                        if msg.starts_with(STOPPED_READING) {
+                            // The command stopped reading (`head -c 1000`): the root
+                            // cause, like SIGPIPE for its producer in a shell with
+                            // pipefail. The stream from upstream was cut short.
+                            (
+                                0,
+                                format!(
+                                    "{desc}: {STOPPED_READING}; the stream from {from} \
+                                     was cut short"
+                                ),
+                            )
+                        } else {
+                            (
+                                transfer_rank(code),
+                                format!("{desc}: receiving from {from} failed: {msg}"),
+                            )
+                        }
                     }
                     "out" => {
                         let to = self
@@ -865,10 +878,14 @@ impl Runner {
                             .hop_from(me)
                             .map(|h| self.p.node_name(h.to))
                             .unwrap_or_default();
-                        (
-                            transfer_rank(code),
-                            format!("{desc}: sending to {to} failed: {msg}"),
-                        )
+                        // "the pipeline failed": the agent poisoned its own output
+                        // after a failure reported separately.
+                        let rank = if msg.ends_with("the pipeline failed") {
+                            2
+                        } else {
+                            transfer_rank(code)
+                        };
+                        (rank, format!("{desc}: sending to {to} failed: {msg}"))
                     }
                     _ if msg.starts_with("control channel closed")
                         || msg.starts_with("killed by signal") =>
