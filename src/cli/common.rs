@@ -152,8 +152,8 @@ impl CommonArgs {
         if !super::progress::wanted(self.progress, self.quiet) {
             return None;
         }
-        let mut p = super::progress::Progress::new(tool, total);
-        Some(Box::new(move |bytes| p.update(bytes)))
+        let t = super::progress::Progress::new(tool, total).start();
+        Some(Box::new(move |bytes| t.update(bytes)))
     }
 
     /// Resolves the key: `--key-file`, else the KEY argument (unless `-`), else

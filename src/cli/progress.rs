@@ -1,9 +1,11 @@
 //! The live progress line (`--progress`, or by default when stderr is a terminal
 //! and `-q` is not given), in the manner of `pv`: bytes, rate, elapsed, and for a
 //! source of known size the percentage and ETA. Always on stderr, never stdout, and
-//! redrawn at most five times a second so it costs nothing on the data path.
+//! drawn by its own thread four times a second so it costs nothing on the data path.
 
 use std::io::{IsTerminal, Write};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// Whether to show progress: asked for, or stderr is a terminal and not `-q`.
@@ -32,26 +34,25 @@ fn hms(d: Duration) -> String {
     format!("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
 }
 
-/// A progress line for one stream.
+/// A progress line for one stream. The data path only stores the byte count; a
+/// ticker thread redraws the line four times a second, so the rate and elapsed time
+/// stay current while the stream idles (a producer pausing, a slow consumer).
 pub struct Progress {
     tool: &'static str,
     total: Option<u64>,
-    start: Instant,
-    last: Instant,
-    drawn: bool,
+}
+
+/// The running line: the byte count the data path updates, and the ticker drawing it.
+pub struct Ticker {
+    bytes: Arc<AtomicU64>,
+    stop: Arc<(Mutex<bool>, Condvar)>,
+    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Progress {
     /// A line for `tool`; `total` is the source's size when known (a file).
     pub fn new(tool: &'static str, total: Option<u64>) -> Progress {
-        let now = Instant::now();
-        Progress {
-            tool,
-            total,
-            start: now,
-            last: now - Duration::from_secs(1),
-            drawn: false,
-        }
+        Progress { tool, total }
     }
 
     /// The line for `bytes` so far (exposed for tests).
@@ -77,26 +78,66 @@ impl Progress {
         s
     }
 
-    /// Called after every chunk; redraws at most every 200 ms.
-    pub fn update(&mut self, bytes: u64) {
-        let now = Instant::now();
-        if now.duration_since(self.last) < Duration::from_millis(200) {
-            return;
+    /// Starts drawing; the line is cleared when the returned ticker is dropped.
+    pub fn start(self) -> Ticker {
+        let bytes = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new((Mutex::new(false), Condvar::new()));
+        let (b, st) = (bytes.clone(), stop.clone());
+        let thread = std::thread::Builder::new()
+            .name("progress".into())
+            .spawn(move || {
+                let (lock, cv) = &*st;
+                let mut stopped = lock.lock().unwrap_or_else(|e| e.into_inner());
+                let mut drawn = false;
+                // Time counts from the first byte, not from waiting for the peer.
+                let mut first: Option<Instant> = None;
+                while !*stopped {
+                    let (g, _) = cv
+                        .wait_timeout(stopped, Duration::from_millis(250))
+                        .unwrap_or_else(|e| e.into_inner());
+                    stopped = g;
+                    if *stopped {
+                        break;
+                    }
+                    let n = b.load(Ordering::Relaxed);
+                    if n == 0 {
+                        continue;
+                    }
+                    let t0 = *first.get_or_insert_with(Instant::now);
+                    let l = self.line(n, t0.elapsed());
+                    let _ = std::io::stderr()
+                        .lock()
+                        .write_all(format!("\r{l}\x1b[K").as_bytes());
+                    drawn = true;
+                }
+                if drawn {
+                    // Leave the terminal clean for the final messages.
+                    let _ = std::io::stderr().lock().write_all(b"\r\x1b[K");
+                }
+            })
+            .ok();
+        Ticker {
+            bytes,
+            stop,
+            thread,
         }
-        self.last = now;
-        let l = self.line(bytes, now.duration_since(self.start));
-        let _ = std::io::stderr()
-            .lock()
-            .write_all(format!("\r{l}\x1b[K").as_bytes());
-        self.drawn = true;
     }
 }
 
-impl Drop for Progress {
+impl Ticker {
+    /// Called after every chunk with the running total: one atomic store.
+    pub fn update(&self, bytes: u64) {
+        self.bytes.store(bytes, Ordering::Relaxed);
+    }
+}
+
+impl Drop for Ticker {
     fn drop(&mut self) {
-        if self.drawn {
-            // Leave the terminal clean for the final messages.
-            let _ = std::io::stderr().lock().write_all(b"\r\x1b[K");
+        let (lock, cv) = &*self.stop;
+        *lock.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        cv.notify_all();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
         }
     }
 }
