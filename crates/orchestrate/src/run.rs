@@ -1081,6 +1081,14 @@ impl Runner {
             self.failures.iter().collect()
         } else {
             let mut v: Vec<&Failure> = self.failures.iter().filter(|f| f.rank == best).collect();
+            // A command that stopped reading and also failed on its own: its exit
+            // status is the verdict, whichever of the two reports came first.
+            v.retain(|f| {
+                !(f.text.contains(STOPPED_READING)
+                    && self.failures.iter().any(|g| {
+                        g.rank == 0 && g.node == f.node && !g.text.contains(STOPPED_READING)
+                    }))
+            });
             if best > 0 {
                 v.truncate(1);
             }
