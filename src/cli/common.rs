@@ -143,6 +143,23 @@ pub struct CommonArgs {
 }
 
 impl CommonArgs {
+    /// The transfer options these flags describe, with the resolved key.
+    pub fn options(
+        &self,
+        key: Vec<u8>,
+        tool: &'static str,
+        total: Option<u64>,
+    ) -> rdpipe_transport::Options {
+        rdpipe_transport::Options {
+            key,
+            chunk_size: self.chunk_size,
+            slots: self.slots,
+            transport: self.transport.into(),
+            handshake_timeout: self.handshake_timeout,
+            progress: self.progress(tool, total),
+        }
+    }
+
     /// The progress callback for the transfer, if progress is wanted.
     pub fn progress(
         &self,

@@ -2,7 +2,7 @@
 
 use super::common::{report, stdout_file, CommonArgs, Failure};
 use clap::Parser;
-use rdpipe_transport::{run_recv, Endpoint, Options, TransportError};
+use rdpipe_transport::{run_recv, Endpoint, TransportError};
 use std::fs::File;
 use std::io::Write;
 use std::path::PathBuf;
@@ -59,14 +59,7 @@ pub fn run(args: RecvArgs) -> Result<(), Failure> {
         port: args.port,
         announce: args.announce_fd.map(announce_to_fd),
     };
-    let opts = Options {
-        key,
-        chunk_size: args.common.chunk_size,
-        slots: args.common.slots,
-        transport: args.common.transport.into(),
-        handshake_timeout: args.common.handshake_timeout,
-        progress: args.common.progress(TOOL, None),
-    };
+    let opts = args.common.options(key, TOOL, None);
     let file = args.file.clone();
     let open = move || -> Result<File, TransportError> {
         match &file {

@@ -3,7 +3,7 @@
 use super::common::{fail, report, stdin_file, CommonArgs, Failure};
 use clap::Parser;
 use rdpipe_transport::error::EXIT_FAILURE;
-use rdpipe_transport::{run_send, Endpoint, Options};
+use rdpipe_transport::{run_send, Endpoint};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -73,14 +73,7 @@ pub fn run(args: SendArgs) -> Result<(), Failure> {
         port: args.port,
         timeout: Duration::from_secs_f64(args.connect_timeout),
     };
-    let opts = Options {
-        key,
-        chunk_size: args.common.chunk_size,
-        slots: args.common.slots,
-        transport: args.common.transport.into(),
-        handshake_timeout: args.common.handshake_timeout,
-        progress: args.common.progress(TOOL, total),
-    };
+    let opts = args.common.options(key, TOOL, total);
     let r = run_send(endpoint, opts, &mut input)?;
     if args.common.verbose > 0 {
         report(TOOL, "sent", &r);

@@ -981,14 +981,7 @@ impl Runner {
 
     fn hop_report(&self, from: Node) -> Option<(u64, String, f64, String)> {
         match from {
-            Node::Stdin => self.source_report.as_ref().map(|r| {
-                (
-                    r.bytes,
-                    format!("{:016x}", r.checksum),
-                    r.elapsed.as_secs_f64(),
-                    r.transport.clone(),
-                )
-            }),
+            Node::Stdin => self.source_report.as_ref().map(report_tuple),
             Node::Segment(i) => self.segs[i].out_report.clone(),
             Node::Stdout => None,
         }
@@ -996,14 +989,7 @@ impl Runner {
 
     fn recv_report(&self, to: Node) -> Option<(u64, String, f64, String)> {
         match to {
-            Node::Stdout => self.sink_report.as_ref().map(|r| {
-                (
-                    r.bytes,
-                    format!("{:016x}", r.checksum),
-                    r.elapsed.as_secs_f64(),
-                    r.transport.clone(),
-                )
-            }),
+            Node::Stdout => self.sink_report.as_ref().map(report_tuple),
             Node::Segment(i) => self.segs[i].in_report.clone(),
             Node::Stdin => None,
         }
@@ -1121,6 +1107,16 @@ impl Runner {
         }
         EXIT_FAILED
     }
+}
+
+/// A finished transfer as the agents report theirs: bytes, checksum, seconds, transport.
+fn report_tuple(r: &Report) -> (u64, String, f64, String) {
+    (
+        r.bytes,
+        format!("{:016x}", r.checksum),
+        r.elapsed.as_secs_f64(),
+        r.transport.clone(),
+    )
 }
 
 fn rank_of(e: &TransportError) -> u8 {
