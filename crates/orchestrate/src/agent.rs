@@ -206,9 +206,11 @@ impl Read for CmdOutput {
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
         }
+        // Poisoned first: a command stopped by the agent after another failure is
+        // an echo of that failure, not a failure of its own to report downstream.
         let poisoned = self.shared.poisoned.load(Ordering::SeqCst);
         match *st {
-            Some(s) if !s.success() => Err(io::Error::other(format!(
+            Some(s) if !s.success() && !poisoned => Err(io::Error::other(format!(
                 "the command {}",
                 describe_exit(s)
             ))),
@@ -657,9 +659,20 @@ fn run(a: AgentArgs) -> bool {
     };
     let mut ok = true;
     let mut deadline: Option<Instant> = None;
-    let fail = |ok: &mut bool, deadline: &mut Option<Instant>| {
+    // Whether the command had already ended when the first failure stopped the
+    // segment. Its exit is then its own doing (a SIGKILL from outside, a crash),
+    // never collateral, even when the sender's report of it (the command's output
+    // ended with a failed command) reached this loop before the exit event did.
+    let mut exited_first = false;
+    let fail = |ok: &mut bool, deadline: &mut Option<Instant>, exited_first: &mut bool| {
         *ok = false;
         if deadline.is_none() {
+            *exited_first = shared
+                .exit
+                .status
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .is_some();
             shared.poisoned.store(true, Ordering::SeqCst);
             shared.stopping.store(true, Ordering::SeqCst);
             shared.exit.cv.notify_all();
@@ -705,7 +718,7 @@ fn run(a: AgentArgs) -> bool {
                     shared.poisoned.store(true, Ordering::SeqCst);
                     shared.exit.cv.notify_all();
                 } else {
-                    fail(&mut ok, &mut deadline);
+                    fail(&mut ok, &mut deadline, &mut exited_first);
                 }
                 // Only now (the command was stopped) close its input.
                 if let Some(h) = &held_input {
@@ -719,7 +732,7 @@ fn run(a: AgentArgs) -> bool {
             Ev::Out(Err(e)) => {
                 pending_out = false;
                 say.line(&format!("FAIL out {} {e}", e.exit_code()));
-                fail(&mut ok, &mut deadline);
+                fail(&mut ok, &mut deadline, &mut exited_first);
             }
             Ev::Exit(st) => {
                 pending_exit = false;
@@ -731,7 +744,7 @@ fn run(a: AgentArgs) -> bool {
                     (None, _) => true,
                     (Some(c), _) => c == 128 + 13 || c == 128 + 15 || c == 128 + 9,
                 };
-                if deadline.is_some() && collateral {
+                if deadline.is_some() && collateral && !exited_first {
                     say.line("EXIT killed");
                 } else {
                     match (st.code(), st.signal()) {
@@ -741,14 +754,14 @@ fn run(a: AgentArgs) -> bool {
                     }
                     if !st.success() {
                         say.line(&format!("FAIL cmd 1 the command {}", describe_exit(st)));
-                        fail(&mut ok, &mut deadline);
+                        fail(&mut ok, &mut deadline, &mut exited_first);
                     }
                 }
             }
             Ev::Setup(part, msg) => {
                 pending_setup -= 1;
                 say.line(&format!("FAIL {part} 1 {msg}"));
-                fail(&mut ok, &mut deadline);
+                fail(&mut ok, &mut deadline, &mut exited_first);
             }
             Ev::ControlGone(_) | Ev::Signal(_) => {
                 let why = match ev {
@@ -757,7 +770,7 @@ fn run(a: AgentArgs) -> bool {
                     _ => unreachable!(),
                 };
                 say.line(&format!("FAIL agent 1 {why}"));
-                fail(&mut ok, &mut deadline);
+                fail(&mut ok, &mut deadline, &mut exited_first);
                 // Nobody waits for our report: a short grace for the command.
                 deadline = Some(Instant::now() + Duration::from_millis(500));
             }
