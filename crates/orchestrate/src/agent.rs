@@ -529,6 +529,8 @@ fn run(a: AgentArgs) -> bool {
                 let cin = ch.stdin.take();
                 let cout = ch.stdout.take();
                 if let Some(cin) = cin {
+                    // One write per received buffer into the command, not one per 64 KiB.
+                    rdpipe_transport::pump::grow_pipe(&cin);
                     let held = HeldInput(Arc::new(Mutex::new(Some(cin))));
                     held_input = Some(held.clone());
                     let w = held.clone();

@@ -937,9 +937,11 @@ impl Runner {
                 },
                 opts,
                 || {
-                    rustix::io::dup(std::io::stdout())
+                    let f = rustix::io::dup(std::io::stdout())
                         .map(File::from)
-                        .map_err(|e| TransportError::Output(e.into()))
+                        .map_err(|e| TransportError::Output(e.into()))?;
+                    rdpipe_transport::pump::grow_pipe(&f);
+                    Ok(f)
                 },
             );
             let _ = tx.send(Msg::Sink(r));

@@ -36,17 +36,18 @@ pub fn fill_available<R: Read + AsFd>(input: &mut R, buf: &mut [u8]) -> io::Resu
     Ok(n)
 }
 
-/// The pipe size the send loop asks for when its input is a pipe: the default
-/// 64 KiB means a wake-up and a read per 64 KiB; 1 MiB (the largest an unprivileged
-/// process may set, by default) lets one read fill a whole buffer.
-pub const INPUT_PIPE_SIZE: usize = 1 << 20;
+/// The pipe size asked for on the sender's input and the receiver's output when
+/// they are pipes: the default 64 KiB means a wake-up and a system call per 64 KiB
+/// on each side of the pipe; 1 MiB (the largest an unprivileged process may set,
+/// by default) lets one call move a whole buffer.
+pub const PIPE_SIZE: usize = 1 << 20;
 
-/// Grows `input`'s pipe buffer to [`INPUT_PIPE_SIZE`] if it is a smaller pipe;
-/// anything else (a file, a terminal, a socket, a refusal) is left as it is.
-pub fn grow_input_pipe<F: AsFd>(input: &F) {
-    if let Ok(size) = rustix::pipe::fcntl_getpipe_size(input) {
-        if size < INPUT_PIPE_SIZE {
-            let _ = rustix::pipe::fcntl_setpipe_size(input, INPUT_PIPE_SIZE);
+/// Grows `fd`'s pipe buffer to [`PIPE_SIZE`] if it is a smaller pipe; anything
+/// else (a file, a terminal, a socket, a refusal) is left as it is.
+pub fn grow_pipe<F: AsFd>(fd: &F) {
+    if let Ok(size) = rustix::pipe::fcntl_getpipe_size(fd) {
+        if size < PIPE_SIZE {
+            let _ = rustix::pipe::fcntl_setpipe_size(fd, PIPE_SIZE);
         }
     }
 }
@@ -61,15 +62,15 @@ pub struct Totals {
 }
 
 /// Sends all of `input`, then end of stream, and waits for the receiver's
-/// confirmation. A pipe on the input is grown to [`INPUT_PIPE_SIZE`] first. On any failure the receiver is told (abort), so it never mistakes
-/// a partial stream for a whole one.
+/// confirmation. A pipe on the input is grown to [`PIPE_SIZE`] first. On any failure
+/// the receiver is told (abort), so it never mistakes a partial stream for a whole one.
 pub fn send_stream<R: Read + AsFd>(
     input: &mut R,
     tx: &mut dyn ChunkSender,
     progress: Progress<'_>,
 ) -> Result<Totals, TransportError> {
     let mut hasher = StreamHasher::new();
-    grow_input_pipe(input);
+    grow_pipe(input);
     loop {
         let r = tx.send_chunk(&mut |buf| {
             let n = fill_available(input, buf)?;
@@ -178,17 +179,17 @@ mod tests {
     fn input_pipe_grows_and_never_shrinks() {
         let (r, _w) = rustix::pipe::pipe().unwrap();
         let before = rustix::pipe::fcntl_getpipe_size(&r).unwrap();
-        grow_input_pipe(&r);
+        grow_pipe(&r);
         let after = rustix::pipe::fcntl_getpipe_size(&r).unwrap();
         // The kernel may refuse (per-user pipe limits): then nothing changed.
         assert!(
-            after == before || after >= INPUT_PIPE_SIZE,
+            after == before || after >= PIPE_SIZE,
             "{before} -> {after}"
         );
-        grow_input_pipe(&r);
+        grow_pipe(&r);
         assert_eq!(rustix::pipe::fcntl_getpipe_size(&r).unwrap(), after);
         // Not a pipe: left alone, no error.
         let f = std::fs::File::open("/dev/null").unwrap();
-        grow_input_pipe(&f);
+        grow_pipe(&f);
     }
 }
