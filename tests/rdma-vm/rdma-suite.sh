@@ -6,7 +6,7 @@
 # (10.77.0.1), the sender's traffic leaves from rxe1 (10.77.0.2).
 # Every check prints a PASS or FAIL line; the script exits 1 on any failure.
 # Arguments (optional) pick sections: sizes noimm chunks wrongkey token senderkill
-# epipe memlock recvkill perf (default: all).
+# epipe memlock recvkill rdpipe perf (default: all).
 # Readiness: rdrecv --announce-fd writes its port into a FIFO, which this
 # script reads (no sleeps).
 set -uo pipefail
@@ -286,6 +286,82 @@ else
 fi
 rm -f "$W/rkill.out"
 
+fi
+
+if want rdpipe; then
+echo "== rdpipe over RDMA: two 'hosts' (an sshd on rxe0's and on rxe1's address)"
+PIPE=$(rdma_bin rdpipe) || die "rdpipe not built (cargo build --release)"
+BIN_DIR=$(dirname "$PIPE")
+S=$W/ssh
+mkdir -p "$S" /run/sshd
+chmod 700 "$S"
+ssh-keygen -q -t ed25519 -N '' -f "$S/host_key" && ssh-keygen -q -t ed25519 -N '' -f "$S/id" \
+    || die "ssh-keygen failed"
+cp "$S/id.pub" "$S/authorized_keys"
+sshd_ok=1
+for ip in "$RXE_SERVER_IP" "$RXE_CLIENT_IP"; do
+    cat >"$S/sshd-$ip.conf" <<EOF
+ListenAddress $ip
+Port 2222
+HostKey $S/host_key
+AuthorizedKeysFile $S/authorized_keys
+PidFile $S/sshd-$ip.pid
+StrictModes no
+UsePAM no
+PermitRootLogin yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+EOF
+    # sshd returns once it listens (it forks into the background after binding).
+    /usr/sbin/sshd -f "$S/sshd-$ip.conf" -E "$S/sshd-$ip.log" \
+        || { sshd_ok=; echo "    sshd on $ip failed: $(tail -n2 "$S/sshd-$ip.log")"; }
+done
+cat >"$S/config" <<EOF
+Host rxehost0
+  HostName $RXE_SERVER_IP
+Host rxehost1
+  HostName $RXE_CLIENT_IP
+Host *
+  Port 2222
+  User root
+  IdentityFile $S/id
+  IdentitiesOnly yes
+  StrictHostKeyChecking no
+  UserKnownHostsFile /dev/null
+  BatchMode yes
+  LogLevel ERROR
+EOF
+RP=(timeout 180 "$PIPE" -v -F "$S/config" --remote-bin "$BIN_DIR" --transport rdma)
+# check_pipe NAME HOPS INPUT OUTPUT RC: exit 0, byte-exact, every hop over rdma,
+# no agent left behind.
+check_pipe() {
+    local name=$1 hops=$2 input=$3 out=$4 rc=$5 ok=1 n
+    [ "$rc" = 0 ] || { ok=; echo "    rdpipe exit $rc"; }
+    cmp -s "$input" "$out" || { ok=; echo "    output differs from input ($(stat -c %s "$out" 2>/dev/null) bytes)"; }
+    n=$(grep -c -- '-> .*: rdma (' "$W/$name.err")
+    [ "$n" = "$hops" ] || { ok=; echo "    $n of $hops hops report rdma"; }
+    if pgrep -f -- '--agent' >/dev/null; then ok=; echo "    agents left: $(pgrep -af -- '--agent')"; fi
+    if [ -n "$ok" ]; then
+        pass "$name: $(stat -c %s "$input") bytes byte-exact through rdpipe, every hop $(grep -o -- ': rdma ([^)]*)' "$W/$name.err" | head -n1 | sed 's/^: //')"
+    else
+        fail "$name: rdpipe over rdma"
+        sed "s/^/    [$name] /" "$W/$name.err"
+    fi
+}
+if [ -n "$sshd_ok" ]; then
+    PIN=$W/pipe.in
+    head -c $((8 * CHUNK + 123)) /dev/urandom >"$PIN"
+    # rxehost1 reads the file and sends it over RDMA to rxehost0, which writes it.
+    "${RP[@]}" "rxehost1:< $PIN" "rxehost0:> $W/pipe1.out" </dev/null 2>"$W/pipe1.err"
+    check_pipe pipe1 1 "$PIN" "$W/pipe1.out" $?
+    # Three hops: rdpipe's stdin -> rxehost1 (cat) -> rxehost0 (cat) -> rdpipe's stdout.
+    "${RP[@]}" "rxehost1:cat" "rxehost0:cat" <"$PIN" >"$W/pipe2.out" 2>"$W/pipe2.err"
+    check_pipe pipe2 3 "$PIN" "$W/pipe2.out" $?
+else
+    fail "rdpipe: the guest's sshd did not start"
+fi
+for f in "$S"/sshd-*.pid; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null; done
+rm -f "$W"/pipe*.out "$W/pipe.in"
 fi
 
 if want perf; then
