@@ -51,15 +51,18 @@ fn local_data_verbose() {
 #[test]
 fn malformed_arguments_exit_2_with_one_line() {
     for (arg, msg) in [
-        (":cat", "rdpipe: empty host in ':cat'"),
-        ("h1:", "rdpipe: empty command in 'h1:'"),
-        ("h1:   ", "rdpipe: empty command in 'h1:   '"),
+        (":cat", "rdpipe: error: empty host in ':cat'"),
+        ("h1:", "rdpipe: error: empty command in 'h1:'"),
+        ("h1:   ", "rdpipe: error: empty command in 'h1:   '"),
         (
             "h1:echo 'oops",
-            "rdpipe: unbalanced quotes in 'h1:echo 'oops'",
+            "rdpipe: error: unbalanced quotes in 'h1:echo 'oops'",
         ),
-        ("cat", "rdpipe: 'cat' is not HOST:CMD (no ':')"),
-        ("h1:>", "rdpipe: missing file name after '>' in 'h1:>'"),
+        ("cat", "rdpipe: error: 'cat' is not HOST:CMD (no ':')"),
+        (
+            "h1:>",
+            "rdpipe: error: missing file name after '>' in 'h1:>'",
+        ),
     ] {
         let r = run(&a(&["h0:cat", arg]), None, Duration::from_secs(10));
         assert_eq!(r.code(), Some(2), "{arg}: {}", r.stderr);
@@ -121,7 +124,7 @@ fn pipefail_status_of_the_failing_command() {
     assert_eq!(r.code(), Some(4), "{}", r.stderr);
     assert_eq!(
         r.stderr.trim_end(),
-        "rdpipe: local [2] 'cat >/dev/null; exit 4': the command exited with status 4"
+        "rdpipe: error: local [2] 'cat >/dev/null; exit 4': the command exited with status 4"
     );
     // A failed producer aborts its stream: the downstream command is stopped
     // instead of seeing a clean end, so the producer's status is the verdict.
@@ -133,7 +136,7 @@ fn pipefail_status_of_the_failing_command() {
     assert_eq!(r.code(), Some(3), "{}", r.stderr);
     assert!(r
         .stderr
-        .contains("rdpipe: local [1] 'exit 3': the command exited with status 3"));
+        .contains("rdpipe: error: local [1] 'exit 3': the command exited with status 3"));
     // A producer that fails after writing everything: the consumer never sees a
     // clean end of stream, so `> FILE` is not mistaken for complete.
     let s = Scratch::new("pf");

@@ -191,7 +191,7 @@ fn ssh_failing_middle_command() {
         .collect();
     assert_eq!(lines.len(), 1, "{}", r.stderr);
     assert!(
-        lines[0].starts_with("rdpipe: h2 [2] 'cat >/dev/null; exit 3'")
+        lines[0].starts_with("rdpipe: error: h2 [2] 'cat >/dev/null; exit 3'")
             && lines[0].contains("exited with status 3"),
         "{}",
         r.stderr
@@ -217,7 +217,7 @@ fn ssh_missing_remote_tool() {
     assert_eq!(r.code(), Some(127), "{}", r.stderr);
     assert!(
         r.stderr.contains(
-            "rdpipe: h2: rdrecv not found (install rdma-pipe there or pass --remote-bin)"
+            "rdpipe: error: h2: rdrecv not found (install rdma-pipe there or pass --remote-bin)"
         ),
         "{}",
         r.stderr
@@ -234,7 +234,11 @@ fn ssh_unreachable_host() {
         Duration::from_secs(30),
     );
     assert_eq!(r.code(), Some(1), "{}", r.stderr);
-    assert!(r.stderr.contains("rdpipe: closed: ssh: "), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("rdpipe: error: closed: ssh: "),
+        "{}",
+        r.stderr
+    );
     assert!(wait_gone(
         &ssh.config.to_string_lossy(),
         Duration::from_secs(5)
