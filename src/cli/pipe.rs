@@ -38,6 +38,10 @@ Examples:
   # start and end locally, over an IPoIB address for host2's data:
   tar c dir | rdpipe --data-host host2=10.0.0.2 host2:'gzip' -:'cat > dir.tgz'
 
+  # copy a file with a progress line, then debug a failing pipeline:
+  rdpipe --progress host1:'< /data/db.dump' host2:'> /backup/db.dump'
+  rdpipe -vv host1:'< /data/db.dump' host2:'zstd -T0 > /backup/db.zst'
+
   # show what would run:
   rdpipe -n host1:cat host2:cat";
 
@@ -68,8 +72,13 @@ pub const EXIT_STATUS: &[(&str, &str)] = &[
 ///                    mid-pipeline an empty stream goes onward
 ///
 /// Remote hosts need rdrecv (from rdma-pipe) in PATH or --remote-bin.
-/// Exit status as with `set -o pipefail`; on failure one line names the
-/// host, the command and what failed, and the whole pipeline stops.
+/// Exit status as with `set -o pipefail`; on failure one line
+/// (`rdpipe: error: ...`) names the host, the command and what failed,
+/// and the whole pipeline stops.
+///
+/// On a terminal (or with --progress) a live line on stderr shows the
+/// bytes arrived so far, the rate and the elapsed time, and with a
+/// `< FILE` source (or a regular file on stdin) the percentage and ETA.
 #[derive(Debug, Parser)]
 #[command(name = "rdpipe", version, verbatim_doc_comment, after_help = EXAMPLES)]
 pub struct PipeArgs {
