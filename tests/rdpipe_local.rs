@@ -369,6 +369,8 @@ fn quiet_prints_nothing_on_success_and_the_error_on_failure() {
     r.ok();
     assert!(r.stdout == data);
     // --progress asked for explicitly still draws; -q alone prints nothing.
+    assert_eq!(progress_lines(&r.stderr).len(), 1, "{}", r.stderr);
+    assert_eq!(r.stderr.lines().count(), 1, "{}", r.stderr);
     let r = run(
         &a(&["-q", "-:cat", "-:cat"]),
         Some(data.clone()),

@@ -98,7 +98,8 @@ pub struct PipeArgs {
     #[arg(short, long, action = clap::ArgAction::Count)]
     pub verbose: u8,
 
-    /// No progress line and no warnings (from any host); errors are still printed.
+    /// No progress line (unless --progress is given) and no warnings (from any
+    /// host); errors are still printed.
     #[arg(short, long)]
     pub quiet: bool,
 
