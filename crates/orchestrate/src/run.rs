@@ -25,12 +25,12 @@
 //! Progress ([`Config::progress`]): rdpipe sends `PROGRESS` to every agent and
 //! draws one line from their `SIZE` / `BYTES` reports and its own transfers. The
 //! bytes and the rate are those of the last hop that has carried any data (what has
-//! arrived furthest down the pipeline, counted by the receiving end; usually the
-//! last hop, but an earlier one while a command buffers, or when the last command
-//! writes nothing); the percentage and ETA, when the source's
-//! size is known (the last `< FILE` segment, else rdpipe's stdin when it is a
-//! regular file), are how much of the source has been sent. Messages, log events
-//! and forwarded stderr lines clear the line and draw it again (`rdpipe-term`).
+//! arrived furthest down the pipeline, counted by the receiving end: usually the
+//! last hop, an earlier one while a command buffers or when the last command writes
+//! nothing). The percentage and ETA, when the source's size is known (the last
+//! `< FILE` segment, else rdpipe's stdin when it is a regular file), are how much
+//! of the source has been sent. Messages, log events and forwarded stderr lines
+//! clear the line and draw it again (`rdpipe-term`).
 //!
 //! Logging: `tracing` debug events (`-vv`, `RUST_LOG`) at each step of the set-up
 //! and teardown and for every control line; rdpipe hands the level (and its
@@ -1341,6 +1341,45 @@ fn transfer_rank(code: u8) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn config(verbose: u8, quiet: bool, log: Option<&str>) -> Config {
+        Config {
+            segments: vec!["h1:cat".into(), "h2:cat".into()],
+            dry_run: false,
+            verbose,
+            quiet,
+            progress: false,
+            log: log.map(Into::into),
+            ssh_options: vec![],
+            ssh_config: None,
+            data_host: vec![],
+            remote_bin: None,
+            transport: "auto".into(),
+            chunk_size: 1 << 20,
+            slots: 2,
+            connect_timeout: 30,
+            handshake_timeout: 10,
+            max_sessions: 10,
+        }
+    }
+
+    #[test]
+    fn agents_get_the_verbosity_only_when_asked() {
+        let a = config(1, false, None);
+        let p = plan(&a.segments, false, &|r: &RemoteHost| r.name.clone()).unwrap();
+        let has = |a: &Config, w: &str| agent_args(&p, 0, a).iter().any(|x| x == w);
+        // Default and -v: the command line older agents know.
+        for w in ["--verbose", "--quiet", "--log"] {
+            assert!(!has(&a, w), "{w}");
+        }
+        let v = agent_args(&p, 0, &config(5, false, None));
+        let i = v.iter().position(|x| x == "--verbose").unwrap();
+        assert_eq!(v[i + 1], "3");
+        assert!(has(&config(0, true, None), "--quiet"));
+        let v = agent_args(&p, 1, &config(0, false, Some("debug")));
+        let i = v.iter().position(|x| x == "--log").unwrap();
+        assert_eq!(v[i + 1], "debug");
+    }
 
     #[test]
     fn quoting() {
