@@ -7,7 +7,7 @@ complete -c rdsend -l chunk-size -d 'Bytes per chunk (RDMA slot / data frame), e
 complete -c rdsend -l slots -d 'Buffers in flight (2 = double buffering). Pinned memory per process for RDMA is about chunk size × slots' -r
 complete -c rdsend -l handshake-timeout -d 'How long the authentication handshake may take before the peer is dropped' -r
 complete -c rdsend -s v -l verbose -d 'Print the transport used, the byte count and `Bandwidth X.XXX GB/s` on stderr at the end'
-complete -c rdsend -s q -l quiet -d 'No progress line and no warnings; errors are still printed'
+complete -c rdsend -s q -l quiet -d 'No progress line (unless --progress is given) and no warnings; errors are still printed'
 complete -c rdsend -l progress -d 'Show a live progress line on stderr (bytes, rate, elapsed; percentage and ETA for a file source). On by default when stderr is a terminal'
 complete -c rdsend -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c rdsend -s V -l version -d 'Print version'

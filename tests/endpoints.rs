@@ -281,3 +281,28 @@ fn port_in_use_is_a_clear_error() {
     );
     assert_eq!(stderr.lines().count(), 1, "not one line: {stderr}");
 }
+
+#[test]
+fn progress_without_a_terminal_is_plain_lines_ending_with_the_total() {
+    let dir = Scratch::new("prog");
+    let src = dir.path("in.bin");
+    let data = random_bytes(2 << 20, 21);
+    std::fs::write(&src, &data).unwrap();
+    let r = Receiver::start(&["--progress", "k"], &[], None);
+    let port = r.port.to_string();
+    let s = send(
+        &["--progress", "localhost", &port, "k", src.to_str().unwrap()],
+        &[],
+        None,
+    );
+    let f = r.finish();
+    s.expect_code(0);
+    assert!(f.expect_code(0).stdout == data);
+    for (out, pct) in [(&s.stderr, true), (&f.stderr, false)] {
+        let last = out.lines().last().unwrap_or("");
+        assert!(last.contains(" 2.00 MiB "), "{out:?}");
+        // The sender knows the file's size; the receiver does not.
+        assert_eq!(last.contains("100.0% ETA 0:00:00"), pct, "{out:?}");
+        assert!(!out.contains('\x1b') && !out.contains('\r'), "{out:?}");
+    }
+}

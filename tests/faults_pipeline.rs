@@ -77,12 +77,12 @@ fn assert_gone(patterns: &[&str], what: &str) {
     }
 }
 
-/// The `rdpipe:` lines of a run's stderr (its verdict; remote stderr lines are
-/// prefixed with the host instead).
+/// The `rdpipe: error:` lines of a run's stderr (its verdict; remote stderr lines
+/// are prefixed with the host instead).
 fn verdict_lines(r: &Run) -> Vec<String> {
     r.stderr
         .lines()
-        .filter(|l| l.starts_with("rdpipe: "))
+        .filter(|l| l.starts_with("rdpipe: error: "))
         .map(|l| l.to_string())
         .collect()
 }

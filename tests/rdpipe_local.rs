@@ -51,15 +51,18 @@ fn local_data_verbose() {
 #[test]
 fn malformed_arguments_exit_2_with_one_line() {
     for (arg, msg) in [
-        (":cat", "rdpipe: empty host in ':cat'"),
-        ("h1:", "rdpipe: empty command in 'h1:'"),
-        ("h1:   ", "rdpipe: empty command in 'h1:   '"),
+        (":cat", "rdpipe: error: empty host in ':cat'"),
+        ("h1:", "rdpipe: error: empty command in 'h1:'"),
+        ("h1:   ", "rdpipe: error: empty command in 'h1:   '"),
         (
             "h1:echo 'oops",
-            "rdpipe: unbalanced quotes in 'h1:echo 'oops'",
+            "rdpipe: error: unbalanced quotes in 'h1:echo 'oops'",
         ),
-        ("cat", "rdpipe: 'cat' is not HOST:CMD (no ':')"),
-        ("h1:>", "rdpipe: missing file name after '>' in 'h1:>'"),
+        ("cat", "rdpipe: error: 'cat' is not HOST:CMD (no ':')"),
+        (
+            "h1:>",
+            "rdpipe: error: missing file name after '>' in 'h1:>'",
+        ),
     ] {
         let r = run(&a(&["h0:cat", arg]), None, Duration::from_secs(10));
         assert_eq!(r.code(), Some(2), "{arg}: {}", r.stderr);
@@ -121,7 +124,7 @@ fn pipefail_status_of_the_failing_command() {
     assert_eq!(r.code(), Some(4), "{}", r.stderr);
     assert_eq!(
         r.stderr.trim_end(),
-        "rdpipe: local [2] 'cat >/dev/null; exit 4': the command exited with status 4"
+        "rdpipe: error: local [2] 'cat >/dev/null; exit 4': the command exited with status 4"
     );
     // A failed producer aborts its stream: the downstream command is stopped
     // instead of seeing a clean end, so the producer's status is the verdict.
@@ -133,7 +136,7 @@ fn pipefail_status_of_the_failing_command() {
     assert_eq!(r.code(), Some(3), "{}", r.stderr);
     assert!(r
         .stderr
-        .contains("rdpipe: local [1] 'exit 3': the command exited with status 3"));
+        .contains("rdpipe: error: local [1] 'exit 3': the command exited with status 3"));
     // A producer that fails after writing everything: the consumer never sees a
     // clean end of stream, so `> FILE` is not mistaken for complete.
     let s = Scratch::new("pf");
@@ -259,4 +262,280 @@ fn dry_run_resolves_data_addresses_through_the_ssh_config() {
         t.contains("alpha: 2 segment(s) over 1 connection(s)"),
         "{t}"
     );
+}
+
+// ---------------------------------------------------------------------------
+// Progress, verbosity and messages (issue #7).
+
+/// `env VAR=VALUE ...` in front of rdpipe.
+fn with_env(vars: &[&str], args: &[&str], input: Option<Vec<u8>>) -> Run {
+    let mut prefix = vec!["env"];
+    prefix.extend_from_slice(vars);
+    start(&prefix, &a(args), input).finish(Duration::from_secs(60))
+}
+
+fn progress_lines(stderr: &str) -> Vec<&str> {
+    stderr
+        .lines()
+        .filter(|l| l.starts_with("rdpipe: ") && l.contains("/s "))
+        .collect()
+}
+
+#[test]
+fn progress_of_a_file_source_ends_at_100_percent() {
+    let s = Scratch::new("prog");
+    let data = random_bytes(6 << 20, 11);
+    std::fs::write(s.path("in"), &data).unwrap();
+    let src = format!("-:< {}", s.s("in"));
+    for vars in [&["NO_COLOR=1"][..], &["TERM=xterm"][..]] {
+        let r = with_env(vars, &["--progress", &src, "-:cat"], None);
+        r.ok();
+        // Progress goes to stderr only: stdout is the data, byte for byte.
+        assert!(
+            r.stdout == data,
+            "stdout differs ({} bytes)",
+            r.stdout.len()
+        );
+        let lines = progress_lines(&r.stderr);
+        let last = lines
+            .last()
+            .unwrap_or_else(|| panic!("no progress line:\n{}", r.stderr));
+        assert!(
+            last.starts_with("rdpipe: 6.00 MiB ") && last.contains("100.0% ETA 0:00:00"),
+            "{last:?}\n{}",
+            r.stderr
+        );
+        // No terminal: plain lines, no escape codes, no carriage returns.
+        assert!(
+            !r.stderr.contains('\x1b') && !r.stderr.contains('\r'),
+            "{:?}",
+            r.stderr
+        );
+        assert_eq!(lines.len(), r.stderr.lines().count(), "{}", r.stderr);
+    }
+}
+
+#[test]
+fn progress_of_a_regular_file_on_stdin() {
+    let s = Scratch::new("progin");
+    let data = random_bytes(3 << 20, 12);
+    std::fs::write(s.path("in"), &data).unwrap();
+    let out = Command::new(rdpipe())
+        .args(["--progress", "-:cat", "-:cat"])
+        .stdin(std::fs::File::open(s.path("in")).unwrap())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(out.stdout == data);
+    let lines = progress_lines(&err);
+    assert!(
+        lines
+            .last()
+            .is_some_and(|l| l.starts_with("rdpipe: 3.00 MiB ") && l.contains("100.0%")),
+        "{err}"
+    );
+}
+
+#[test]
+fn progress_of_a_pipe_has_no_percentage_and_counts_the_last_hop_with_data() {
+    // The last command writes nothing: the count is that of the hop before it.
+    let r = run(
+        &a(&[
+            "--progress",
+            "-:head -c 2097152 /dev/zero",
+            "-:cat",
+            "-:cat >/dev/null",
+        ]),
+        None,
+        Duration::from_secs(60),
+    );
+    r.ok();
+    assert!(r.stdout.is_empty());
+    let lines = progress_lines(&r.stderr);
+    let last = lines.last().unwrap_or_else(|| panic!("{}", r.stderr));
+    assert!(last.starts_with("rdpipe: 2.00 MiB "), "{last:?}");
+    assert!(!last.contains('%'), "{last:?}");
+}
+
+#[test]
+fn quiet_prints_nothing_on_success_and_the_error_on_failure() {
+    let data = random_bytes(1 << 20, 13);
+    let r = run(
+        &a(&["-q", "--progress", "-:cat", "-:cat"]),
+        Some(data.clone()),
+        Duration::from_secs(30),
+    );
+    r.ok();
+    assert!(r.stdout == data);
+    // --progress asked for explicitly still draws; -q alone prints nothing.
+    let lines = progress_lines(&r.stderr);
+    assert!(!lines.is_empty(), "{}", r.stderr);
+    assert_eq!(lines.len(), r.stderr.lines().count(), "{}", r.stderr);
+    let r = run(
+        &a(&["-q", "-:cat", "-:cat"]),
+        Some(data.clone()),
+        Duration::from_secs(30),
+    );
+    r.ok();
+    assert!(r.stdout == data);
+    assert!(r.stderr.is_empty(), "{}", r.stderr);
+    let r = run(
+        &a(&["-q", "-:cat", "-:cat >/dev/null; exit 6"]),
+        Some(data),
+        Duration::from_secs(30),
+    );
+    assert_eq!(r.code(), Some(6), "{}", r.stderr);
+    assert_eq!(
+        r.stderr.trim_end(),
+        "rdpipe: error: local [2] 'cat >/dev/null; exit 6': the command exited with status 6"
+    );
+}
+
+/// Debug output of a two-segment local pipeline: rdpipe's own set-up events and
+/// control lines, and the agents' log.
+fn assert_debug_log(r: &Run, data: &[u8]) {
+    r.ok();
+    assert!(
+        r.stdout == data,
+        "stdout differs ({} bytes)",
+        r.stdout.len()
+    );
+    let debug: Vec<&str> = r
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("rdpipe: debug: "))
+        .collect();
+    for want in [
+        "said: HELLO 1",
+        "to CONNECT out 127.0.0.1 ",
+        "said: END ok",
+        "teardown",
+    ] {
+        assert!(
+            debug.iter().any(|l| l.contains(want)),
+            "no {want:?} in:\n{}",
+            r.stderr
+        );
+    }
+    assert!(
+        r.stderr
+            .lines()
+            .any(|l| l.starts_with("agent local[2]: debug: ")),
+        "{}",
+        r.stderr
+    );
+    assert!(!r.stderr.contains('\x1b'), "{:?}", r.stderr);
+}
+
+#[test]
+fn debug_log_with_vv_rust_log_and_rdpipe_debug() {
+    let data = random_bytes(256 << 10, 14);
+    let r = run(
+        &a(&["-vv", "-:cat", "-:cat | cat"]),
+        Some(data.clone()),
+        Duration::from_secs(30),
+    );
+    assert_debug_log(&r, &data);
+    // -vv includes -v's report.
+    assert!(
+        r.stderr.lines().any(|l| l.starts_with("Bandwidth ")),
+        "{}",
+        r.stderr
+    );
+    let r = with_env(
+        &["RUST_LOG=debug"],
+        &["-:cat", "-:cat | cat"],
+        Some(data.clone()),
+    );
+    assert_debug_log(&r, &data);
+    assert!(!r.stderr.contains("Bandwidth "), "{}", r.stderr);
+    let r = with_env(
+        &["RDPIPE_DEBUG=1"],
+        &["-:cat", "-:cat | cat"],
+        Some(data.clone()),
+    );
+    assert_debug_log(&r, &data);
+    // Without any of them: nothing.
+    let r = with_env(
+        &["RUST_LOG=", "RDPIPE_DEBUG="],
+        &["-:cat", "-:cat | cat"],
+        Some(data.clone()),
+    );
+    r.ok();
+    assert!(r.stderr.is_empty(), "{}", r.stderr);
+}
+
+/// Runs `sh -c CMD` under `script` (a pseudo-terminal); None when script is missing.
+fn in_terminal(cmd: &str) -> Option<(std::process::ExitStatus, String)> {
+    let ok = Command::new("script")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        eprintln!("SKIPPED: terminal checks: no `script` (util-linux)");
+        return None;
+    }
+    let out = Command::new("script")
+        .args(["-qec", cmd, "/dev/null"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    Some((
+        out.status,
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    ))
+}
+
+#[test]
+fn on_a_terminal_progress_is_on_by_default_and_errors_are_coloured() {
+    let s = Scratch::new("tty");
+    let data = random_bytes(4 << 20, 15);
+    std::fs::write(s.path("in"), &data).unwrap();
+    let bin = rdpipe().display().to_string();
+    // The consumer starts late, so the transfer lasts past the first redraw.
+    let cmd = format!(
+        "{bin} -:'< {src}' -:'sleep 1; cat' > {out}",
+        src = s.s("in"),
+        out = s.s("out")
+    );
+    let Some((st, tty)) = in_terminal(&cmd) else {
+        return;
+    };
+    assert!(st.success(), "{tty:?}");
+    assert!(std::fs::read(s.path("out")).unwrap() == data);
+    // Redrawn in place, and the final line (the total, 100%) stays.
+    assert!(tty.contains("\rrdpipe: "), "{tty:?}");
+    let last = tty
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("");
+    let last = last
+        .rsplit('\r')
+        .find(|p| !p.trim().is_empty())
+        .unwrap_or("");
+    assert!(
+        last.starts_with("rdpipe: 4.00 MiB ") && last.contains("100.0%"),
+        "{last:?} in {tty:?}"
+    );
+    // -q: no progress line.
+    let (st, tty) = in_terminal(&format!(
+        "{bin} -q -:'< {}' -:'sleep 1; cat' > /dev/null",
+        s.s("in")
+    ))
+    .unwrap();
+    assert!(st.success(), "{tty:?}");
+    assert!(!tty.contains("rdpipe"), "{tty:?}");
+    // Errors: the tool name bold, `error:` red; NO_COLOR turns colours off.
+    let (_, tty) = in_terminal(&format!("{bin} -:'exit 3' -:cat")).unwrap();
+    assert!(
+        tty.contains("\x1b[1mrdpipe\x1b[0m: \x1b[31merror:\x1b[0m local [1] 'exit 3'"),
+        "{tty:?}"
+    );
+    let (_, tty) = in_terminal(&format!("NO_COLOR=1 {bin} -:'exit 3' -:cat")).unwrap();
+    assert!(tty.contains("rdpipe: error: local [1] 'exit 3'"), "{tty:?}");
+    assert!(!tty.contains('\x1b'), "{tty:?}");
 }

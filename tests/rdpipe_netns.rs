@@ -205,7 +205,7 @@ fn netns_failing_middle_command() {
     assert_eq!(r.code(), Some(5), "{}", r.stderr);
     assert!(
         r.stderr.starts_with(
-            "rdpipe: n2 [2] 'head -c 1000 >/dev/null; exit 5': the command exited with status 5"
+            "rdpipe: error: n2 [2] 'head -c 1000 >/dev/null; exit 5': the command exited with status 5"
         ),
         "{}",
         r.stderr
@@ -274,7 +274,7 @@ fn netns_missing_remote_tool() {
     assert_eq!(r.code(), Some(127), "{}", r.stderr);
     assert!(
         r.stderr.contains(
-            "rdpipe: n2: rdrecv not found (install rdma-pipe there or pass --remote-bin)"
+            "rdpipe: error: n2: rdrecv not found (install rdma-pipe there or pass --remote-bin)"
         ),
         "{}",
         r.stderr

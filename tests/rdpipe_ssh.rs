@@ -191,7 +191,7 @@ fn ssh_failing_middle_command() {
         .collect();
     assert_eq!(lines.len(), 1, "{}", r.stderr);
     assert!(
-        lines[0].starts_with("rdpipe: h2 [2] 'cat >/dev/null; exit 3'")
+        lines[0].starts_with("rdpipe: error: h2 [2] 'cat >/dev/null; exit 3'")
             && lines[0].contains("exited with status 3"),
         "{}",
         r.stderr
@@ -217,7 +217,7 @@ fn ssh_missing_remote_tool() {
     assert_eq!(r.code(), Some(127), "{}", r.stderr);
     assert!(
         r.stderr.contains(
-            "rdpipe: h2: rdrecv not found (install rdma-pipe there or pass --remote-bin)"
+            "rdpipe: error: h2: rdrecv not found (install rdma-pipe there or pass --remote-bin)"
         ),
         "{}",
         r.stderr
@@ -234,7 +234,11 @@ fn ssh_unreachable_host() {
         Duration::from_secs(30),
     );
     assert_eq!(r.code(), Some(1), "{}", r.stderr);
-    assert!(r.stderr.contains("rdpipe: closed: ssh: "), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("rdpipe: error: closed: ssh: "),
+        "{}",
+        r.stderr
+    );
     assert!(wait_gone(
         &ssh.config.to_string_lossy(),
         Duration::from_secs(5)
@@ -461,4 +465,77 @@ fn ssh_interrupt_while_connecting_leaves_nothing() {
             );
         }
     }
+}
+
+#[test]
+fn ssh_progress_and_debug_log_from_remote_agents() {
+    need_ssh!("ssh_progress_and_debug_log_from_remote_agents");
+    let ssh = LocalSsh::start("prog");
+    let d = &ssh.dir;
+    let data = random_bytes(5 << 20, 17);
+    std::fs::write(d.path("in"), &data).unwrap();
+    let src = format!("h1:< {}", d.s("in"));
+    // The source's size and the counts come from the remote agents (SIZE, BYTES).
+    let r = run(
+        &args(&ssh, &["--progress", &src, "h2:cat"]),
+        None,
+        Duration::from_secs(60),
+    );
+    r.ok();
+    assert!(
+        r.stdout == data,
+        "stdout differs ({} bytes)",
+        r.stdout.len()
+    );
+    let last = r
+        .stderr
+        .lines()
+        .rfind(|l| l.starts_with("rdpipe: ") && l.contains("/s "))
+        .unwrap_or_else(|| panic!("no progress line:\n{}", r.stderr));
+    assert!(
+        last.starts_with("rdpipe: 5.00 MiB ") && last.contains("100.0% ETA 0:00:00"),
+        "{last:?}\n{}",
+        r.stderr
+    );
+    assert!(!r.stderr.contains('\x1b') && !r.stderr.contains('\r'));
+    // A file sent to a remote `> FILE`: the last hop's count is the remote one.
+    let r = run(
+        &args(&ssh, &["--progress", &src, &format!("h2:> {}", d.s("out"))]),
+        None,
+        Duration::from_secs(60),
+    );
+    r.ok();
+    assert!(std::fs::read(d.path("out")).unwrap() == data);
+    assert!(
+        r.stderr
+            .lines()
+            .any(|l| l.starts_with("rdpipe: 5.00 MiB ") && l.contains("100.0%")),
+        "{}",
+        r.stderr
+    );
+    // -vv: rdpipe's debug log, and the remote agents' own, prefixed with the host.
+    let r = run(
+        &args(&ssh, &["-vv", "h1:cat", "h2:cat"]),
+        Some(b"x\n".to_vec()),
+        Duration::from_secs(60),
+    );
+    r.ok();
+    assert_eq!(r.stdout_str(), "x\n");
+    for want in [
+        "rdpipe: debug: starting ssh master ",
+        "rdpipe: debug: [2] said: HELLO 1",
+        "rdpipe: debug: [2] listens on port ",
+        "h1: agent h1[1]: debug: control: CONNECT out ",
+        "h2: agent h2[2]: debug: ",
+    ] {
+        assert!(r.stderr.contains(want), "no {want:?} in:\n{}", r.stderr);
+    }
+    // -q: nothing at all on success.
+    let r = run(
+        &args(&ssh, &["-q", "h1:cat", "h2:cat"]),
+        Some(b"x\n".to_vec()),
+        Duration::from_secs(60),
+    );
+    r.ok();
+    assert!(r.stderr.is_empty(), "{}", r.stderr);
 }

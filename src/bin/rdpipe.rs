@@ -3,6 +3,7 @@
 
 use clap::Parser;
 use rdma_pipe::cli::pipe::{normalize_args, run, PipeArgs};
+use rdma_pipe::cli::term;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -18,10 +19,11 @@ fn main() -> ExitCode {
             return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
         }
     };
+    term::init_logging("rdpipe", args.verbosity(), args.quiet);
     let exe = match std::env::current_exe() {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("rdpipe: cannot find my own executable: {e}");
+            term::error("rdpipe", format!("cannot find my own executable: {e}"));
             return ExitCode::from(1);
         }
     };

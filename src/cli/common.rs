@@ -132,7 +132,8 @@ pub struct CommonArgs {
     #[arg(short, long, action = clap::ArgAction::Count)]
     pub verbose: u8,
 
-    /// No progress line and no warnings; errors are still printed.
+    /// No progress line (unless --progress is given) and no warnings; errors are
+    /// still printed.
     #[arg(short, long)]
     pub quiet: bool,
 

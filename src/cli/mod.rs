@@ -4,9 +4,10 @@
 pub mod common;
 pub mod docs;
 pub mod pipe;
-pub mod progress;
 pub mod recv;
 pub mod send;
-pub mod term;
 
 pub use common::{fail, Failure};
+/// Messages, logging and the progress line (the `rdpipe-term` crate).
+pub use rdpipe_term as term;
+pub use rdpipe_term::progress;

@@ -38,6 +38,10 @@ Examples:
   # start and end locally, over an IPoIB address for host2's data:
   tar c dir | rdpipe --data-host host2=10.0.0.2 host2:'gzip' -:'cat > dir.tgz'
 
+  # copy a file with a progress line, then debug a failing pipeline:
+  rdpipe --progress host1:'< /data/db.dump' host2:'> /backup/db.dump'
+  rdpipe -vv host1:'< /data/db.dump' host2:'zstd -T0 > /backup/db.zst'
+
   # show what would run:
   rdpipe -n host1:cat host2:cat";
 
@@ -68,8 +72,13 @@ pub const EXIT_STATUS: &[(&str, &str)] = &[
 ///                    mid-pipeline an empty stream goes onward
 ///
 /// Remote hosts need rdrecv (from rdma-pipe) in PATH or --remote-bin.
-/// Exit status as with `set -o pipefail`; on failure one line names the
-/// host, the command and what failed, and the whole pipeline stops.
+/// Exit status as with `set -o pipefail`; on failure one line
+/// (`rdpipe: error: ...`) names the host, the command and what failed,
+/// and the whole pipeline stops.
+///
+/// On a terminal (or with --progress) a live line on stderr shows the
+/// bytes arrived so far, the rate and the elapsed time, and with a
+/// `< FILE` source (or a regular file on stdin) the percentage and ETA.
 #[derive(Debug, Parser)]
 #[command(name = "rdpipe", version, verbatim_doc_comment, after_help = EXAMPLES)]
 pub struct PipeArgs {
@@ -83,9 +92,23 @@ pub struct PipeArgs {
     pub dry_run: bool,
 
     /// Print each hop's transport, byte count and checksum, and the final
-    /// `Bandwidth X.XXX GB/s`, on stderr.
+    /// `Bandwidth X.XXX GB/s`, on stderr. `-vv` adds a debug log of the set-up and
+    /// teardown (ssh masters, agents, control lines; the hosts' endpoints log
+    /// theirs too), `-vvv` a trace; RUST_LOG overrides both.
+    #[arg(short, long, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+
+    /// No progress line (unless --progress is given) and no warnings (from any
+    /// host); errors are still printed.
     #[arg(short, long)]
-    pub verbose: bool,
+    pub quiet: bool,
+
+    /// Show a live progress line on stderr: bytes arrived at the end of the
+    /// pipeline, rate, elapsed time; percentage and ETA when the source is a
+    /// `< FILE` segment or a regular file on stdin. On by default when stderr is a
+    /// terminal.
+    #[arg(long)]
+    pub progress: bool,
 
     /// An option for ssh, as for `ssh -o` (repeatable), e.g. `-o Port=2222`. Applies
     /// to every host; host-specific settings belong in the ssh configuration.
@@ -135,13 +158,32 @@ pub struct PipeArgs {
     pub max_sessions: u32,
 }
 
+/// `RDPIPE_DEBUG` (set and not empty or `0`): the older spelling of `-vv`.
+pub const DEBUG_ENV: &str = "RDPIPE_DEBUG";
+
 impl PipeArgs {
+    /// The `-v` count, at least 2 (`-vv`) when `RDPIPE_DEBUG` is set.
+    pub fn verbosity(&self) -> u8 {
+        let debug_env = std::env::var_os(DEBUG_ENV).is_some_and(|v| !v.is_empty() && v != "0");
+        if debug_env {
+            self.verbose.max(2)
+        } else {
+            self.verbose
+        }
+    }
+
     /// The orchestrator's configuration.
     pub fn config(self) -> Config {
+        let verbose = self.verbosity();
         Config {
+            progress: crate::cli::progress::wanted(self.progress, self.quiet),
+            log: std::env::var("RUST_LOG")
+                .ok()
+                .filter(|f| !f.trim().is_empty()),
+            quiet: self.quiet,
             segments: self.segments,
             dry_run: self.dry_run,
-            verbose: self.verbose,
+            verbose,
             ssh_options: self.ssh_options,
             ssh_config: self.ssh_config,
             data_host: self.data_host,
@@ -201,8 +243,13 @@ mod tests {
         ))
         .unwrap();
         assert!(a.dry_run);
+        assert_eq!(a.verbose, 0);
+        assert!(!a.quiet && !a.progress);
         assert_eq!(a.ssh_options, ["Port=2222"]);
         assert_eq!(a.segments, ["localhost:cat", "h2:rev"]);
+        let a = PipeArgs::try_parse_from(["rdpipe", "-vv", "-q", "--progress", "h:cat"]).unwrap();
+        assert_eq!(a.verbose, 2);
+        assert!(a.quiet && a.progress);
         assert!(PipeArgs::try_parse_from(["rdpipe"]).is_err());
         assert!(PipeArgs::try_parse_from(["rdpipe", "--slots", "0", "h:cat"]).is_err());
         assert!(PipeArgs::try_parse_from(["rdpipe", "--chunk-size", "0", "h:cat"]).is_err());

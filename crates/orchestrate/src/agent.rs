@@ -13,6 +13,10 @@
 //!   incoming / outgoing transfer, for a side started with `connect`;
 //! - `PING`, every [`PING_EVERY`]: rdpipe is alive. An agent that hears nothing
 //!   for [`CONTROL_SILENCE`] ends the segment as below (the peer went silent);
+//! - `PROGRESS` (optional, sent right after the key when rdpipe shows a progress
+//!   line): report byte counts with `SIZE` and `BYTES` (below). Without it an agent
+//!   sends neither, so there is no extra traffic when progress is off; an agent
+//!   that does not know the line ignores it, like any unknown line;
 //! - end of file: rdpipe (or the SSH connection) is gone: the agent kills its
 //!   command's process group and exits at once, whatever state it is in.
 //!
@@ -24,9 +28,20 @@
 //!   by the agent, after another failure);
 //! - `FAIL PART CODE MESSAGE`: something failed; PART is `in`, `out`, `cmd`, `file`
 //!   or `agent`, CODE the rdsend/rdrecv exit code of a transfer error (1 otherwise);
-//! - `END ok` / `END fail`: the last line; the agent exits 0 / 1 right after.
+//! - `SIZE N` (after `PROGRESS`): a `< FILE` segment's file is a regular file of N
+//!   bytes (for the percentage and ETA); sent once;
+//! - `BYTES in N` / `BYTES out N` (after `PROGRESS`): the running byte count of the
+//!   incoming / outgoing transfer, every [`PROGRESS_EVERY`] while it changes (the
+//!   final count is the one in `IN` / `OUT`);
+//! - `END ok` / `END fail`: the last line; the agent exits 0 / 1 right after and
+//!   writes nothing more (not even a `BYTES` line already due).
 //!
-//! The command's stderr is the agent's stderr (rdpipe prefixes it with the host).
+//! [`parse_line`] reads these lines on rdpipe's side. Lines never interleave: every
+//! one is written whole under one lock.
+//!
+//! The command's stderr is the agent's stderr (rdpipe prefixes it with the host),
+//! and so are the agent's own messages and, with `--verbose 2` or `--log FILTER`
+//! (rdpipe's `-vv` / `RUST_LOG`), its `tracing` log.
 //!
 //! # Failure semantics
 //!
@@ -58,7 +73,7 @@ use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, ChildStdout, Command, ExitCode, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -77,6 +92,9 @@ pub const STOPPED_READING: &str = "the command stopped reading its input";
 
 /// Version of the control protocol (`HELLO 1`).
 pub const PROTOCOL: u32 = 1;
+
+/// How often an agent sends `BYTES` lines (after `PROGRESS`, while counts change).
+pub const PROGRESS_EVERY: Duration = Duration::from_millis(250);
 
 /// How long an agent lets its threads wind down after a failure before it kills
 /// the command's process group with SIGKILL and exits.
@@ -134,18 +152,264 @@ pub struct AgentArgs {
     /// Append the stream to this file (`>> FILE`).
     #[arg(long)]
     pub append: Option<String>,
+    /// Log level as for rdpipe's `-v` count: 2 debug, 3 trace.
+    #[arg(long, default_value_t = 0)]
+    pub verbose: u8,
+    /// Errors only (rdpipe's `-q`).
+    #[arg(long)]
+    pub quiet: bool,
+    /// A log filter (`RUST_LOG` syntax, rdpipe's own `RUST_LOG`), overriding
+    /// `--verbose`.
+    #[arg(long, value_name = "FILTER")]
+    pub log: Option<String>,
 }
 
-/// Control-channel output, shared by the threads.
+/// Which transfer of a segment a line is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// The incoming transfer.
+    In,
+    /// The outgoing transfer.
+    Out,
+}
+
+impl Side {
+    /// `in` / `out`, as on the control channel.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Side::In => "in",
+            Side::Out => "out",
+        }
+    }
+}
+
+/// One agent → rdpipe control line, as [`parse_line`] reads it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AgentLine<'a> {
+    /// `HELLO V`.
+    Hello,
+    /// `PORT in|out N`.
+    Port {
+        /// The side listening (anything but `in` is `out`).
+        side: Side,
+        /// The port.
+        port: u16,
+    },
+    /// `IN ...` / `OUT ...`: a transfer completed.
+    Done {
+        /// Which transfer.
+        side: Side,
+        /// Bytes (0 if unreadable).
+        bytes: u64,
+        /// xxh3-64, hex.
+        checksum: &'a str,
+        /// Seconds (0 if unreadable).
+        secs: f64,
+        /// The transport, e.g. `tcp`.
+        transport: &'a str,
+    },
+    /// `EXIT ...`.
+    Exit {
+        /// The status: the code, or 128+N for `signal N`; none for `killed`.
+        code: Option<i32>,
+        /// Everything after `EXIT `.
+        text: &'a str,
+    },
+    /// `FAIL PART CODE MESSAGE`.
+    Fail {
+        /// `in`, `out`, `cmd`, `file` or `agent` (the default).
+        part: &'a str,
+        /// The exit code of a transfer error (1 by default).
+        code: u8,
+        /// The message (may be empty).
+        message: &'a str,
+    },
+    /// `END ok` / `END fail`.
+    End {
+        /// `END ok`.
+        ok: bool,
+    },
+    /// `BYTES in|out N`.
+    Bytes {
+        /// Which transfer.
+        side: Side,
+        /// The running count.
+        bytes: u64,
+    },
+    /// `SIZE N`.
+    Size(u64),
+    /// Anything else, or a line with a malformed number: ignored.
+    Unknown,
+}
+
+/// Reads one agent → rdpipe control line (without its newline). Never fails:
+/// what it does not understand is [`AgentLine::Unknown`].
+pub fn parse_line(l: &str) -> AgentLine<'_> {
+    let mut w = l.splitn(4, ' ');
+    let tag = w.next().unwrap_or("");
+    let side = |s: Option<&str>| match s {
+        Some("in") => Some(Side::In),
+        Some("out") => Some(Side::Out),
+        _ => None,
+    };
+    match tag {
+        "HELLO" => AgentLine::Hello,
+        "PORT" => {
+            let side = if w.next() == Some("in") {
+                Side::In
+            } else {
+                Side::Out
+            };
+            match w.next().and_then(|p| p.parse::<u16>().ok()) {
+                Some(port) => AgentLine::Port { side, port },
+                None => AgentLine::Unknown,
+            }
+        }
+        "IN" | "OUT" => {
+            let rest: Vec<&str> = l.splitn(5, ' ').collect();
+            if rest.len() != 5 {
+                return AgentLine::Unknown;
+            }
+            AgentLine::Done {
+                side: if tag == "IN" { Side::In } else { Side::Out },
+                bytes: rest[1].parse().unwrap_or(0),
+                checksum: rest[2],
+                secs: rest[3].parse().unwrap_or(0.0),
+                transport: rest[4],
+            }
+        }
+        "EXIT" => {
+            let text = l.strip_prefix("EXIT ").unwrap_or("");
+            let code = if let Ok(c) = text.parse::<i32>() {
+                Some(c)
+            } else if let Some(s) = text.strip_prefix("signal ") {
+                s.parse::<i32>().ok().map(|s| 128 + s)
+            } else {
+                None
+            };
+            AgentLine::Exit { code, text }
+        }
+        "FAIL" => AgentLine::Fail {
+            part: w.next().unwrap_or("agent"),
+            code: w.next().and_then(|c| c.parse().ok()).unwrap_or(1),
+            message: w.next().unwrap_or(""),
+        },
+        "END" => AgentLine::End {
+            ok: w.next() == Some("ok"),
+        },
+        "BYTES" => match (side(w.next()), w.next().and_then(|n| n.parse().ok())) {
+            (Some(side), Some(bytes)) => AgentLine::Bytes { side, bytes },
+            _ => AgentLine::Unknown,
+        },
+        "SIZE" => match w.next().and_then(|n| n.parse().ok()) {
+            Some(n) => AgentLine::Size(n),
+            None => AgentLine::Unknown,
+        },
+        _ => AgentLine::Unknown,
+    }
+}
+
+/// Control-channel output, shared by the threads: each line is written whole
+/// under the lock, and nothing after `END`.
 #[derive(Clone)]
-struct Say(Arc<Mutex<io::Stdout>>);
+struct Say(Arc<Mutex<(Box<dyn Write + Send>, bool)>>);
 
 impl Say {
+    fn new() -> Say {
+        Say::to(Box::new(io::stdout()))
+    }
+
+    fn to(w: Box<dyn Write + Send>) -> Say {
+        Say(Arc::new(Mutex::new((w, false))))
+    }
+
     fn line(&self, l: &str) {
-        let mut o = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut g = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let (o, ended) = &mut *g;
+        if *ended {
+            return;
+        }
+        *ended = l.starts_with("END ");
         // rdpipe gone: nothing to tell, stdin EOF ends us.
-        let _ = writeln!(o, "{}", l.replace('\n', " "));
+        let _ = o.write_all(format!("{}\n", l.replace('\n', " ")).as_bytes());
         let _ = o.flush();
+    }
+}
+
+/// The byte counts behind `SIZE` and `BYTES`: stored by the transfers' progress
+/// callbacks (one relaxed store per chunk), read by the reporter thread that
+/// `PROGRESS` starts.
+struct Meter {
+    bytes: [AtomicU64; 2],
+    /// The `< FILE` size; `u64::MAX` while unknown.
+    size: AtomicU64,
+    /// `PROGRESS` was heard, `SIZE` was sent.
+    started: AtomicBool,
+    size_sent: AtomicBool,
+    say: Say,
+}
+
+impl Meter {
+    fn new(say: &Say) -> Meter {
+        Meter {
+            bytes: [AtomicU64::new(0), AtomicU64::new(0)],
+            size: AtomicU64::new(u64::MAX),
+            started: AtomicBool::new(false),
+            size_sent: AtomicBool::new(false),
+            say: say.clone(),
+        }
+    }
+
+    /// `SIZE`, once, as soon as both the size and `PROGRESS` are known (whichever
+    /// comes second sends it).
+    fn send_size(&self) {
+        let size = self.size.load(Ordering::SeqCst);
+        if size != u64::MAX
+            && self.started.load(Ordering::SeqCst)
+            && !self.size_sent.swap(true, Ordering::SeqCst)
+        {
+            self.say.line(&format!("SIZE {size}"));
+        }
+    }
+
+    /// The `< FILE` is a regular file of `n` bytes.
+    fn set_size(&self, n: u64) {
+        self.size.store(n, Ordering::SeqCst);
+        self.send_size();
+    }
+
+    /// The progress callback for one side's transfer.
+    fn callback(self: &Arc<Meter>, side: Side) -> Box<dyn FnMut(u64) + Send> {
+        let m = self.clone();
+        Box::new(move |n| m.bytes[side as usize].store(n, Ordering::Relaxed))
+    }
+
+    /// Starts reporting (once): `SIZE` when known, and a thread sending `BYTES`
+    /// lines every [`PROGRESS_EVERY`] while a count changes, until the process ends.
+    fn start(self: &Arc<Meter>) {
+        if self.started.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        self.send_size();
+        let m = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("progress".into())
+            .spawn(move || {
+                let mut sent = [0u64; 2];
+                loop {
+                    std::thread::sleep(PROGRESS_EVERY);
+                    for side in [Side::In, Side::Out] {
+                        let n = m.bytes[side as usize].load(Ordering::Relaxed);
+                        if n != sent[side as usize] {
+                            sent[side as usize] = n;
+                            m.say.line(&format!("BYTES {} {n}", side.as_str()));
+                        }
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::warn!("cannot start the progress reporter: {e}");
+        }
     }
 }
 
@@ -295,6 +559,12 @@ pub fn main<I: IntoIterator<Item = OsString>>(args: I) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    rdpipe_term::init_logging_with(
+        &format!("agent {}", args.label),
+        args.verbose,
+        args.quiet,
+        args.log.as_deref(),
+    );
     match run(args) {
         true => ExitCode::SUCCESS,
         false => ExitCode::FAILURE,
@@ -317,7 +587,7 @@ fn connect_wait(
 }
 
 fn run(a: AgentArgs) -> bool {
-    let say = Say(Arc::new(Mutex::new(io::stdout())));
+    let say = Say::new();
     let mut stdin = BufReader::new(io::stdin());
     let mut key_line = String::new();
     if stdin.read_line(&mut key_line).unwrap_or(0) == 0 {
@@ -340,6 +610,8 @@ fn run(a: AgentArgs) -> bool {
         }
     };
     say.line(&format!("HELLO {PROTOCOL}"));
+    tracing::debug!("started: input {:?}, output {:?}", a.input, a.output);
+    let meter = Arc::new(Meter::new(&say));
 
     let (tx, rx) = mpsc::channel::<Ev>();
     // Signals end the segment like a closed control channel does.
@@ -377,6 +649,7 @@ fn run(a: AgentArgs) -> bool {
     }
     {
         let tx = tx.clone();
+        let meter = meter.clone();
         std::thread::spawn(move || {
             let mut line = String::new();
             loop {
@@ -388,11 +661,18 @@ fn run(a: AgentArgs) -> bool {
                     }
                 }
                 let w: Vec<&str> = line.split_whitespace().collect();
-                if let ["CONNECT", side, host, port] = w[..] {
-                    if let Ok(port) = port.parse::<u16>() {
-                        let to = if side == "in" { &in_tx } else { &out_tx };
-                        let _ = to.send((host.to_string(), port));
+                if w.first() != Some(&"PING") {
+                    tracing::debug!("control: {}", line.trim_end());
+                }
+                match w[..] {
+                    ["CONNECT", side, host, port] => {
+                        if let Ok(port) = port.parse::<u16>() {
+                            let to = if side == "in" { &in_tx } else { &out_tx };
+                            let _ = to.send((host.to_string(), port));
+                        }
                     }
+                    ["PROGRESS"] => meter.start(),
+                    _ => {}
                 }
             }
             let _ = tx.send(Ev::ControlGone(
@@ -401,13 +681,13 @@ fn run(a: AgentArgs) -> bool {
         });
     }
 
-    let opts = |key: &[u8]| Options {
+    let opts = |key: &[u8], side: Side| Options {
         key: key.to_vec(),
         chunk_size: a.chunk_size,
         slots: a.slots,
         transport: pref,
         handshake_timeout: Duration::from_secs(a.handshake_timeout),
-        progress: None,
+        progress: Some(meter.callback(side)),
     };
     let connect_timeout = Duration::from_secs(a.connect_timeout);
     let shared = Arc::new(Shared {
@@ -526,6 +806,7 @@ fn run(a: AgentArgs) -> bool {
         });
         match c.spawn() {
             Ok(mut ch) => {
+                tracing::debug!("command started (pid {}): {cmd}", ch.id());
                 let cin = ch.stdin.take();
                 let cout = ch.stdout.take();
                 if let Some(cin) = cin {
@@ -536,7 +817,7 @@ fn run(a: AgentArgs) -> bool {
                     let w = held.clone();
                     spawn_recv(
                         in_endpoint(a.input),
-                        opts(&key),
+                        opts(&key, Side::In),
                         Box::new(move || Ok(Box::new(w) as Box<dyn Write + Send>)),
                         Some(held),
                     );
@@ -545,7 +826,7 @@ fn run(a: AgentArgs) -> bool {
                     spawn_send(
                         &tx,
                         out_endpoint(a.output),
-                        opts(&key),
+                        opts(&key, Side::Out),
                         CmdOutput {
                             inner: cout,
                             shared: shared.clone(),
@@ -570,14 +851,19 @@ fn run(a: AgentArgs) -> bool {
             // `<` in the middle: drain the previous output (verified), discard it.
             spawn_recv(
                 in_endpoint(a.input),
-                opts(&key),
+                opts(&key, Side::In),
                 Box::new(|| Ok(Box::new(io::sink()) as Box<dyn Write + Send>)),
                 None,
             );
         }
         if pending_out {
             match File::open(&path) {
-                Ok(f) => spawn_send(&tx, out_endpoint(a.output), opts(&key), f),
+                Ok(f) => {
+                    if let Some(m) = f.metadata().ok().filter(|m| m.is_file()) {
+                        meter.set_size(m.len());
+                    }
+                    spawn_send(&tx, out_endpoint(a.output), opts(&key, Side::Out), f)
+                }
                 Err(e) => {
                     pending_out = false;
                     setup_fail(
@@ -607,7 +893,7 @@ fn run(a: AgentArgs) -> bool {
         if pending_in {
             spawn_recv(
                 in_endpoint(a.input),
-                opts(&key),
+                opts(&key, Side::In),
                 Box::new(move || {
                     open()
                         .map(|f| Box::new(f) as Box<dyn Write + Send>)
@@ -625,7 +911,7 @@ fn run(a: AgentArgs) -> bool {
         if pending_out {
             // `>` in the middle: an empty stream goes onward.
             match File::open("/dev/null") {
-                Ok(f) => spawn_send(&tx, out_endpoint(a.output), opts(&key), f),
+                Ok(f) => spawn_send(&tx, out_endpoint(a.output), opts(&key, Side::Out), f),
                 Err(e) => {
                     pending_out = false;
                     setup_fail(
@@ -678,6 +964,7 @@ fn run(a: AgentArgs) -> bool {
             shared.poisoned.store(true, Ordering::SeqCst);
             shared.stopping.store(true, Ordering::SeqCst);
             shared.exit.cv.notify_all();
+            tracing::debug!("stopping the segment: SIGTERM to the command's process group");
             kill(Signal::Term);
             *deadline = Some(Instant::now() + FAIL_GRACE);
         }
@@ -691,6 +978,24 @@ fn run(a: AgentArgs) -> bool {
                 .ok(),
         };
         let Some(ev) = ev else { break };
+        match &ev {
+            Ev::In(r) | Ev::Out(r) => {
+                let side = if matches!(ev, Ev::In(_)) { "in" } else { "out" };
+                match r {
+                    Ok(r) => tracing::debug!(
+                        "{side}: {} bytes over {} in {:.3} s",
+                        r.bytes,
+                        r.transport,
+                        r.elapsed.as_secs_f64()
+                    ),
+                    Err(e) => tracing::debug!("{side}: {e}"),
+                }
+            }
+            Ev::Exit(st) => tracing::debug!("the command {}", describe_exit(*st)),
+            Ev::ControlGone(why) => tracing::debug!("{why}"),
+            Ev::Signal(sig) => tracing::debug!("signal {sig}"),
+            Ev::Setup(part, msg) => tracing::debug!("{part}: {msg}"),
+        }
         match ev {
             Ev::In(Ok(r)) => {
                 pending_in = false;
@@ -816,6 +1121,141 @@ mod tests {
         assert_eq!(decode_hex("0001ABff").unwrap(), k);
         assert!(decode_hex("abc").is_none());
         assert!(decode_hex("zz").is_none());
+    }
+
+    #[test]
+    fn control_lines_parse() {
+        assert_eq!(parse_line("HELLO 1"), AgentLine::Hello);
+        assert_eq!(
+            parse_line("PORT in 4242"),
+            AgentLine::Port {
+                side: Side::In,
+                port: 4242
+            }
+        );
+        assert_eq!(parse_line("PORT out 99999"), AgentLine::Unknown);
+        assert_eq!(
+            parse_line("OUT 12 00000000000000ff 0.500000 rdma (rxe0, write-with-imm)"),
+            AgentLine::Done {
+                side: Side::Out,
+                bytes: 12,
+                checksum: "00000000000000ff",
+                secs: 0.5,
+                transport: "rdma (rxe0, write-with-imm)"
+            }
+        );
+        assert_eq!(parse_line("IN 12 ff"), AgentLine::Unknown);
+        assert_eq!(
+            parse_line("EXIT 3"),
+            AgentLine::Exit {
+                code: Some(3),
+                text: "3"
+            }
+        );
+        assert_eq!(
+            parse_line("EXIT signal 9"),
+            AgentLine::Exit {
+                code: Some(137),
+                text: "signal 9"
+            }
+        );
+        assert_eq!(
+            parse_line("EXIT killed"),
+            AgentLine::Exit {
+                code: None,
+                text: "killed"
+            }
+        );
+        assert_eq!(
+            parse_line("FAIL file 1 /x: No space left on device"),
+            AgentLine::Fail {
+                part: "file",
+                code: 1,
+                message: "/x: No space left on device"
+            }
+        );
+        assert_eq!(
+            parse_line("FAIL"),
+            AgentLine::Fail {
+                part: "agent",
+                code: 1,
+                message: ""
+            }
+        );
+        assert_eq!(parse_line("END ok"), AgentLine::End { ok: true });
+        assert_eq!(parse_line("END fail"), AgentLine::End { ok: false });
+        assert_eq!(
+            parse_line("BYTES in 1048576"),
+            AgentLine::Bytes {
+                side: Side::In,
+                bytes: 1 << 20
+            }
+        );
+        assert_eq!(
+            parse_line("BYTES out 0"),
+            AgentLine::Bytes {
+                side: Side::Out,
+                bytes: 0
+            }
+        );
+        for bad in [
+            "BYTES",
+            "BYTES sideways 5",
+            "BYTES in -1",
+            "BYTES in 5x",
+            "SIZE",
+            "SIZE lots",
+            "",
+            "NOPE 1",
+            "hello",
+        ] {
+            assert_eq!(parse_line(bad), AgentLine::Unknown, "{bad:?}");
+        }
+        assert_eq!(parse_line("SIZE 4194304"), AgentLine::Size(4 << 20));
+    }
+
+    #[test]
+    fn whole_lines_and_nothing_after_end() {
+        #[derive(Clone, Default)]
+        struct Buf(Arc<Mutex<Vec<u8>>>);
+        impl Write for Buf {
+            fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> io::Result<()> {
+                Ok(())
+            }
+        }
+        let buf = Buf::default();
+        let say = Say::to(Box::new(buf.clone()));
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                let say = say.clone();
+                std::thread::spawn(move || {
+                    for n in 0..200 {
+                        say.line(&format!("BYTES out {}", t * 1000 + n));
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        say.line("END ok");
+        // A BYTES line due after END is dropped.
+        say.line("BYTES out 5");
+        let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 801);
+        assert_eq!(*lines.last().unwrap(), "END ok");
+        assert!(lines[..800].iter().all(|l| matches!(
+            parse_line(l),
+            AgentLine::Bytes {
+                side: Side::Out,
+                ..
+            }
+        )));
     }
 
     #[test]

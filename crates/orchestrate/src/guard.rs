@@ -61,7 +61,10 @@ fn supervise(args: &[OsString]) -> ExitCode {
     {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("rdpipe: cannot run {}: {e}", prog.to_string_lossy());
+            rdpipe_term::error(
+                "rdpipe",
+                format!("cannot run {}: {e}", prog.to_string_lossy()),
+            );
             return ExitCode::from(127);
         }
     };
@@ -151,7 +154,10 @@ pub fn cmd_main<I: IntoIterator<Item = OsString>>(args: I) -> ExitCode {
     let mut child = match Command::new(prog).args(&args[2..]).spawn() {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("rdpipe: cannot run {}: {e}", prog.to_string_lossy());
+            rdpipe_term::error(
+                "rdpipe",
+                format!("cannot run {}: {e}", prog.to_string_lossy()),
+            );
             return ExitCode::from(127);
         }
     };

@@ -17,32 +17,54 @@
 //!
 //! The verdict: failures are ranked (a command's status, a file, ssh or a missing
 //! rdrecv first; transfer errors next; aborts, which echo a failure elsewhere,
-//! last) and the best-ranked ones are printed, one line each (all with `-v`). The
-//! exit status is the failing command's (the rightmost), 127 for a missing rdrecv,
-//! 128+N for signal N, 141 quietly when rdpipe's own stdout was closed, else 1.
+//! last) and the best-ranked ones are printed, one `rdpipe: error: ...` line each
+//! (all with `-v`). The exit status is the failing command's (the rightmost), 127
+//! for a missing rdrecv, 128+N for signal N, 141 quietly when rdpipe's own stdout
+//! was closed, else 1.
 //!
-//! `RDPIPE_DEBUG=1` prints every control line received from the agents.
+//! Progress ([`Config::progress`]): rdpipe sends `PROGRESS` to every agent and
+//! draws one line from their `SIZE` / `BYTES` reports and its own transfers. The
+//! bytes and the rate are those of the last hop that has carried any data (what has
+//! arrived furthest down the pipeline, counted by the receiving end: usually the
+//! last hop, an earlier one while a command buffers or when the last command writes
+//! nothing). The percentage and ETA, when the source's size is known (the last
+//! `< FILE` segment, else rdpipe's stdin when it is a regular file), are how much
+//! of the source has been sent. Messages, log events and forwarded stderr lines
+//! clear the line and draw it again (`rdpipe-term`).
+//!
+//! Logging: `tracing` debug events (`-vv`, `RUST_LOG`) at each step of the set-up
+//! and teardown and for every control line; rdpipe hands the level (and its
+//! `RUST_LOG`) to the agents, whose log is forwarded like their stderr.
 
-use crate::agent::{describe_exit, encode_hex, PING_EVERY, STOPPED_READING};
+use crate::agent::{
+    describe_exit, encode_hex, parse_line, AgentLine, Side, PING_EVERY, STOPPED_READING,
+};
 use crate::plan::{parse_data_host, plan, Action, Host, Node, Pipeline, PlanError, RemoteHost};
 use crate::ssh::{Master, SshConfig};
 use crate::transport_pref;
+use rdpipe_term::progress::{Progress, Ticker};
 use rdpipe_transport::{run_recv, run_send, Endpoint, Options, Report, TransportError};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
+use tracing::{debug, trace};
 
 /// How long rdpipe collects failure reports after the first one before it closes
 /// the agents' control channels.
 pub const ROOT_CAUSE_GRACE: Duration = Duration::from_millis(1000);
 /// How long agents get to exit after their control channels closed.
 pub const TEARDOWN_WAIT: Duration = Duration::from_secs(3);
+
+/// The name on rdpipe's messages.
+pub const TOOL: &str = "rdpipe";
 
 /// rdpipe's exit status for a pipeline that failed without a failing command.
 pub const EXIT_FAILED: u8 = 1;
@@ -59,8 +81,15 @@ pub struct Config {
     pub segments: Vec<String>,
     /// `-n`: print the plan only.
     pub dry_run: bool,
-    /// `-v`: per-hop reports and the bandwidth.
-    pub verbose: bool,
+    /// `-v` count: 1 per-hop reports and the bandwidth; 2 (`-vv`) debug log, also
+    /// from the agents; 3 trace.
+    pub verbose: u8,
+    /// `-q`: no warnings (from the agents either); errors are still printed.
+    pub quiet: bool,
+    /// Draw the progress line (`--progress`, or stderr is a terminal and no `-q`).
+    pub progress: bool,
+    /// A log filter for the agents (rdpipe's `RUST_LOG`), overriding `verbose`.
+    pub log: Option<String>,
     /// `-o` options for ssh.
     pub ssh_options: Vec<String>,
     /// `-F` file for ssh.
@@ -115,6 +144,11 @@ struct SegState {
     exit_text: Option<String>,
     out_report: Option<(u64, String, f64, String)>,
     in_report: Option<(u64, String, f64, String)>,
+    /// `BYTES in` / `BYTES out`: running counts.
+    bytes_in: Option<u64>,
+    bytes_out: Option<u64>,
+    /// `SIZE`: the `< FILE` size.
+    size: Option<u64>,
 }
 
 type Writer = Box<dyn AsyncWrite + Unpin + Send>;
@@ -128,13 +162,16 @@ type Spawned = (Writer, Reader, Option<Reader>, Option<u32>, WaitFuture);
 type WaitFuture =
     std::pin::Pin<Box<dyn std::future::Future<Output = (Option<i32>, String)> + Send>>;
 
+/// A forwarded stderr line, `host: line`, written whole (the progress line, if
+/// any, is cleared and drawn again).
 fn stderr_line(prefix: &str, line: &[u8]) {
-    let mut e = std::io::stderr().lock();
-    let _ = e.write_all(prefix.as_bytes());
-    let _ = e.write_all(line);
+    let mut v = Vec::with_capacity(prefix.len() + line.len() + 1);
+    v.extend_from_slice(prefix.as_bytes());
+    v.extend_from_slice(line);
     if !line.ends_with(b"\n") {
-        let _ = e.write_all(b"\n");
+        v.push(b'\n');
     }
+    rdpipe_term::line_bytes(&v);
 }
 
 /// Shell-quotes one word for the remote `sh`.
@@ -172,6 +209,16 @@ pub fn agent_args(p: &Pipeline, i: usize, a: &Config) -> Vec<String> {
         "--handshake-timeout".into(),
         a.handshake_timeout.to_string(),
     ];
+    // Only when asked for: the usual command line stays what older agents know.
+    if a.verbose >= 2 {
+        v.extend(["--verbose".into(), a.verbose.min(3).to_string()]);
+    }
+    if a.quiet {
+        v.push("--quiet".into());
+    }
+    if let Some(f) = &a.log {
+        v.extend(["--log".into(), f.clone()]);
+    }
     match &seg.action {
         Action::Command(c) => v.extend(["--cmd".into(), c.clone()]),
         Action::ReadFile(f) => v.extend(["--read".into(), f.clone()]),
@@ -243,7 +290,7 @@ pub fn run(a: Config, exe: LocalExe) -> u8 {
     let p = match build_plan(&a, stdin_is_input) {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("rdpipe: {e}");
+            rdpipe_term::error(TOOL, e);
             return EXIT_USAGE;
         }
     };
@@ -251,13 +298,19 @@ pub fn run(a: Config, exe: LocalExe) -> u8 {
         print!("{}", p.describe(a.max_sessions as usize));
         return 0;
     }
+    debug!(
+        "{} segment(s), {} transfer(s), {} remote host(s)",
+        p.segments.len(),
+        p.hops.len(),
+        p.remote_hosts().len()
+    );
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("rdpipe: cannot start the runtime: {e}");
+            rdpipe_term::error(TOOL, format!("cannot start the runtime: {e}"));
             return EXIT_FAILED;
         }
     };
@@ -283,6 +336,13 @@ struct Runner {
     signal: Option<i32>,
     /// The control channels are being closed: agents ending now are collateral.
     closing: bool,
+    /// The progress line, while it is drawn.
+    progress: Option<Ticker>,
+    /// rdpipe's own transfers' running counts (stdin sent, stdout received).
+    source_bytes: Arc<AtomicU64>,
+    sink_bytes: Arc<AtomicU64>,
+    /// rdpipe's stdin's size, when it is a regular file.
+    stdin_size: Option<u64>,
 }
 
 impl Runner {
@@ -311,6 +371,93 @@ impl Runner {
             broken_stdout: false,
             signal: None,
             closing: false,
+            progress: None,
+            source_bytes: Arc::new(AtomicU64::new(0)),
+            sink_bytes: Arc::new(AtomicU64::new(0)),
+            stdin_size: None,
+        }
+    }
+
+    /// Starts the progress line, if wanted and there is a transfer to show.
+    fn start_progress(&mut self) {
+        if !self.a.progress || self.p.hops.is_empty() {
+            return;
+        }
+        if self.p.hop_from(Node::Stdin).is_some() {
+            use std::os::fd::AsFd;
+            self.stdin_size = std::io::stdin()
+                .as_fd()
+                .try_clone_to_owned()
+                .map(File::from)
+                .and_then(|f| f.metadata())
+                .ok()
+                .filter(|m| m.is_file())
+                .map(|m| m.len());
+        }
+        self.progress = Some(Progress::new(TOOL, None).start());
+    }
+
+    /// Bytes received so far by `to` (its report, else its last `BYTES in`).
+    fn received(&self, to: Node) -> Option<u64> {
+        match to {
+            Node::Stdout => Some(self.sink_bytes.load(Ordering::Relaxed)),
+            Node::Segment(i) => {
+                let s = &self.segs[i];
+                s.in_report.as_ref().map(|r| r.0).or(s.bytes_in)
+            }
+            Node::Stdin => None,
+        }
+    }
+
+    /// Bytes sent so far by `from` (its report, else its last `BYTES out`).
+    fn sent(&self, from: Node) -> Option<u64> {
+        match from {
+            Node::Stdin => Some(self.source_bytes.load(Ordering::Relaxed)),
+            Node::Segment(i) => {
+                let s = &self.segs[i];
+                s.out_report.as_ref().map(|r| r.0).or(s.bytes_out)
+            }
+            Node::Stdout => None,
+        }
+    }
+
+    /// (sent, size) of the pipeline's source, when its size is known: the last
+    /// `< FILE` segment (what comes before it is discarded), else rdpipe's stdin.
+    fn source_progress(&self) -> Option<(u64, u64)> {
+        let file = self
+            .p
+            .segments
+            .iter()
+            .rposition(|s| matches!(s.action, Action::ReadFile(_)));
+        let (node, size) = match file {
+            Some(i) => (Node::Segment(i), self.segs[i].size?),
+            None => (Node::Stdin, self.stdin_size?),
+        };
+        self.p.hop_from(node)?;
+        Some((self.sent(node).unwrap_or(0), size))
+    }
+
+    /// Hands the current counts to the progress line (see the module docs).
+    fn update_progress(&self) {
+        let Some(t) = &self.progress else { return };
+        // The furthest hop the data has reached (a last command that writes
+        // nothing, `cat > /dev/null`, leaves an empty last hop).
+        let shown = self
+            .p
+            .hops
+            .iter()
+            .rev()
+            .map(|h| {
+                self.received(h.to)
+                    .or_else(|| self.sent(h.from))
+                    .unwrap_or(0)
+            })
+            .find(|&n| n > 0)
+            .unwrap_or(0);
+        t.update_shown(shown);
+        if let Some((done, total)) = self.source_progress() {
+            t.update_source(done);
+            t.set_total(total);
         }
     }
 
@@ -331,7 +478,7 @@ impl Runner {
         {
             Ok(d) => d,
             Err(e) => {
-                eprintln!("rdpipe: cannot create a control directory: {e}");
+                rdpipe_term::error(TOOL, format!("cannot create a control directory: {e}"));
                 return EXIT_FAILED;
             }
         };
@@ -361,7 +508,11 @@ impl Runner {
             }
         };
         if ok {
+            self.start_progress();
             self.spawn_agents(&masters, &seg_master).await;
+            if let Some(t) = &self.progress {
+                t.start_clock();
+            }
         }
         let mut first_failure: Option<Instant> = None;
         let mut closed_at: Option<Instant> = None;
@@ -383,6 +534,7 @@ impl Runner {
                     ROOT_CAUSE_GRACE
                 };
                 if closed_at.is_none() && f.elapsed() >= grace {
+                    debug!("closing the agents' control channels");
                     self.closing = true;
                     self.stdins.iter_mut().for_each(|s| *s = None);
                     closed_at = Some(Instant::now());
@@ -435,15 +587,24 @@ impl Runner {
                 }
                 _ = tick => {}
             }
+            self.update_progress();
+        }
+        // The data phase is over: the final progress line, before any report.
+        self.update_progress();
+        if let Some(t) = self.progress.take() {
+            t.finish();
         }
         // Teardown (also after success: nothing is left running).
+        debug!("teardown: closing the agents' control channels");
         self.closing = true;
         self.stdins.iter_mut().for_each(|s| *s = None);
         self.kill_local_agents().await;
-        for m in masters {
+        for (n, m) in masters.into_iter().enumerate() {
+            debug!("teardown: closing ssh master {}", n + 1);
             m.close().await;
         }
         drop(dir);
+        debug!("teardown done");
         self.verdict(start.elapsed())
     }
 
@@ -487,7 +648,25 @@ impl Runner {
             let host = host.clone();
             let ctl = dir.join(format!("m{n}"));
             let exe = self.exe.exe.clone();
-            set.spawn(async move { (n, Master::launch(&ssh, &host, &ctl, &exe).await) });
+            debug!(
+                "starting ssh master {} for {} ({})",
+                n + 1,
+                host.spec,
+                ctl.display()
+            );
+            set.spawn(async move {
+                let t = Instant::now();
+                let m = Master::launch(&ssh, &host, &ctl, &exe).await;
+                if m.is_ok() {
+                    debug!(
+                        "ssh master {} for {} is up after {} ms",
+                        n + 1,
+                        host.spec,
+                        t.elapsed().as_millis()
+                    );
+                }
+                (n, m)
+            });
         }
         let mut got: Vec<Option<Master>> = (0..jobs.len()).map(|_| None).collect();
         let mut ok = true;
@@ -530,7 +709,11 @@ impl Runner {
     }
 
     async fn spawn_agents(&mut self, masters: &[Master], seg_master: &HashMap<usize, usize>) {
-        let key_line = format!("{}\n", encode_hex(&self.key));
+        // The key, and the request for byte counts when there is a progress line.
+        let mut key_line = format!("{}\n", encode_hex(&self.key));
+        if self.progress.is_some() {
+            key_line.push_str("PROGRESS\n");
+        }
         for i in 0..self.p.segments.len() {
             let args = agent_args(&self.p, i, &self.a);
             let spawned: Result<Spawned, String> = match &self.p.segments[i].host {
@@ -616,6 +799,13 @@ impl Runner {
             };
             match spawned {
                 Ok((mut sin, sout, serr, pid, wait)) => {
+                    debug!(
+                        "[{}] agent started on {}{}: {}",
+                        i + 1,
+                        self.p.segments[i].host.label(),
+                        pid.map(|p| format!(" (pid {p})")).unwrap_or_default(),
+                        args.join(" ")
+                    );
                     self.local_pids[i] = pid;
                     if sin.write_all(key_line.as_bytes()).await.is_err()
                         || sin.flush().await.is_err()
@@ -626,7 +816,7 @@ impl Runner {
                     let tx = self.tx.clone();
                     let label = self.p.segments[i].host.label().to_string();
                     let stderr_task = serr.map(|serr| {
-                        let prefix = format!("{label}: ");
+                        let prefix = format!("{} ", rdpipe_term::prefix(&label));
                         tokio::spawn(async move {
                             let mut r = BufReader::new(serr);
                             let mut buf = Vec::new();
@@ -674,6 +864,7 @@ impl Runner {
 
     async fn send_line(&mut self, i: usize, line: String) {
         if let Some(w) = self.stdins[i].as_mut() {
+            trace!("[{}] sent: {}", i + 1, line.trim_end());
             let _ = w.write_all(line.as_bytes()).await;
             let _ = w.flush().await;
         }
@@ -683,9 +874,7 @@ impl Runner {
         match m {
             Msg::Line(i, l) => self.handle_line(i, &l).await,
             Msg::Exited(i, code, text) => {
-                if std::env::var_os("RDPIPE_DEBUG").is_some() {
-                    eprintln!("rdpipe: debug: [{}] exited {code:?} {text}", i + 1);
-                }
+                debug!("[{}] agent {text}", i + 1);
                 let st = &mut self.segs[i];
                 st.exited = true;
                 if st.ended == Some(true) {
@@ -781,23 +970,19 @@ impl Runner {
     }
 
     async fn handle_line(&mut self, i: usize, l: &str) {
-        if std::env::var_os("RDPIPE_DEBUG").is_some() {
-            eprintln!("rdpipe: debug: [{}] {l}", i + 1);
+        let line = parse_line(l);
+        if matches!(line, AgentLine::Bytes { .. }) {
+            trace!("[{}] said: {l}", i + 1);
+        } else {
+            debug!("[{}] said: {l}", i + 1);
         }
-        let mut w = l.splitn(4, ' ');
-        let tag = w.next().unwrap_or("");
-        match tag {
-            "HELLO" => self.segs[i].hello = true,
-            "PORT" => {
-                let side = w.next().unwrap_or("");
-                let Some(port) = w.next().and_then(|p| p.parse::<u16>().ok()) else {
-                    return;
-                };
+        match line {
+            AgentLine::Hello => self.segs[i].hello = true,
+            AgentLine::Port { side, port } => {
                 let me = Node::Segment(i);
-                let hop = if side == "in" {
-                    self.p.hop_into(me)
-                } else {
-                    self.p.hop_from(me)
+                let hop = match side {
+                    Side::In => self.p.hop_into(me),
+                    Side::Out => self.p.hop_from(me),
                 };
                 let Some(hop) = hop.cloned() else { return };
                 let addr = hop.address.clone();
@@ -810,40 +995,40 @@ impl Runner {
                         } else {
                             "out"
                         };
+                        debug!(
+                            "[{}] listens on port {port}: telling [{}] to CONNECT {dir} {addr} {port}",
+                            i + 1,
+                            j + 1
+                        );
                         self.send_line(j, format!("CONNECT {dir} {addr} {port}\n"))
                             .await;
                     }
                 }
             }
-            "IN" | "OUT" => {
-                let rest: Vec<&str> = l.splitn(5, ' ').collect();
-                if rest.len() == 5 {
-                    let r = (
-                        rest[1].parse().unwrap_or(0),
-                        rest[2].to_string(),
-                        rest[3].parse().unwrap_or(0.0),
-                        rest[4].to_string(),
-                    );
-                    if tag == "IN" {
-                        self.segs[i].in_report = Some(r);
-                    } else {
-                        self.segs[i].out_report = Some(r);
-                    }
+            AgentLine::Done {
+                side,
+                bytes,
+                checksum,
+                secs,
+                transport,
+            } => {
+                let r = Some((bytes, checksum.to_string(), secs, transport.to_string()));
+                match side {
+                    Side::In => self.segs[i].in_report = r,
+                    Side::Out => self.segs[i].out_report = r,
                 }
             }
-            "EXIT" => {
-                let rest = l.strip_prefix("EXIT ").unwrap_or("");
-                if let Ok(c) = rest.parse::<i32>() {
-                    self.segs[i].exit_code = Some(c);
-                } else if let Some(s) = rest.strip_prefix("signal ") {
-                    self.segs[i].exit_code = s.parse::<i32>().ok().map(|s| 128 + s);
+            AgentLine::Exit { code, text } => {
+                if code.is_some() {
+                    self.segs[i].exit_code = code;
                 }
-                self.segs[i].exit_text = Some(rest.to_string());
+                self.segs[i].exit_text = Some(text.to_string());
             }
-            "FAIL" => {
-                let part = w.next().unwrap_or("agent");
-                let code: u8 = w.next().and_then(|c| c.parse().ok()).unwrap_or(1);
-                let msg = w.next().unwrap_or("").to_string();
+            AgentLine::Fail {
+                part,
+                code,
+                message: msg,
+            } => {
                 let desc = self.seg_desc(i);
                 let me = Node::Segment(i);
                 let (rank, text) = match part {
@@ -896,13 +1081,27 @@ impl Runner {
                 };
                 self.fail(rank, Some(me), text);
             }
-            "END" => self.segs[i].ended = Some(w.next() == Some("ok")),
-            _ => {}
+            AgentLine::End { ok } => self.segs[i].ended = Some(ok),
+            AgentLine::Bytes { side, bytes } => match side {
+                Side::In => self.segs[i].bytes_in = Some(bytes),
+                Side::Out => self.segs[i].bytes_out = Some(bytes),
+            },
+            AgentLine::Size(n) => self.segs[i].size = Some(n),
+            AgentLine::Unknown => {}
         }
     }
 
+    /// A progress callback storing into `counter`, when there is a progress line.
+    fn counting(&self, counter: &Arc<AtomicU64>) -> Option<Box<dyn FnMut(u64) + Send>> {
+        self.progress.as_ref()?;
+        let c = counter.clone();
+        Some(Box::new(move |n| c.store(n, Ordering::Relaxed)))
+    }
+
     fn start_source(&mut self, addr: String, port: u16) {
-        let opts = transfer_options(&self.a, &self.key);
+        debug!("sending rdpipe's stdin to {addr} port {port}");
+        let mut opts = transfer_options(&self.a, &self.key);
+        opts.progress = self.counting(&self.source_bytes);
         let timeout = Duration::from_secs(self.a.connect_timeout);
         let tx = self.tx.clone();
         std::thread::spawn(move || {
@@ -925,7 +1124,9 @@ impl Runner {
     }
 
     fn start_sink(&mut self, addr: String, port: u16) {
-        let opts = transfer_options(&self.a, &self.key);
+        debug!("receiving rdpipe's stdout from {addr} port {port}");
+        let mut opts = transfer_options(&self.a, &self.key);
+        opts.progress = self.counting(&self.sink_bytes);
         let timeout = Duration::from_secs(self.a.connect_timeout);
         let tx = self.tx.clone();
         std::thread::spawn(move || {
@@ -961,6 +1162,7 @@ impl Runner {
         for (i, pid) in self.local_pids.iter().enumerate() {
             if let (Some(pid), false) = (pid, self.segs[i].exited) {
                 if let Some(p) = rustix::process::Pid::from_raw(*pid as i32) {
+                    debug!("teardown: SIGTERM to local agent [{}] (pid {pid})", i + 1);
                     let _ = rustix::process::kill_process(p, rustix::process::Signal::Term);
                 }
             }
@@ -975,6 +1177,7 @@ impl Runner {
         for (i, pid) in self.local_pids.iter().enumerate() {
             if let (Some(pid), false) = (pid, self.segs[i].exited) {
                 if let Some(p) = rustix::process::Pid::from_raw(*pid as i32) {
+                    debug!("teardown: SIGKILL to local agent [{}] (pid {pid})", i + 1);
                     let _ = rustix::process::kill_process(p, rustix::process::Signal::Kill);
                 }
             }
@@ -1028,7 +1231,7 @@ impl Runner {
                 }
             }
         }
-        if self.a.verbose {
+        if self.a.verbose > 0 {
             for h in &self.p.hops {
                 if let Some((bytes, sum, secs, transport)) = self.hop_report(h.from) {
                     let gbps = if secs > 0.0 {
@@ -1036,10 +1239,13 @@ impl Runner {
                     } else {
                         0.0
                     };
-                    eprintln!(
-                        "rdpipe: {} -> {}: {transport}, {bytes} bytes in {secs:.3} s ({gbps:.3} GB/s), xxh3 {sum}",
-                        self.p.node_name(h.from),
-                        self.p.node_name(h.to)
+                    rdpipe_term::say(
+                        TOOL,
+                        format!(
+                            "{} -> {}: {transport}, {bytes} bytes in {secs:.3} s ({gbps:.3} GB/s), xxh3 {sum}",
+                            self.p.node_name(h.from),
+                            self.p.node_name(h.to)
+                        ),
                     );
                 }
             }
@@ -1054,8 +1260,8 @@ impl Runner {
                 Some((b, _, s, _)) if s > 0.0 => b as f64 / s / 1e9,
                 _ => 0.0,
             };
-            eprintln!("rdpipe: {:.3} s in all", wall.as_secs_f64());
-            eprintln!("Bandwidth {gbps:.3} GB/s");
+            rdpipe_term::say(TOOL, format!("{:.3} s in all", wall.as_secs_f64()));
+            rdpipe_term::line(&format!("Bandwidth {gbps:.3} GB/s\n"));
         }
         if self.failures.is_empty() {
             return 0;
@@ -1065,7 +1271,7 @@ impl Runner {
             return 141;
         }
         let best = self.failures.iter().map(|f| f.rank).min().unwrap_or(1);
-        let shown: Vec<&Failure> = if self.a.verbose {
+        let shown: Vec<&Failure> = if self.a.verbose > 0 {
             self.failures.iter().collect()
         } else {
             let mut v: Vec<&Failure> = self.failures.iter().filter(|f| f.rank == best).collect();
@@ -1083,7 +1289,7 @@ impl Runner {
             v
         };
         for f in shown {
-            eprintln!("rdpipe: {}", f.text);
+            rdpipe_term::error(TOOL, &f.text);
         }
         if let Some(s) = self.signal {
             return 128 + s as u8;
@@ -1137,6 +1343,45 @@ fn transfer_rank(code: u8) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn config(verbose: u8, quiet: bool, log: Option<&str>) -> Config {
+        Config {
+            segments: vec!["h1:cat".into(), "h2:cat".into()],
+            dry_run: false,
+            verbose,
+            quiet,
+            progress: false,
+            log: log.map(Into::into),
+            ssh_options: vec![],
+            ssh_config: None,
+            data_host: vec![],
+            remote_bin: None,
+            transport: "auto".into(),
+            chunk_size: 1 << 20,
+            slots: 2,
+            connect_timeout: 30,
+            handshake_timeout: 10,
+            max_sessions: 10,
+        }
+    }
+
+    #[test]
+    fn agents_get_the_verbosity_only_when_asked() {
+        let a = config(1, false, None);
+        let p = plan(&a.segments, false, &|r: &RemoteHost| r.name.clone()).unwrap();
+        let has = |a: &Config, w: &str| agent_args(&p, 0, a).iter().any(|x| x == w);
+        // Default and -v: the command line older agents know.
+        for w in ["--verbose", "--quiet", "--log"] {
+            assert!(!has(&a, w), "{w}");
+        }
+        let v = agent_args(&p, 0, &config(5, false, None));
+        let i = v.iter().position(|x| x == "--verbose").unwrap();
+        assert_eq!(v[i + 1], "3");
+        assert!(has(&config(0, true, None), "--quiet"));
+        let v = agent_args(&p, 1, &config(0, false, Some("debug")));
+        let i = v.iter().position(|x| x == "--log").unwrap();
+        assert_eq!(v[i + 1], "debug");
+    }
 
     #[test]
     fn quoting() {

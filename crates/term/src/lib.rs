@@ -1,0 +1,261 @@
+//! What rdsend, rdrecv and rdpipe print on stderr, and how.
+//!
+//! - Messages: one line each, prefixed with the tool's name (bold), `error:` in red
+//!   and `warning:` in yellow, coloured only when stderr is a terminal and
+//!   `NO_COLOR` is unset (<https://no-color.org>): [`say`], [`error`], [`warn`].
+//! - The `tracing` subscriber behind `-vv` / `-vvv` / `RUST_LOG`, printing the same
+//!   way: [`init_logging`].
+//! - The live progress line ([`progress`]), which stays at the bottom of a
+//!   terminal: every line written through [`line`] (messages, log events, a
+//!   pipeline's forwarded stderr) first clears it and then draws it again, so the
+//!   output stays readable. Nothing here writes escape sequences other than the
+//!   colours: the progress line is redrawn with `\r` and blanks.
+#![deny(missing_docs)]
+
+pub mod progress;
+
+use std::fmt;
+use std::io::{IsTerminal, Write};
+use std::sync::{Mutex, OnceLock};
+use tracing::{Event, Level, Subscriber};
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, MakeWriter};
+use tracing_subscriber::registry::LookupSpan;
+use tracing_subscriber::EnvFilter;
+
+/// Whether stderr is a terminal (asked once).
+pub fn stderr_is_terminal() -> bool {
+    static TTY: OnceLock<bool> = OnceLock::new();
+    *TTY.get_or_init(|| std::io::stderr().is_terminal())
+}
+
+/// Whether stderr gets colours.
+pub fn color() -> bool {
+    std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()) && stderr_is_terminal()
+}
+
+/// `text` in the SGR colour `code` (`1` bold, `31` red, `33` yellow) where colours
+/// are allowed, else as it is.
+pub fn paint(code: &str, text: &str) -> String {
+    if color() {
+        format!("\x1b[{code}m{text}\x1b[0m")
+    } else {
+        text.to_string()
+    }
+}
+
+/// The progress line currently drawn on the terminal, if any.
+struct Status {
+    line: Option<String>,
+    /// Characters the terminal shows of the last line drawn (for blanking it).
+    width: usize,
+}
+
+static STATUS: Mutex<Status> = Mutex::new(Status {
+    line: None,
+    width: 0,
+});
+
+fn status() -> std::sync::MutexGuard<'static, Status> {
+    STATUS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// `\r`, blanks over the last line drawn, `\r`.
+fn blank(out: &mut Vec<u8>, width: usize) {
+    out.push(b'\r');
+    out.extend(std::iter::repeat_n(b' ', width));
+    out.push(b'\r');
+}
+
+/// Writes whole lines with a single `write`, so lines from several tools sharing a
+/// terminal never interleave mid-line. A progress line on the terminal is cleared
+/// first and drawn again after.
+pub fn line_bytes(s: &[u8]) {
+    let st = status();
+    let mut out = Vec::with_capacity(s.len() + 2 * st.width + 4);
+    if st.line.is_some() {
+        blank(&mut out, st.width);
+    }
+    out.extend_from_slice(s);
+    if let Some(l) = &st.line {
+        if s.ends_with(b"\n") {
+            out.extend_from_slice(l.as_bytes());
+        }
+    }
+    let _ = std::io::stderr().lock().write_all(&out);
+}
+
+/// [`line_bytes`] for text.
+pub fn line(s: &str) {
+    line_bytes(s.as_bytes())
+}
+
+/// Draws `l` as the progress line (terminal only): replaces the previous one, and
+/// stays below whatever [`line`] prints until [`clear_status`] or
+/// [`finish_status`].
+pub fn draw_status(l: &str) {
+    let mut st = status();
+    let width = l.chars().count();
+    let mut out = Vec::with_capacity(l.len() + st.width + 2);
+    out.push(b'\r');
+    out.extend_from_slice(l.as_bytes());
+    // Blank what is left of a longer previous line.
+    out.extend(std::iter::repeat_n(b' ', st.width.saturating_sub(width)));
+    st.line = Some(l.to_string());
+    st.width = width;
+    let _ = std::io::stderr().lock().write_all(&out);
+}
+
+/// Removes the progress line from the terminal.
+pub fn clear_status() {
+    let mut st = status();
+    if st.line.take().is_some() {
+        let mut out = Vec::new();
+        blank(&mut out, st.width);
+        let _ = std::io::stderr().lock().write_all(&out);
+    }
+    st.width = 0;
+}
+
+/// Replaces the progress line by `l` as an ordinary line, which stays.
+pub fn finish_status(l: &str) {
+    let mut st = status();
+    let mut out = Vec::new();
+    if st.line.take().is_some() {
+        blank(&mut out, st.width);
+    }
+    st.width = 0;
+    out.extend_from_slice(l.as_bytes());
+    out.push(b'\n');
+    let _ = std::io::stderr().lock().write_all(&out);
+}
+
+/// `tool:` in bold where colours are allowed.
+pub fn prefix(tool: &str) -> String {
+    format!("{}:", paint("1", tool))
+}
+
+/// `tool: msg`.
+pub fn say(tool: &str, msg: impl fmt::Display) {
+    line(&format!("{} {msg}\n", prefix(tool)));
+}
+
+/// `tool: error: msg` (red where colours are allowed).
+pub fn error(tool: &str, msg: impl fmt::Display) {
+    line(&format!(
+        "{} {} {msg}\n",
+        prefix(tool),
+        paint("31", "error:")
+    ));
+}
+
+/// `tool: warning: msg` (yellow where colours are allowed).
+pub fn warn(tool: &str, msg: impl fmt::Display) {
+    line(&format!(
+        "{} {} {msg}\n",
+        prefix(tool),
+        paint("33", "warning:")
+    ));
+}
+
+struct ToolFormat(String);
+
+impl<S, N> FormatEvent<S, N> for ToolFormat
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, N>,
+        mut w: Writer<'_>,
+        e: &Event<'_>,
+    ) -> fmt::Result {
+        let level = *e.metadata().level();
+        let label = match level {
+            Level::ERROR => paint("31", "error:"),
+            Level::WARN => paint("33", "warning:"),
+            Level::INFO => "info:".to_string(),
+            Level::DEBUG => "debug:".to_string(),
+            Level::TRACE => "trace:".to_string(),
+        };
+        write!(w, "{} {label} ", prefix(&self.0))?;
+        ctx.field_format().format_fields(w.by_ref(), e)?;
+        writeln!(w)
+    }
+}
+
+/// Log events go through [`line_bytes`], which keeps the progress line intact.
+struct LineWriter;
+
+impl Write for LineWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        line_bytes(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> MakeWriter<'a> for LineWriter {
+    type Writer = LineWriter;
+    fn make_writer(&'a self) -> LineWriter {
+        LineWriter
+    }
+}
+
+/// The default log filter: warnings, `error` with `-q`, `debug` with `-vv`
+/// (connection set-up), `trace` with `-vvv`.
+pub fn default_filter(verbose: u8, quiet: bool) -> &'static str {
+    match verbose {
+        _ if quiet => "error",
+        0 | 1 => "warn",
+        2 => "debug",
+        _ => "trace",
+    }
+}
+
+/// Installs the log subscriber for `tool`: [`default_filter`], unless `RUST_LOG`
+/// holds a valid filter.
+pub fn init_logging(tool: &str, verbose: u8, quiet: bool) {
+    let env = std::env::var("RUST_LOG").ok();
+    init_logging_with(tool, verbose, quiet, env.as_deref());
+}
+
+/// [`init_logging`] with an explicit filter (`RUST_LOG` syntax) instead of the
+/// environment's: what rdpipe hands its remote endpoints.
+pub fn init_logging_with(tool: &str, verbose: u8, quiet: bool, filter: Option<&str>) {
+    let filter = filter
+        .and_then(|f| EnvFilter::try_new(f).ok())
+        .unwrap_or_else(|| EnvFilter::new(default_filter(verbose, quiet)));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(color())
+        .with_writer(LineWriter)
+        .event_format(ToolFormat(tool.to_string()))
+        .try_init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filters_by_verbosity() {
+        assert_eq!(default_filter(0, false), "warn");
+        assert_eq!(default_filter(1, false), "warn");
+        assert_eq!(default_filter(2, false), "debug");
+        assert_eq!(default_filter(3, false), "trace");
+        assert_eq!(default_filter(3, true), "error");
+    }
+
+    #[test]
+    fn no_colour_without_a_terminal() {
+        // The test harness captures stderr: never a terminal here.
+        if !stderr_is_terminal() {
+            assert_eq!(paint("31", "error:"), "error:");
+            assert_eq!(prefix("rdpipe"), "rdpipe:");
+        }
+    }
+}
