@@ -182,10 +182,7 @@ mod tests {
         grow_pipe(&r);
         let after = rustix::pipe::fcntl_getpipe_size(&r).unwrap();
         // The kernel may refuse (per-user pipe limits): then nothing changed.
-        assert!(
-            after == before || after >= PIPE_SIZE,
-            "{before} -> {after}"
-        );
+        assert!(after == before || after >= PIPE_SIZE, "{before} -> {after}");
         grow_pipe(&r);
         assert_eq!(rustix::pipe::fcntl_getpipe_size(&r).unwrap(), after);
         // Not a pipe: left alone, no error.
