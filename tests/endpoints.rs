@@ -84,6 +84,32 @@ fn hundred_mib_of_random_data_file_to_file() {
     assert!(read(&dst) == data, "100 MiB file differs");
 }
 
+/// The TCP sender's two ways of writing, each pinned, and the default that
+/// switches between them every few MiB (see `tcp.rs`): the same bytes either way.
+#[test]
+fn tcp_sender_modes_are_byte_exact() {
+    let dir = Scratch::new("modes");
+    let src = dir.path("in.bin");
+    // 45 MiB + 1: more than a probe of each way, a switch back and an odd tail.
+    let data = random_bytes((45 << 20) + 1, 7);
+    std::fs::write(&src, &data).unwrap();
+    for mode in ["threaded", "inline", "adaptive"] {
+        let dst = dir.path(&format!("out-{mode}.bin"));
+        let r = Receiver::start(&["k", dst.to_str().unwrap()], &[], None);
+        let port = r.port.to_string();
+        let env = [("RDPIPE_TCP_SEND", mode)];
+        let s = send(
+            &["127.0.0.1", &port, "k", src.to_str().unwrap()],
+            &env,
+            None,
+        );
+        let f = r.finish();
+        s.expect_code(0);
+        f.expect_code(0);
+        assert!(read(&dst) == data, "{mode}: output differs from input");
+    }
+}
+
 #[test]
 fn key_from_positional_file_and_environment() {
     let dir = Scratch::new("keys");
