@@ -426,61 +426,6 @@ impl ChunkSender for TcpSender {
     }
 }
 
-#[cfg(test)]
-mod chooser_tests {
-    use super::*;
-
-    /// Runs one phase of `n` chunks, as if each took `per_chunk`.
-    fn phase(c: &mut Chooser, per_chunk: Duration) -> bool {
-        let way = c.next_inline();
-        c.started = Some(Instant::now() - per_chunk * PHASE_CHUNKS);
-        for _ in 0..PHASE_CHUNKS {
-            c.sent(TCP_BUF);
-        }
-        way
-    }
-
-    #[test]
-    fn probes_both_ways_keeps_the_faster_and_probes_again() {
-        let mut c = Chooser::new(SendMode::Adaptive);
-        let fast = Duration::from_micros(50);
-        let slow = Duration::from_micros(100);
-        // Inline is faster here.
-        let t = |inline: bool| if inline { fast } else { slow };
-        let mut ways = Vec::new();
-        for _ in 0..(2 + KEEP_PHASES + 2) {
-            let way = c.next_inline();
-            ways.push(phase(&mut c, t(way)));
-        }
-        let mut want = vec![false, true];
-        want.extend(std::iter::repeat_n(true, KEEP_PHASES as usize));
-        want.extend([false, true]);
-        assert_eq!(ways, want);
-        // Now threaded is faster: inline is kept until the next probe, which
-        // switches back.
-        let t = |inline: bool| if inline { slow } else { fast };
-        let k = KEEP_PHASES as usize;
-        let mut after = Vec::new();
-        for _ in 0..(k + 2 + k) {
-            let way = c.next_inline();
-            after.push(phase(&mut c, t(way)));
-        }
-        assert!(after[..k].iter().all(|&w| w), "{after:?}");
-        assert_eq!(after[k..k + 2], [false, true], "{after:?}");
-        assert!(after[k + 2..].iter().all(|&w| !w), "{after:?}");
-    }
-
-    #[test]
-    fn pinned_modes_never_switch() {
-        for (mode, want) in [(SendMode::Threaded, false), (SendMode::Inline, true)] {
-            let mut c = Chooser::new(mode);
-            for _ in 0..(3 * KEEP_PHASES) {
-                assert_eq!(phase(&mut c, Duration::from_micros(10)), want);
-            }
-        }
-    }
-}
-
 /// The receiving half over TCP.
 pub struct TcpReceiver {
     peer: String,
@@ -570,5 +515,60 @@ impl ChunkReceiver for TcpReceiver {
 
     fn describe(&self) -> String {
         "tcp".into()
+    }
+}
+
+#[cfg(test)]
+mod chooser_tests {
+    use super::*;
+
+    /// Runs one phase of `n` chunks, as if each took `per_chunk`.
+    fn phase(c: &mut Chooser, per_chunk: Duration) -> bool {
+        let way = c.next_inline();
+        c.started = Some(Instant::now() - per_chunk * PHASE_CHUNKS);
+        for _ in 0..PHASE_CHUNKS {
+            c.sent(TCP_BUF);
+        }
+        way
+    }
+
+    #[test]
+    fn probes_both_ways_keeps_the_faster_and_probes_again() {
+        let mut c = Chooser::new(SendMode::Adaptive);
+        let fast = Duration::from_micros(50);
+        let slow = Duration::from_micros(100);
+        // Inline is faster here.
+        let t = |inline: bool| if inline { fast } else { slow };
+        let mut ways = Vec::new();
+        for _ in 0..(2 + KEEP_PHASES + 2) {
+            let way = c.next_inline();
+            ways.push(phase(&mut c, t(way)));
+        }
+        let mut want = vec![false, true];
+        want.extend(std::iter::repeat_n(true, KEEP_PHASES as usize));
+        want.extend([false, true]);
+        assert_eq!(ways, want);
+        // Now threaded is faster: inline is kept until the next probe, which
+        // switches back.
+        let t = |inline: bool| if inline { slow } else { fast };
+        let k = KEEP_PHASES as usize;
+        let mut after = Vec::new();
+        for _ in 0..(k + 2 + k) {
+            let way = c.next_inline();
+            after.push(phase(&mut c, t(way)));
+        }
+        assert!(after[..k].iter().all(|&w| w), "{after:?}");
+        assert_eq!(after[k..k + 2], [false, true], "{after:?}");
+        assert!(after[k + 2..].iter().all(|&w| !w), "{after:?}");
+    }
+
+    #[test]
+    fn pinned_modes_never_switch() {
+        for (mode, want) in [(SendMode::Threaded, false), (SendMode::Inline, true)] {
+            let mut c = Chooser::new(mode);
+            for _ in 0..(3 * KEEP_PHASES) {
+                assert_eq!(phase(&mut c, Duration::from_micros(10)), want);
+            }
+        }
     }
 }
