@@ -84,14 +84,14 @@ fn hundred_mib_of_random_data_file_to_file() {
     assert!(read(&dst) == data, "100 MiB file differs");
 }
 
-/// The TCP sender's two ways of writing, each pinned, and the default that
-/// switches between them every few MiB (see `tcp.rs`): the same bytes either way.
+/// The TCP sender's two ways of writing, each pinned, and the default that times
+/// both (see `tcp.rs`): the same bytes either way.
 #[test]
 fn tcp_sender_modes_are_byte_exact() {
     let dir = Scratch::new("modes");
     let src = dir.path("in.bin");
-    // 45 MiB + 1: more than a probe of each way, a switch back and an odd tail.
-    let data = random_bytes((45 << 20) + 1, 7);
+    // Many chunks and an odd tail.
+    let data = random_bytes((20 << 20) + 1, 7);
     std::fs::write(&src, &data).unwrap();
     for mode in ["threaded", "inline", "adaptive"] {
         let dst = dir.path(&format!("out-{mode}.bin"));
@@ -108,6 +108,27 @@ fn tcp_sender_modes_are_byte_exact() {
         f.expect_code(0);
         assert!(read(&dst) == data, "{mode}: output differs from input");
     }
+}
+
+/// The adaptive sender switching ways mid-stream (each way gets a measured phase
+/// of at least 30 ms): a paced producer makes the stream last long enough for a
+/// warm-up, both probes and the phases after them, whatever the machine's speed.
+#[test]
+fn adaptive_tcp_sender_switches_ways_mid_stream_byte_exact() {
+    let data = random_bytes((24 << 20) + 3, 9);
+    let r = Receiver::start(&["k"], &[], None);
+    let port = r.port.to_string();
+    // 24 MiB in 192 KiB pieces, 3 ms apart: at least 0.4 s of streaming.
+    let s = send_paced(
+        &["127.0.0.1", &port, "k"],
+        &[("RDPIPE_TCP_SEND", "adaptive")],
+        Some(&data),
+        Some((192 << 10, Duration::from_millis(3))),
+    );
+    let f = r.finish();
+    s.expect_code(0);
+    f.expect_code(0);
+    assert!(f.stdout == data, "output differs from input");
 }
 
 #[test]

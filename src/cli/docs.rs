@@ -23,7 +23,7 @@ pub const ENDPOINT_EXIT_STATUS: &[(&str, &str)] = &[
 const ENDPOINT_ENV: &[(&str, &str)] = &[
     ("RDPIPE_KEY", "The shared key, used when KEY is omitted or given as -, and no --key-file is given. Keeps the key out of ps(1)."),
     ("RDPIPE_RDMA_NO_IMM", "When set to 1, the RDMA transport signals chunks with WRITE followed by SEND instead of WRITE_WITH_IMM (what iWARP devices need; also used by the tests)."),
-    ("RDPIPE_TCP_SEND", "threaded or inline pins how the TCP sender writes (through its writer thread, or right after reading each chunk). By default it times both every few MiB and keeps the faster: which one wins depends on the path (loopback, veth, NIC)."),
+    ("RDPIPE_TCP_SEND", "threaded, inline or adaptive pins how the TCP sender writes (through its writer thread, or right after reading each chunk, or timing both in turn and keeping the faster). By default: threaded to a peer on loopback, adaptive otherwise; which way wins depends on the path (loopback, veth, NIC)."),
     ("RUST_LOG", "Log filter (e.g. debug), overriding -vv."),
     ("NO_COLOR", "When set and not empty, messages are never coloured."),
 ];

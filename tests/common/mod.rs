@@ -212,6 +212,17 @@ pub fn wait_bounded(child: &mut Child, limit: Duration, cmdline: &str) -> ExitSt
 
 /// Runs rdsend to completion with `input` on stdin (or none when `input` is None).
 pub fn send(args: &[&str], env: &[(&str, &str)], input: Option<&[u8]>) -> Finished {
+    send_paced(args, env, input, None)
+}
+
+/// [`send`], with the input written `pace.0` bytes at a time and a pause of
+/// `pace.1` after each piece (a producer slower than the link).
+pub fn send_paced(
+    args: &[&str],
+    env: &[(&str, &str)],
+    input: Option<&[u8]>,
+    pace: Option<(usize, Duration)>,
+) -> Finished {
     let mut cmd = Command::new(bin("rdsend"));
     cmd.args(args).env_remove("RDPIPE_KEY");
     for (k, v) in env {
@@ -229,8 +240,18 @@ pub fn send(args: &[&str], env: &[(&str, &str)], input: Option<&[u8]>) -> Finish
     if let Some(data) = input {
         let mut w = child.stdin.take().unwrap();
         let data = data.to_vec();
-        thread::spawn(move || {
-            let _ = w.write_all(&data);
+        thread::spawn(move || match pace {
+            None => {
+                let _ = w.write_all(&data);
+            }
+            Some((piece, pause)) => {
+                for p in data.chunks(piece.max(1)) {
+                    if w.write_all(p).is_err() {
+                        break;
+                    }
+                    thread::sleep(pause);
+                }
+            }
         });
     }
     let mut err = child.stderr.take().unwrap();

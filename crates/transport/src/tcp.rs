@@ -17,9 +17,12 @@
 //! caller's thread, depends on the path: measured on the same 2-core machine, the
 //! thread wins by 1.1-1.4x over loopback and loses by 1.5-1.9x over a veth pair
 //! (where the receiving stack's work lands on the writing thread). So the sender
-//! measures instead of guessing ([`SendMode::Adaptive`]): it times a phase of
-//! [`PHASE_CHUNKS`] chunks each way, keeps the faster for [`KEEP_PHASES`] phases,
-//! then measures again. `RDPIPE_TCP_SEND=threaded|inline` pins one way.
+//! measures instead of guessing ([`SendMode::Adaptive`]): after a warm-up phase
+//! (slow start) it times a phase each way (at least [`PHASE_CHUNKS`] chunks and
+//! [`PHASE_MIN`], long enough to average over scheduler noise), keeps the faster
+//! (inline only when [`INLINE_MARGIN`] faster) for [`KEEP_PHASES`] phases, then
+//! measures again. To a peer on loopback it stays threaded (see
+//! [`SendMode::default_for`]). `RDPIPE_TCP_SEND=threaded|inline|adaptive` pins a way.
 
 use crate::frame_io::{conn_error, read_control_payload, read_header, write_control, write_data};
 use crate::{ChunkReceiver, ChunkSender, Received, TransportError};
@@ -38,8 +41,10 @@ pub const TCP_BUF: usize = 256 << 10;
 /// How often an idle sender proves it is alive.
 const KEEPALIVE_EVERY: Duration = Duration::from_secs(5);
 
-/// Chunks per measured phase of the adaptive sender (4 MiB at [`TCP_BUF`]).
+/// Chunks per measured phase of the adaptive sender, at least (4 MiB at [`TCP_BUF`]).
 pub const PHASE_CHUNKS: u32 = 16;
+/// A measured phase lasts at least this long.
+pub const PHASE_MIN: Duration = Duration::from_millis(30);
 /// Phases the adaptive sender keeps the faster way before measuring again.
 pub const KEEP_PHASES: u32 = 8;
 /// Environment variable pinning the sender's way: `threaded` or `inline`.
@@ -57,15 +62,32 @@ pub enum SendMode {
 }
 
 impl SendMode {
-    /// The mode `RDPIPE_TCP_SEND` asks for; [`SendMode::Adaptive`] otherwise.
-    pub fn from_env() -> SendMode {
+    /// The mode `RDPIPE_TCP_SEND` asks for (`threaded`, `inline`, `adaptive`).
+    pub fn from_env() -> Option<SendMode> {
         match std::env::var(SEND_MODE_ENV).as_deref() {
-            Ok("threaded") => SendMode::Threaded,
-            Ok("inline") => SendMode::Inline,
-            _ => SendMode::Adaptive,
+            Ok("threaded") => Some(SendMode::Threaded),
+            Ok("inline") => Some(SendMode::Inline),
+            Ok("adaptive") => Some(SendMode::Adaptive),
+            _ => None,
+        }
+    }
+
+    /// The default for a connection: threaded to a peer on loopback (the same
+    /// machine: measured faster there every time, and the adaptive probes' short
+    /// windows misjudge it), adaptive anywhere else.
+    pub fn default_for(peer_on_loopback: bool) -> SendMode {
+        if peer_on_loopback {
+            SendMode::Threaded
+        } else {
+            SendMode::Adaptive
         }
     }
 }
+
+/// Inline must beat threaded by this factor in a probe to be chosen: the
+/// threaded way is the safer one (it overlaps reading with sending on any
+/// machine), so a near tie, or a noisy probe, keeps it.
+pub const INLINE_MARGIN: f64 = 1.1;
 
 /// The adaptive sender's bookkeeping: which way the current phase goes, and the
 /// rates measured for each way.
@@ -82,6 +104,8 @@ struct Chooser {
     inline_rate: Option<f64>,
     /// Phases left before probing again.
     keep: u32,
+    /// The first phase (TCP slow start) is not measured.
+    warming: bool,
 }
 
 impl Chooser {
@@ -100,6 +124,7 @@ impl Chooser {
             threaded_rate: None,
             inline_rate: None,
             keep: 0,
+            warming: true,
         }
     }
 
@@ -118,14 +143,18 @@ impl Chooser {
         if self.pinned.is_some() || self.chunks < PHASE_CHUNKS {
             return;
         }
-        let secs = self
-            .started
-            .map_or(0.0, |t| t.elapsed().as_secs_f64())
-            .max(1e-9);
-        let rate = self.bytes as f64 / secs;
+        let elapsed = self.started.map_or(Duration::ZERO, |t| t.elapsed());
+        if elapsed < PHASE_MIN {
+            return;
+        }
+        let rate = self.bytes as f64 / elapsed.as_secs_f64().max(1e-9);
         self.chunks = 0;
         self.bytes = 0;
         self.started = None;
+        if self.warming {
+            self.warming = false;
+            return;
+        }
         if self.keep > 0 {
             self.keep -= 1;
             if self.keep == 0 {
@@ -142,7 +171,13 @@ impl Chooser {
         }
         match (self.threaded_rate, self.inline_rate) {
             (Some(t), Some(i)) => {
-                self.inline = i > t;
+                self.inline = i > t * INLINE_MARGIN;
+                tracing::debug!(
+                    "tcp sender: threaded {:.2} GB/s, inline {:.2} GB/s: writing {} for the next {KEEP_PHASES} phases",
+                    t / 1e9,
+                    i / 1e9,
+                    if self.inline { "inline" } else { "through the writer thread" }
+                );
                 self.keep = KEEP_PHASES;
                 self.threaded_rate = None;
                 self.inline_rate = None;
@@ -196,6 +231,7 @@ impl TcpSender {
                 .send(vec![0u8; chunk_size])
                 .expect("receiver is alive");
         }
+        let stream_peer_loopback = stream.peer_addr().is_ok_and(|a| a.ip().is_loopback());
         let (out, out_rx) = sync_channel::<Out>(slots.max(2));
         let mut wsock = stream.try_clone()?;
         let wlock = Arc::new(Mutex::new(()));
@@ -262,7 +298,9 @@ impl TcpSender {
             wlock,
             spare: Vec::new(),
             buffers: slots.max(2),
-            chooser: Chooser::new(SendMode::from_env()),
+            chooser: Chooser::new(
+                SendMode::from_env().unwrap_or_else(|| SendMode::default_for(stream_peer_loopback)),
+            ),
         })
     }
 
@@ -525,7 +563,7 @@ mod chooser_tests {
     /// Runs one phase of `n` chunks, as if each took `per_chunk`.
     fn phase(c: &mut Chooser, per_chunk: Duration) -> bool {
         let way = c.next_inline();
-        c.started = Some(Instant::now() - per_chunk * PHASE_CHUNKS);
+        c.started = Some(Instant::now() - (per_chunk * PHASE_CHUNKS).max(PHASE_MIN));
         for _ in 0..PHASE_CHUNKS {
             c.sent(TCP_BUF);
         }
@@ -535,8 +573,10 @@ mod chooser_tests {
     #[test]
     fn probes_both_ways_keeps_the_faster_and_probes_again() {
         let mut c = Chooser::new(SendMode::Adaptive);
-        let fast = Duration::from_micros(50);
-        let slow = Duration::from_micros(100);
+        let fast = Duration::from_millis(2);
+        let slow = Duration::from_millis(4);
+        // Warm-up: threaded, not measured.
+        assert!(!phase(&mut c, slow));
         // Inline is faster here.
         let t = |inline: bool| if inline { fast } else { slow };
         let mut ways = Vec::new();
