@@ -11,8 +11,9 @@ use std::os::fd::AsFd;
 /// Progress callback: total bytes so far.
 pub type Progress<'a> = &'a mut dyn FnMut(u64);
 
-/// Reads into `buf` until it is full, input ends, or no more input is ready right
-/// now. Waiting only for the first byte keeps latency low for interactive or slow
+/// Reads into `buf` until it is full, input ends, fails, or no more input is ready
+/// right now. A failure after some bytes returns those bytes; the next call fails.
+/// Waiting only for the first byte keeps latency low for interactive or slow
 /// producers (a pipe delivers 64 KiB at a time) while a fast producer still fills
 /// whole chunks.
 pub fn fill_available<R: Read + AsFd>(input: &mut R, buf: &mut [u8]) -> io::Result<usize> {
@@ -30,6 +31,12 @@ pub fn fill_available<R: Read + AsFd>(input: &mut R, buf: &mut [u8]) -> io::Resu
             Ok(0) => break,
             Ok(k) => n += k,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            // The bytes already read go out first; the error comes back on the
+            // next read (an input that fails at end of file, like an agent's
+            // command output whose command failed, fails again there). Dropping
+            // them would lose the last output of a command (`head -c 1000`)
+            // whose end of file and failure arrive together.
+            Err(_) if n > 0 => break,
             Err(e) => return Err(e),
         }
     }
@@ -174,6 +181,38 @@ pub fn recv_stream<W: Write>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A pipe whose end of file is an error (as an agent's command output is
+    /// when the command failed).
+    struct FailsAtEof(std::fs::File);
+
+    impl Read for FailsAtEof {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            match self.0.read(buf)? {
+                0 => Err(io::Error::other("the command failed")),
+                n => Ok(n),
+            }
+        }
+    }
+
+    impl AsFd for FailsAtEof {
+        fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+            self.0.as_fd()
+        }
+    }
+
+    #[test]
+    fn bytes_before_a_failure_at_end_of_file_are_returned_first() {
+        let (r, w) = rustix::pipe::pipe().unwrap();
+        let mut w = std::fs::File::from(w);
+        w.write_all(&[7u8; 1000]).unwrap();
+        drop(w);
+        let mut input = FailsAtEof(std::fs::File::from(r));
+        let mut buf = vec![0u8; 4096];
+        assert_eq!(fill_available(&mut input, &mut buf).unwrap(), 1000);
+        assert!(buf[..1000].iter().all(|&b| b == 7));
+        assert!(fill_available(&mut input, &mut buf).is_err());
+    }
 
     #[test]
     fn input_pipe_grows_and_never_shrinks() {
