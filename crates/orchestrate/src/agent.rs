@@ -438,6 +438,10 @@ struct Shared {
     poisoned: AtomicBool,
     /// The command is being stopped: do not wait for its exit.
     stopping: AtomicBool,
+    /// The sender let go of the command's stdout (set just before the pipe's read
+    /// end closes): from then on a SIGPIPE death of the command is the sender's
+    /// failure showing through, not the command's own.
+    output_closed: AtomicBool,
     exit: ExitCell,
 }
 
@@ -481,6 +485,13 @@ impl Read for CmdOutput {
             Some(_) if !poisoned => Ok(0),
             _ => Err(io::Error::other("the pipeline failed")),
         }
+    }
+}
+
+impl Drop for CmdOutput {
+    fn drop(&mut self) {
+        // Runs before `inner` (the pipe's read end) is closed.
+        self.shared.output_closed.store(true, Ordering::SeqCst);
     }
 }
 
@@ -693,6 +704,7 @@ fn run(a: AgentArgs) -> bool {
     let shared = Arc::new(Shared {
         poisoned: AtomicBool::new(false),
         stopping: AtomicBool::new(false),
+        output_closed: AtomicBool::new(false),
         exit: ExitCell::default(),
     });
 
@@ -1051,7 +1063,12 @@ fn run(a: AgentArgs) -> bool {
                     (None, _) => true,
                     (Some(c), _) => c == 128 + 13 || c == 128 + 15 || c == 128 + 9,
                 };
-                if deadline.is_some() && collateral && !exited_first {
+                // SIGPIPE after the sender closed the command's stdout: the
+                // sender's failure (reported by its own `FAIL out`), whichever of
+                // the two reports arrived first.
+                let broken_output = (st.signal() == Some(13) || st.code() == Some(128 + 13))
+                    && shared.output_closed.load(Ordering::SeqCst);
+                if (deadline.is_some() && collateral && !exited_first) || broken_output {
                     say.line("EXIT killed");
                 } else {
                     match (st.code(), st.signal()) {
