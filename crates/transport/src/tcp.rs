@@ -313,9 +313,21 @@ impl TcpSender {
             .take()
             .and_then(|w| w.join().ok())
             .and_then(|r| r.err());
+        self.explain(werr)
+    }
+
+    /// The most telling reason for a failed write (`werr`; none when the writer
+    /// just stopped): the receiver's own Abort first; then what the back channel
+    /// saw, when the write only found the connection already closed (EPIPE): a
+    /// socket reports its error (a timeout, a reset) once, to whichever thread
+    /// asks first, and the other then sees only EPIPE.
+    fn explain(&self, werr: Option<io::Error>) -> TransportError {
+        let write_saw_only_closed = werr
+            .as_ref()
+            .is_none_or(|e| e.kind() == io::ErrorKind::BrokenPipe);
         match self.back.recv_timeout(Duration::from_secs(2)) {
             Ok(Back::Aborted(m)) => TransportError::PeerAborted(m),
-            Ok(Back::Failed(e)) if werr.is_none() => e,
+            Ok(Back::Failed(e)) if write_saw_only_closed => e,
             _ => match werr {
                 Some(e) => conn_error(&self.peer, e),
                 None => TransportError::PeerGone {
@@ -378,11 +390,7 @@ impl ChunkSender for TcpSender {
             };
             self.spare.push(buf);
             if let Err(e) = written {
-                // The receiver's own Abort explains a broken connection best.
-                return Err(match self.back.recv_timeout(Duration::from_secs(2)) {
-                    Ok(Back::Aborted(m)) => TransportError::PeerAborted(m),
-                    _ => conn_error(&self.peer, e),
-                });
+                return Err(self.explain(Some(e)));
             }
         } else {
             let out = self.out.as_ref().expect("send_chunk after finish");
@@ -403,12 +411,7 @@ impl ChunkSender for TcpSender {
         if let Some(w) = self.writer.take() {
             match w.join() {
                 Ok(Ok(())) => {}
-                Ok(Err(e)) => {
-                    return Err(match self.back.recv_timeout(Duration::from_secs(2)) {
-                        Ok(Back::Aborted(m)) => TransportError::PeerAborted(m),
-                        _ => conn_error(&self.peer, e),
-                    })
-                }
+                Ok(Err(e)) => return Err(self.explain(Some(e))),
                 Err(_) => {
                     return Err(TransportError::Io {
                         context: "TCP writer thread",
