@@ -3,6 +3,7 @@
 //! and a slow consumer that must not make rdrecv's memory grow.
 
 mod common;
+mod support;
 use common::*;
 use rdpipe_transport::handshake::{handshake, LocalParams};
 use rdpipe_wire::{Caps, FrameHeader, FrameKind, Role, TransportPref};
@@ -111,16 +112,6 @@ fn replayed_handshake_is_rejected_and_nothing_is_written() {
     assert!(f.stdout.is_empty(), "replayed stream leaked to the output");
 }
 
-fn rss_kib(pid: u32) -> Option<u64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    s.lines()
-        .find(|l| l.starts_with("VmRSS:"))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
-}
-
 #[test]
 fn slow_consumer_keeps_receiver_memory_flat() {
     // A consumer that reads 1 MiB every 20 ms; 200 MiB are offered as fast as possible.
@@ -145,7 +136,7 @@ fn slow_consumer_keeps_receiver_memory_flat() {
     let mut peak = 0;
     for _ in 0..40 {
         std::thread::sleep(Duration::from_millis(50));
-        if let Some(k) = rss_kib(pid) {
+        if let Some(k) = support::rss_kib(pid) {
             peak = peak.max(k);
         }
     }

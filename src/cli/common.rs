@@ -234,16 +234,3 @@ pub fn stdin_file() -> Result<std::fs::File, Failure> {
         .map(std::fs::File::from)
         .map_err(|e| fail(EXIT_FAILURE, format!("cannot use standard input: {e}")))
 }
-
-/// Standard output as a file, unbuffered: chunks go straight to the fd.
-pub fn stdout_file() -> Result<std::fs::File, TransportError> {
-    use std::os::fd::AsFd;
-    let f = std::io::stdout()
-        .as_fd()
-        .try_clone_to_owned()
-        .map(std::fs::File::from)
-        .map_err(TransportError::Output)?;
-    // `rdrecv | consumer`: one write per buffer instead of one per 64 KiB.
-    rdpipe_transport::pump::grow_pipe(&f);
-    Ok(f)
-}

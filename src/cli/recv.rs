@@ -1,6 +1,6 @@
 //! `rdrecv`: wait for one rdsend and write its stream to stdout (or FILE).
 
-use super::common::{report, stdout_file, CommonArgs, Failure};
+use super::common::{report, CommonArgs, Failure};
 use clap::Parser;
 use rdpipe_transport::{run_recv, Endpoint, TransportError};
 use std::fs::File;
@@ -67,7 +67,7 @@ pub fn run(args: RecvArgs) -> Result<(), Failure> {
                 context: "cannot create the output file",
                 source: std::io::Error::new(e.kind(), format!("{}: {e}", p.display())),
             }),
-            None => stdout_file(),
+            None => rdpipe_transport::endpoint::stdout_output(),
         }
     };
     let r = run_recv(endpoint, opts, open)?;

@@ -1137,13 +1137,7 @@ impl Runner {
                     timeout,
                 },
                 opts,
-                || {
-                    let f = rustix::io::dup(std::io::stdout())
-                        .map(File::from)
-                        .map_err(|e| TransportError::Output(e.into()))?;
-                    rdpipe_transport::pump::grow_pipe(&f);
-                    Ok(f)
-                },
+                rdpipe_transport::endpoint::stdout_output,
             );
             let _ = tx.send(Msg::Sink(r));
         });

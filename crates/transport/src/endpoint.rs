@@ -209,3 +209,16 @@ pub fn run_recv<W: Write, F: FnOnce() -> Result<W, TransportError>>(
         peer,
     })
 }
+
+/// Standard output as a receiver's output: unbuffered (chunks go straight to the
+/// fd), and a pipe grown to [`crate::pump::PIPE_SIZE`] so that `rdrecv | consumer`
+/// costs one write per buffer instead of one per 64 KiB.
+pub fn stdout_output() -> Result<std::fs::File, TransportError> {
+    let f = io::stdout()
+        .as_fd()
+        .try_clone_to_owned()
+        .map(std::fs::File::from)
+        .map_err(TransportError::Output)?;
+    crate::pump::grow_pipe(&f);
+    Ok(f)
+}

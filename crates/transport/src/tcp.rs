@@ -47,7 +47,7 @@ pub const PHASE_CHUNKS: u32 = 16;
 pub const PHASE_MIN: Duration = Duration::from_millis(30);
 /// Phases the adaptive sender keeps the faster way before measuring again.
 pub const KEEP_PHASES: u32 = 8;
-/// Environment variable pinning the sender's way: `threaded` or `inline`.
+/// Environment variable pinning the sender's way: `threaded`, `inline` or `adaptive`.
 pub const SEND_MODE_ENV: &str = "RDPIPE_TCP_SEND";
 
 /// How the TCP sender puts chunks on the socket.
@@ -99,9 +99,8 @@ struct Chooser {
     chunks: u32,
     bytes: u64,
     started: Option<Instant>,
-    /// Bytes per second of the last threaded and inline probes.
+    /// Bytes per second of the threaded probe, until the inline probe after it.
     threaded_rate: Option<f64>,
-    inline_rate: Option<f64>,
     /// Phases left before probing again.
     keep: u32,
     /// The first phase (TCP slow start) is not measured.
@@ -122,7 +121,6 @@ impl Chooser {
             bytes: 0,
             started: None,
             threaded_rate: None,
-            inline_rate: None,
             keep: 0,
             warming: true,
         }
@@ -164,26 +162,21 @@ impl Chooser {
             return;
         }
         // A probe ended: threaded first, then inline, then keep the faster.
-        if self.inline {
-            self.inline_rate = Some(rate);
-        } else {
+        if !self.inline {
             self.threaded_rate = Some(rate);
+            self.inline = true;
+            return;
         }
-        match (self.threaded_rate, self.inline_rate) {
-            (Some(t), Some(i)) => {
-                self.inline = i > t * INLINE_MARGIN;
-                tracing::debug!(
-                    "tcp sender: threaded {:.2} GB/s, inline {:.2} GB/s: writing {} for the next {KEEP_PHASES} phases",
-                    t / 1e9,
-                    i / 1e9,
-                    if self.inline { "inline" } else { "through the writer thread" }
-                );
-                self.keep = KEEP_PHASES;
-                self.threaded_rate = None;
-                self.inline_rate = None;
-            }
-            _ => self.inline = true,
-        }
+        // The inline probe always follows a threaded one.
+        let (t, i) = (self.threaded_rate.take().unwrap_or(0.0), rate);
+        self.inline = i > t * INLINE_MARGIN;
+        self.keep = KEEP_PHASES;
+        tracing::debug!(
+            "tcp sender: threaded {:.2} GB/s, inline {:.2} GB/s: writing {} for the next {KEEP_PHASES} phases",
+            t / 1e9,
+            i / 1e9,
+            if self.inline { "inline" } else { "through the writer thread" }
+        );
     }
 }
 
@@ -231,7 +224,7 @@ impl TcpSender {
                 .send(vec![0u8; chunk_size])
                 .expect("receiver is alive");
         }
-        let stream_peer_loopback = stream.peer_addr().is_ok_and(|a| a.ip().is_loopback());
+        let peer_on_loopback = stream.peer_addr().is_ok_and(|a| a.ip().is_loopback());
         let (out, out_rx) = sync_channel::<Out>(slots.max(2));
         let mut wsock = stream.try_clone()?;
         let wlock = Arc::new(Mutex::new(()));
@@ -299,7 +292,7 @@ impl TcpSender {
             spare: Vec::new(),
             buffers: slots.max(2),
             chooser: Chooser::new(
-                SendMode::from_env().unwrap_or_else(|| SendMode::default_for(stream_peer_loopback)),
+                SendMode::from_env().unwrap_or(SendMode::default_for(peer_on_loopback)),
             ),
         })
     }
