@@ -13,6 +13,6 @@ complete -c rdpipe -l max-sessions -d 'SSH sessions per master connection (sshd\
 complete -c rdpipe -s n -l dry-run -d 'Print the plan (segments, hosts, who listens, who connects to whom) and run nothing'
 complete -c rdpipe -s v -l verbose -d 'Print each hop\'s transport, byte count and checksum, and the final `Bandwidth X.XXX GB/s`, on stderr. `-vv` adds a debug log of the set-up and teardown (ssh masters, agents, control lines; the hosts\' endpoints log theirs too), `-vvv` a trace; RUST_LOG overrides both'
 complete -c rdpipe -s q -l quiet -d 'No progress line (unless --progress is given) and no warnings (from any host); errors are still printed'
-complete -c rdpipe -l progress -d 'Show a live progress line on stderr: bytes arrived at the end of the pipeline, rate, elapsed time; percentage and ETA when the source is a `< FILE` segment or a regular file on stdin. On by default when stderr is a terminal'
+complete -c rdpipe -l progress -d 'Show a live progress line on stderr: bytes arrived at the end of the pipeline, rate, elapsed time; when the source is a `< FILE` segment or a regular file on stdin, the source\'s bytes sent, rate, percentage and ETA. On by default when stderr is a terminal'
 complete -c rdpipe -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c rdpipe -s V -l version -d 'Print version'

@@ -312,7 +312,33 @@ fn progress_of_a_file_source_ends_at_100_percent() {
             r.stderr
         );
         assert_eq!(lines.len(), r.stderr.lines().count(), "{}", r.stderr);
+        // Every line's bytes and percentage describe the same count (the source).
+        for l in &lines {
+            let (bytes, pct) = bytes_and_percent(l);
+            let expect = bytes / data.len() as f64 * 100.0;
+            assert!((expect - pct).abs() < 0.2, "{l:?}: {bytes} B is not {pct}%");
+        }
     }
+}
+
+/// The byte count and percentage of a progress line `rdpipe: 1.50 MiB ... 25.0% ...`.
+fn bytes_and_percent(line: &str) -> (f64, f64) {
+    let w: Vec<&str> = line.split_whitespace().collect();
+    let unit = match w[2] {
+        "B" => 1.0,
+        "KiB" => 1024.0,
+        "MiB" => 1024.0 * 1024.0,
+        "GiB" => 1024.0 * 1024.0 * 1024.0,
+        u => panic!("unit {u:?} in {line:?}"),
+    };
+    let pct = w
+        .iter()
+        .find_map(|x| x.strip_suffix('%'))
+        .unwrap_or_else(|| panic!("no percentage in {line:?}"));
+    (
+        w[1].parse::<f64>().unwrap() * unit,
+        pct.parse::<f64>().unwrap(),
+    )
 }
 
 #[test]
@@ -538,4 +564,42 @@ fn on_a_terminal_progress_is_on_by_default_and_errors_are_coloured() {
     let (_, tty) = in_terminal(&format!("NO_COLOR=1 {bin} -:'exit 3' -:cat")).unwrap();
     assert!(tty.contains("rdpipe: error: local [1] 'exit 3'"), "{tty:?}");
     assert!(!tty.contains('\x1b'), "{tty:?}");
+}
+
+#[test]
+fn on_a_terminal_a_local_commands_stderr_does_not_overwrite_the_progress_line() {
+    let s = Scratch::new("ttyerr");
+    let data = random_bytes(4 << 20, 16);
+    std::fs::write(s.path("in"), &data).unwrap();
+    let bin = rdpipe().display().to_string();
+    // The consumer writes to stderr after the line has been drawn, then drains.
+    let cmd = format!(
+        "{bin} -:'< {src}' -:'sleep 1; echo note-from-cmd >&2; cat' > {out}",
+        src = s.s("in"),
+        out = s.s("out")
+    );
+    let Some((st, tty)) = in_terminal(&cmd) else {
+        return;
+    };
+    assert!(st.success(), "{tty:?}");
+    assert!(std::fs::read(s.path("out")).unwrap() == data);
+    let note = tty
+        .find("note-from-cmd")
+        .unwrap_or_else(|| panic!("{tty:?}"));
+    let drawn = tty.find("\rrdpipe: ").unwrap_or_else(|| panic!("{tty:?}"));
+    assert!(
+        drawn < note,
+        "the line was not drawn before the note: {tty:?}"
+    );
+    // What is on the note's terminal line before it was blanked: the last
+    // carriage return before the note leaves nothing but spaces in between.
+    let line_start = tty[..note].rfind('\n').map_or(0, |p| p + 1);
+    let visible = tty[line_start..note].rsplit('\r').next().unwrap_or("");
+    assert!(
+        visible.trim().is_empty(),
+        "the note landed on the progress line ({visible:?}): {tty:?}"
+    );
+    // Unprefixed, as the command wrote it, and the line is drawn again after it.
+    assert!(tty.contains("note-from-cmd\r\n"), "{tty:?}");
+    assert!(tty[note..].contains("rdpipe: "), "{tty:?}");
 }

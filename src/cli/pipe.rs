@@ -77,8 +77,9 @@ pub const EXIT_STATUS: &[(&str, &str)] = &[
 /// and the whole pipeline stops.
 ///
 /// On a terminal (or with --progress) a live line on stderr shows the
-/// bytes arrived so far, the rate and the elapsed time, and with a
-/// `< FILE` source (or a regular file on stdin) the percentage and ETA.
+/// bytes arrived so far, the rate and the elapsed time; with a `< FILE`
+/// source (or a regular file on stdin) it shows that source's bytes sent,
+/// rate, percentage and ETA.
 #[derive(Debug, Parser)]
 #[command(name = "rdpipe", version, verbatim_doc_comment, after_help = EXAMPLES)]
 pub struct PipeArgs {
@@ -104,9 +105,9 @@ pub struct PipeArgs {
     pub quiet: bool,
 
     /// Show a live progress line on stderr: bytes arrived at the end of the
-    /// pipeline, rate, elapsed time; percentage and ETA when the source is a
-    /// `< FILE` segment or a regular file on stdin. On by default when stderr is a
-    /// terminal.
+    /// pipeline, rate, elapsed time; when the source is a `< FILE` segment or a
+    /// regular file on stdin, the source's bytes sent, rate, percentage and ETA.
+    /// On by default when stderr is a terminal.
     #[arg(long)]
     pub progress: bool,
 

@@ -13,7 +13,9 @@
 //! SSH: one master connection per distinct host and per [`Config::max_sessions`]
 //! segments on it (sshd's MaxSessions), started in parallel; every agent is one
 //! native-mux session on its host's master. Remote stderr is forwarded line by
-//! line, prefixed with the host as written; local segments' stderr is inherited.
+//! line, prefixed with the host as written; local segments' stderr is inherited,
+//! or forwarded unprefixed through the same line writer when a progress line is
+//! drawn (so it never overwrites the line).
 //!
 //! The verdict: failures are ranked (a command's status, a file, ssh or a missing
 //! rdrecv first; transfer errors next; aborts, which echo a failure elsewhere,
@@ -23,14 +25,16 @@
 //! was closed, else 1.
 //!
 //! Progress ([`Config::progress`]): rdpipe sends `PROGRESS` to every agent and
-//! draws one line from their `SIZE` / `BYTES` reports and its own transfers. The
-//! bytes and the rate are those of the last hop that has carried any data (what has
-//! arrived furthest down the pipeline, counted by the receiving end: usually the
-//! last hop, an earlier one while a command buffers or when the last command writes
-//! nothing). The percentage and ETA, when the source's size is known (the last
-//! `< FILE` segment, else rdpipe's stdin when it is a regular file), are how much
-//! of the source has been sent. Messages, log events and forwarded stderr lines
-//! clear the line and draw it again (`rdpipe-term`).
+//! draws one line from their `SIZE` / `BYTES` reports and its own transfers. When
+//! the source's size is known (the last `< FILE` segment, else rdpipe's stdin when
+//! it is a regular file), the line is about the source, as `pv FILE | …` would be:
+//! bytes sent from it, rate, percentage and ETA (a command downstream may change
+//! the data's size, so the source is the only place a percentage means anything).
+//! Otherwise the bytes and the rate are those of the last hop that has carried any
+//! data (what has arrived furthest down the pipeline, counted by the receiving end:
+//! usually the last hop, an earlier one while a command buffers or when the last
+//! command writes nothing). Messages, log events and forwarded stderr lines clear
+//! the line and draw it again (`rdpipe-term`).
 //!
 //! Logging: `tracing` debug events (`-vv`, `RUST_LOG`) at each step of the set-up
 //! and teardown and for every control line; rdpipe hands the level (and its
@@ -153,8 +157,8 @@ struct SegState {
 
 type Writer = Box<dyn AsyncWrite + Unpin + Send>;
 type Reader = Box<dyn AsyncRead + Unpin + Send>;
-/// A started agent: control stdin, control stdout, stderr (remote only), local
-/// pid, and the task that waits for its exit.
+/// A started agent: control stdin, control stdout, stderr (remote, or local with a
+/// progress line), local pid, and the task that waits for its exit.
 type Spawned = (Writer, Reader, Option<Reader>, Option<u32>, WaitFuture);
 /// Waits for an agent's exit. Only awaited after its stdout and stderr reached end
 /// of file: with native mux, finishing the wait closes the mux session, and the
@@ -719,16 +723,25 @@ impl Runner {
             let spawned: Result<Spawned, String> = match &self.p.segments[i].host {
                 Host::Local => {
                     let mut c = tokio::process::Command::new(&self.exe.exe);
+                    // With a progress line, the local command's stderr goes through
+                    // the same line writer as remote stderr (which clears the line
+                    // first); otherwise it is inherited untouched.
+                    let stderr = if self.progress.is_some() {
+                        Stdio::piped()
+                    } else {
+                        Stdio::inherit()
+                    };
                     c.args(&args)
                         .stdin(Stdio::piped())
                         .stdout(Stdio::piped())
-                        .stderr(Stdio::inherit())
+                        .stderr(stderr)
                         .process_group(0)
                         .kill_on_drop(true);
                     match c.spawn() {
                         Ok(mut ch) => {
                             let sin = ch.stdin.take().expect("piped");
                             let sout = ch.stdout.take().expect("piped");
+                            let serr = ch.stderr.take().map(|e| Box::new(e) as Reader);
                             let pid = ch.id();
                             let wait: WaitFuture = Box::pin(async move {
                                 match ch.wait().await {
@@ -739,7 +752,7 @@ impl Runner {
                             Ok((
                                 Box::new(sin) as Writer,
                                 Box::new(sout) as _,
-                                None,
+                                serr,
                                 pid,
                                 wait,
                             ))
@@ -816,7 +829,11 @@ impl Runner {
                     let tx = self.tx.clone();
                     let label = self.p.segments[i].host.label().to_string();
                     let stderr_task = serr.map(|serr| {
-                        let prefix = format!("{} ", rdpipe_term::prefix(&label));
+                        // Local stderr keeps its own words, as when inherited.
+                        let prefix = match self.p.segments[i].host {
+                            Host::Local => String::new(),
+                            Host::Remote(_) => format!("{} ", rdpipe_term::prefix(&label)),
+                        };
                         tokio::spawn(async move {
                             let mut r = BufReader::new(serr);
                             let mut buf = Vec::new();

@@ -49,12 +49,16 @@ fn hms(d: Duration) -> String {
 }
 
 /// The line: `tool: BYTES RATE/s H:MM:SS`, and with a known `total` (> 0)
-/// ` PCT% ETA H:MM:SS`. `bytes` is what the line counts; `done` is how much of
-/// the `total` is through, for the percentage and the ETA (the same number for a
-/// single transfer; rdpipe counts what reached the end of the pipeline but measures
-/// the percentage at its source).
+/// ` PCT% ETA H:MM:SS`. `done` is how much of the `total` is through; with a
+/// known total the whole line (bytes, rate, percentage, ETA) is about `done`, so
+/// its figures always agree with each other, as in `pv`. `bytes` is what the line
+/// counts when there is no total (the same number for a single transfer; rdpipe
+/// counts what reached furthest down the pipeline, as a command there may change
+/// the data's size, but measures a known-size source where it is read).
 pub fn render(tool: &str, bytes: u64, done: u64, total: Option<u64>, elapsed: Duration) -> String {
     let secs = elapsed.as_secs_f64().max(1e-3);
+    let total = total.filter(|t| *t > 0);
+    let bytes = if total.is_some() { done } else { bytes };
     let rate = bytes as f64 / secs;
     let mut s = format!(
         "{tool}: {} {}/s {}",
@@ -62,12 +66,11 @@ pub fn render(tool: &str, bytes: u64, done: u64, total: Option<u64>, elapsed: Du
         human_bytes(rate as u64),
         hms(elapsed)
     );
-    if let Some(total) = total.filter(|t| *t > 0) {
+    if let Some(total) = total {
         let pct = (done as f64 / total as f64 * 100.0).min(100.0);
-        let done_rate = done as f64 / secs;
-        let eta = if done_rate > 0.0 && total > done {
+        let eta = if rate > 0.0 && total > done {
             hms(Duration::from_secs_f64(
-                ((total - done) as f64 / done_rate).min(1e9),
+                ((total - done) as f64 / rate).min(1e9),
             ))
         } else {
             hms(Duration::ZERO)
@@ -206,6 +209,9 @@ impl Ticker {
 
     /// Sets how much of the total is through (percentage and ETA).
     pub fn update_source(&self, done: u64) {
+        if done > 0 {
+            self.start_clock();
+        }
         self.state.done.store(done, Ordering::Relaxed);
     }
 
@@ -253,8 +259,9 @@ mod tests {
     }
 
     #[test]
-    fn percentage_follows_the_source() {
-        // 1 MiB arrived at the end, half of the 4 MiB source read after 2 s.
+    fn with_a_total_the_whole_line_follows_the_source() {
+        // 1 MiB arrived at the end, half of the 4 MiB source read after 2 s:
+        // bytes, rate, percentage and ETA all about the source, so they agree.
         let l = render(
             "rdpipe",
             1 << 20,
@@ -262,9 +269,11 @@ mod tests {
             Some(4 << 20),
             Duration::from_secs(2),
         );
+        assert_eq!(l, "rdpipe: 2.00 MiB 1.00 MiB/s 0:00:02  50.0% ETA 0:00:02");
+        // Without a total, the count is the one given for the line.
         assert_eq!(
-            l,
-            "rdpipe: 1.00 MiB 512.00 KiB/s 0:00:02  50.0% ETA 0:00:02"
+            render("rdpipe", 1 << 20, 2 << 20, None, Duration::from_secs(2)),
+            "rdpipe: 1.00 MiB 512.00 KiB/s 0:00:02"
         );
         // Unknown or empty total: no percentage; never above 100%.
         assert_eq!(
