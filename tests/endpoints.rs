@@ -120,7 +120,7 @@ fn adaptive_tcp_sender_switches_ways_mid_stream_byte_exact() {
     let port = r.port.to_string();
     // 24 MiB in 192 KiB pieces, 3 ms apart: at least 0.4 s of streaming.
     let s = send_paced(
-        &["127.0.0.1", &port, "k"],
+        &["-vv", "127.0.0.1", &port, "k"],
         &[("RDPIPE_TCP_SEND", "adaptive")],
         Some(&data),
         Some((192 << 10, Duration::from_millis(3))),
@@ -129,6 +129,10 @@ fn adaptive_tcp_sender_switches_ways_mid_stream_byte_exact() {
     s.expect_code(0);
     f.expect_code(0);
     assert!(f.stdout == data, "output differs from input");
+    // It did switch: at least one probe of the other way was timed and decided on
+    // (the way under probe is marked).
+    s.expect_stderr("tcp sender: threaded ")
+        .expect_stderr(" (probe)");
 }
 
 #[test]
