@@ -539,3 +539,40 @@ fn ssh_progress_and_debug_log_from_remote_agents() {
     r.ok();
     assert!(r.stderr.is_empty(), "{}", r.stderr);
 }
+
+#[test]
+fn ssh_endpoint_tuning_env_reaches_remote_agents() {
+    need_ssh!("ssh_endpoint_tuning_env_reaches_remote_agents");
+    let ssh = LocalSsh::start("tuneenv");
+    let data = random_bytes(1 << 20, 18);
+    // ssh passes no environment on: rdpipe hands RDPIPE_TCP_SEND to the agents
+    // itself. A value they do not know makes each sender say so.
+    let r = start(
+        &["env", "RDPIPE_TCP_SEND=bogus"],
+        &args(&ssh, &["h1:cat", "h2:cat"]),
+        Some(data.clone()),
+    )
+    .finish(Duration::from_secs(60));
+    r.ok();
+    assert!(r.stdout == data, "stdout differs\n{}", r.stderr);
+    for host in ["h1: ", "h2: "] {
+        assert!(
+            r.stderr.lines().any(|l| l.starts_with(host)
+                && l.contains(
+                    "ignoring RDPIPE_TCP_SEND=\"bogus\": expected threaded, inline or adaptive"
+                )),
+            "no warning from {host}\n{}",
+            r.stderr
+        );
+    }
+    // A known value is taken silently.
+    let r = start(
+        &["env", "RDPIPE_TCP_SEND=inline"],
+        &args(&ssh, &["h1:cat", "h2:cat"]),
+        Some(data.clone()),
+    )
+    .finish(Duration::from_secs(60));
+    r.ok();
+    assert!(r.stdout == data);
+    assert!(!r.stderr.contains("RDPIPE_TCP_SEND"), "{}", r.stderr);
+}

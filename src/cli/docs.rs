@@ -76,6 +76,7 @@ pub fn commands() -> Vec<DocCommand> {
                 ("RDPIPE_KEY", "Not used: rdpipe makes a fresh random key for each pipeline and hands it to each endpoint on its SSH channel's standard input, never on a command line or in the environment."),
                 ("RUST_LOG", "Log filter (e.g. debug), overriding -vv; handed on to the endpoints on every host."),
                 ("RDPIPE_DEBUG", "When set (not empty or 0), as -vv: the debug log of the set-up and teardown, with every control line from the endpoints."),
+                ("RDPIPE_TCP_SEND, RDPIPE_RDMA_NO_IMM", "As for rdsend(1) and rdrecv(1); rdpipe hands them on to the endpoints on every host (ssh itself passes no environment on)."),
                 ("NO_COLOR", "When set and not empty, messages are never coloured."),
                 ("SSH_AUTH_SOCK", "Used by ssh as usual: rdpipe's ssh runs with BatchMode=yes, so keys must be usable without a prompt."),
             ],

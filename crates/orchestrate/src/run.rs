@@ -190,6 +190,29 @@ pub fn sh_quote(s: &str) -> String {
     }
 }
 
+/// The endpoint tuning variables set here ([`rdpipe_transport::TUNING_ENV`]),
+/// for the agents on other hosts.
+fn tuning_env() -> Vec<(String, String)> {
+    rdpipe_transport::TUNING_ENV
+        .iter()
+        .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
+        .collect()
+}
+
+/// The remote shell's command line for an agent: `[env K=V ...] BIN ARGS...`, every
+/// word quoted.
+pub fn remote_command_line(bin: &str, args: &[String], env: &[(String, String)]) -> String {
+    let env_words = (!env.is_empty())
+        .then(|| "env".to_string())
+        .into_iter()
+        .chain(env.iter().map(|(k, v)| sh_quote(&format!("{k}={v}"))));
+    env_words
+        .chain(std::iter::once(sh_quote(bin)))
+        .chain(args.iter().map(|w| sh_quote(w)))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// The agent's argv (after the program) for segment `i`.
 pub fn agent_args(p: &Pipeline, i: usize, a: &Config) -> Vec<String> {
     let (input, output) = p.sides(i);
@@ -769,10 +792,7 @@ impl Runner {
                         Some(d) => format!("{}/rdrecv", d.trim_end_matches('/')),
                         None => "rdrecv".to_string(),
                     };
-                    let line = std::iter::once(sh_quote(&bin))
-                        .chain(args.iter().map(|w| sh_quote(w)))
-                        .collect::<Vec<_>>()
-                        .join(" ");
+                    let line = remote_command_line(&bin, &args, &tuning_env());
                     let mut cmd = openssh::Session::to_raw_command(m.session.clone(), line);
                     cmd.stdin(openssh::Stdio::piped())
                         .stdout(openssh::Stdio::piped())
@@ -1374,6 +1394,24 @@ mod tests {
             handshake_timeout: 10,
             max_sessions: 10,
         }
+    }
+
+    #[test]
+    fn remote_command_line_quotes_and_passes_the_tuning_env() {
+        let args = vec!["--agent".to_string(), "--label".into(), "h 1[1]".into()];
+        assert_eq!(
+            remote_command_line("/opt/rd pipe/rdrecv", &args, &[]),
+            "'/opt/rd pipe/rdrecv' --agent --label 'h 1[1]'"
+        );
+        let env = vec![
+            ("RDPIPE_TCP_SEND".to_string(), "inline".to_string()),
+            ("RDPIPE_RDMA_NO_IMM".to_string(), "1; rm -rf /".to_string()),
+        ];
+        assert_eq!(
+            remote_command_line("rdrecv", &args, &env),
+            "env RDPIPE_TCP_SEND=inline 'RDPIPE_RDMA_NO_IMM=1; rm -rf /' rdrecv --agent \
+             --label 'h 1[1]'"
+        );
     }
 
     #[test]

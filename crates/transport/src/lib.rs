@@ -25,6 +25,12 @@ pub mod select;
 pub mod tcp;
 
 pub use endpoint::{run_recv, run_send, Endpoint, Options, Report};
+
+/// Environment variables that tune an endpoint's data path; rdpipe hands those set
+/// in its own environment to the endpoints it starts on other hosts (ssh does not
+/// pass the environment on), so `RDPIPE_TCP_SEND=inline rdpipe ...` means the same
+/// as for rdsend.
+pub const TUNING_ENV: [&str; 2] = [tcp::SEND_MODE_ENV, rdma::NO_IMM_ENV];
 pub use error::TransportError;
 
 use std::io as stdio;

@@ -73,13 +73,20 @@ pub enum SendMode {
 }
 
 impl SendMode {
-    /// The mode `RDPIPE_TCP_SEND` asks for (`threaded`, `inline`, `adaptive`).
+    /// The mode `RDPIPE_TCP_SEND` asks for (`threaded`, `inline`, `adaptive`); any
+    /// other value is ignored with a warning, so a typo does not pass unnoticed.
     pub fn from_env() -> Option<SendMode> {
         match std::env::var(SEND_MODE_ENV).as_deref() {
             Ok("threaded") => Some(SendMode::Threaded),
             Ok("inline") => Some(SendMode::Inline),
             Ok("adaptive") => Some(SendMode::Adaptive),
-            _ => None,
+            Ok("") | Err(_) => None,
+            Ok(other) => {
+                tracing::warn!(
+                    "ignoring {SEND_MODE_ENV}={other:?}: expected threaded, inline or adaptive"
+                );
+                None
+            }
         }
     }
 
