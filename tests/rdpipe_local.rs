@@ -515,23 +515,32 @@ fn in_terminal(cmd: &str) -> Option<(std::process::ExitStatus, String)> {
     ))
 }
 
-#[test]
-fn on_a_terminal_progress_is_on_by_default_and_errors_are_coloured() {
-    let s = Scratch::new("tty");
-    let data = random_bytes(4 << 20, 15);
+/// `rdpipe -:'< FILE' -:'CONSUMER' > OUT` (4 MiB) on a terminal: checks that it
+/// succeeded and OUT is the file, and returns what the terminal showed (None
+/// when there is no `script`).
+fn file_to_consumer_in_terminal(s: &Scratch, seed: u64, consumer: &str) -> Option<String> {
+    let data = random_bytes(4 << 20, seed);
     std::fs::write(s.path("in"), &data).unwrap();
-    let bin = rdpipe().display().to_string();
-    // The consumer starts late, so the transfer lasts past the first redraw.
     let cmd = format!(
-        "{bin} -:'< {src}' -:'sleep 1; cat' > {out}",
+        "{bin} -:'< {src}' -:'{consumer}' > {out}",
+        bin = rdpipe().display(),
         src = s.s("in"),
         out = s.s("out")
     );
-    let Some((st, tty)) = in_terminal(&cmd) else {
-        return;
-    };
+    let (st, tty) = in_terminal(&cmd)?;
     assert!(st.success(), "{tty:?}");
     assert!(std::fs::read(s.path("out")).unwrap() == data);
+    Some(tty)
+}
+
+#[test]
+fn on_a_terminal_progress_is_on_by_default_and_errors_are_coloured() {
+    let s = Scratch::new("tty");
+    let bin = rdpipe().display().to_string();
+    // The consumer starts late, so the transfer lasts past the first redraw.
+    let Some(tty) = file_to_consumer_in_terminal(&s, 15, "sleep 1; cat") else {
+        return;
+    };
     // Redrawn in place, and the final line (the total, 100%) stays.
     assert!(tty.contains("\rrdpipe: "), "{tty:?}");
     let last = tty
@@ -569,20 +578,11 @@ fn on_a_terminal_progress_is_on_by_default_and_errors_are_coloured() {
 #[test]
 fn on_a_terminal_a_local_commands_stderr_does_not_overwrite_the_progress_line() {
     let s = Scratch::new("ttyerr");
-    let data = random_bytes(4 << 20, 16);
-    std::fs::write(s.path("in"), &data).unwrap();
-    let bin = rdpipe().display().to_string();
     // The consumer writes to stderr after the line has been drawn, then drains.
-    let cmd = format!(
-        "{bin} -:'< {src}' -:'sleep 1; echo note-from-cmd >&2; cat' > {out}",
-        src = s.s("in"),
-        out = s.s("out")
-    );
-    let Some((st, tty)) = in_terminal(&cmd) else {
+    let Some(tty) = file_to_consumer_in_terminal(&s, 16, "sleep 1; echo note-from-cmd >&2; cat")
+    else {
         return;
     };
-    assert!(st.success(), "{tty:?}");
-    assert!(std::fs::read(s.path("out")).unwrap() == data);
     let note = tty
         .find("note-from-cmd")
         .unwrap_or_else(|| panic!("{tty:?}"));
