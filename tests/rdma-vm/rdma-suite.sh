@@ -6,7 +6,8 @@
 # (10.77.0.1), the sender's traffic leaves from rxe1 (10.77.0.2).
 # Every check prints a PASS or FAIL line; the script exits 1 on any failure.
 # Arguments (optional) pick sections: sizes noimm chunks wrongkey token senderkill
-# epipe memlock recvkill rdpipe perf (default: all).
+# epipe memlock recvkill rdpipe perf (default: all), and `ring`, only when named
+# (a measurement, not a check: --slots 2 / 4 / 8).
 # Readiness: rdrecv --announce-fd writes its port into a FIFO, which this
 # script reads (no sleeps).
 set -uo pipefail
@@ -362,6 +363,31 @@ else
 fi
 for f in "$S"/sshd-*.pid; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null; done
 rm -f "$W"/pipe*.out "$W/pipe.in"
+fi
+
+# The ring depth (issue 6: "a deeper ring than two slots when it helps"): only
+# when asked for by name. Same input and devices, alternating, best of each.
+if [ ${#ONLY[@]} -gt 0 ] && want ring; then
+echo "== ring depth: --slots 2 / 4 / 8 at 1 MiB chunks (best of 3, alternating)"
+BIG=$W/in.big
+head -c $((128 * CHUNK)) /dev/zero >"$BIG"
+declare -A best=()
+for round in 1 2 3; do
+    for slots in 2 4 8; do
+        xfer "ring$slots" "$BIG" "" "--transport rdma --slots $slots" "" "--transport rdma --slots $slots" /dev/null
+        secs=$(sed -n 's/.*received \([0-9]*\) bytes .* in \([0-9.]*\) s.*/\2/p' "$W/ring$slots.recv.err")
+        if [ "$RRC" != 0 ] || [ "$SRC" != 0 ] || [ -z "$secs" ]; then
+            fail "ring: --slots $slots"
+            show "ring$slots"
+            continue
+        fi
+        mbs=$(awk -v s="$secs" 'BEGIN { printf "%.2f", 128 / s }')
+        echo "round $round: --slots $slots: $mbs MB/s"
+        best[$slots]=$(awk -v a="${best[$slots]:-0}" -v b="$mbs" 'BEGIN { print (b > a) ? b : a }')
+    done
+done
+echo "ring best: slots 2 ${best[2]:-?} MB/s, 4 ${best[4]:-?} MB/s, 8 ${best[8]:-?} MB/s"
+rm -f "$BIG"
 fi
 
 if want perf; then
