@@ -741,6 +741,7 @@ impl Runner {
         if self.progress.is_some() {
             key_line.push_str("PROGRESS\n");
         }
+        let tuning = tuning_env();
         for i in 0..self.p.segments.len() {
             let args = agent_args(&self.p, i, &self.a);
             let spawned: Result<Spawned, String> = match &self.p.segments[i].host {
@@ -792,7 +793,7 @@ impl Runner {
                         Some(d) => format!("{}/rdrecv", d.trim_end_matches('/')),
                         None => "rdrecv".to_string(),
                     };
-                    let line = remote_command_line(&bin, &args, &tuning_env());
+                    let line = remote_command_line(&bin, &args, &tuning);
                     let mut cmd = openssh::Session::to_raw_command(m.session.clone(), line);
                     cmd.stdin(openssh::Stdio::piped())
                         .stdout(openssh::Stdio::piped())

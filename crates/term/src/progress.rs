@@ -58,7 +58,7 @@ fn hms(d: Duration) -> String {
 pub fn render(tool: &str, bytes: u64, done: u64, total: Option<u64>, elapsed: Duration) -> String {
     let secs = elapsed.as_secs_f64().max(1e-3);
     let total = total.filter(|t| *t > 0);
-    let bytes = if total.is_some() { done } else { bytes };
+    let bytes = counted(bytes, done, total);
     let rate = bytes as f64 / secs;
     let mut s = format!(
         "{tool}: {} {}/s {}",
@@ -80,6 +80,15 @@ pub fn render(tool: &str, bytes: u64, done: u64, total: Option<u64>, elapsed: Du
     s
 }
 
+/// The count a line shows: `done` when there is a total, else `bytes`.
+fn counted(bytes: u64, done: u64, total: Option<u64>) -> u64 {
+    if total.is_some_and(|t| t > 0) {
+        done
+    } else {
+        bytes
+    }
+}
+
 /// A progress line for one stream (see the module documentation).
 pub struct Progress {
     tool: String,
@@ -88,7 +97,7 @@ pub struct Progress {
 
 /// What the data path and the drawing thread share.
 struct State {
-    /// The count the line shows.
+    /// The count the line shows when there is no total.
     bytes: AtomicU64,
     /// How much of `total` is through.
     done: AtomicU64,
@@ -101,6 +110,15 @@ struct State {
 }
 
 impl State {
+    /// The count the line shows (see [`render`]).
+    fn shown(&self) -> u64 {
+        counted(
+            self.bytes.load(Ordering::Relaxed),
+            self.done.load(Ordering::Relaxed),
+            Some(self.total.load(Ordering::Relaxed)),
+        )
+    }
+
     fn line(&self, tool: &str) -> String {
         let bytes = self.bytes.load(Ordering::Relaxed);
         let done = self.done.load(Ordering::Relaxed);
@@ -167,7 +185,8 @@ fn draw(st: &State, tool: &str) {
         if *stopped {
             break;
         }
-        let bytes = st.bytes.load(Ordering::Relaxed);
+        // What the line shows: with a total, the source's count.
+        let bytes = st.shown();
         if bytes == 0 {
             continue;
         }

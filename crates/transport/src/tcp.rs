@@ -46,12 +46,6 @@ const KEEPALIVE_EVERY: Duration = Duration::from_secs(5);
 pub const PHASE_CHUNKS: u32 = 16;
 /// A measured phase lasts at least this long.
 pub const PHASE_MIN: Duration = Duration::from_millis(30);
-/// Chunks, at least, of the untimed warm-up (TCP slow start). A longer warm-up
-/// (64 chunks, 60 ms) was tried, to let the socket buffers fill first: no better
-/// (veth, 18 alternating 2 GiB runs: median 3.15 vs 3.59 GB/s with this one).
-pub const WARM_CHUNKS: u32 = 16;
-/// ... and for at least this long.
-pub const WARM_MIN: Duration = Duration::from_millis(30);
 /// Chunks, at least, written the new way before a probe starts timing it.
 pub const SETTLE_CHUNKS: u32 = 8;
 /// ... and for at least this long.
@@ -110,8 +104,9 @@ pub const INLINE_MARGIN: f64 = 1.1;
 /// Where the adaptive sender is in its cycle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Stage {
-    /// The first phase (TCP slow start, socket buffers filling), threaded, not
-    /// timed: [`WARM_CHUNKS`] and [`WARM_MIN`].
+    /// The first phase (TCP slow start), threaded, not timed. A longer warm-up
+    /// (64 chunks, 60 ms), to let the socket buffers fill first, was no better
+    /// (veth, 18 alternating 2 GiB runs: median 3.15 vs 3.59 GB/s with one phase).
     Warming,
     /// The way just changed: not timed while the scheduler moves the threads to
     /// where they run best for the new way; then a probe, or keeping.
@@ -198,7 +193,6 @@ impl Chooser {
         self.chunks += 1;
         self.bytes += n as u64;
         let (min_chunks, min_time) = match self.stage {
-            Stage::Warming => (WARM_CHUNKS, WARM_MIN),
             Stage::Settling { .. } => (SETTLE_CHUNKS, SETTLE_MIN),
             _ => (PHASE_CHUNKS, PHASE_MIN),
         };
@@ -681,9 +675,6 @@ mod chooser_tests {
             let way = run(c, SETTLE_CHUNKS, SETTLE_MIN);
             assert!(!matches!(c.stage, Stage::Settling { .. }));
             assert_eq!(c.inline, way, "settling keeps the way");
-        }
-        if c.stage == Stage::Warming {
-            return run(c, WARM_CHUNKS, WARM_MIN);
         }
         run(c, PHASE_CHUNKS, PHASE_MIN)
     }
