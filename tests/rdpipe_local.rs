@@ -433,7 +433,7 @@ fn assert_debug_log(r: &Run, data: &[u8]) {
         .filter(|l| l.starts_with("rdpipe: debug: "))
         .collect();
     for want in [
-        "said: HELLO 1",
+        "said: HELLO 2",
         "to CONNECT out 127.0.0.1 ",
         "said: END ok",
         "teardown",

@@ -1,9 +1,11 @@
 //! `rdpipe`: Unix pipes between machines, orchestrated over SSH. See
 //! `rdpipe --help`, `rdma_pipe::cli::pipe` and the `rdpipe-orchestrate` crate.
+//! Parses flags, calls [`rdma_pipe::cli::pipe::run`], and ends through
+//! [`rdma_pipe::cli::finish`], the one place that prints the error.
 
 use clap::Parser;
 use rdma_pipe::cli::pipe::{normalize_args, run, PipeArgs};
-use rdma_pipe::cli::term;
+use rdma_pipe::cli::{fail, finish, term};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -20,12 +22,8 @@ fn main() -> ExitCode {
         }
     };
     term::init_logging("rdpipe", args.verbosity(), args.quiet);
-    let exe = match std::env::current_exe() {
-        Ok(p) => p,
-        Err(e) => {
-            term::error("rdpipe", format!("cannot find my own executable: {e}"));
-            return ExitCode::from(1);
-        }
-    };
-    ExitCode::from(run(args, exe))
+    let outcome = std::env::current_exe()
+        .map_err(|e| fail(1, format!("cannot find my own executable: {e}")))
+        .and_then(|exe| run(args, exe));
+    finish("rdpipe", outcome)
 }

@@ -1,9 +1,10 @@
 //! `rdrecv`: see `rdrecv --help` and man/rdrecv.1. Parses flags and hands over to
-//! [`rdma_pipe::cli::recv::run`]; this file only maps the outcome to an exit status.
+//! [`rdma_pipe::cli::recv::run`]; [`rdma_pipe::cli::finish`]
+//! prints the error and maps the outcome to the exit status.
 
 use clap::Parser;
 use rdma_pipe::cli::recv::{run, RecvArgs};
-use rdma_pipe::cli::term;
+use rdma_pipe::cli::{finish, term};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -15,11 +16,5 @@ fn main() -> ExitCode {
     }
     let args = RecvArgs::parse();
     term::init_logging("rdrecv", args.common.verbose, args.common.quiet);
-    match run(args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(f) => {
-            term::error("rdrecv", &f.message);
-            ExitCode::from(f.code)
-        }
-    }
+    finish("rdrecv", run(args))
 }

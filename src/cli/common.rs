@@ -13,20 +13,35 @@ use std::time::Duration;
 /// Environment variable that may hold the key (keeps it out of `ps`).
 pub const KEY_ENV: &str = "RDPIPE_KEY";
 
-/// A failed run: the one-line message and the exit status.
+/// A failed run: its one-line messages (none for a quiet failure) and the exit
+/// status.
 #[derive(Debug)]
 pub struct Failure {
-    /// The message, without the tool prefix.
-    pub message: String,
+    /// The messages, without the tool prefix, one line each.
+    pub messages: Vec<String>,
     /// The exit status.
     pub code: u8,
 }
 
-/// Builds a [`Failure`].
+/// Builds a [`Failure`] with one message.
 pub fn fail(code: u8, message: impl Display) -> Failure {
     Failure {
-        message: message.to_string(),
+        messages: vec![message.to_string()],
         code,
+    }
+}
+
+/// The one place the three binaries end: prints a failure's messages as
+/// `TOOL: error: ...` lines and maps the outcome to the exit status.
+pub fn finish(tool: &str, outcome: Result<(), Failure>) -> std::process::ExitCode {
+    match outcome {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(f) => {
+            for m in &f.messages {
+                rdpipe_term::error(tool, m);
+            }
+            std::process::ExitCode::from(f.code)
+        }
     }
 }
 

@@ -7,7 +7,7 @@ pub mod pipe;
 pub mod recv;
 pub mod send;
 
-pub use common::{fail, Failure};
+pub use common::{fail, finish, Failure};
 /// Messages, logging and the progress line (the `rdpipe-term` crate).
 pub use rdpipe_term as term;
 pub use rdpipe_term::progress;

@@ -1,7 +1,7 @@
 //! `rdpipe`'s flags (clap derive) and its entry point. The work is done by the
 //! `rdpipe-orchestrate` crate; this file only turns flags into its `Config`.
 
-use crate::cli::common::{parse_size, Transport};
+use crate::cli::common::{parse_size, Failure, Transport};
 use clap::Parser;
 use rdpipe_orchestrate::run::{Config, LocalExe};
 use rdpipe_wire::MAX_SLOTS;
@@ -189,12 +189,7 @@ impl PipeArgs {
             ssh_config: self.ssh_config,
             data_host: self.data_host,
             remote_bin: self.remote_bin,
-            transport: match self.transport {
-                Transport::Auto => "auto",
-                Transport::Tcp => "tcp",
-                Transport::Rdma => "rdma",
-            }
-            .to_string(),
+            transport: self.transport.into(),
             chunk_size: self.chunk_size,
             slots: self.slots,
             connect_timeout: self.connect_timeout,
@@ -218,9 +213,12 @@ pub fn normalize_args<I: IntoIterator<Item = std::ffi::OsString>>(
 }
 
 /// Runs rdpipe; `exe` is this program (run again for local segments' agents and
-/// as the ssh master's guard). Returns the exit status.
-pub fn run(args: PipeArgs, exe: PathBuf) -> u8 {
-    rdpipe_orchestrate::run::run(args.config(), LocalExe { exe })
+/// as the ssh master's guard).
+pub fn run(args: PipeArgs, exe: PathBuf) -> Result<(), Failure> {
+    rdpipe_orchestrate::run::run(args.config(), LocalExe { exe }).map_err(|e| Failure {
+        messages: e.messages(),
+        code: e.exit_code(),
+    })
 }
 
 #[cfg(test)]

@@ -2,13 +2,15 @@
 //!
 //! - [`plan`]: `HOST:CMD` arguments → a [`plan::Pipeline`] value (what `-n` prints);
 //! - [`run`]: SSH masters, agents, relaying ports, teardown, the verdict;
-//! - [`agent`]: the per-segment endpoint (`rdrecv --agent`), and its control protocol;
+//! - [`agent`]: the per-segment endpoint (`rdrecv --agent`);
+//! - [`control`]: the typed line protocol between rdpipe and its agents;
 //! - [`ssh`]: ssh options, data addresses, master connections;
 //! - [`guard`]: the processes that tie an SSH master's life to rdpipe's and a
 //!   command's life to its agent's.
 #![deny(missing_docs)]
 
 pub mod agent;
+pub mod control;
 pub mod guard;
 pub mod plan;
 pub mod run;
@@ -16,13 +18,22 @@ pub mod ssh;
 
 use rdpipe_wire::TransportPref;
 
-/// Parses `auto`, `tcp` or `rdma`.
-pub fn transport_pref(s: &str) -> Option<TransportPref> {
+/// Parses `auto`, `tcp` or `rdma` (the agent's `--transport`).
+pub fn parse_transport(s: &str) -> Result<TransportPref, String> {
     match s {
-        "auto" => Some(TransportPref::Auto),
-        "tcp" => Some(TransportPref::Tcp),
-        "rdma" => Some(TransportPref::Rdma),
-        _ => None,
+        "auto" => Ok(TransportPref::Auto),
+        "tcp" => Ok(TransportPref::Tcp),
+        "rdma" => Ok(TransportPref::Rdma),
+        _ => Err(format!("'{s}' is not auto, tcp or rdma")),
+    }
+}
+
+/// The spelling [`parse_transport`] reads.
+pub fn transport_name(p: TransportPref) -> &'static str {
+    match p {
+        TransportPref::Auto => "auto",
+        TransportPref::Tcp => "tcp",
+        TransportPref::Rdma => "rdma",
     }
 }
 

@@ -107,6 +107,13 @@ pub enum Action {
     },
 }
 
+impl Action {
+    /// Whether the segment runs a shell command.
+    pub fn is_command(&self) -> bool {
+        matches!(self, Action::Command(_))
+    }
+}
+
 impl fmt::Display for Action {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -140,8 +147,8 @@ pub enum Node {
 }
 
 /// How one end of a hop takes part in the connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Side {
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Link {
     /// This end has no such stream.
     None,
     /// This end listens on an ephemeral port and announces it.
@@ -150,13 +157,13 @@ pub enum Side {
     Connect,
 }
 
-impl Side {
+impl Link {
     /// The agent's spelling.
     pub fn as_str(self) -> &'static str {
         match self {
-            Side::None => "none",
-            Side::Listen => "listen",
-            Side::Connect => "connect",
+            Link::None => "none",
+            Link::Listen => "listen",
+            Link::Connect => "connect",
         }
     }
 }
@@ -461,12 +468,12 @@ pub fn plan(
 
 impl Pipeline {
     /// How segment `i` takes part in its incoming and outgoing hops.
-    pub fn sides(&self, i: usize) -> (Side, Side) {
+    pub fn links(&self, i: usize) -> (Link, Link) {
         let me = Node::Segment(i);
         let side = |h: Option<&Hop>| match h {
-            None => Side::None,
-            Some(h) if h.listener == me => Side::Listen,
-            Some(_) => Side::Connect,
+            None => Link::None,
+            Some(h) if h.listener == me => Link::Listen,
+            Some(_) => Link::Connect,
         };
         (
             side(self.hops.iter().find(|h| h.to == me)),
@@ -727,16 +734,16 @@ mod tests {
                 address: "h2.data".into()
             }
         );
-        assert_eq!(p.sides(0), (Side::Listen, Side::Connect));
-        assert_eq!(p.sides(1), (Side::Listen, Side::Listen));
+        assert_eq!(p.links(0), (Link::Listen, Link::Connect));
+        assert_eq!(p.links(1), (Link::Listen, Link::Listen));
     }
 
     #[test]
     fn terminal_stdin_and_file_ends() {
         let p = plan(&args(&["h1:cat", "h2:> out"]), false, &addr).unwrap();
         assert_eq!(p.hops.len(), 1);
-        assert_eq!(p.sides(0), (Side::None, Side::Connect));
-        assert_eq!(p.sides(1), (Side::Listen, Side::None));
+        assert_eq!(p.links(0), (Link::None, Link::Connect));
+        assert_eq!(p.links(1), (Link::Listen, Link::None));
 
         // `<` first: rdpipe's stdin is not read even when it is a pipe.
         let p = plan(&args(&["h1:< in", "h2:>> out"]), true, &addr).unwrap();
@@ -751,8 +758,8 @@ mod tests {
         )
         .unwrap();
         assert_eq!(p.hops.len(), 5);
-        assert_eq!(p.sides(1), (Side::Listen, Side::Connect));
-        assert_eq!(p.sides(2), (Side::Listen, Side::Connect));
+        assert_eq!(p.links(1), (Link::Listen, Link::Connect));
+        assert_eq!(p.links(2), (Link::Listen, Link::Connect));
     }
 
     #[test]
@@ -771,7 +778,7 @@ mod tests {
         // local -> stdout: rdpipe never listens, the local agent's sender does.
         assert_eq!(p.hops[3].listener, Node::Segment(2));
         assert_eq!(p.hops[3].address, "127.0.0.1");
-        assert_eq!(p.sides(2), (Side::Connect, Side::Listen));
+        assert_eq!(p.links(2), (Link::Connect, Link::Listen));
     }
 
     #[test]

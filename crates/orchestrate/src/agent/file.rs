@@ -1,0 +1,100 @@
+//! The `< FILE`, `> FILE` and `>> FILE` segments: the agent reads or writes the
+//! file itself (no command). `< FILE` in the middle of a pipeline receives the
+//! previous output (verified) and discards it; `> FILE` in the middle sends an
+//! empty stream onward.
+
+use super::segment::Segment;
+use super::transfers::Transfers;
+use crate::control::{Direction, Part};
+use rdpipe_transport::TransportError;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+
+/// `~/x` → `$HOME/x` (the home directory on this host).
+pub fn expand_home(p: &str, home: Option<&std::ffi::OsStr>) -> String {
+    match (p.strip_prefix("~/"), home) {
+        (Some(rest), Some(h)) => format!("{}/{rest}", h.to_string_lossy()),
+        _ => p.to_string(),
+    }
+}
+
+fn home_path(p: &str) -> String {
+    expand_home(p, std::env::var_os("HOME").as_deref())
+}
+
+/// Starts a `< FILE` segment.
+pub fn start_read(path: &str, seg: &mut Segment, t: &mut Transfers) {
+    let path = home_path(path);
+    if seg.pending(Direction::In) {
+        t.spawn_recv(
+            Box::new(|| Ok(Box::new(io::sink()) as Box<dyn Write + Send>)),
+            None,
+        );
+    }
+    if seg.pending(Direction::Out) {
+        match File::open(&path) {
+            Ok(f) => {
+                if let Some(m) = f.metadata().ok().filter(|m| m.is_file()) {
+                    t.meter.set_size(m.len());
+                }
+                t.spawn_send(f);
+            }
+            Err(e) => {
+                seg.drop_transfer(Direction::Out);
+                seg.setup_failed(Part::File, format!("cannot open {path}: {e}"));
+            }
+        }
+    }
+}
+
+/// Starts a `> FILE` (or, with `append`, `>> FILE`) segment.
+pub fn start_write(path: &str, append: bool, seg: &mut Segment, t: &mut Transfers) {
+    let path = home_path(path);
+    seg.file_target = Some(path.clone());
+    let target = path.clone();
+    let open = move || {
+        OpenOptions::new()
+            .write(true)
+            .create(true)
+            .append(append)
+            .truncate(!append)
+            .open(&target)
+            .map_err(|e| io::Error::new(e.kind(), format!("cannot open: {e}")))
+    };
+    if seg.pending(Direction::In) {
+        t.spawn_recv(
+            Box::new(move || {
+                open()
+                    .map(|f| Box::new(f) as Box<dyn Write + Send>)
+                    .map_err(TransportError::Output)
+            }),
+            None,
+        );
+    } else if let Err(e) = open() {
+        seg.setup_failed(Part::File, format!("{path}: {e}"));
+    }
+    if seg.pending(Direction::Out) {
+        // `>` in the middle: an empty stream goes onward.
+        match File::open("/dev/null") {
+            Ok(f) => t.spawn_send(f),
+            Err(e) => {
+                seg.drop_transfer(Direction::Out);
+                seg.setup_failed(Part::Agent, format!("cannot open /dev/null: {e}"));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn home_expansion() {
+        let home = Some(std::ffi::OsStr::new("/home/x"));
+        assert_eq!(expand_home("~/a", home), "/home/x/a");
+        assert_eq!(expand_home("/abs", home), "/abs");
+        assert_eq!(expand_home("~/a", None), "~/a");
+        assert_eq!(expand_home("~a", home), "~a");
+    }
+}

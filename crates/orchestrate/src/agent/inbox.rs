@@ -1,0 +1,109 @@
+//! What the agent hears: rdpipe's control lines on stdin (`CONNECT`, `PING`,
+//! `PROGRESS`, end of file), the silence watchdog, and SIGTERM/SIGINT/SIGHUP.
+//! Each ends up as an event for the segment ([`super::segment::Ev`]) or as the
+//! address a waiting transfer connects to.
+
+use super::say::Meter;
+use super::segment::{Ev, StopReason};
+use crate::control::{Direction, ToAgent, CONTROL_SILENCE};
+use rdpipe_transport::{Endpoint, TransportError};
+use std::io::BufRead;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Where the `connect` sides learn their peer's address.
+pub struct ConnectOrders {
+    /// `CONNECT in ...`.
+    pub input: mpsc::Receiver<(String, u16)>,
+    /// `CONNECT out ...`.
+    pub output: mpsc::Receiver<(String, u16)>,
+}
+
+/// Waits for the `CONNECT` order on `rx`: the endpoint to connect to.
+pub fn connect_wait(
+    rx: &mpsc::Receiver<(String, u16)>,
+    timeout: Duration,
+) -> Result<Endpoint, TransportError> {
+    let (host, port) = rx.recv().map_err(|_| TransportError::PeerGone {
+        peer: "rdpipe".into(),
+        reason: "control channel closed before CONNECT".into(),
+    })?;
+    Ok(Endpoint::Connect {
+        host,
+        port,
+        timeout,
+    })
+}
+
+/// Starts the threads that listen to rdpipe (the rest of `stdin` after the key
+/// line), watch for its silence and catch signals; all end the segment through
+/// `tx` with a [`StopReason`].
+pub fn listen<R: BufRead + Send + 'static>(
+    mut stdin: R,
+    tx: &mpsc::Sender<Ev>,
+    meter: &Arc<Meter>,
+) -> ConnectOrders {
+    // Signals end the segment like a closed control channel does.
+    if let Ok(mut sigs) = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGHUP,
+    ]) {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            if let Some(s) = sigs.forever().next() {
+                let _ = tx.send(Ev::Stop(StopReason::Signal(s)));
+            }
+        });
+    }
+    let last_heard = Arc::new(Mutex::new(Instant::now()));
+    {
+        // rdpipe pings every PING_EVERY; silence means it (or its host) is gone.
+        let tx = tx.clone();
+        let last_heard = last_heard.clone();
+        std::thread::spawn(move || loop {
+            std::thread::sleep(Duration::from_secs(1));
+            let t = *last_heard.lock().unwrap_or_else(|p| p.into_inner());
+            if t.elapsed() > CONTROL_SILENCE {
+                let _ = tx.send(Ev::Stop(StopReason::ControlSilent));
+                return;
+            }
+        });
+    }
+    let (in_tx, in_rx) = mpsc::channel();
+    let (out_tx, out_rx) = mpsc::channel();
+    let tx = tx.clone();
+    let meter = meter.clone();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        loop {
+            line.clear();
+            match stdin.read_line(&mut line) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => *last_heard.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now(),
+            }
+            match line.trim_end().parse::<ToAgent>() {
+                Ok(ToAgent::Ping) => {}
+                Ok(ToAgent::Connect { dir, addr, port }) => {
+                    tracing::debug!("control: {}", line.trim_end());
+                    let to = match dir {
+                        Direction::In => &in_tx,
+                        Direction::Out => &out_tx,
+                    };
+                    let _ = to.send((addr, port));
+                }
+                Ok(ToAgent::Progress) => {
+                    tracing::debug!("control: {}", line.trim_end());
+                    meter.start();
+                }
+                Err(e) => tracing::debug!("control: {e}: {}", line.trim_end()),
+            }
+        }
+        let _ = tx.send(Ev::Stop(StopReason::ControlClosed));
+    });
+    ConnectOrders {
+        input: in_rx,
+        output: out_rx,
+    }
+}

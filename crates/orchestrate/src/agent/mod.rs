@@ -1,0 +1,191 @@
+//! The endpoint agent: what runs on each host for one segment of a pipeline
+//! (`rdrecv --agent ...` over SSH, `rdpipe --agent ...` for local segments).
+//!
+//! One agent per segment. It owns the segment's incoming transfer (a receiver),
+//! its outgoing transfer (a sender) and its shell command (`sh -c CMD` in a
+//! process group of its own), or handles a `< FILE` / `> FILE` / `>> FILE`
+//! operator itself. It talks to rdpipe over its SSH channel with the line
+//! protocol of [`crate::control`].
+//!
+//! - [`segment`]: the state machine (what is pending, the first failure, `END`);
+//! - [`command`]: the command under its guardian, its held stdin and its stdout;
+//! - [`file`]: the `< FILE` / `> FILE` actions;
+//! - [`transfers`]: the incoming and outgoing transfer threads;
+//! - [`inbox`]: rdpipe's control lines, the silence watchdog, signals;
+//! - [`say`]: the control lines to rdpipe and the byte-count meter.
+//!
+//! The command's stderr is the agent's stderr (rdpipe prefixes it with the host),
+//! and so are the agent's own messages and, with `--verbose 2` or `--log FILTER`
+//! (rdpipe's `-vv` / `RUST_LOG`), its `tracing` log.
+//!
+//! The agent ends when its stdin closes, when rdpipe is silent for
+//! [`crate::control::CONTROL_SILENCE`], or on SIGTERM/SIGINT/SIGHUP; a data peer
+//! that goes silent is detected by the transport (TCP keepalive and user
+//! timeout, 30 s).
+
+pub mod command;
+pub mod file;
+pub mod inbox;
+pub mod say;
+pub mod segment;
+pub mod transfers;
+
+use crate::control::{decode_hex, Direction, FailKind, FromAgent, Part, PROTOCOL};
+use crate::plan::Link;
+use rdpipe_wire::TransportPref;
+use say::{Meter, Say};
+use segment::Segment;
+use std::ffi::OsString;
+use std::io::{self, BufRead, BufReader};
+use std::process::ExitCode;
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+use transfers::Transfers;
+
+/// The agent's command line (hidden; written by rdpipe).
+#[derive(Debug, clap::Parser)]
+#[command(name = "rdrecv --agent", about = "rdpipe endpoint agent (internal)")]
+#[command(group(clap::ArgGroup::new("action").required(true).args(["cmd", "read", "write", "append"])))]
+pub struct AgentArgs {
+    /// Label for messages.
+    #[arg(long, default_value = "agent")]
+    pub label: String,
+    /// The incoming transfer.
+    #[arg(long, value_enum)]
+    pub input: Link,
+    /// The outgoing transfer.
+    #[arg(long, value_enum)]
+    pub output: Link,
+    /// Chunk size in bytes.
+    #[arg(long, default_value_t = rdpipe_wire::DEFAULT_CHUNK_SIZE)]
+    pub chunk_size: u32,
+    /// Buffers in flight.
+    #[arg(long, default_value_t = 4)]
+    pub slots: u32,
+    /// auto, tcp or rdma.
+    #[arg(long, default_value = "auto", value_parser = crate::parse_transport)]
+    pub transport: TransportPref,
+    /// Seconds the authentication handshake may take.
+    #[arg(long, default_value_t = 10)]
+    pub handshake_timeout: u64,
+    /// Seconds to keep retrying a connect.
+    #[arg(long, default_value_t = 30)]
+    pub connect_timeout: u64,
+    /// Run `sh -c CMD`.
+    #[arg(long)]
+    pub cmd: Option<String>,
+    /// Send this file (`< FILE`).
+    #[arg(long)]
+    pub read: Option<String>,
+    /// Write the stream into this file (`> FILE`).
+    #[arg(long)]
+    pub write: Option<String>,
+    /// Append the stream to this file (`>> FILE`).
+    #[arg(long)]
+    pub append: Option<String>,
+    /// Log level as for rdpipe's `-v` count: 2 debug, 3 trace.
+    #[arg(long, default_value_t = 0)]
+    pub verbose: u8,
+    /// Errors only (rdpipe's `-q`).
+    #[arg(long)]
+    pub quiet: bool,
+    /// A log filter (`RUST_LOG` syntax, rdpipe's own `RUST_LOG`), overriding
+    /// `--verbose`.
+    #[arg(long, value_name = "FILTER")]
+    pub log: Option<String>,
+}
+
+/// Runs the agent with `args` (the words after `--agent`) and returns its exit
+/// status. This is the whole of `rdrecv --agent`.
+pub fn main<I: IntoIterator<Item = OsString>>(args: I) -> ExitCode {
+    let args = match <AgentArgs as clap::Parser>::try_parse_from(
+        std::iter::once(OsString::from("rdrecv --agent")).chain(args),
+    ) {
+        Ok(a) => a,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(2);
+        }
+    };
+    rdpipe_term::init_logging_with(
+        &format!("agent {}", args.label),
+        args.verbose,
+        args.quiet,
+        args.log.as_deref(),
+    );
+    match run(args) {
+        true => ExitCode::SUCCESS,
+        false => ExitCode::FAILURE,
+    }
+}
+
+fn run(a: AgentArgs) -> bool {
+    let say = Say::stdout();
+    let mut stdin = BufReader::new(io::stdin());
+    let mut key_line = String::new();
+    if stdin.read_line(&mut key_line).unwrap_or(0) == 0 {
+        return false;
+    }
+    let key = match decode_hex(key_line.trim()) {
+        Some(k) if !k.is_empty() => k,
+        _ => {
+            say.send(&FromAgent::fail(
+                Part::Agent,
+                FailKind::Error,
+                2,
+                "the first line on stdin is not a hex key",
+            ));
+            say.send(&FromAgent::End { ok: false });
+            return false;
+        }
+    };
+    say.send(&FromAgent::Hello { version: PROTOCOL });
+    tracing::debug!("started: input {:?}, output {:?}", a.input, a.output);
+    let meter = Arc::new(Meter::new(&say));
+    let (tx, rx) = mpsc::channel();
+    let orders = inbox::listen(stdin, &tx, &meter);
+    let shared = Arc::new(command::Shared::default());
+    let mut seg = Segment::new(
+        say.clone(),
+        shared.clone(),
+        tx.clone(),
+        [a.input != Link::None, a.output != Link::None],
+    );
+    let mut t = Transfers {
+        key,
+        chunk_size: a.chunk_size,
+        slots: a.slots,
+        transport: a.transport,
+        handshake_timeout: Duration::from_secs(a.handshake_timeout),
+        connect_timeout: Duration::from_secs(a.connect_timeout),
+        links: [a.input, a.output],
+        orders,
+        meter,
+        say,
+        tx,
+    };
+    if let Some(cmd) = &a.cmd {
+        let with_input = seg.pending(Direction::In);
+        let with_output = seg.pending(Direction::Out);
+        match command::start(cmd, with_input, with_output, &shared) {
+            Ok(started) => {
+                if let Some(held) = started.input {
+                    seg.held_input = Some(held.clone());
+                    let w = held.clone();
+                    t.spawn_recv(Box::new(move || Ok(Box::new(w) as _)), Some(held));
+                }
+                if let Some(out) = started.output {
+                    t.spawn_send(out);
+                }
+                seg.command_started(started.child);
+            }
+            Err(e) => seg.setup_failed(Part::Cmd, format!("cannot start sh: {e}")),
+        }
+    } else if let Some(path) = &a.read {
+        file::start_read(path, &mut seg, &mut t);
+    } else if let Some(path) = a.write.as_ref().or(a.append.as_ref()) {
+        file::start_write(path, a.append.is_some(), &mut seg, &mut t);
+    }
+    drop(t);
+    seg.run(rx)
+}

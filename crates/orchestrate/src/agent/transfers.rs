@@ -1,0 +1,120 @@
+//! The segment's two transfers: each runs in a thread of its own
+//! (`run_recv` / `run_send` from the transport crate), listening and announcing
+//! `PORT` or waiting for rdpipe's `CONNECT`, and reports its outcome as an
+//! [`Ev::Done`] event.
+
+use super::command::HeldInput;
+use super::inbox::{connect_wait, ConnectOrders};
+use super::say::{Meter, Say};
+use super::segment::Ev;
+use crate::control::{Direction, FromAgent};
+use crate::plan::Link;
+use rdpipe_transport::{run_recv, run_send, Endpoint, Options, TransportError};
+use rdpipe_wire::TransportPref;
+use std::io::{Read, Write};
+use std::os::fd::AsFd;
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Makes the receiver's output once the sender has authenticated.
+pub type OutputFactory = Box<dyn FnOnce() -> Result<Box<dyn Write + Send>, TransportError> + Send>;
+
+type EndpointFactory = Box<dyn FnOnce() -> Result<Endpoint, TransportError> + Send>;
+
+/// What every transfer of the segment shares.
+pub struct Transfers {
+    /// The pipeline key.
+    pub key: Vec<u8>,
+    /// `--chunk-size`.
+    pub chunk_size: u32,
+    /// `--slots`.
+    pub slots: u32,
+    /// `--transport`.
+    pub transport: TransportPref,
+    /// `--handshake-timeout`.
+    pub handshake_timeout: Duration,
+    /// `--connect-timeout`.
+    pub connect_timeout: Duration,
+    /// How each direction takes part (listen or connect).
+    pub links: [Link; 2],
+    /// The `CONNECT` orders, taken by the side that connects.
+    pub orders: ConnectOrders,
+    /// Byte counts for `BYTES`.
+    pub meter: Arc<Meter>,
+    /// `PORT` announcements.
+    pub say: Say,
+    /// The segment's events.
+    pub tx: mpsc::Sender<Ev>,
+}
+
+impl Transfers {
+    fn options(&self, dir: Direction) -> Options {
+        Options {
+            key: self.key.clone(),
+            chunk_size: self.chunk_size,
+            slots: self.slots,
+            transport: self.transport,
+            handshake_timeout: self.handshake_timeout,
+            progress: Some(self.meter.callback(dir)),
+        }
+    }
+
+    /// Where `dir`'s transfer connects or listens, decided in its thread.
+    fn endpoint(&mut self, dir: Direction) -> EndpointFactory {
+        match self.links[dir.index()] {
+            Link::Listen => {
+                let say = self.say.clone();
+                Box::new(move || {
+                    Ok(Endpoint::Listen {
+                        port: 0,
+                        announce: Some(Box::new(move |port| {
+                            say.send(&FromAgent::Port { dir, port });
+                            Ok(())
+                        })),
+                    })
+                })
+            }
+            Link::Connect | Link::None => {
+                // Each order channel is taken once: one transfer per direction.
+                let (dummy_tx, dummy) = mpsc::channel();
+                drop(dummy_tx);
+                let rx = match dir {
+                    Direction::In => std::mem::replace(&mut self.orders.input, dummy),
+                    Direction::Out => std::mem::replace(&mut self.orders.output, dummy),
+                };
+                let timeout = self.connect_timeout;
+                Box::new(move || connect_wait(&rx, timeout))
+            }
+        }
+    }
+
+    /// Starts the incoming transfer into `output`; `held` (the command's stdin) is
+    /// closed once the stream was verified whole.
+    pub fn spawn_recv(&mut self, output: OutputFactory, held: Option<HeldInput>) {
+        let ep = self.endpoint(Direction::In);
+        let o = self.options(Direction::In);
+        let tx = self.tx.clone();
+        std::thread::spawn(move || {
+            let r = ep().and_then(|ep| run_recv(ep, o, output));
+            if r.is_ok() {
+                // Verified whole: now the command may see end of file.
+                if let Some(h) = held {
+                    h.release();
+                }
+            }
+            let _ = tx.send(Ev::Done(Direction::In, r));
+        });
+    }
+
+    /// Starts the outgoing transfer from `input`.
+    pub fn spawn_send<R: Read + AsFd + Send + 'static>(&mut self, mut input: R) {
+        let ep = self.endpoint(Direction::Out);
+        let o = self.options(Direction::Out);
+        let tx = self.tx.clone();
+        std::thread::spawn(move || {
+            let r = ep().and_then(|ep| run_send(ep, o, &mut input));
+            let _ = tx.send(Ev::Done(Direction::Out, r));
+        });
+    }
+}

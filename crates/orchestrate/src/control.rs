@@ -1,0 +1,636 @@
+//! The control protocol between rdpipe and its agents: one line per message over
+//! the agent's SSH channel (stdin: rdpipe → agent, stdout: agent → rdpipe), typed
+//! in both directions ([`ToAgent`], [`FromAgent`]), each with `Display` (the line
+//! as sent, without its newline) and `FromStr`.
+//!
+//! rdpipe → agent, on the agent's stdin:
+//! - line 1: the pipeline key, 64 hex digits (never on argv or in the environment;
+//!   not a [`ToAgent`] message);
+//! - `CONNECT in|out ADDR PORT`: where to connect the incoming / outgoing transfer,
+//!   for a side started with `connect`;
+//! - `PING`, every [`PING_EVERY`]: rdpipe is alive;
+//! - `PROGRESS` (sent right after the key when rdpipe shows a progress line): report
+//!   byte counts with `SIZE` and `BYTES`.
+//!
+//! End of file on the agent's stdin means rdpipe (or the SSH connection) is gone.
+//!
+//! agent → rdpipe, on the agent's stdout:
+//! - `HELLO V`: started, key read (protocol version [`PROTOCOL`]);
+//! - `PORT in|out N`: a side started with `listen` is listening on port N;
+//! - `DONE in|out BYTES CHECKSUM SECS TRANSPORT`: a transfer completed, verified;
+//! - `EXIT CODE`, `EXIT signal N`, `EXIT killed`: how the command ended (`killed`:
+//!   by the agent, after another failure);
+//! - `FAIL PART KIND CODE MESSAGE`: something failed. PART is `in`, `out`, `cmd`,
+//!   `file` or `agent`; KIND says what the failure means for the verdict
+//!   ([`FailKind`]); CODE is the rdsend/rdrecv exit code of a transfer error (1
+//!   otherwise); MESSAGE is for people only, never parsed;
+//! - `SIZE N`: a `< FILE` segment's file has N bytes (once, after `PROGRESS`);
+//! - `BYTES in|out N`: a running byte count (after `PROGRESS`);
+//! - `END ok` / `END fail`: the last line.
+//!
+//! Version 2 (this one) typed the failure kind (version 1 had `FAIL PART CODE
+//! MESSAGE`, and rdpipe recognised some failures by their text) and renamed the
+//! `IN`/`OUT` reports to `DONE in`/`DONE out`.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// Version of the control protocol (`HELLO 2`). An agent of another version is
+/// not used.
+pub const PROTOCOL: u32 = 2;
+
+/// How often rdpipe sends `PING` on each agent's control channel.
+pub const PING_EVERY: Duration = Duration::from_secs(5);
+
+/// An agent that hears nothing from rdpipe for this long (no `PING`, no line at
+/// all) considers rdpipe or its host gone and ends the segment.
+pub const CONTROL_SILENCE: Duration = Duration::from_secs(60);
+
+/// How often an agent sends `BYTES` lines (after `PROGRESS`, while counts change).
+pub const PROGRESS_EVERY: Duration = Duration::from_millis(250);
+
+/// Which transfer of a segment a message is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Direction {
+    /// The incoming transfer.
+    In,
+    /// The outgoing transfer.
+    Out,
+}
+
+impl Direction {
+    /// `in` / `out`, as on the control channel.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Direction::In => "in",
+            Direction::Out => "out",
+        }
+    }
+
+    /// 0 for `in`, 1 for `out` (for two-element arrays).
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl FromStr for Direction {
+    type Err = ParseError;
+    fn from_str(s: &str) -> Result<Self, ParseError> {
+        match s {
+            "in" => Ok(Direction::In),
+            "out" => Ok(Direction::Out),
+            _ => Err(ParseError::Field("direction")),
+        }
+    }
+}
+
+/// A control line that is not what the protocol allows.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ParseError {
+    /// An unknown first word.
+    #[error("unknown control line")]
+    Unknown,
+    /// A missing or malformed field.
+    #[error("malformed {0} in a control line")]
+    Field(&'static str),
+}
+
+/// One rdpipe → agent line (after the key line).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToAgent {
+    /// `CONNECT in|out ADDR PORT`.
+    Connect {
+        /// Which transfer.
+        dir: Direction,
+        /// The address to connect to (host name or IP; no spaces).
+        addr: String,
+        /// The port.
+        port: u16,
+    },
+    /// `PING`.
+    Ping,
+    /// `PROGRESS`.
+    Progress,
+}
+
+impl fmt::Display for ToAgent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ToAgent::Connect { dir, addr, port } => {
+                write!(f, "CONNECT {} {addr} {port}", dir.as_str())
+            }
+            ToAgent::Ping => f.write_str("PING"),
+            ToAgent::Progress => f.write_str("PROGRESS"),
+        }
+    }
+}
+
+impl FromStr for ToAgent {
+    type Err = ParseError;
+    fn from_str(l: &str) -> Result<Self, ParseError> {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        match w[..] {
+            ["CONNECT", dir, addr, port] => Ok(ToAgent::Connect {
+                dir: dir.parse()?,
+                addr: addr.to_string(),
+                port: port.parse().map_err(|_| ParseError::Field("port"))?,
+            }),
+            ["PING"] => Ok(ToAgent::Ping),
+            ["PROGRESS"] => Ok(ToAgent::Progress),
+            _ => Err(ParseError::Unknown),
+        }
+    }
+}
+
+/// A finished, verified transfer as an agent (or rdpipe's own end) reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HopReport {
+    /// Bytes carried.
+    pub bytes: u64,
+    /// The stream's checksum (xxh3-64).
+    pub checksum: u64,
+    /// Seconds the data phase took.
+    pub secs: f64,
+    /// The transport, as `-v` shows it (e.g. `tcp`, `rdma (rxe0, write-with-imm)`).
+    pub transport: String,
+}
+
+impl HopReport {
+    /// The report of a finished transfer of this process.
+    pub fn of(r: &rdpipe_transport::Report) -> HopReport {
+        HopReport {
+            bytes: r.bytes,
+            checksum: r.checksum,
+            secs: r.elapsed.as_secs_f64(),
+            transport: r.transport.clone(),
+        }
+    }
+
+    /// Whether two ends saw the same stream (count and checksum).
+    pub fn same_stream(&self, other: &HopReport) -> bool {
+        self.bytes == other.bytes && self.checksum == other.checksum
+    }
+}
+
+/// How a command ended, as the agent reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CmdExit {
+    /// `EXIT N`: exited with status N (a shell's 128+N for a child's signal N).
+    Code(i32),
+    /// `EXIT signal N`: killed by signal N.
+    Signal(i32),
+    /// `EXIT killed`: stopped by the agent after another failure.
+    Killed,
+}
+
+impl CmdExit {
+    /// The status a shell would report: the code, 128+N for signal N; none for
+    /// a command stopped by the agent.
+    pub fn status(self) -> Option<i32> {
+        match self {
+            CmdExit::Code(c) => Some(c),
+            CmdExit::Signal(s) => Some(128 + s),
+            CmdExit::Killed => None,
+        }
+    }
+}
+
+impl fmt::Display for CmdExit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CmdExit::Code(c) => write!(f, "{c}"),
+            CmdExit::Signal(s) => write!(f, "signal {s}"),
+            CmdExit::Killed => f.write_str("killed"),
+        }
+    }
+}
+
+impl FromStr for CmdExit {
+    type Err = ParseError;
+    fn from_str(s: &str) -> Result<Self, ParseError> {
+        if s == "killed" {
+            return Ok(CmdExit::Killed);
+        }
+        if let Some(n) = s.strip_prefix("signal ") {
+            return n
+                .parse()
+                .map(CmdExit::Signal)
+                .map_err(|_| ParseError::Field("signal"));
+        }
+        s.parse()
+            .map(CmdExit::Code)
+            .map_err(|_| ParseError::Field("exit status"))
+    }
+}
+
+/// Which part of a segment failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    /// The incoming transfer.
+    In,
+    /// The outgoing transfer.
+    Out,
+    /// The command.
+    Cmd,
+    /// The `< FILE` / `> FILE` action.
+    File,
+    /// The agent itself.
+    Agent,
+}
+
+impl Part {
+    /// The word on the control channel.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Part::In => "in",
+            Part::Out => "out",
+            Part::Cmd => "cmd",
+            Part::File => "file",
+            Part::Agent => "agent",
+        }
+    }
+}
+
+impl FromStr for Part {
+    type Err = ParseError;
+    fn from_str(s: &str) -> Result<Self, ParseError> {
+        Ok(match s {
+            "in" => Part::In,
+            "out" => Part::Out,
+            "cmd" => Part::Cmd,
+            "file" => Part::File,
+            "agent" => Part::Agent,
+            _ => return Err(ParseError::Field("part")),
+        })
+    }
+}
+
+/// What a failure means for the verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailKind {
+    /// A failure of its own (a command's status, a file, a transfer error).
+    Error,
+    /// The command stopped reading its input before the stream ended (`head -c
+    /// 1000`): its own choice, like SIGPIPE for its producer in a shell pipeline.
+    StoppedReading,
+    /// The outgoing stream was aborted because of a failure reported elsewhere.
+    Echo,
+    /// The agent was stopped from outside: its control channel closed or went
+    /// silent, or it got SIGTERM/SIGINT/SIGHUP.
+    Stopped,
+}
+
+impl FailKind {
+    /// The word on the control channel.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailKind::Error => "error",
+            FailKind::StoppedReading => "stopped-reading",
+            FailKind::Echo => "echo",
+            FailKind::Stopped => "stopped",
+        }
+    }
+}
+
+impl FromStr for FailKind {
+    type Err = ParseError;
+    fn from_str(s: &str) -> Result<Self, ParseError> {
+        Ok(match s {
+            "error" => FailKind::Error,
+            "stopped-reading" => FailKind::StoppedReading,
+            "echo" => FailKind::Echo,
+            "stopped" => FailKind::Stopped,
+            _ => return Err(ParseError::Field("failure kind")),
+        })
+    }
+}
+
+/// One agent → rdpipe line.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FromAgent {
+    /// `HELLO V`.
+    Hello {
+        /// The agent's protocol version.
+        version: u32,
+    },
+    /// `PORT in|out N`.
+    Port {
+        /// The side listening.
+        dir: Direction,
+        /// The port.
+        port: u16,
+    },
+    /// `DONE in|out ...`: a transfer completed, verified.
+    Done {
+        /// Which transfer.
+        dir: Direction,
+        /// What it carried.
+        report: HopReport,
+    },
+    /// `EXIT ...`.
+    Exit(CmdExit),
+    /// `FAIL PART KIND CODE MESSAGE`.
+    Fail {
+        /// What failed.
+        part: Part,
+        /// What it means.
+        kind: FailKind,
+        /// The rdsend/rdrecv exit code of a transfer error (1 otherwise).
+        code: u8,
+        /// For people (control characters replaced by spaces).
+        message: String,
+    },
+    /// `END ok` / `END fail`.
+    End {
+        /// `END ok`.
+        ok: bool,
+    },
+    /// `BYTES in|out N`.
+    Bytes {
+        /// Which transfer.
+        dir: Direction,
+        /// The running count.
+        bytes: u64,
+    },
+    /// `SIZE N`.
+    Size(u64),
+}
+
+impl FromAgent {
+    /// A `FAIL` line.
+    pub fn fail(part: Part, kind: FailKind, code: u8, message: impl fmt::Display) -> FromAgent {
+        FromAgent::Fail {
+            part,
+            kind,
+            code,
+            message: message.to_string(),
+        }
+    }
+}
+
+/// `s` with every control character (newlines included) replaced by a space, so
+/// that a message stays one line and cannot drive a terminal.
+pub fn one_line(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
+}
+
+impl fmt::Display for FromAgent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FromAgent::Hello { version } => write!(f, "HELLO {version}"),
+            FromAgent::Port { dir, port } => write!(f, "PORT {} {port}", dir.as_str()),
+            FromAgent::Done { dir, report: r } => write!(
+                f,
+                "DONE {} {} {:016x} {:.6} {}",
+                dir.as_str(),
+                r.bytes,
+                r.checksum,
+                r.secs,
+                one_line(&r.transport)
+            ),
+            FromAgent::Exit(e) => write!(f, "EXIT {e}"),
+            FromAgent::Fail {
+                part,
+                kind,
+                code,
+                message,
+            } => write!(
+                f,
+                "FAIL {} {} {code} {}",
+                part.as_str(),
+                kind.as_str(),
+                one_line(message)
+            ),
+            FromAgent::End { ok } => f.write_str(if *ok { "END ok" } else { "END fail" }),
+            FromAgent::Bytes { dir, bytes } => write!(f, "BYTES {} {bytes}", dir.as_str()),
+            FromAgent::Size(n) => write!(f, "SIZE {n}"),
+        }
+    }
+}
+
+fn field<'a>(
+    w: &mut impl Iterator<Item = &'a str>,
+    what: &'static str,
+) -> Result<&'a str, ParseError> {
+    w.next().ok_or(ParseError::Field(what))
+}
+
+fn num<T: FromStr>(s: &str, what: &'static str) -> Result<T, ParseError> {
+    s.parse().map_err(|_| ParseError::Field(what))
+}
+
+impl FromStr for FromAgent {
+    type Err = ParseError;
+    fn from_str(l: &str) -> Result<Self, ParseError> {
+        let (tag, rest) = l.split_once(' ').unwrap_or((l, ""));
+        match tag {
+            "HELLO" => Ok(FromAgent::Hello {
+                version: num(rest, "version")?,
+            }),
+            "PORT" => {
+                let mut w = rest.split(' ');
+                let dir = field(&mut w, "direction")?.parse()?;
+                let port = num(field(&mut w, "port")?, "port")?;
+                if w.next().is_some() {
+                    return Err(ParseError::Field("port"));
+                }
+                Ok(FromAgent::Port { dir, port })
+            }
+            "DONE" => {
+                let mut w = rest.splitn(5, ' ');
+                let dir = field(&mut w, "direction")?.parse()?;
+                let bytes = num(field(&mut w, "bytes")?, "bytes")?;
+                let checksum = u64::from_str_radix(field(&mut w, "checksum")?, 16)
+                    .map_err(|_| ParseError::Field("checksum"))?;
+                let secs: f64 = num(field(&mut w, "seconds")?, "seconds")?;
+                if !secs.is_finite() || secs < 0.0 {
+                    return Err(ParseError::Field("seconds"));
+                }
+                let transport = field(&mut w, "transport")?.to_string();
+                Ok(FromAgent::Done {
+                    dir,
+                    report: HopReport {
+                        bytes,
+                        checksum,
+                        secs,
+                        transport,
+                    },
+                })
+            }
+            "EXIT" => Ok(FromAgent::Exit(rest.parse()?)),
+            "FAIL" => {
+                let mut w = rest.splitn(4, ' ');
+                let part = field(&mut w, "part")?.parse()?;
+                let kind = field(&mut w, "failure kind")?.parse()?;
+                let code = num(field(&mut w, "code")?, "code")?;
+                let message = one_line(w.next().unwrap_or(""));
+                Ok(FromAgent::Fail {
+                    part,
+                    kind,
+                    code,
+                    message,
+                })
+            }
+            "END" => match rest {
+                "ok" => Ok(FromAgent::End { ok: true }),
+                "fail" => Ok(FromAgent::End { ok: false }),
+                _ => Err(ParseError::Field("end")),
+            },
+            "BYTES" => {
+                let mut w = rest.split(' ');
+                let dir = field(&mut w, "direction")?.parse()?;
+                let bytes = num(field(&mut w, "bytes")?, "bytes")?;
+                if w.next().is_some() {
+                    return Err(ParseError::Field("bytes"));
+                }
+                Ok(FromAgent::Bytes { dir, bytes })
+            }
+            "SIZE" => Ok(FromAgent::Size(num(rest, "size")?)),
+            _ => Err(ParseError::Unknown),
+        }
+    }
+}
+
+/// Decodes lowercase or uppercase hex (the key line).
+pub fn decode_hex(s: &str) -> Option<Vec<u8>> {
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+/// Encodes bytes as lowercase hex (the key line).
+pub fn encode_hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round_trip_from(m: FromAgent) {
+        let line = m.to_string();
+        assert!(!line.contains('\n'), "{line:?}");
+        assert_eq!(line.parse::<FromAgent>(), Ok(m), "{line:?}");
+    }
+
+    #[test]
+    fn every_agent_message_round_trips() {
+        for dir in [Direction::In, Direction::Out] {
+            round_trip_from(FromAgent::Port { dir, port: 4242 });
+            round_trip_from(FromAgent::Bytes {
+                dir,
+                bytes: 1 << 40,
+            });
+            round_trip_from(FromAgent::Done {
+                dir,
+                report: HopReport {
+                    bytes: 12,
+                    checksum: 0xff,
+                    secs: 0.5,
+                    transport: "rdma (rxe0, write-with-imm)".into(),
+                },
+            });
+        }
+        round_trip_from(FromAgent::Hello { version: PROTOCOL });
+        for e in [CmdExit::Code(3), CmdExit::Signal(9), CmdExit::Killed] {
+            round_trip_from(FromAgent::Exit(e));
+        }
+        for part in [Part::In, Part::Out, Part::Cmd, Part::File, Part::Agent] {
+            for kind in [
+                FailKind::Error,
+                FailKind::StoppedReading,
+                FailKind::Echo,
+                FailKind::Stopped,
+            ] {
+                round_trip_from(FromAgent::fail(part, kind, 5, "x: No space left on device"));
+                round_trip_from(FromAgent::fail(part, kind, 1, ""));
+            }
+        }
+        round_trip_from(FromAgent::End { ok: true });
+        round_trip_from(FromAgent::End { ok: false });
+        round_trip_from(FromAgent::Size(4 << 20));
+    }
+
+    #[test]
+    fn every_rdpipe_message_round_trips() {
+        for m in [
+            ToAgent::Connect {
+                dir: Direction::Out,
+                addr: "fe80::1".into(),
+                port: 7,
+            },
+            ToAgent::Ping,
+            ToAgent::Progress,
+        ] {
+            assert_eq!(m.to_string().parse::<ToAgent>(), Ok(m.clone()));
+        }
+        assert!("CONNECT sideways h 1".parse::<ToAgent>().is_err());
+        assert!("CONNECT in h 99999".parse::<ToAgent>().is_err());
+        assert!("NOPE".parse::<ToAgent>().is_err());
+    }
+
+    #[test]
+    fn messages_stay_one_line_and_lose_control_characters() {
+        let m = FromAgent::fail(Part::Cmd, FailKind::Error, 1, "a\nb\x1b[31mc");
+        let line = m.to_string();
+        assert_eq!(line, "FAIL cmd error 1 a b [31mc");
+        assert!(matches!(
+            line.parse::<FromAgent>(),
+            Ok(FromAgent::Fail { message, .. }) if message == "a b [31mc"
+        ));
+    }
+
+    #[test]
+    fn malformed_lines_are_errors() {
+        for bad in [
+            "BYTES",
+            "BYTES sideways 5",
+            "BYTES in -1",
+            "BYTES in 5x",
+            "SIZE",
+            "SIZE lots",
+            "",
+            "NOPE 1",
+            "hello",
+            "PORT out 99999",
+            "PORT in",
+            "DONE in 12 ff",
+            "DONE in 12 zz 0.5 tcp",
+            "DONE in 12 ff NaN tcp",
+            "EXIT",
+            "EXIT signal x",
+            "FAIL",
+            "FAIL cmd",
+            "FAIL cmd error",
+            "FAIL cmd bad 1 x",
+            "FAIL nowhere error 1 x",
+            "END maybe",
+        ] {
+            assert!(bad.parse::<FromAgent>().is_err(), "{bad:?}");
+        }
+        assert_eq!("NOPE 1".parse::<FromAgent>(), Err(ParseError::Unknown));
+    }
+
+    #[test]
+    fn exit_statuses() {
+        assert_eq!(CmdExit::Code(3).status(), Some(3));
+        assert_eq!(CmdExit::Signal(9).status(), Some(137));
+        assert_eq!(CmdExit::Killed.status(), None);
+    }
+
+    #[test]
+    fn hex_round_trip() {
+        let k = [0u8, 1, 0xab, 0xff];
+        assert_eq!(encode_hex(&k), "0001abff");
+        assert_eq!(decode_hex("0001ABff").unwrap(), k);
+        assert!(decode_hex("abc").is_none());
+        assert!(decode_hex("zz").is_none());
+    }
+}

@@ -1,0 +1,726 @@
+//! Running a pipeline: the event loop. It starts the SSH masters and one agent
+//! per segment ([`spawn`]), relays the agents' `PORT` announcements as `CONNECT`
+//! orders, runs rdpipe's own stdin sender and stdout receiver ([`ends`]), draws
+//! the progress line ([`progress`]), tears everything down ([`teardown`]) and
+//! decides the verdict ([`verdict`]).
+//!
+//! Teardown: on the first failure rdpipe waits [`ROOT_CAUSE_GRACE`] for the root
+//! cause to be reported (failures cascade along the pipeline within milliseconds;
+//! while a segment upstream of an aborted stream, or a failed segment whose
+//! command has not reported its exit, is still to speak, up to
+//! [`ROOT_CAUSE_WAIT`] in all), then closes every agent's control channel (agents
+//! kill their commands' process groups and exit at once), waits up to
+//! [`TEARDOWN_WAIT`] for them, kills local agents that are still there, and closes
+//! the SSH masters. SIGINT, SIGTERM and SIGHUP skip the grace. Every step is
+//! bounded, so a pipeline ends within a few seconds of a failure.
+//!
+//! Logging: `tracing` debug events (`-vv`, `RUST_LOG`) at each step of the set-up
+//! and teardown and for every control line; rdpipe hands the level (and its
+//! `RUST_LOG`) to the agents, whose log is forwarded like their stderr.
+
+pub mod ends;
+pub mod progress;
+pub mod spawn;
+pub mod teardown;
+pub mod verdict;
+
+use crate::control::{
+    CmdExit, Direction, FailKind, FromAgent, HopReport, Part, ToAgent, PING_EVERY, PROTOCOL,
+};
+use crate::plan::{parse_data_host, plan, Host, Node, Pipeline, PlanError, RemoteHost};
+use crate::ssh::SshConfig;
+use rdpipe_term::progress::Ticker;
+use rdpipe_transport::error::EXIT_ABORTED;
+use rdpipe_transport::{Report, TransportError};
+use rdpipe_wire::TransportPref;
+use spawn::Writer;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::io::AsyncWriteExt;
+use tokio::sync::mpsc;
+use tracing::{debug, trace};
+use verdict::{Cause, Failure, Verdict};
+
+/// How long rdpipe collects failure reports after the first one before it closes
+/// the agents' control channels.
+pub const ROOT_CAUSE_GRACE: Duration = Duration::from_millis(1000);
+/// The longest rdpipe waits after the first failure for a root cause still to be
+/// reported (see the module doc).
+pub const ROOT_CAUSE_WAIT: Duration = Duration::from_secs(4);
+/// How long agents get to exit after their control channels closed.
+pub const TEARDOWN_WAIT: Duration = Duration::from_secs(3);
+
+/// The name on rdpipe's messages.
+pub const TOOL: &str = "rdpipe";
+
+/// Everything rdpipe was asked to do (built from the command line by the
+/// `rdma-pipe` crate's `cli::pipe`).
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The `HOST:CMD` arguments.
+    pub segments: Vec<String>,
+    /// `-n`: print the plan only.
+    pub dry_run: bool,
+    /// `-v` count: 1 per-hop reports and the bandwidth; 2 (`-vv`) debug log, also
+    /// from the agents; 3 trace.
+    pub verbose: u8,
+    /// `-q`: no warnings (from the agents either); errors are still printed.
+    pub quiet: bool,
+    /// Draw the progress line (`--progress`, or stderr is a terminal and no `-q`).
+    pub progress: bool,
+    /// A log filter for the agents (rdpipe's `RUST_LOG`), overriding `verbose`.
+    pub log: Option<String>,
+    /// `-o` options for ssh.
+    pub ssh_options: Vec<String>,
+    /// `-F` file for ssh.
+    pub ssh_config: Option<PathBuf>,
+    /// `--data-host HOST=ADDR` values.
+    pub data_host: Vec<String>,
+    /// `--remote-bin DIR`.
+    pub remote_bin: Option<String>,
+    /// `--transport`.
+    pub transport: TransportPref,
+    /// Chunk size in bytes.
+    pub chunk_size: u32,
+    /// Buffers in flight.
+    pub slots: u32,
+    /// Seconds to keep trying to connect.
+    pub connect_timeout: u64,
+    /// Seconds the authentication handshake may take.
+    pub handshake_timeout: u64,
+    /// SSH sessions per master connection.
+    pub max_sessions: u32,
+}
+
+/// Where rdpipe finds the programs it runs locally.
+#[derive(Debug, Clone)]
+pub struct LocalExe {
+    /// Run as `EXE --agent ...` for local segments and `EXE --ssh-guard ...` for
+    /// masters (normally rdpipe itself).
+    pub exe: PathBuf,
+}
+
+/// Why rdpipe failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The arguments do not make a pipeline.
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    /// The async runtime could not start.
+    #[error("cannot start the runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+    /// No directory for the ssh control sockets.
+    #[error("cannot create a control directory: {0}")]
+    ControlDir(#[source] std::io::Error),
+    /// The pipeline ran and failed: the verdict's lines and status.
+    #[error("{}", .0.lines.join("; "))]
+    Failed(Verdict),
+}
+
+impl RunError {
+    /// rdpipe's exit status.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            RunError::Plan(_) => verdict::EXIT_USAGE,
+            RunError::Runtime(_) | RunError::ControlDir(_) => verdict::EXIT_FAILED,
+            RunError::Failed(v) => v.status,
+        }
+    }
+
+    /// The error lines to print (none for a quiet failure such as a closed stdout).
+    pub fn messages(&self) -> Vec<String> {
+        match self {
+            RunError::Failed(v) => v.lines.clone(),
+            other => vec![other.to_string()],
+        }
+    }
+}
+
+/// Something the event loop hears.
+enum Event {
+    /// A control line from agent `i`.
+    Line(usize, String),
+    /// Agent `i` exited (status, description).
+    Exited(usize, Option<i32>, String),
+    /// rdpipe's stdin sender ended.
+    Source(Result<Report, TransportError>),
+    /// rdpipe's stdout receiver ended.
+    Sink(Result<Report, TransportError>),
+}
+
+/// What rdpipe knows about one segment's agent.
+#[derive(Default)]
+struct SegState {
+    hello: bool,
+    /// `END`: Some(ok).
+    ended: Option<bool>,
+    exited: bool,
+    /// The command's `EXIT`.
+    exit: Option<CmdExit>,
+    /// A `FAIL` line was heard.
+    failed: bool,
+    /// `DONE in` / `DONE out`.
+    reports: [Option<HopReport>; 2],
+    /// `BYTES in` / `BYTES out`: running counts.
+    bytes: [Option<u64>; 2],
+    /// `SIZE`: the `< FILE` size.
+    size: Option<u64>,
+}
+
+fn runtime_dir() -> PathBuf {
+    // sun_path is 108 bytes: keep the control sockets in a short directory.
+    if let Some(d) = std::env::var_os("XDG_RUNTIME_DIR") {
+        let d = PathBuf::from(d);
+        if d.as_os_str().len() < 40 && d.is_dir() {
+            return d;
+        }
+    }
+    PathBuf::from("/tmp")
+}
+
+/// Builds the plan from the arguments, resolving data addresses (`--data-host`,
+/// else `ssh -G`'s HostName).
+pub fn build_plan(a: &Config, stdin_is_input: bool) -> Result<Pipeline, PlanError> {
+    let mut overrides = HashMap::new();
+    for d in &a.data_host {
+        let (h, addr) = parse_data_host(d)?;
+        overrides.insert(h, addr);
+    }
+    let ssh = ssh_config(a);
+    let cache: RefCell<HashMap<RemoteHost, String>> = RefCell::new(HashMap::new());
+    let resolve = |r: &RemoteHost| -> String {
+        if let Some(a) = overrides.get(&r.spec).or_else(|| overrides.get(&r.name)) {
+            return a.clone();
+        }
+        if let Some(a) = cache.borrow().get(r) {
+            return a.clone();
+        }
+        let h = ssh.hostname(r);
+        cache.borrow_mut().insert(r.clone(), h.clone());
+        h
+    };
+    plan(&a.segments, stdin_is_input, &resolve)
+}
+
+fn ssh_config(a: &Config) -> SshConfig {
+    SshConfig {
+        config_file: a.ssh_config.clone(),
+        options: a.ssh_options.clone(),
+        connect_timeout: a.connect_timeout.min(60),
+    }
+}
+
+/// Runs rdpipe with parsed arguments (`-n` prints the plan on stdout).
+pub fn run(a: Config, exe: LocalExe) -> Result<(), RunError> {
+    let stdin_is_input = !std::io::stdin().is_terminal();
+    let p = build_plan(&a, stdin_is_input)?;
+    if a.dry_run {
+        print!("{}", p.describe(a.max_sessions as usize));
+        return Ok(());
+    }
+    debug!(
+        "{} segment(s), {} transfer(s), {} remote host(s)",
+        p.segments.len(),
+        p.hops.len(),
+        p.remote_hosts().len()
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(RunError::Runtime)?;
+    let v = rt.block_on(Runner::new(a, p, exe).run())?;
+    match v.status {
+        0 => Ok(()),
+        _ => Err(RunError::Failed(v)),
+    }
+}
+
+struct Runner {
+    a: Config,
+    p: Pipeline,
+    exe: LocalExe,
+    key: Vec<u8>,
+    tx: mpsc::UnboundedSender<Event>,
+    rx: mpsc::UnboundedReceiver<Event>,
+    /// Each agent's control channel (its stdin), until teardown closes it.
+    stdins: Vec<Option<Writer>>,
+    local_pids: Vec<Option<u32>>,
+    segs: Vec<SegState>,
+    failures: Vec<Failure>,
+    source_done: bool,
+    sink_done: bool,
+    source_report: Option<HopReport>,
+    sink_report: Option<HopReport>,
+    signal: Option<i32>,
+    /// The control channels are being closed: agents ending now are collateral.
+    closing: bool,
+    /// The progress line, while it is drawn.
+    progress: Option<Ticker>,
+    /// rdpipe's own transfers' running counts (stdin sent, stdout received).
+    source_bytes: Arc<AtomicU64>,
+    sink_bytes: Arc<AtomicU64>,
+    /// rdpipe's stdin's size, when it is a regular file.
+    stdin_size: Option<u64>,
+}
+
+impl Runner {
+    fn new(a: Config, p: Pipeline, exe: LocalExe) -> Runner {
+        let mut key = vec![0u8; 32];
+        getrandom::getrandom(&mut key).expect("the OS random source works");
+        let (tx, rx) = mpsc::unbounded_channel();
+        let n = p.segments.len();
+        let source_done = p.hop_from(Node::Stdin).is_none();
+        let sink_done = p.hop_into(Node::Stdout).is_none();
+        Runner {
+            a,
+            p,
+            exe,
+            key,
+            tx,
+            rx,
+            stdins: (0..n).map(|_| None).collect(),
+            local_pids: vec![None; n],
+            segs: (0..n).map(|_| SegState::default()).collect(),
+            failures: Vec::new(),
+            source_done,
+            sink_done,
+            source_report: None,
+            sink_report: None,
+            signal: None,
+            closing: false,
+            progress: None,
+            source_bytes: Arc::new(AtomicU64::new(0)),
+            sink_bytes: Arc::new(AtomicU64::new(0)),
+            stdin_size: None,
+        }
+    }
+
+    fn fail(&mut self, node: Option<Node>, cause: Cause) {
+        self.failures.push(Failure { cause, node });
+    }
+
+    fn seg_desc(&self, i: usize) -> String {
+        let s = &self.p.segments[i];
+        format!("{} [{}] '{}'", s.host.label(), i + 1, s.action)
+    }
+
+    /// Nothing was or will be started: every part counts as done.
+    fn give_up(&mut self) {
+        for s in &mut self.segs {
+            s.exited = true;
+        }
+        self.source_done = true;
+        self.sink_done = true;
+    }
+
+    async fn run(mut self) -> Result<Verdict, RunError> {
+        let start = Instant::now();
+        let dir = tempfile::Builder::new()
+            .prefix("rdpipe-")
+            .tempdir_in(runtime_dir())
+            .map_err(RunError::ControlDir)?;
+        let mut signals = teardown::Signals::new();
+        // Starting the masters may take up to the connect timeout: a signal cancels
+        // it (dropping a half-started master closes its guard's stdin, which ends it).
+        let launched = tokio::select! {
+            m = self.launch_masters(dir.path()) => Ok(m),
+            sig = signals.next() => Err(sig),
+        };
+        let masters = match launched {
+            Ok(Some(m)) => Some(m),
+            Ok(None) => {
+                self.give_up();
+                None
+            }
+            Err(sig) => {
+                self.interrupted(sig);
+                self.give_up();
+                None
+            }
+        };
+        if let Some(m) = &masters {
+            self.start_progress();
+            self.spawn_agents(m).await;
+            if let Some(t) = &self.progress {
+                t.start_clock();
+            }
+        }
+        self.event_loop(&mut signals).await;
+        // The data phase is over: the final progress line, before any report.
+        self.update_progress();
+        if let Some(t) = self.progress.take() {
+            t.finish();
+        }
+        self.teardown(masters.map(|m| m.masters).unwrap_or_default())
+            .await;
+        drop(dir);
+        Ok(self.verdict(start.elapsed()))
+    }
+
+    async fn event_loop(&mut self, signals: &mut teardown::Signals) {
+        let mut first_failure: Option<Instant> = None;
+        let mut closed_at: Option<Instant> = None;
+        let mut last_ping = Instant::now();
+        // Agents were just started (spawn_agents returns once all are running).
+        let started = Instant::now();
+        let mut hello_timeout_reported = false;
+        loop {
+            if self.all_done() {
+                break;
+            }
+            if !self.failures.is_empty() && first_failure.is_none() {
+                first_failure = Some(Instant::now());
+            }
+            if let Some(f) = first_failure {
+                let grace_over = match self.signal {
+                    Some(_) => true,
+                    None => {
+                        f.elapsed() >= ROOT_CAUSE_GRACE
+                            && (f.elapsed() >= ROOT_CAUSE_WAIT || !self.root_cause_pending())
+                    }
+                };
+                if closed_at.is_none() && grace_over {
+                    self.close_channels();
+                    closed_at = Some(Instant::now());
+                }
+                if closed_at.is_some_and(|c| c.elapsed() >= TEARDOWN_WAIT) {
+                    break;
+                }
+                if self.agents_done() && closed_at.is_some() {
+                    break;
+                }
+            }
+            // An agent that never says HELLO (a login script waiting for input, a
+            // hung remote shell) must not hang the pipeline: --connect-timeout, at
+            // least 30 s (login scripts can be slow).
+            let limit = Duration::from_secs(self.a.connect_timeout.max(30));
+            if !hello_timeout_reported && started.elapsed() > limit {
+                hello_timeout_reported = true;
+                for i in 0..self.segs.len() {
+                    if !self.segs[i].hello && !self.segs[i].exited {
+                        let seg = self.seg_desc(i);
+                        let secs = limit.as_secs();
+                        self.fail(Some(Node::Segment(i)), Cause::Silent { seg, secs });
+                    }
+                }
+            }
+            if last_ping.elapsed() >= PING_EVERY {
+                last_ping = Instant::now();
+                for i in 0..self.stdins.len() {
+                    self.send(i, &ToAgent::Ping).await;
+                }
+            }
+            let tick = tokio::time::sleep(Duration::from_millis(100));
+            tokio::select! {
+                m = self.rx.recv() => match m {
+                    Some(m) => self.handle(m).await,
+                    None => break,
+                },
+                sig = signals.next() => self.interrupted(sig),
+                _ = tick => {}
+            }
+            self.update_progress();
+        }
+    }
+
+    /// Whether a root cause is probably still on its way: a segment upstream of
+    /// an aborted stream has not ended yet, or a segment that reported a failure
+    /// has a command that has not reported its exit yet.
+    fn root_cause_pending(&self) -> bool {
+        let speaking = |k: usize| self.segs[k].ended.is_none() && !self.segs[k].exited;
+        let upstream_of_abort = self.failures.iter().any(|f| {
+            matches!(f.cause, Cause::Transfer { echo: true, .. })
+                && f.node
+                    .and_then(|n| self.p.hop_into(n))
+                    .is_some_and(|h| matches!(h.from, Node::Segment(k) if speaking(k)))
+        });
+        let exit_due = (0..self.segs.len()).any(|k| {
+            self.segs[k].failed
+                && self.segs[k].exit.is_none()
+                && self.p.segments[k].action.is_command()
+                && speaking(k)
+        });
+        upstream_of_abort || exit_due
+    }
+
+    fn interrupted(&mut self, sig: i32) {
+        if self.signal.is_none() {
+            self.signal = Some(sig);
+            self.fail(None, Cause::Interrupted(sig));
+        }
+    }
+
+    fn agents_done(&self) -> bool {
+        self.segs.iter().all(|s| s.exited)
+    }
+
+    fn all_done(&self) -> bool {
+        self.agents_done() && self.source_done && self.sink_done
+    }
+
+    async fn send(&mut self, i: usize, m: &ToAgent) {
+        if let Some(w) = self.stdins[i].as_mut() {
+            trace!("[{}] sent: {m}", i + 1);
+            let _ = w.write_all(format!("{m}\n").as_bytes()).await;
+            let _ = w.flush().await;
+        }
+    }
+
+    async fn handle(&mut self, m: Event) {
+        match m {
+            Event::Line(i, l) => self.handle_line(i, &l).await,
+            Event::Exited(i, code, text) => self.agent_exited(i, code, text),
+            Event::Source(r) => self.source_ended(r),
+            Event::Sink(r) => self.sink_ended(r),
+        }
+    }
+
+    fn agent_exited(&mut self, i: usize, code: Option<i32>, how: String) {
+        debug!("[{}] agent {how}", i + 1);
+        let me = Node::Segment(i);
+        let seg = self.seg_desc(i);
+        let st = &mut self.segs[i];
+        st.exited = true;
+        let (hello, ended) = (st.hello, st.ended);
+        if ended == Some(true) {
+            let missing =
+                |d: Direction, hop: Option<_>| hop.is_some() && st.reports[d.index()].is_none();
+            if missing(Direction::In, self.p.hop_into(me))
+                || missing(Direction::Out, self.p.hop_from(me))
+            {
+                self.fail(Some(me), Cause::Incomplete { seg });
+            }
+            return;
+        }
+        if ended.is_some() {
+            return;
+        }
+        let host = self.p.segments[i].host.label().to_string();
+        let cause = match (code, hello) {
+            (Some(127), false) => Cause::RdrecvMissing { host },
+            (Some(2), false) => Cause::AgentVersion {
+                host,
+                version: None,
+            },
+            (_, false) => Cause::NotStarted { seg, how },
+            // Before teardown, an agent that vanishes is a root cause.
+            (_, true) if self.signal.is_none() => Cause::Died {
+                seg,
+                how,
+                teardown: self.closing,
+            },
+            _ => return,
+        };
+        self.fail(Some(me), cause);
+    }
+
+    async fn handle_line(&mut self, i: usize, l: &str) {
+        let msg = match l.parse::<FromAgent>() {
+            Ok(m) => m,
+            Err(e) => {
+                debug!("[{}] said: {l} ({e}; ignored)", i + 1);
+                return;
+            }
+        };
+        if matches!(msg, FromAgent::Bytes { .. }) {
+            trace!("[{}] said: {l}", i + 1);
+        } else {
+            debug!("[{}] said: {l}", i + 1);
+        }
+        let me = Node::Segment(i);
+        match msg {
+            FromAgent::Hello { version } => {
+                self.segs[i].hello = true;
+                if version != PROTOCOL {
+                    let host = self.p.segments[i].host.label().to_string();
+                    let version = Some(version);
+                    self.fail(Some(me), Cause::AgentVersion { host, version });
+                }
+            }
+            FromAgent::Port { dir, port } => self.relay_port(i, dir, port).await,
+            FromAgent::Done { dir, report } => self.segs[i].reports[dir.index()] = Some(report),
+            FromAgent::Exit(e) => self.segs[i].exit = Some(e),
+            FromAgent::Fail {
+                part,
+                kind,
+                code,
+                message,
+            } => {
+                self.segs[i].failed = true;
+                let cause = self.failure_cause(i, part, kind, code, message);
+                self.fail(Some(me), cause);
+            }
+            FromAgent::End { ok } => self.segs[i].ended = Some(ok),
+            FromAgent::Bytes { dir, bytes } => self.segs[i].bytes[dir.index()] = Some(bytes),
+            FromAgent::Size(n) => self.segs[i].size = Some(n),
+        }
+    }
+
+    /// Segment `i` listens on `port` for its `dir` transfer: tell the other end.
+    async fn relay_port(&mut self, i: usize, dir: Direction, port: u16) {
+        let me = Node::Segment(i);
+        let hop = match dir {
+            Direction::In => self.p.hop_into(me),
+            Direction::Out => self.p.hop_from(me),
+        };
+        let Some(hop) = hop.cloned() else { return };
+        let addr = hop.address.clone();
+        match hop.connector() {
+            Node::Stdin => self.start_source(addr, port),
+            Node::Stdout => self.start_sink(addr, port),
+            Node::Segment(j) => {
+                let dir = if hop.to == Node::Segment(j) {
+                    Direction::In
+                } else {
+                    Direction::Out
+                };
+                let order = ToAgent::Connect { dir, addr, port };
+                debug!(
+                    "[{}] listens on port {port}: telling [{}] to {order}",
+                    i + 1,
+                    j + 1
+                );
+                self.send(j, &order).await;
+            }
+        }
+    }
+
+    fn failure_cause(&self, i: usize, part: Part, kind: FailKind, code: u8, msg: String) -> Cause {
+        let seg = self.seg_desc(i);
+        let me = Node::Segment(i);
+        let echo = kind == FailKind::Echo || code == EXIT_ABORTED;
+        match (part, kind) {
+            (_, FailKind::Stopped) => Cause::Stopped { seg, message: msg },
+            (Part::In, FailKind::StoppedReading) => {
+                let from = self.p.hop_into(me).map(|h| self.p.node_name(h.from));
+                Cause::StoppedReading {
+                    seg,
+                    from: from.unwrap_or_default(),
+                }
+            }
+            (Part::In, _) => {
+                let from = self.p.hop_into(me).map(|h| self.p.node_name(h.from));
+                let from = from.unwrap_or_default();
+                Cause::Transfer {
+                    text: format!("{seg}: receiving from {from} failed: {msg}"),
+                    echo,
+                }
+            }
+            (Part::Out, _) => {
+                let to = self.p.hop_from(me).map(|h| self.p.node_name(h.to));
+                let to = to.unwrap_or_default();
+                Cause::Transfer {
+                    text: format!("{seg}: sending to {to} failed: {msg}"),
+                    echo,
+                }
+            }
+            (Part::Cmd | Part::File | Part::Agent, _) => Cause::Segment { seg, message: msg },
+        }
+    }
+
+    fn verdict(mut self, wall: Duration) -> Verdict {
+        if self.failures.is_empty() {
+            self.check_reports();
+        }
+        if self.a.verbose > 0 {
+            self.say_hop_reports(wall);
+        }
+        let statuses: Vec<Option<i32>> = self
+            .segs
+            .iter()
+            .map(|s| s.exit.and_then(CmdExit::status))
+            .collect();
+        verdict::decide(&self.failures, &statuses, self.a.verbose > 0)
+    }
+
+    /// Both ends of every hop must report the same count and checksum, and every
+    /// segment must have ended well.
+    fn check_reports(&mut self) {
+        for h in self.p.hops.clone() {
+            match (self.sent_report(h.from), self.recv_report(h.to)) {
+                (Some(s), Some(r)) if s.same_stream(r) => {}
+                (s, r) => {
+                    let cause = Cause::Mismatch {
+                        from: self.p.node_name(h.from),
+                        to: self.p.node_name(h.to),
+                        sent: s.map(|s| (s.bytes, s.checksum)),
+                        received: r.map(|r| (r.bytes, r.checksum)),
+                    };
+                    self.fail(None, cause);
+                }
+            }
+        }
+        for i in 0..self.segs.len() {
+            if self.segs[i].ended != Some(true) {
+                let seg = self.seg_desc(i);
+                self.fail(Some(Node::Segment(i)), Cause::NoSuccess { seg });
+            }
+        }
+    }
+
+    /// `-v`: each hop's transport, bytes, rate and checksum, and the bandwidth.
+    fn say_hop_reports(&self, wall: Duration) {
+        for h in &self.p.hops {
+            if let Some(r) = self.sent_report(h.from) {
+                let gbps = if r.secs > 0.0 {
+                    r.bytes as f64 / r.secs / 1e9
+                } else {
+                    0.0
+                };
+                rdpipe_term::say(
+                    TOOL,
+                    format!(
+                        "{} -> {}: {}, {} bytes in {:.3} s ({gbps:.3} GB/s), xxh3 {:016x}",
+                        self.p.node_name(h.from),
+                        self.p.node_name(h.to),
+                        r.transport,
+                        r.bytes,
+                        r.secs,
+                        r.checksum
+                    ),
+                );
+            }
+        }
+        let last = self
+            .p
+            .hops
+            .iter()
+            .rev()
+            .filter_map(|h| self.sent_report(h.from))
+            .find(|r| r.bytes > 0);
+        let gbps = match last {
+            Some(r) if r.secs > 0.0 => r.bytes as f64 / r.secs / 1e9,
+            _ => 0.0,
+        };
+        rdpipe_term::say(TOOL, format!("{:.3} s in all", wall.as_secs_f64()));
+        rdpipe_term::line(&format!("Bandwidth {gbps:.3} GB/s\n"));
+    }
+
+    /// The report of the transfer sent by `from`.
+    fn sent_report(&self, from: Node) -> Option<&HopReport> {
+        match from {
+            Node::Stdin => self.source_report.as_ref(),
+            Node::Segment(i) => self.segs[i].reports[Direction::Out.index()].as_ref(),
+            Node::Stdout => None,
+        }
+    }
+
+    /// The report of the transfer received by `to`.
+    fn recv_report(&self, to: Node) -> Option<&HopReport> {
+        match to {
+            Node::Stdout => self.sink_report.as_ref(),
+            Node::Segment(i) => self.segs[i].reports[Direction::In.index()].as_ref(),
+            Node::Stdin => None,
+        }
+    }
+
+    /// Whether segment `i` runs on this machine.
+    fn is_local(&self, i: usize) -> bool {
+        matches!(self.p.segments[i].host, Host::Local)
+    }
+}

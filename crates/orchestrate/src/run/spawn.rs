@@ -1,0 +1,468 @@
+//! Starting things: the SSH master connections (one per host and per
+//! `--max-sessions` segments on it, in parallel), and one agent per segment
+//! (a local `rdpipe --agent` process, or `rdrecv --agent` in a native-mux
+//! session on its host's master), each as an [`AgentHandle`]. The agent's key
+//! (and `PROGRESS`) go down its stdin; its stdout lines and exit come back as
+//! events; its stderr is forwarded line by line, prefixed with the host.
+
+use super::verdict::Cause;
+use super::{ssh_config, Config, Event, Runner};
+use crate::control::{encode_hex, ToAgent};
+use crate::plan::{Action, Host, Node, Pipeline};
+use crate::ssh::Master;
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tracing::debug;
+
+/// An agent's control channel (its stdin).
+pub type Writer = Box<dyn AsyncWrite + Unpin + Send>;
+type Reader = Box<dyn AsyncRead + Unpin + Send>;
+/// Waits for an agent's exit: (status, description). Only awaited after its
+/// stdout and stderr reached end of file: with native mux, finishing the wait
+/// closes the mux session, and the master then drops whatever output it had not
+/// yet passed on.
+type WaitFuture =
+    std::pin::Pin<Box<dyn std::future::Future<Output = (Option<i32>, String)> + Send>>;
+
+/// A started agent.
+pub struct AgentHandle {
+    /// Its control channel.
+    stdin: Writer,
+    /// Its control lines.
+    stdout: Reader,
+    /// Its stderr, when forwarded (remote, or local with a progress line).
+    stderr: Option<Reader>,
+    /// A local agent's pid.
+    pid: Option<u32>,
+    /// Its exit.
+    wait: WaitFuture,
+}
+
+/// The SSH masters, and which one each remote segment uses.
+#[derive(Default)]
+pub struct Masters {
+    /// The connections.
+    pub masters: Vec<Master>,
+    /// Segment index → index into `masters`.
+    of_segment: HashMap<usize, usize>,
+}
+
+/// A forwarded stderr line, `host: line`, written whole (the progress line, if
+/// any, is cleared and drawn again).
+fn stderr_line(prefix: &str, line: &[u8]) {
+    let mut v = Vec::with_capacity(prefix.len() + line.len() + 1);
+    v.extend_from_slice(prefix.as_bytes());
+    v.extend_from_slice(line);
+    if !line.ends_with(b"\n") {
+        v.push(b'\n');
+    }
+    rdpipe_term::line_bytes(&v);
+}
+
+/// Shell-quotes one word for the remote `sh`.
+pub fn sh_quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:@,+%".contains(c))
+    {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+/// The endpoint tuning variables set here ([`rdpipe_transport::TUNING_ENV`]),
+/// for the agents on other hosts.
+fn tuning_env() -> Vec<(String, String)> {
+    rdpipe_transport::TUNING_ENV
+        .iter()
+        .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
+        .collect()
+}
+
+/// The remote shell's command line for an agent: `[env K=V ...] BIN ARGS...`, every
+/// word quoted.
+pub fn remote_command_line(bin: &str, args: &[String], env: &[(String, String)]) -> String {
+    let env_words = (!env.is_empty())
+        .then(|| "env".to_string())
+        .into_iter()
+        .chain(env.iter().map(|(k, v)| sh_quote(&format!("{k}={v}"))));
+    env_words
+        .chain(std::iter::once(sh_quote(bin)))
+        .chain(args.iter().map(|w| sh_quote(w)))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The agent's argv (after the program) for segment `i`.
+pub fn agent_args(p: &Pipeline, i: usize, a: &Config) -> Vec<String> {
+    let (input, output) = p.links(i);
+    let seg = &p.segments[i];
+    let mut v = vec![
+        "--agent".to_string(),
+        "--label".into(),
+        format!("{}[{}]", seg.host.label(), i + 1),
+        "--input".into(),
+        input.as_str().into(),
+        "--output".into(),
+        output.as_str().into(),
+        "--chunk-size".into(),
+        a.chunk_size.to_string(),
+        "--slots".into(),
+        a.slots.to_string(),
+        "--transport".into(),
+        crate::transport_name(a.transport).into(),
+        "--connect-timeout".into(),
+        a.connect_timeout.to_string(),
+        "--handshake-timeout".into(),
+        a.handshake_timeout.to_string(),
+    ];
+    // Only when asked for: the usual command line stays short.
+    if a.verbose >= 2 {
+        v.extend(["--verbose".into(), a.verbose.min(3).to_string()]);
+    }
+    if a.quiet {
+        v.push("--quiet".into());
+    }
+    if let Some(f) = &a.log {
+        v.extend(["--log".into(), f.clone()]);
+    }
+    match &seg.action {
+        Action::Command(c) => v.extend(["--cmd".into(), c.clone()]),
+        Action::ReadFile(f) => v.extend(["--read".into(), f.clone()]),
+        Action::WriteFile { path, append } => v.extend([
+            if *append { "--append" } else { "--write" }.into(),
+            path.clone(),
+        ]),
+    }
+    v
+}
+
+/// Starts a local agent (`EXE ARGS`), its stderr piped when `pipe_stderr`.
+fn spawn_local(exe: &Path, args: &[String], pipe_stderr: bool) -> Result<AgentHandle, String> {
+    let mut c = tokio::process::Command::new(exe);
+    // With a progress line, the local command's stderr goes through the same
+    // line writer as remote stderr (which clears the line first); otherwise it
+    // is inherited untouched.
+    c.args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(if pipe_stderr {
+            Stdio::piped()
+        } else {
+            Stdio::inherit()
+        })
+        .process_group(0)
+        .kill_on_drop(true);
+    let mut ch = c
+        .spawn()
+        .map_err(|e| format!("cannot run the local agent {}: {e}", exe.display()))?;
+    let stdin = Box::new(ch.stdin.take().expect("piped"));
+    let stdout = Box::new(ch.stdout.take().expect("piped"));
+    let stderr = ch.stderr.take().map(|e| Box::new(e) as Reader);
+    let pid = ch.id();
+    let wait: WaitFuture = Box::pin(async move {
+        match ch.wait().await {
+            Ok(s) => (s.code(), crate::agent::command::describe_exit(s)),
+            Err(e) => (None, format!("wait failed: {e}")),
+        }
+    });
+    Ok(AgentHandle {
+        stdin,
+        stdout,
+        stderr,
+        pid,
+        wait,
+    })
+}
+
+/// Starts a remote agent: `line` in a native-mux session on `m`.
+async fn spawn_remote(m: &Master, line: String, max_sessions: u32) -> Result<AgentHandle, String> {
+    let mut cmd = openssh::Session::to_raw_command(m.session.clone(), line);
+    cmd.stdin(openssh::Stdio::piped())
+        .stdout(openssh::Stdio::piped())
+        .stderr(openssh::Stdio::piped());
+    let mut ch = cmd.spawn().await.map_err(|e| {
+        format!(
+            "cannot open an ssh session for the agent: {e} (if sshd's MaxSessions there is \
+             below {max_sessions}, pass --max-sessions)"
+        )
+    })?;
+    let stdin = Box::new(ch.stdin().take().expect("piped"));
+    let stdout = Box::new(ch.stdout().take().expect("piped"));
+    let stderr = Some(Box::new(ch.stderr().take().expect("piped")) as Reader);
+    let wait: WaitFuture = Box::pin(async move {
+        match ch.wait().await {
+            Ok(s) => (s.code(), crate::agent::command::describe_exit(s)),
+            // Native mux reports status 127 this way.
+            Err(openssh::Error::Remote(e)) if e.kind() == std::io::ErrorKind::NotFound => {
+                (Some(127), "exited with status 127".into())
+            }
+            Err(e) => (None, format!("ssh channel failed: {e}")),
+        }
+    });
+    Ok(AgentHandle {
+        stdin,
+        stdout,
+        stderr,
+        pid: None,
+        wait,
+    })
+}
+
+impl Runner {
+    /// Starts every SSH master in parallel; `None` when one failed (reported).
+    pub(super) async fn launch_masters(&mut self, dir: &Path) -> Option<Masters> {
+        let ssh = ssh_config(&self.a);
+        let per = self.a.max_sessions.max(1) as usize;
+        let mut jobs = Vec::new();
+        for (host, segs) in self.p.remote_hosts() {
+            for chunk in segs.chunks(per) {
+                jobs.push((host.clone(), chunk.to_vec()));
+            }
+        }
+        let mut set = tokio::task::JoinSet::new();
+        for (n, (host, _)) in jobs.iter().enumerate() {
+            let ssh = ssh.clone();
+            let host = host.clone();
+            let ctl = dir.join(format!("m{n}"));
+            let exe = self.exe.exe.clone();
+            debug!(
+                "starting ssh master {} for {} ({})",
+                n + 1,
+                host.spec,
+                ctl.display()
+            );
+            set.spawn(async move {
+                let t = Instant::now();
+                let m = Master::launch(&ssh, &host, &ctl, &exe).await;
+                if m.is_ok() {
+                    let ms = t.elapsed().as_millis();
+                    debug!("ssh master {} for {} is up after {ms} ms", n + 1, host.spec);
+                }
+                (n, m)
+            });
+        }
+        let mut got: Vec<Option<Master>> = (0..jobs.len()).map(|_| None).collect();
+        let mut ok = true;
+        while let Some(r) = set.join_next().await {
+            match r {
+                Ok((n, Ok(m))) => got[n] = Some(m),
+                Ok((n, Err(e))) => {
+                    ok = false;
+                    let host = jobs[n].0.spec.clone();
+                    let message = e.to_string();
+                    self.fail(
+                        Some(Node::Segment(jobs[n].1[0])),
+                        Cause::Ssh { host, message },
+                    );
+                }
+                Err(e) => {
+                    ok = false;
+                    self.fail(None, Cause::Local(format!("ssh launch task failed: {e}")));
+                }
+            }
+        }
+        let mut out = Masters::default();
+        for (n, m) in got.into_iter().enumerate() {
+            if let Some(m) = m {
+                for &s in &jobs[n].1 {
+                    out.of_segment.insert(s, out.masters.len());
+                }
+                out.masters.push(m);
+            }
+        }
+        if ok {
+            Some(out)
+        } else {
+            // Dropping the masters that did start closes them.
+            None
+        }
+    }
+
+    /// Starts one agent per segment and the tasks that read its output.
+    pub(super) async fn spawn_agents(&mut self, masters: &Masters) {
+        // The key, and the request for byte counts when there is a progress line.
+        let mut key_line = format!("{}\n", encode_hex(&self.key));
+        if self.progress.is_some() {
+            key_line.push_str(&format!("{}\n", ToAgent::Progress));
+        }
+        let tuning = tuning_env();
+        for i in 0..self.p.segments.len() {
+            let args = agent_args(&self.p, i, &self.a);
+            let spawned = match &self.p.segments[i].host {
+                Host::Local => spawn_local(&self.exe.exe, &args, self.progress.is_some()),
+                Host::Remote(_) => {
+                    let bin = match &self.a.remote_bin {
+                        Some(d) => format!("{}/rdrecv", d.trim_end_matches('/')),
+                        None => "rdrecv".to_string(),
+                    };
+                    let line = remote_command_line(&bin, &args, &tuning);
+                    let m = &masters.masters[masters.of_segment[&i]];
+                    spawn_remote(m, line, self.a.max_sessions).await
+                }
+            };
+            match spawned {
+                Ok(h) => {
+                    let pid = h.pid.map(|p| format!(" (pid {p})")).unwrap_or_default();
+                    let host = self.p.segments[i].host.label();
+                    debug!(
+                        "[{}] agent started on {host}{pid}: {}",
+                        i + 1,
+                        args.join(" ")
+                    );
+                    self.watch_agent(i, h, &key_line).await;
+                }
+                Err(message) => {
+                    self.segs[i].exited = true;
+                    let seg = self.seg_desc(i);
+                    self.fail(Some(Node::Segment(i)), Cause::Segment { seg, message });
+                }
+            }
+        }
+    }
+
+    /// Hands agent `i` its key line and starts the tasks that forward its stderr
+    /// and turn its stdout lines and exit into events.
+    async fn watch_agent(&mut self, i: usize, h: AgentHandle, key_line: &str) {
+        let AgentHandle {
+            mut stdin,
+            stdout,
+            stderr,
+            pid,
+            wait,
+        } = h;
+        self.local_pids[i] = pid;
+        // A failure here is reported through the agent's exit.
+        if stdin.write_all(key_line.as_bytes()).await.is_ok() {
+            let _ = stdin.flush().await;
+        }
+        self.stdins[i] = Some(stdin);
+        // Local stderr keeps its own words, as when inherited.
+        let prefix = if self.is_local(i) {
+            String::new()
+        } else {
+            format!("{} ", rdpipe_term::prefix(self.p.segments[i].host.label()))
+        };
+        let stderr_task = stderr.map(|serr| {
+            tokio::spawn(async move {
+                let mut r = BufReader::new(serr);
+                let mut buf = Vec::new();
+                while let Ok(1..) = r.read_until(b'\n', &mut buf).await {
+                    stderr_line(&prefix, &buf);
+                    buf.clear();
+                }
+            })
+        });
+        let tx = self.tx.clone();
+        tokio::spawn(async move {
+            let mut r = BufReader::new(stdout);
+            let mut buf = Vec::new();
+            while let Ok(1..) = r.read_until(b'\n', &mut buf).await {
+                let l = String::from_utf8_lossy(&buf).trim_end().to_string();
+                let _ = tx.send(Event::Line(i, l));
+                buf.clear();
+            }
+            if let Some(t) = stderr_task {
+                // A background process may hold stderr open: bounded.
+                let _ = tokio::time::timeout(Duration::from_secs(2), t).await;
+            }
+            let (code, text) = wait.await;
+            let _ = tx.send(Event::Exited(i, code, text));
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{plan, RemoteHost};
+    use rdpipe_wire::TransportPref;
+
+    fn config(verbose: u8, quiet: bool, log: Option<&str>) -> Config {
+        Config {
+            segments: vec!["h1:cat".into(), "h2:cat".into()],
+            dry_run: false,
+            verbose,
+            quiet,
+            progress: false,
+            log: log.map(Into::into),
+            ssh_options: vec![],
+            ssh_config: None,
+            data_host: vec![],
+            remote_bin: None,
+            transport: TransportPref::Rdma,
+            chunk_size: 1 << 20,
+            slots: 2,
+            connect_timeout: 30,
+            handshake_timeout: 10,
+            max_sessions: 10,
+        }
+    }
+
+    #[test]
+    fn remote_command_line_quotes_and_passes_the_tuning_env() {
+        let args = vec!["--agent".to_string(), "--label".into(), "h 1[1]".into()];
+        assert_eq!(
+            remote_command_line("/opt/rd pipe/rdrecv", &args, &[]),
+            "'/opt/rd pipe/rdrecv' --agent --label 'h 1[1]'"
+        );
+        let env = vec![
+            ("RDPIPE_TCP_SEND".to_string(), "inline".to_string()),
+            ("RDPIPE_RDMA_NO_IMM".to_string(), "1; rm -rf /".to_string()),
+        ];
+        assert_eq!(
+            remote_command_line("rdrecv", &args, &env),
+            "env RDPIPE_TCP_SEND=inline 'RDPIPE_RDMA_NO_IMM=1; rm -rf /' rdrecv --agent \
+             --label 'h 1[1]'"
+        );
+    }
+
+    #[test]
+    fn agent_args_parse_back_into_the_same_settings() {
+        use clap::Parser;
+        let a = config(0, false, None);
+        let p = plan(&a.segments, false, &|r: &RemoteHost| r.name.clone()).unwrap();
+        let args = agent_args(&p, 1, &a);
+        let parsed = crate::agent::AgentArgs::try_parse_from(
+            std::iter::once("rdrecv --agent".to_string()).chain(args.into_iter().skip(1)),
+        )
+        .unwrap();
+        assert_eq!(parsed.transport, TransportPref::Rdma);
+        assert_eq!((parsed.input, parsed.output), p.links(1));
+        assert_eq!(parsed.cmd.as_deref(), Some("cat"));
+        assert_eq!(parsed.chunk_size, 1 << 20);
+    }
+
+    #[test]
+    fn agents_get_the_verbosity_only_when_asked() {
+        let a = config(1, false, None);
+        let p = plan(&a.segments, false, &|r: &RemoteHost| r.name.clone()).unwrap();
+        let has = |a: &Config, w: &str| agent_args(&p, 0, a).iter().any(|x| x == w);
+        for w in ["--verbose", "--quiet", "--log"] {
+            assert!(!has(&a, w), "{w}");
+        }
+        let v = agent_args(&p, 0, &config(5, false, None));
+        let i = v.iter().position(|x| x == "--verbose").unwrap();
+        assert_eq!(v[i + 1], "3");
+        assert!(has(&config(0, true, None), "--quiet"));
+        let v = agent_args(&p, 1, &config(0, false, Some("debug")));
+        let i = v.iter().position(|x| x == "--log").unwrap();
+        assert_eq!(v[i + 1], "debug");
+    }
+
+    #[test]
+    fn quoting() {
+        assert_eq!(sh_quote("rdrecv"), "rdrecv");
+        assert_eq!(sh_quote("a b"), "'a b'");
+        assert_eq!(sh_quote("it's"), "'it'\\''s'");
+        assert_eq!(sh_quote(""), "''");
+        assert_eq!(
+            sh_quote("tr [:lower:] [:upper:]"),
+            "'tr [:lower:] [:upper:]'"
+        );
+    }
+}

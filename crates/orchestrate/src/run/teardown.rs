@@ -1,0 +1,99 @@
+//! Ending a pipeline: the signals that stop it (SIGINT, SIGTERM, SIGHUP), closing
+//! every agent's control channel (agents kill their commands' process groups and
+//! exit at once), then SIGTERM and SIGKILL for local agents still there, and
+//! closing the SSH masters. Runs after success too: nothing is left running.
+
+use super::Runner;
+use crate::ssh::Master;
+use rustix::process::{kill_process, Pid, Signal};
+use std::time::{Duration, Instant};
+use tokio::signal::unix::{signal, SignalKind};
+use tracing::debug;
+
+/// SIGINT, SIGTERM and SIGHUP as one stream of signal numbers.
+pub struct Signals {
+    int: Option<tokio::signal::unix::Signal>,
+    term: Option<tokio::signal::unix::Signal>,
+    hup: Option<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    /// Catches the three signals (one that cannot be caught is left alone).
+    pub fn new() -> Signals {
+        Signals {
+            int: signal(SignalKind::interrupt()).ok(),
+            term: signal(SignalKind::terminate()).ok(),
+            hup: signal(SignalKind::hangup()).ok(),
+        }
+    }
+
+    /// The next signal's number.
+    pub async fn next(&mut self) -> i32 {
+        async fn one(s: &mut Option<tokio::signal::unix::Signal>) {
+            match s {
+                Some(s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending().await,
+            }
+        }
+        tokio::select! {
+            _ = one(&mut self.int) => 2,
+            _ = one(&mut self.term) => 15,
+            _ = one(&mut self.hup) => 1,
+        }
+    }
+}
+
+impl Runner {
+    /// Closes every agent's control channel: from now on, agents that end are
+    /// collateral.
+    pub(super) fn close_channels(&mut self) {
+        debug!("closing the agents' control channels");
+        self.closing = true;
+        self.stdins.iter_mut().for_each(|s| *s = None);
+    }
+
+    /// The whole teardown (see the module doc).
+    pub(super) async fn teardown(&mut self, masters: Vec<Master>) {
+        debug!("teardown: closing the agents' control channels");
+        self.close_channels();
+        self.kill_local_agents().await;
+        for (n, m) in masters.into_iter().enumerate() {
+            debug!("teardown: closing ssh master {}", n + 1);
+            m.close().await;
+        }
+        debug!("teardown done");
+    }
+
+    /// Handles events until every agent exited or `limit` passed.
+    async fn drain_for(&mut self, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline && !self.agents_done() {
+            tokio::select! {
+                m = self.rx.recv() => match m { Some(m) => self.handle(m).await, None => break },
+                _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+            }
+        }
+    }
+
+    fn signal_local_agents(&self, sig: Signal) {
+        for (i, pid) in self.local_pids.iter().enumerate() {
+            if let (Some(pid), false) = (pid, self.segs[i].exited) {
+                if let Some(p) = Pid::from_raw(*pid as i32) {
+                    debug!("teardown: {sig:?} to local agent [{}] (pid {pid})", i + 1);
+                    let _ = kill_process(p, sig);
+                }
+            }
+        }
+    }
+
+    async fn kill_local_agents(&mut self) {
+        // Local agents exit on their own when their stdin closes; give them a
+        // moment, then SIGTERM (they still clean up), then SIGKILL.
+        self.drain_for(Duration::from_millis(1500)).await;
+        self.signal_local_agents(Signal::Term);
+        self.drain_for(Duration::from_millis(1000)).await;
+        self.signal_local_agents(Signal::Kill);
+    }
+}
