@@ -1,0 +1,122 @@
+//! Unit tests of the parent module.
+use super::*;
+
+fn round_trip_from(m: FromAgent) {
+    let line = m.to_string();
+    assert!(!line.contains('\n'), "{line:?}");
+    assert_eq!(line.parse::<FromAgent>(), Ok(m), "{line:?}");
+}
+
+#[test]
+fn every_agent_message_round_trips() {
+    for dir in [Direction::In, Direction::Out] {
+        round_trip_from(FromAgent::Port { dir, port: 4242 });
+        round_trip_from(FromAgent::Bytes {
+            dir,
+            bytes: 1 << 40,
+        });
+        round_trip_from(FromAgent::Done {
+            dir,
+            report: HopReport {
+                bytes: 12,
+                checksum: 0xff,
+                secs: 0.5,
+                transport: "rdma (rxe0, write-with-imm)".into(),
+            },
+        });
+    }
+    round_trip_from(FromAgent::Hello { version: PROTOCOL });
+    for e in [CmdExit::Code(3), CmdExit::Signal(9), CmdExit::Killed] {
+        round_trip_from(FromAgent::Exit(e));
+    }
+    for part in [Part::In, Part::Out, Part::Cmd, Part::File, Part::Agent] {
+        for kind in [
+            FailKind::Error,
+            FailKind::StoppedReading,
+            FailKind::Echo,
+            FailKind::Stopped,
+        ] {
+            round_trip_from(FromAgent::fail(part, kind, 5, "x: No space left on device"));
+            round_trip_from(FromAgent::fail(part, kind, 1, ""));
+        }
+    }
+    round_trip_from(FromAgent::End { ok: true });
+    round_trip_from(FromAgent::End { ok: false });
+    round_trip_from(FromAgent::Size(4 << 20));
+}
+
+#[test]
+fn every_rdpipe_message_round_trips() {
+    for m in [
+        ToAgent::Connect {
+            dir: Direction::Out,
+            addr: "fe80::1".into(),
+            port: 7,
+        },
+        ToAgent::Ping,
+        ToAgent::Progress,
+    ] {
+        assert_eq!(m.to_string().parse::<ToAgent>(), Ok(m.clone()));
+    }
+    assert!("CONNECT sideways h 1".parse::<ToAgent>().is_err());
+    assert!("CONNECT in h 99999".parse::<ToAgent>().is_err());
+    assert!("NOPE".parse::<ToAgent>().is_err());
+}
+
+#[test]
+fn messages_stay_one_line_and_lose_control_characters() {
+    let m = FromAgent::fail(Part::Cmd, FailKind::Error, 1, "a\nb\x1b[31mc");
+    let line = m.to_string();
+    assert_eq!(line, "FAIL cmd error 1 a b [31mc");
+    assert!(matches!(
+        line.parse::<FromAgent>(),
+        Ok(FromAgent::Fail { message, .. }) if message == "a b [31mc"
+    ));
+}
+
+#[test]
+fn malformed_lines_are_errors() {
+    for bad in [
+        "BYTES",
+        "BYTES sideways 5",
+        "BYTES in -1",
+        "BYTES in 5x",
+        "SIZE",
+        "SIZE lots",
+        "",
+        "NOPE 1",
+        "hello",
+        "PORT out 99999",
+        "PORT in",
+        "DONE in 12 ff",
+        "DONE in 12 zz 0.5 tcp",
+        "DONE in 12 ff NaN tcp",
+        "EXIT",
+        "EXIT signal x",
+        "FAIL",
+        "FAIL cmd",
+        "FAIL cmd error",
+        "FAIL cmd bad 1 x",
+        "FAIL nowhere error 1 x",
+        "END maybe",
+    ] {
+        assert!(bad.parse::<FromAgent>().is_err(), "{bad:?}");
+    }
+    assert_eq!("NOPE 1".parse::<FromAgent>(), Err(ParseError::Unknown));
+}
+
+#[test]
+fn exit_statuses() {
+    assert_eq!(CmdExit::Code(3).status(), Some(3));
+    assert_eq!(CmdExit::Signal(9).status(), Some(137));
+    assert_eq!(CmdExit::Killed.status(), None);
+}
+
+#[test]
+fn hex_round_trip() {
+    let k = [0u8, 1, 0xab, 0xff];
+    assert_eq!(encode_hex(&k), "0001abff");
+    assert_eq!(decode_hex("0001ABff").unwrap(), k);
+    assert!(decode_hex("abc").is_none());
+    assert!(decode_hex("zz").is_none());
+}

@@ -1,0 +1,155 @@
+//! What the agents say: their control lines (`HELLO`, `PORT` relayed as
+//! `CONNECT`, `DONE`, `EXIT`, `FAIL` turned into a typed [`Cause`], `END`,
+//! `BYTES`, `SIZE`) and their exits.
+
+use super::verdict::Cause;
+use super::Runner;
+use crate::control::{Direction, FailKind, FromAgent, Part, ToAgent, PROTOCOL};
+use crate::plan::Node;
+use rdpipe_transport::error::EXIT_ABORTED;
+use tracing::{debug, trace};
+
+impl Runner {
+    pub(super) fn agent_exited(&mut self, i: usize, code: Option<i32>, how: String) {
+        debug!("[{}] agent {how}", i + 1);
+        let me = Node::Segment(i);
+        let seg = self.seg_desc(i);
+        let st = &mut self.segs[i];
+        st.exited = true;
+        let (hello, ended) = (st.hello, st.ended);
+        if ended == Some(true) {
+            let missing =
+                |d: Direction, hop: Option<_>| hop.is_some() && st.reports[d.index()].is_none();
+            if missing(Direction::In, self.p.hop_into(me))
+                || missing(Direction::Out, self.p.hop_from(me))
+            {
+                self.fail(Some(me), Cause::Incomplete { seg });
+            }
+            return;
+        }
+        if ended.is_some() {
+            return;
+        }
+        let host = self.p.segments[i].host.label().to_string();
+        let cause = match (code, hello) {
+            (Some(127), false) => Cause::RdrecvMissing { host },
+            (Some(2), false) => Cause::AgentVersion {
+                host,
+                version: None,
+            },
+            (_, false) => Cause::NotStarted { seg, how },
+            // Before teardown, an agent that vanishes is a root cause.
+            (_, true) if self.signal.is_none() => Cause::Died {
+                seg,
+                how,
+                teardown: self.closing,
+            },
+            _ => return,
+        };
+        self.fail(Some(me), cause);
+    }
+
+    pub(super) async fn handle_line(&mut self, i: usize, l: &str) {
+        let msg = match l.parse::<FromAgent>() {
+            Ok(m) => m,
+            Err(e) => {
+                debug!("[{}] said: {l} ({e}; ignored)", i + 1);
+                return;
+            }
+        };
+        if matches!(msg, FromAgent::Bytes { .. }) {
+            trace!("[{}] said: {l}", i + 1);
+        } else {
+            debug!("[{}] said: {l}", i + 1);
+        }
+        let me = Node::Segment(i);
+        match msg {
+            FromAgent::Hello { version } => {
+                self.segs[i].hello = true;
+                if version != PROTOCOL {
+                    let host = self.p.segments[i].host.label().to_string();
+                    let version = Some(version);
+                    self.fail(Some(me), Cause::AgentVersion { host, version });
+                }
+            }
+            FromAgent::Port { dir, port } => self.relay_port(i, dir, port).await,
+            FromAgent::Done { dir, report } => self.segs[i].reports[dir.index()] = Some(report),
+            FromAgent::Exit(e) => self.segs[i].exit = Some(e),
+            FromAgent::Fail {
+                part,
+                kind,
+                code,
+                message,
+            } => {
+                self.segs[i].failed = true;
+                let cause = self.failure_cause(i, part, kind, code, message);
+                self.fail(Some(me), cause);
+            }
+            FromAgent::End { ok } => self.segs[i].ended = Some(ok),
+            FromAgent::Bytes { dir, bytes } => self.segs[i].bytes[dir.index()] = Some(bytes),
+            FromAgent::Size(n) => self.segs[i].size = Some(n),
+        }
+    }
+
+    /// Segment `i` listens on `port` for its `dir` transfer: tell the other end.
+    async fn relay_port(&mut self, i: usize, dir: Direction, port: u16) {
+        let me = Node::Segment(i);
+        let hop = match dir {
+            Direction::In => self.p.hop_into(me),
+            Direction::Out => self.p.hop_from(me),
+        };
+        let Some(hop) = hop.cloned() else { return };
+        let addr = hop.address.clone();
+        match hop.connector() {
+            Node::Stdin => self.start_source(addr, port),
+            Node::Stdout => self.start_sink(addr, port),
+            Node::Segment(j) => {
+                let dir = if hop.to == Node::Segment(j) {
+                    Direction::In
+                } else {
+                    Direction::Out
+                };
+                let order = ToAgent::Connect { dir, addr, port };
+                debug!(
+                    "[{}] listens on port {port}: telling [{}] to {order}",
+                    i + 1,
+                    j + 1
+                );
+                self.send(j, &order).await;
+            }
+        }
+    }
+
+    fn failure_cause(&self, i: usize, part: Part, kind: FailKind, code: u8, msg: String) -> Cause {
+        let seg = self.seg_desc(i);
+        let me = Node::Segment(i);
+        let echo = kind == FailKind::Echo || code == EXIT_ABORTED;
+        match (part, kind) {
+            (_, FailKind::Stopped) => Cause::Stopped { seg, message: msg },
+            (Part::In, FailKind::StoppedReading) => {
+                let from = self.p.hop_into(me).map(|h| self.p.node_name(h.from));
+                Cause::StoppedReading {
+                    seg,
+                    from: from.unwrap_or_default(),
+                }
+            }
+            (Part::In, _) => {
+                let from = self.p.hop_into(me).map(|h| self.p.node_name(h.from));
+                let from = from.unwrap_or_default();
+                Cause::Transfer {
+                    text: format!("{seg}: receiving from {from} failed: {msg}"),
+                    echo,
+                }
+            }
+            (Part::Out, _) => {
+                let to = self.p.hop_from(me).map(|h| self.p.node_name(h.to));
+                let to = to.unwrap_or_default();
+                Cause::Transfer {
+                    text: format!("{seg}: sending to {to} failed: {msg}"),
+                    echo,
+                }
+            }
+            (Part::Cmd | Part::File | Part::Agent, _) => Cause::Segment { seg, message: msg },
+        }
+    }
+}

@@ -1,0 +1,107 @@
+//! The outcome of a run: checking that both ends of every hop saw the same
+//! stream, the `-v` report of each hop, and the verdict (decided by the pure
+//! [`super::verdict::decide`]).
+
+use super::verdict::{self, Cause, Verdict};
+use super::{Runner, TOOL};
+use crate::control::{CmdExit, Direction, HopReport};
+use crate::plan::Node;
+use std::time::Duration;
+
+impl Runner {
+    pub(super) fn verdict(mut self, wall: Duration) -> Verdict {
+        if self.failures.is_empty() {
+            self.check_reports();
+        }
+        if self.a.verbose > 0 {
+            self.say_hop_reports(wall);
+        }
+        let statuses: Vec<Option<i32>> = self
+            .segs
+            .iter()
+            .map(|s| s.exit.and_then(CmdExit::status))
+            .collect();
+        verdict::decide(&self.failures, &statuses, self.a.verbose > 0)
+    }
+
+    /// Both ends of every hop must report the same count and checksum, and every
+    /// segment must have ended well.
+    fn check_reports(&mut self) {
+        for h in self.p.hops.clone() {
+            match (self.sent_report(h.from), self.recv_report(h.to)) {
+                (Some(s), Some(r)) if s.same_stream(r) => {}
+                (s, r) => {
+                    let cause = Cause::Mismatch {
+                        from: self.p.node_name(h.from),
+                        to: self.p.node_name(h.to),
+                        sent: s.map(|s| (s.bytes, s.checksum)),
+                        received: r.map(|r| (r.bytes, r.checksum)),
+                    };
+                    self.fail(None, cause);
+                }
+            }
+        }
+        for i in 0..self.segs.len() {
+            if self.segs[i].ended != Some(true) {
+                let seg = self.seg_desc(i);
+                self.fail(Some(Node::Segment(i)), Cause::NoSuccess { seg });
+            }
+        }
+    }
+
+    /// `-v`: each hop's transport, bytes, rate and checksum, and the bandwidth.
+    fn say_hop_reports(&self, wall: Duration) {
+        for h in &self.p.hops {
+            if let Some(r) = self.sent_report(h.from) {
+                let gbps = if r.secs > 0.0 {
+                    r.bytes as f64 / r.secs / 1e9
+                } else {
+                    0.0
+                };
+                rdpipe_term::say(
+                    TOOL,
+                    format!(
+                        "{} -> {}: {}, {} bytes in {:.3} s ({gbps:.3} GB/s), xxh3 {:016x}",
+                        self.p.node_name(h.from),
+                        self.p.node_name(h.to),
+                        r.transport,
+                        r.bytes,
+                        r.secs,
+                        r.checksum
+                    ),
+                );
+            }
+        }
+        let last = self
+            .p
+            .hops
+            .iter()
+            .rev()
+            .filter_map(|h| self.sent_report(h.from))
+            .find(|r| r.bytes > 0);
+        let gbps = match last {
+            Some(r) if r.secs > 0.0 => r.bytes as f64 / r.secs / 1e9,
+            _ => 0.0,
+        };
+        rdpipe_term::say(TOOL, format!("{:.3} s in all", wall.as_secs_f64()));
+        rdpipe_term::line(&format!("Bandwidth {gbps:.3} GB/s\n"));
+    }
+
+    /// The report of the transfer sent by `from`.
+    fn sent_report(&self, from: Node) -> Option<&HopReport> {
+        match from {
+            Node::Stdin => self.source_report.as_ref(),
+            Node::Segment(i) => self.segs[i].reports[Direction::Out.index()].as_ref(),
+            Node::Stdout => None,
+        }
+    }
+
+    /// The report of the transfer received by `to`.
+    fn recv_report(&self, to: Node) -> Option<&HopReport> {
+        match to {
+            Node::Stdout => self.sink_report.as_ref(),
+            Node::Segment(i) => self.segs[i].reports[Direction::In.index()].as_ref(),
+            Node::Stdin => None,
+        }
+    }
+}
