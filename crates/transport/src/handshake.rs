@@ -107,6 +107,7 @@ fn run(
         chunk_size: local.chunk_size,
         slots: local.slots,
         nonce: random_bytes::<NONCE_LEN>()?,
+        integrity: Integrity::default(),
     };
     let our_bytes = ours.encode();
     stream

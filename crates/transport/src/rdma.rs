@@ -1448,6 +1448,7 @@ mod tests {
             chunk_size: 1 << 20,
             slots: 2,
             nonce: [0; rdpipe_wire::hello::NONCE_LEN],
+            integrity: rdpipe_wire::Integrity::default(),
         };
         Negotiated {
             chosen: rdpipe_wire::frame::Chosen::Rdma,

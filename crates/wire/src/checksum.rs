@@ -1,8 +1,14 @@
-//! The end-to-end stream checksum: xxh3-64 over every byte, in order.
+//! The end-to-end stream digest: xxh3-64 over every byte, in order, and, in the
+//! default `--integrity mac` mode, a keyed BLAKE3 MAC over the same bytes.
 //!
-//! It is not a security measure (the authentication is); it catches truncation,
-//! reordering and corruption anywhere between the sender's input and the receiver's
-//! output, including bugs in our own buffer handling, at memory speed.
+//! The checksum is not a security measure; it catches truncation, reordering and
+//! corruption anywhere between the sender's input and the receiver's output,
+//! including bugs in our own buffer handling, at memory speed, and it is what
+//! `-v` shows (the same for every hop of a pipeline). The MAC is keyed with a
+//! key of this session only ([`crate::session`]): without it nobody can alter,
+//! reorder, drop or add bytes and make the MAC come out right. It costs far more
+//! CPU than the checksum (see docs/performance.md); `--integrity checksum` turns
+//! it off on trusted fabrics.
 //!
 //! Both ends hash every byte, so the hash is on the hot path: `twox-hash` picks its
 //! AVX2 code at run time where the CPU has it (about 1.5x the SSE2-only
@@ -14,10 +20,11 @@
 use std::hash::Hasher;
 use twox_hash::XxHash3_64;
 
-/// Incremental hash and byte count of a stream.
+/// Incremental checksum, optional MAC and byte count of a stream.
 #[derive(Clone)]
 pub struct StreamHasher {
     hasher: XxHash3_64,
+    mac: Option<Box<blake3::Hasher>>,
     bytes: u64,
 }
 
@@ -32,13 +39,31 @@ impl StreamHasher {
     pub fn new() -> Self {
         StreamHasher {
             hasher: XxHash3_64::with_seed(0),
+            mac: None,
             bytes: 0,
+        }
+    }
+    /// A hasher that also computes the keyed MAC with `key`.
+    pub fn keyed(key: &[u8; 32]) -> Self {
+        StreamHasher {
+            mac: Some(Box::new(blake3::Hasher::new_keyed(key))),
+            ..Self::new()
         }
     }
     /// Adds the next bytes of the stream.
     pub fn update(&mut self, data: &[u8]) {
         self.hasher.write(data);
+        if let Some(m) = &mut self.mac {
+            m.update(data);
+        }
         self.bytes += data.len() as u64;
+    }
+    /// The MAC of everything seen so far (all zeros without a key).
+    pub fn mac(&self) -> [u8; 32] {
+        self.mac
+            .as_ref()
+            .map(|m| *m.finalize().as_bytes())
+            .unwrap_or([0; 32])
     }
     /// Bytes seen so far.
     pub fn bytes(&self) -> u64 {
@@ -86,6 +111,24 @@ mod tests {
                 "len {len}"
             );
         }
+    }
+
+    #[test]
+    fn mac_is_keyed_incremental_and_independent_of_the_pieces() {
+        let data: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 253) as u8).collect();
+        let want = *blake3::keyed_hash(&[5; 32], &data).as_bytes();
+        for piece in [1, 1023, 1024, 1025, 65536, 262144] {
+            let mut h = StreamHasher::keyed(&[5; 32]);
+            for c in data.chunks(piece) {
+                h.update(c);
+            }
+            assert_eq!(h.mac(), want, "piece size {piece}");
+            assert_eq!(h.digest(), xxhash_rust::xxh3::xxh3_64(&data));
+        }
+        let mut other = StreamHasher::keyed(&[6; 32]);
+        other.update(&data);
+        assert_ne!(other.mac(), want);
+        assert_eq!(StreamHasher::new().mac(), [0; 32]);
     }
 
     #[test]

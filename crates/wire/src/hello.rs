@@ -1,7 +1,8 @@
 //! The fixed-size greeting both ends send first.
 //!
-//! Layout (little endian, 52 bytes):
-//! `magic[4] version:u16 role:u8 transport:u8 caps:u32 chunk_size:u32 slots:u32 nonce[32]`.
+//! Layout (little endian, 56 bytes):
+//! `magic[4] version:u16 role:u8 transport:u8 caps:u32 chunk_size:u32 slots:u32 nonce[32]
+//! integrity:u8 reserved[3]=0`.
 //! The magic and version sit in the first six bytes so a reader can check them with
 //! [`Hello::check_prefix`] before it trusts anything else: a future version may change
 //! the rest of the layout, but never those six bytes.
@@ -11,9 +12,9 @@ use crate::{WireError, MAX_CHUNK_SIZE, MAX_SLOTS, MIN_CHUNK_SIZE};
 /// The four bytes every rdma-pipe connection starts with.
 pub const MAGIC: [u8; 4] = *b"RDPP";
 /// The protocol version this build speaks.
-pub const PROTOCOL_VERSION: u16 = 1;
+pub const PROTOCOL_VERSION: u16 = 2;
 /// Length of an encoded [`Hello`].
-pub const HELLO_LEN: usize = 52;
+pub const HELLO_LEN: usize = 56;
 /// Length of the part of the hello that every version keeps: magic and version.
 pub const HELLO_PREFIX_LEN: usize = 6;
 /// Length of the nonce in a hello.
@@ -81,6 +82,52 @@ impl TransportPref {
     }
 }
 
+/// How the stream is protected (`--integrity`, `--encrypt`). Each end says what
+/// it wants in its hello; the stronger of the two is used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
+pub enum Integrity {
+    /// xxh3-64 checksum only: catches accidents, not an attacker who can change
+    /// the data (End and Done are still authenticated).
+    Checksum,
+    /// The default: a keyed BLAKE3 MAC over the whole stream, checked before the
+    /// receiver declares the stream good.
+    #[default]
+    Mac,
+    /// `--encrypt`: every chunk sealed with AES-256-GCM (confidentiality and
+    /// integrity; the MAC is then not needed).
+    Encrypt,
+}
+
+impl Integrity {
+    fn to_byte(self) -> u8 {
+        match self {
+            Integrity::Checksum => 0,
+            Integrity::Mac => 1,
+            Integrity::Encrypt => 2,
+        }
+    }
+    fn from_byte(b: u8) -> Result<Self, WireError> {
+        match b {
+            0 => Ok(Integrity::Checksum),
+            1 => Ok(Integrity::Mac),
+            2 => Ok(Integrity::Encrypt),
+            other => Err(WireError::BadIntegrity(other)),
+        }
+    }
+    /// What two ends that asked for `a` and `b` use: the stronger.
+    pub fn negotiate(a: Integrity, b: Integrity) -> Integrity {
+        a.max(b)
+    }
+    /// The name on the command line and in reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Integrity::Checksum => "checksum",
+            Integrity::Mac => "mac",
+            Integrity::Encrypt => "encrypt",
+        }
+    }
+}
+
 /// Capability bits announced in the hello.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Caps(pub u32);
@@ -122,6 +169,8 @@ pub struct Hello {
     pub slots: u32,
     /// Fresh random bytes, never reused: they make every authentication unique.
     pub nonce: [u8; NONCE_LEN],
+    /// The protection this end wants.
+    pub integrity: Integrity,
 }
 
 impl Hello {
@@ -136,6 +185,7 @@ impl Hello {
         b[12..16].copy_from_slice(&self.chunk_size.to_le_bytes());
         b[16..20].copy_from_slice(&self.slots.to_le_bytes());
         b[20..52].copy_from_slice(&self.nonce);
+        b[52] = self.integrity.to_byte();
         b
     }
 
@@ -172,6 +222,9 @@ impl Hello {
         }
         let mut nonce = [0u8; NONCE_LEN];
         nonce.copy_from_slice(&b[20..52]);
+        if b[53..56] != [0, 0, 0] {
+            return Err(WireError::BadReserved);
+        }
         Ok(Hello {
             version: PROTOCOL_VERSION,
             role: Role::from_byte(b[6])?,
@@ -180,6 +233,7 @@ impl Hello {
             chunk_size,
             slots,
             nonce,
+            integrity: Integrity::from_byte(b[52])?,
         })
     }
 }
@@ -197,7 +251,16 @@ mod tests {
             chunk_size: 1 << 20,
             slots: 2,
             nonce: [7; NONCE_LEN],
+            integrity: Integrity::Mac,
         }
+    }
+
+    #[test]
+    fn the_stronger_protection_wins() {
+        use Integrity::*;
+        assert_eq!(Integrity::negotiate(Checksum, Mac), Mac);
+        assert_eq!(Integrity::negotiate(Encrypt, Checksum), Encrypt);
+        assert_eq!(Integrity::negotiate(Checksum, Checksum), Checksum);
     }
 
     #[test]
@@ -211,7 +274,7 @@ mod tests {
         let mut b = sample().encode();
         b[4..6].copy_from_slice(&7u16.to_le_bytes());
         let e = Hello::decode(&b).unwrap_err();
-        assert_eq!(e.to_string(), "peer speaks protocol 7, we speak 1");
+        assert_eq!(e.to_string(), "peer speaks protocol 7, we speak 2");
     }
 
     #[test]

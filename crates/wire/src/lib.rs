@@ -21,11 +21,13 @@ pub mod auth;
 pub mod checksum;
 pub mod frame;
 pub mod hello;
+pub mod seal;
+pub mod session;
 
 pub use auth::{auth_tag, verify_tag, AUTH_TAG_LEN};
 pub use checksum::StreamHasher;
 pub use frame::{Control, FrameHeader, FrameKind, FRAME_HEADER_LEN};
-pub use hello::{Caps, Hello, Role, TransportPref, HELLO_LEN, MAGIC, PROTOCOL_VERSION};
+pub use hello::{Caps, Hello, Integrity, Role, TransportPref, HELLO_LEN, MAGIC, PROTOCOL_VERSION};
 
 /// Largest chunk (data frame payload, RDMA slot) any endpoint accepts. Bounds every
 /// allocation that a length from the network could cause.
@@ -90,6 +92,17 @@ pub enum WireError {
     /// The reserved header bytes were not zero.
     #[error("frame header has non-zero reserved bytes")]
     BadReserved,
+    /// An integrity byte out of range.
+    #[error("invalid integrity byte {0}")]
+    BadIntegrity(u8),
+    /// The peer's PAKE message is malformed or our own reflected.
+    #[error("malformed key-exchange message")]
+    BadPake,
+    /// A sealed chunk did not open: altered, forged, dropped or moved.
+    #[error(
+        "encrypted chunk {0} failed authentication (altered, dropped or reordered on the way)"
+    )]
+    SealBroken(u64),
     /// A frame arrived where the protocol does not allow it.
     #[error("unexpected {0:?} frame")]
     Unexpected(FrameKind),

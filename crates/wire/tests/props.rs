@@ -47,8 +47,9 @@ fn any_hello() -> impl Strategy<Value = Hello> {
         MIN_CHUNK_SIZE..=MAX_CHUNK_SIZE,
         1..=MAX_SLOTS,
         any::<[u8; NONCE_LEN]>(),
+        0u8..3,
     )
-        .prop_map(|(s, t, caps, chunk_size, slots, nonce)| Hello {
+        .prop_map(|(s, t, caps, chunk_size, slots, nonce, i)| Hello {
             version: PROTOCOL_VERSION,
             role: if s { Role::Sender } else { Role::Receiver },
             transport: [TransportPref::Auto, TransportPref::Tcp, TransportPref::Rdma][t as usize],
@@ -56,6 +57,7 @@ fn any_hello() -> impl Strategy<Value = Hello> {
             chunk_size,
             slots,
             nonce,
+            integrity: [Integrity::Checksum, Integrity::Mac, Integrity::Encrypt][i as usize],
         })
 }
 
