@@ -2,8 +2,8 @@
 
 use super::common::{report, CommonArgs, Failure};
 use clap::Parser;
+use rdpipe_transport::output::{Mode, OutputFile};
 use rdpipe_transport::{run_recv, Endpoint, TransportError};
-use std::fs::File;
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -27,8 +27,9 @@ pub struct RecvArgs {
     pub port: u16,
     /// Shared secret; `-` or omitted to use --key-file or RDPIPE_KEY instead.
     pub key: Option<String>,
-    /// Write to this file (created or truncated, only once the sender has
-    /// authenticated) instead of standard output.
+    /// Write to this file instead of standard output: a temporary file beside it
+    /// replaces it only once the whole stream was verified (a failed stream
+    /// leaves the old content).
     pub file: Option<PathBuf>,
 
     /// Once listening, write `PORT <n>` and a newline to this file descriptor.
@@ -61,13 +62,17 @@ pub fn run(args: RecvArgs) -> Result<(), Failure> {
     };
     let opts = args.common.options(key, TOOL, None);
     let file = args.file.clone();
-    let open = move || -> Result<File, TransportError> {
+    // FILE is replaced only once the stream was verified (see
+    // rdpipe_transport::output): a failed stream leaves the old content.
+    let open = move || -> Result<Box<dyn Write + Send>, TransportError> {
         match &file {
-            Some(p) => File::create(p).map_err(|e| TransportError::Io {
-                context: "cannot create the output file",
-                source: std::io::Error::new(e.kind(), format!("{}: {e}", p.display())),
-            }),
-            None => rdpipe_transport::endpoint::stdout_output(),
+            Some(p) => OutputFile::open(p, Mode::Replace)
+                .map(|f| Box::new(f) as Box<dyn Write + Send>)
+                .map_err(|e| TransportError::Io {
+                    context: "cannot create the output file",
+                    source: std::io::Error::new(e.kind(), format!("{}: {e}", p.display())),
+                }),
+            None => rdpipe_transport::endpoint::stdout_output().map(|f| Box::new(f) as _),
         }
     };
     let r = run_recv(endpoint, opts, open)?;

@@ -19,6 +19,7 @@ pub mod endpoint;
 pub mod error;
 pub mod frame_io;
 pub mod handshake;
+pub mod output;
 pub mod pump;
 pub mod rdma;
 pub mod select;

@@ -1,13 +1,15 @@
 //! The `< FILE`, `> FILE` and `>> FILE` segments: the agent reads or writes the
 //! file itself (no command). `< FILE` in the middle of a pipeline receives the
 //! previous output (verified) and discards it; `> FILE` in the middle sends an
-//! empty stream onward.
+//! empty stream onward. Output files are written as rdpipe_transport::output
+//! describes: replaced (or appended to) only once the stream was verified.
 
 use super::segment::Segment;
 use super::transfers::Transfers;
 use crate::control::{Direction, Part};
+use rdpipe_transport::output::{Mode, OutputFile};
 use rdpipe_transport::TransportError;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, Write};
 
 /// `~/x` → `$HOME/x` (the home directory on this host).
@@ -52,13 +54,11 @@ pub fn start_write(path: &str, append: bool, seg: &mut Segment, t: &mut Transfer
     let path = home_path(path);
     seg.file_target = Some(path.clone());
     let target = path.clone();
+    let mode = if append { Mode::Append } else { Mode::Replace };
+    // Published (renamed over FILE, or the appended bytes kept) only once the
+    // stream was verified; see rdpipe_transport::output.
     let open = move || {
-        OpenOptions::new()
-            .write(true)
-            .create(true)
-            .append(append)
-            .truncate(!append)
-            .open(&target)
+        OutputFile::open(std::path::Path::new(&target), mode)
             .map_err(|e| io::Error::new(e.kind(), format!("cannot open: {e}")))
     };
     if seg.pending(Direction::In) {
@@ -70,8 +70,12 @@ pub fn start_write(path: &str, append: bool, seg: &mut Segment, t: &mut Transfer
             }),
             None,
         );
-    } else if let Err(e) = open() {
-        seg.setup_failed(Part::File, format!("{path}: {e}"));
+    } else {
+        // No incoming stream: an empty one, written as if received.
+        match open().and_then(|mut f| f.flush()) {
+            Ok(()) => {}
+            Err(e) => seg.setup_failed(Part::File, format!("{path}: {e}")),
+        }
     }
     if seg.pending(Direction::Out) {
         // `>` in the middle: an empty stream goes onward.

@@ -1,0 +1,249 @@
+//! Output files that are never left half-written: [`OutputFile`] is what
+//! `rdrecv PORT KEY FILE` and rdpipe's `HOST:'> FILE'` / `'>> FILE'` write into.
+//!
+//! - `> FILE` (and rdrecv's FILE): the stream goes into a temporary file in the
+//!   same directory (`.FILE.rdpipe-PID-N`, created exclusively, with FILE's
+//!   permissions when it exists), which replaces FILE by `rename` only once the
+//!   whole stream was verified. A failed stream removes the temporary file and
+//!   leaves FILE exactly as it was (or absent).
+//! - `>> FILE`: appended in place (a pipeline may append to a log that others
+//!   read); a failed stream truncates FILE back to its length before.
+//! - A FILE that exists and is not a regular file (`/dev/null`, a FIFO, a
+//!   device) is written directly: there is nothing to replace.
+//! - A FILE that is a symbolic link is followed, as a shell's `>` follows it: the
+//!   file it points to is replaced (the temporary file lives beside it), and the
+//!   link stays.
+//!
+//! The receive loop ([`crate::pump::recv_stream`]) flushes its output exactly
+//! once, after the stream was verified and before it confirms it to the sender:
+//! that flush publishes the file (rename, or keep the appended bytes).
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Seek, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// How the stream goes into its file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Replace the file once the stream is verified.
+    Replace,
+    /// Append, and undo the append when the stream fails.
+    Append,
+}
+
+enum State {
+    /// Writing the temporary file `tmp`, to be renamed to `target`.
+    Replacing { tmp: PathBuf, target: PathBuf },
+    /// Appending; `start` is the length before.
+    Appending { start: u64 },
+    /// Writing straight into a non-regular file.
+    Direct,
+    /// Published (or failed): nothing to undo.
+    Done,
+}
+
+/// An output file that becomes visible (or keeps its appended bytes) only when
+/// the stream was verified; see the module doc.
+pub struct OutputFile {
+    file: File,
+    state: State,
+}
+
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+fn temp_name(target: &Path) -> PathBuf {
+    let name = target
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let n = SEQ.fetch_add(1, Ordering::Relaxed);
+    target.with_file_name(format!(".{name}.rdpipe-{}-{n}", std::process::id()))
+}
+
+impl OutputFile {
+    /// Opens `path` for a stream written in `mode`.
+    pub fn open(path: &Path, mode: Mode) -> io::Result<OutputFile> {
+        // Follow a symbolic link to what it names (a dangling one is created).
+        let target = match std::fs::canonicalize(path) {
+            Ok(p) => p,
+            Err(_) => match std::fs::read_link(path) {
+                Ok(l) => path.parent().unwrap_or(Path::new(".")).join(l),
+                Err(_) => path.to_path_buf(),
+            },
+        };
+        let meta = std::fs::metadata(&target).ok();
+        if meta.as_ref().is_some_and(|m| !m.is_file()) {
+            let file = OpenOptions::new()
+                .write(true)
+                .append(mode == Mode::Append)
+                .open(&target)?;
+            return Ok(OutputFile {
+                file,
+                state: State::Direct,
+            });
+        }
+        match mode {
+            Mode::Append => {
+                let mut file = OpenOptions::new().append(true).create(true).open(&target)?;
+                let start = file.seek(io::SeekFrom::End(0))?;
+                Ok(OutputFile {
+                    file,
+                    state: State::Appending { start },
+                })
+            }
+            Mode::Replace => {
+                let tmp = temp_name(&target);
+                let file = OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o666)
+                    .open(&tmp)?;
+                if let Some(m) = meta {
+                    let _ = file.set_permissions(std::fs::Permissions::from_mode(
+                        m.permissions().mode() & 0o7777,
+                    ));
+                }
+                Ok(OutputFile {
+                    file,
+                    state: State::Replacing { tmp, target },
+                })
+            }
+        }
+    }
+
+    /// Publishes the verified stream (see the module doc). Called by `flush`.
+    fn publish(&mut self) -> io::Result<()> {
+        self.file.flush()?;
+        match std::mem::replace(&mut self.state, State::Done) {
+            State::Replacing { tmp, target } => {
+                if let Err(e) = std::fs::rename(&tmp, &target) {
+                    let _ = std::fs::remove_file(&tmp);
+                    return Err(e);
+                }
+            }
+            State::Appending { .. } | State::Direct | State::Done => {}
+        }
+        Ok(())
+    }
+}
+
+impl Write for OutputFile {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.file.write(buf)
+    }
+
+    /// The receive loop's one flush, after verification: publishes the file.
+    fn flush(&mut self) -> io::Result<()> {
+        self.publish()
+    }
+}
+
+impl Drop for OutputFile {
+    /// Not published: the stream failed. Undo what it wrote.
+    fn drop(&mut self) {
+        match std::mem::replace(&mut self.state, State::Done) {
+            State::Replacing { tmp, .. } => {
+                let _ = std::fs::remove_file(tmp);
+            }
+            State::Appending { start } => {
+                let _ = self.file.set_len(start);
+            }
+            State::Direct | State::Done => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir() -> tempfile::TempDir {
+        tempfile::tempdir().unwrap()
+    }
+
+    fn entries(d: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn replace_publishes_only_on_flush() {
+        let d = dir();
+        let p = d.path().join("out");
+        std::fs::write(&p, b"old").unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o640)).unwrap();
+        let mut f = OutputFile::open(&p, Mode::Replace).unwrap();
+        f.write_all(b"new content").unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"old");
+        f.flush().unwrap();
+        drop(f);
+        assert_eq!(std::fs::read(&p).unwrap(), b"new content");
+        let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o640);
+        assert_eq!(entries(d.path()), ["out"]);
+    }
+
+    #[test]
+    fn a_failed_replace_leaves_the_old_file_and_no_temporary() {
+        let d = dir();
+        let p = d.path().join("out");
+        std::fs::write(&p, b"old").unwrap();
+        let mut f = OutputFile::open(&p, Mode::Replace).unwrap();
+        f.write_all(b"partial").unwrap();
+        drop(f);
+        assert_eq!(std::fs::read(&p).unwrap(), b"old");
+        assert_eq!(entries(d.path()), ["out"]);
+        // And a file that did not exist stays absent.
+        let q = d.path().join("new");
+        drop(OutputFile::open(&q, Mode::Replace).unwrap());
+        assert!(!q.exists());
+    }
+
+    #[test]
+    fn a_failed_append_is_undone() {
+        let d = dir();
+        let p = d.path().join("log");
+        std::fs::write(&p, b"line 1\n").unwrap();
+        let mut f = OutputFile::open(&p, Mode::Append).unwrap();
+        f.write_all(b"partial").unwrap();
+        drop(f);
+        assert_eq!(std::fs::read(&p).unwrap(), b"line 1\n");
+        let mut f = OutputFile::open(&p, Mode::Append).unwrap();
+        f.write_all(b"line 2\n").unwrap();
+        f.flush().unwrap();
+        drop(f);
+        assert_eq!(std::fs::read(&p).unwrap(), b"line 1\nline 2\n");
+    }
+
+    #[test]
+    fn a_symlink_is_followed_and_kept() {
+        let d = dir();
+        let real = d.path().join("real");
+        let link = d.path().join("link");
+        std::fs::write(&real, b"old").unwrap();
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let mut f = OutputFile::open(&link, Mode::Replace).unwrap();
+        f.write_all(b"new").unwrap();
+        f.flush().unwrap();
+        drop(f);
+        assert!(std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert_eq!(std::fs::read(&real).unwrap(), b"new");
+    }
+
+    #[test]
+    fn a_device_is_written_directly() {
+        let mut f = OutputFile::open(Path::new("/dev/null"), Mode::Replace).unwrap();
+        f.write_all(b"x").unwrap();
+        f.flush().unwrap();
+        assert!(Path::new("/dev/null").exists());
+    }
+}
