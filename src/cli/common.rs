@@ -117,6 +117,29 @@ fn parse_secs(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(v))
 }
 
+fn parse_handshake_secs(s: &str) -> Result<Duration, String> {
+    let d = parse_secs(s)?;
+    if d.is_zero() {
+        return Err("the handshake needs some time: give more than 0 seconds".into());
+    }
+    Ok(d)
+}
+
+/// Keys shorter than this many bytes get a warning.
+pub const SHORT_KEY: usize = 16;
+
+/// A fresh random key: 32 bytes from the OS, as 64 hex digits.
+pub fn generate_key() -> Result<String, Failure> {
+    let mut k = [0u8; 32];
+    getrandom::getrandom(&mut k).map_err(|e| {
+        fail(
+            EXIT_FAILURE,
+            format!("cannot read random bytes from the OS: {e}"),
+        )
+    })?;
+    Ok(k.iter().map(|b| format!("{b:02x}")).collect())
+}
+
 /// Flags both endpoints take.
 #[derive(Debug, Args, Clone)]
 pub struct CommonArgs {
@@ -138,8 +161,9 @@ pub struct CommonArgs {
     #[arg(long, value_name = "N", default_value = "2", value_parser = parse_slots)]
     pub slots: u32,
 
-    /// How long the authentication handshake may take before the peer is dropped.
-    #[arg(long, value_name = "SECS", default_value = "10", value_parser = parse_secs)]
+    /// How long the whole authentication handshake of one connection may take
+    /// before that peer is dropped (more than 0).
+    #[arg(long, value_name = "SECS", default_value = "10", value_parser = parse_handshake_secs)]
     pub handshake_timeout: Duration,
 
     /// Print the transport used, the byte count and `Bandwidth X.XXX GB/s` on stderr
@@ -191,7 +215,7 @@ impl CommonArgs {
 
     /// Resolves the key: `--key-file`, else the KEY argument (unless `-`), else
     /// `RDPIPE_KEY`.
-    pub fn key(&self, positional: Option<&str>) -> Result<Vec<u8>, Failure> {
+    pub fn key(&self, tool: &str, positional: Option<&str>) -> Result<Vec<u8>, Failure> {
         let key = if let Some(path) = &self.key_file {
             let text = std::fs::read_to_string(path).map_err(|e| {
                 fail(
@@ -215,6 +239,16 @@ impl CommonArgs {
                 EXIT_USAGE,
                 "the key is empty: use a non-empty shared secret",
             ));
+        }
+        if key.len() < SHORT_KEY && !self.quiet {
+            super::term::warn(
+                tool,
+                format!(
+                    "the key is short ({} characters): every connection attempt can test \
+                     one guess of it; `rdsend --gen-key` prints a strong one",
+                    key.len()
+                ),
+            );
         }
         Ok(key.into_bytes())
     }

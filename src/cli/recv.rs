@@ -55,7 +55,7 @@ fn announce_to_fd(fd: u32) -> Box<dyn FnOnce(u16) -> std::io::Result<()> + Send>
 /// Runs rdrecv.
 pub fn run(args: RecvArgs) -> Result<(), Failure> {
     const TOOL: &str = "rdrecv";
-    let key = args.common.key(args.key.as_deref())?;
+    let key = args.common.key(TOOL, args.key.as_deref())?;
     let endpoint = Endpoint::Listen {
         port: args.port,
         announce: args.announce_fd.map(announce_to_fd),

@@ -27,9 +27,11 @@ Examples:
 #[command(name = "rdsend", version, after_help = EXAMPLES)]
 pub struct SendArgs {
     /// The receiving host (name or address).
-    pub host: String,
+    #[arg(required_unless_present = "gen_key")]
+    pub host: Option<String>,
     /// The port rdrecv listens on.
-    pub port: u16,
+    #[arg(required_unless_present = "gen_key")]
+    pub port: Option<u16>,
     /// Shared secret; `-` or omitted to use --key-file or RDPIPE_KEY instead.
     pub key: Option<String>,
     /// Read this file instead of standard input.
@@ -39,6 +41,11 @@ pub struct SendArgs {
     #[arg(long, value_name = "SECS", default_value = "10")]
     pub connect_timeout: f64,
 
+    /// Print a new random key (256 bits, 64 hex digits) for rdsend and rdrecv,
+    /// and exit.
+    #[arg(long, exclusive = true)]
+    pub gen_key: bool,
+
     #[command(flatten)]
     #[allow(missing_docs)]
     pub common: CommonArgs,
@@ -47,7 +54,14 @@ pub struct SendArgs {
 /// Runs rdsend.
 pub fn run(args: SendArgs) -> Result<(), Failure> {
     const TOOL: &str = "rdsend";
-    let key = args.common.key(args.key.as_deref())?;
+    if args.gen_key {
+        println!("{}", super::common::generate_key()?);
+        return Ok(());
+    }
+    let (Some(host), Some(port)) = (args.host.clone(), args.port) else {
+        return Err(fail(2, "HOST and PORT are required (or --gen-key)"));
+    };
+    let key = args.common.key(TOOL, args.key.as_deref())?;
     if !(0.0..=86400.0).contains(&args.connect_timeout) {
         return Err(fail(
             2,
@@ -69,8 +83,8 @@ pub fn run(args: SendArgs) -> Result<(), Failure> {
         .filter(|m| m.is_file())
         .map(|m| m.len());
     let endpoint = Endpoint::Connect {
-        host: args.host.clone(),
-        port: args.port,
+        host,
+        port,
         timeout: Duration::from_secs_f64(args.connect_timeout),
     };
     let opts = args.common.options(key, TOOL, total);
