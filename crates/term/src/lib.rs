@@ -205,12 +205,14 @@ impl<'a> MakeWriter<'a> for LineWriter {
     }
 }
 
-/// The default log filter: warnings, `error` with `-q`, `debug` with `-vv`
-/// (connection set-up), `trace` with `-vvv`.
+/// The default log filter: warnings, `error` with `-q`, `info` with `-v` (why a
+/// transport was chosen), `debug` with `-vv` (connection set-up), `trace` with
+/// `-vvv`.
 pub fn default_filter(verbose: u8, quiet: bool) -> &'static str {
     match verbose {
         _ if quiet => "error",
-        0 | 1 => "warn",
+        0 => "warn",
+        1 => "info",
         2 => "debug",
         _ => "trace",
     }
@@ -244,7 +246,7 @@ mod tests {
     #[test]
     fn filters_by_verbosity() {
         assert_eq!(default_filter(0, false), "warn");
-        assert_eq!(default_filter(1, false), "warn");
+        assert_eq!(default_filter(1, false), "info");
         assert_eq!(default_filter(2, false), "debug");
         assert_eq!(default_filter(3, false), "trace");
         assert_eq!(default_filter(3, true), "error");

@@ -97,12 +97,33 @@ fn establish(endpoint: Endpoint) -> Result<TcpStream, TransportError> {
     }
 }
 
-/// This end's capabilities for the handshake.
+/// This end's capabilities for the handshake. Without loadable RDMA libraries this
+/// end announces none, and `auto` says so at `-v`.
 fn local_caps(pref: TransportPref) -> Caps {
     if pref == TransportPref::Tcp {
         return Caps::default();
     }
+    if let Err(e) = rdpipe_verbs::load() {
+        if pref == TransportPref::Auto {
+            tracing::info!("--transport auto uses TCP: {e}");
+        }
+        return Caps::default();
+    }
     crate::select::rdma_caps()
+}
+
+/// A transport mismatch on a host that cannot load the RDMA libraries (while this
+/// end allowed RDMA) becomes [`TransportError::RdmaLibraries`]: what to install.
+fn explain_mismatch(e: TransportError, pref: TransportPref) -> TransportError {
+    match e {
+        TransportError::TransportMismatch(m) if pref != TransportPref::Tcp => {
+            match rdpipe_verbs::load() {
+                Err(v) => TransportError::RdmaLibraries(v),
+                Ok(()) => TransportError::TransportMismatch(m),
+            }
+        }
+        e => e,
+    }
 }
 
 fn negotiate(
@@ -118,7 +139,8 @@ fn negotiate(
         slots: opts.slots,
     };
     let mut s = establish(endpoint)?;
-    let n = handshake(&mut s, &opts.key, &params, opts.handshake_timeout)?;
+    let n = handshake(&mut s, &opts.key, &params, opts.handshake_timeout)
+        .map_err(|e| explain_mismatch(e, opts.transport))?;
     Ok((s, n))
 }
 

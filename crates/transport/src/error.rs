@@ -85,6 +85,9 @@ pub enum TransportError {
     /// The two ends' transport choices cannot be reconciled.
     #[error("transport mismatch: {0}")]
     TransportMismatch(String),
+    /// RDMA was required but this host cannot load libibverbs/librdmacm.
+    #[error("--transport rdma: {0}")]
+    RdmaLibraries(#[source] rdpipe_verbs::VerbsError),
     /// RDMA was required but cannot be used.
     #[error("RDMA unavailable: {0}")]
     RdmaUnavailable(String),
@@ -152,7 +155,7 @@ impl TransportError {
             Resolve { .. } | Connect { .. } | Listen { .. } => EXIT_CONNECT,
             AuthFailed { .. } => EXIT_AUTH,
             Protocol { .. } | HandshakeTimeout { .. } => EXIT_PROTOCOL,
-            TransportMismatch(_) | RdmaUnavailable(_) => EXIT_NO_RDMA,
+            TransportMismatch(_) | RdmaLibraries(_) | RdmaUnavailable(_) => EXIT_NO_RDMA,
             Truncated { .. }
             | LengthMismatch { .. }
             | ChecksumMismatch { .. }

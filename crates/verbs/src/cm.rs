@@ -7,7 +7,7 @@
 //! contents are copied, so a forgotten ack can never block `rdma_destroy_id`.
 
 use crate::device::{device_name, DeviceTransport};
-use crate::{errno, rc_minus_one, VerbsError};
+use crate::{dl, errno, rc_minus_one, VerbsError};
 use rdma_sys as sys;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::ptr;
@@ -28,7 +28,7 @@ impl Drop for EcInner {
     fn drop(&mut self) {
         // SAFETY: created by rdma_create_event_channel; every cm id created on it
         // holds an Arc to this struct, so all of them are destroyed already.
-        unsafe { sys::rdma_destroy_event_channel(self.ch) }
+        unsafe { (dl::cm().rdma_destroy_event_channel)(self.ch) }
     }
 }
 
@@ -128,7 +128,7 @@ impl Drop for EventGuard {
         // SAFETY: the event came from rdma_get_cm_event and is acked exactly once;
         // nothing refers to its memory after this.
         unsafe {
-            sys::rdma_ack_cm_event(self.0);
+            (dl::cm().rdma_ack_cm_event)(self.0);
         }
     }
 }
@@ -162,10 +162,10 @@ pub(crate) fn wait_readable(fd: i32, timeout: Option<Duration>) -> Result<bool, 
 impl EventChannel {
     /// Creates an event channel.
     pub fn new() -> Result<Self, VerbsError> {
-        // Before librdmacm opens any device: see crate::fork_init.
+        // Loads the libraries (ibv_fork_init runs first: see crate::fork_init).
         crate::fork_init()?;
         // SAFETY: no arguments; the result is owned by EcInner.
-        let ch = unsafe { sys::rdma_create_event_channel() };
+        let ch = unsafe { (dl::cm().rdma_create_event_channel)() };
         if ch.is_null() {
             return Err(VerbsError::CreateEventChannel(errno()));
         }
@@ -184,7 +184,7 @@ impl EventChannel {
         let mut id: *mut sys::rdma_cm_id = ptr::null_mut();
         // SAFETY: valid channel and out pointer; the id is owned by CmIdInner.
         let rc = unsafe {
-            sys::rdma_create_id(
+            (dl::cm().rdma_create_id)(
                 self.inner.ch,
                 &mut id,
                 ptr::null_mut(),
@@ -209,7 +209,7 @@ impl EventChannel {
         let mut ev: *mut sys::rdma_cm_event = ptr::null_mut();
         // SAFETY: valid channel and out pointer; the fd is readable, so this does
         // not block; the event is acked by the guard below.
-        let rc = unsafe { sys::rdma_get_cm_event(self.inner.ch, &mut ev) };
+        let rc = unsafe { (dl::cm().rdma_get_cm_event)(self.inner.ch, &mut ev) };
         rc_minus_one(rc).map_err(VerbsError::GetCmEvent)?;
         let guard = EventGuard(ev);
         // SAFETY: `ev` is a valid event until acked (the guard is still alive).
@@ -283,7 +283,7 @@ impl Drop for CmIdInner {
         // SAFETY: the id is destroyed once; its QP (which holds an Arc to us) is
         // destroyed already, and every event of it was acked in get_event.
         unsafe {
-            sys::rdma_destroy_id(self.id);
+            (dl::cm().rdma_destroy_id)(self.id);
         }
     }
 }
@@ -380,22 +380,23 @@ impl CmId {
         let mut ss = to_sockaddr(addr);
         // SAFETY: valid id and a sockaddr of the right family in a buffer large
         // enough for any family.
-        let rc =
-            unsafe { sys::rdma_bind_addr(self.raw(), &mut ss as *mut _ as *mut libc::sockaddr) };
+        let rc = unsafe {
+            (dl::cm().rdma_bind_addr)(self.raw(), &mut ss as *mut _ as *mut libc::sockaddr)
+        };
         rc_minus_one(rc).map_err(|source| VerbsError::BindAddr { addr, source })
     }
 
     /// Starts listening for connect requests.
     pub fn listen(&self, backlog: i32) -> Result<(), VerbsError> {
         // SAFETY: valid, bound id.
-        let rc = unsafe { sys::rdma_listen(self.raw(), backlog) };
+        let rc = unsafe { (dl::cm().rdma_listen)(self.raw(), backlog) };
         rc_minus_one(rc).map_err(VerbsError::Listen)
     }
 
     /// The local port (after bind or resolve).
     pub fn local_port(&self) -> u16 {
         // SAFETY: valid id; returns the port in network byte order.
-        u16::from_be(unsafe { sys::rdma_get_src_port(self.raw()) })
+        u16::from_be(unsafe { (dl::cm().rdma_get_src_port)(self.raw()) })
     }
 
     /// Starts resolving `dst` (from `src`, when given); completes with an
@@ -415,7 +416,7 @@ impl CmId {
         // SAFETY: valid id; the sockaddrs live on our stack for the call (librdmacm
         // copies them).
         let rc = unsafe {
-            sys::rdma_resolve_addr(
+            (dl::cm().rdma_resolve_addr)(
                 self.raw(),
                 sp,
                 &mut d as *mut _ as *mut libc::sockaddr,
@@ -429,7 +430,10 @@ impl CmId {
     pub fn resolve_route(&self, timeout: Duration) -> Result<(), VerbsError> {
         // SAFETY: valid id with a resolved address.
         let rc = unsafe {
-            sys::rdma_resolve_route(self.raw(), timeout.as_millis().min(i32::MAX as u128) as i32)
+            (dl::cm().rdma_resolve_route)(
+                self.raw(),
+                timeout.as_millis().min(i32::MAX as u128) as i32,
+            )
         };
         rc_minus_one(rc).map_err(VerbsError::ResolveRoute)
     }
@@ -460,7 +464,7 @@ impl CmId {
     pub fn connect(&self, private: &[u8]) -> Result<(), VerbsError> {
         let mut p = conn_param(private);
         // SAFETY: valid id with a QP; `private` outlives the call, which copies it.
-        let rc = unsafe { sys::rdma_connect(self.raw(), &mut p) };
+        let rc = unsafe { (dl::cm().rdma_connect)(self.raw(), &mut p) };
         rc_minus_one(rc).map_err(VerbsError::Connect)
     }
 
@@ -468,7 +472,7 @@ impl CmId {
     pub fn accept(&self, private: &[u8]) -> Result<(), VerbsError> {
         let mut p = conn_param(private);
         // SAFETY: valid id with a QP; `private` outlives the call, which copies it.
-        let rc = unsafe { sys::rdma_accept(self.raw(), &mut p) };
+        let rc = unsafe { (dl::cm().rdma_accept)(self.raw(), &mut p) };
         rc_minus_one(rc).map_err(VerbsError::Accept)
     }
 
@@ -476,7 +480,7 @@ impl CmId {
     pub fn reject(&self, private: &[u8]) -> Result<(), VerbsError> {
         // SAFETY: valid id from a connect request; `private` outlives the call.
         let rc = unsafe {
-            sys::rdma_reject(
+            (dl::cm().rdma_reject)(
                 self.raw(),
                 private.as_ptr().cast(),
                 private.len().min(u8::MAX as usize) as u8,
@@ -488,7 +492,7 @@ impl CmId {
     /// Disconnects (the QP goes to the error state; the peer gets `Disconnected`).
     pub fn disconnect(&self) -> Result<(), VerbsError> {
         // SAFETY: valid id.
-        let rc = unsafe { sys::rdma_disconnect(self.raw()) };
+        let rc = unsafe { (dl::cm().rdma_disconnect)(self.raw()) };
         rc_minus_one(rc).map_err(VerbsError::Disconnect)
     }
 }

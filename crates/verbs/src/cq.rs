@@ -8,7 +8,7 @@
 //! completion hangs as soon as two completions land together.
 
 use crate::cm::{wait_readable, CmId, CmIdInner};
-use crate::{errno, rc_errno, VerbsError};
+use crate::{dl, errno, rc_errno, VerbsError};
 use rdma_sys as sys;
 use std::ffi::CStr;
 use std::os::fd::{AsFd, BorrowedFd};
@@ -30,7 +30,7 @@ impl Drop for CcInner {
     fn drop(&mut self) {
         // SAFETY: created once, destroyed once; every CQ on it holds an Arc to us.
         unsafe {
-            sys::ibv_destroy_comp_channel(self.ch);
+            (dl::ibv().ibv_destroy_comp_channel)(self.ch);
         }
     }
 }
@@ -47,7 +47,7 @@ impl CompletionChannel {
     pub fn new(id: &CmId) -> Result<Self, VerbsError> {
         let ctx = id.verbs()?;
         // SAFETY: a live context (kept alive through the id).
-        let ch = unsafe { sys::ibv_create_comp_channel(ctx) };
+        let ch = unsafe { (dl::ibv().ibv_create_comp_channel)(ctx) };
         if ch.is_null() {
             return Err(VerbsError::CreateCompChannel(errno()));
         }
@@ -87,7 +87,7 @@ impl Drop for CqInner {
         // SAFETY: created once, destroyed once; the QPs using it hold an Arc to us,
         // and every channel event was acked in ack_event.
         unsafe {
-            sys::ibv_destroy_cq(self.cq);
+            (dl::ibv().ibv_destroy_cq)(self.cq);
         }
     }
 }
@@ -156,7 +156,7 @@ impl Completion {
             None
         } else {
             // SAFETY: returns a pointer to a static string for any status value.
-            let s = unsafe { sys::ibv_wc_status_str(wc.status) };
+            let s = unsafe { (dl::ibv().ibv_wc_status_str)(wc.status) };
             let text = if s.is_null() {
                 format!("status {}", wc.status)
             } else {
@@ -207,7 +207,7 @@ impl CompletionQueue {
         let ctx = id.verbs()?;
         // SAFETY: live context and channel (both kept alive by the Arcs we store).
         let cq = unsafe {
-            sys::ibv_create_cq(ctx, cqe.max(1) as i32, ptr::null_mut(), channel.inner.ch, 0)
+            (dl::ibv().ibv_create_cq)(ctx, cqe.max(1) as i32, ptr::null_mut(), channel.inner.ch, 0)
         };
         if cq.is_null() {
             return Err(VerbsError::CreateCq {
@@ -244,13 +244,13 @@ impl CompletionQueue {
         let mut cq: *mut sys::ibv_cq = ptr::null_mut();
         let mut ctx: *mut libc::c_void = ptr::null_mut();
         // SAFETY: live channel and valid out pointers.
-        let rc = unsafe { sys::ibv_get_cq_event(self.inner.ch.ch, &mut cq, &mut ctx) };
+        let rc = unsafe { (dl::ibv().ibv_get_cq_event)(self.inner.ch.ch, &mut cq, &mut ctx) };
         if rc != 0 {
             return Err(VerbsError::GetCqEvent(errno()));
         }
         // SAFETY: `cq` is the CQ the event was for (ours: only one CQ per channel),
         // and the event is acked exactly once.
-        unsafe { sys::ibv_ack_cq_events(cq, 1) };
+        unsafe { (dl::ibv().ibv_ack_cq_events)(cq, 1) };
         Ok(())
     }
 

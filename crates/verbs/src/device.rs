@@ -1,7 +1,7 @@
 //! Device discovery: which RDMA devices exist and which have an active port. The
 //! transport announces RDMA in its hello only when [`active_devices`] finds one.
 
-use crate::{errno, VerbsError};
+use crate::{dl, errno, VerbsError};
 use rdma_sys as sys;
 use std::ffi::CStr;
 
@@ -45,10 +45,12 @@ struct DeviceList {
 
 impl DeviceList {
     fn get() -> Result<Self, VerbsError> {
+        // Loads the libraries (and runs ibv_fork_init) on first use.
+        let ibv = &dl::api()?.ibv;
         let mut n: i32 = 0;
         // SAFETY: `n` is a valid out pointer; the returned array is owned by us
         // until ibv_free_device_list (in Drop).
-        let list = unsafe { sys::ibv_get_device_list(&mut n) };
+        let list = unsafe { (ibv.ibv_get_device_list)(&mut n) };
         if list.is_null() {
             return Err(VerbsError::GetDeviceList(errno()));
         }
@@ -69,7 +71,7 @@ impl Drop for DeviceList {
     fn drop(&mut self) {
         // SAFETY: `list` came from ibv_get_device_list and is freed once. Contexts
         // opened from its devices are closed before this (see `probe`).
-        unsafe { sys::ibv_free_device_list(self.list) }
+        unsafe { (dl::ibv().ibv_free_device_list)(self.list) }
     }
 }
 
@@ -80,7 +82,7 @@ impl Drop for Context {
     fn drop(&mut self) {
         // SAFETY: opened by ibv_open_device, closed once, nothing else uses it.
         unsafe {
-            sys::ibv_close_device(self.0);
+            (dl::ibv().ibv_close_device)(self.0);
         }
     }
 }
@@ -89,7 +91,7 @@ impl Drop for Context {
 pub(crate) fn device_name(dev: *mut sys::ibv_device) -> String {
     // SAFETY: `dev` is a live device pointer; the name is a NUL-terminated string
     // owned by the device.
-    let p = unsafe { sys::ibv_get_device_name(dev) };
+    let p = unsafe { (dl::ibv().ibv_get_device_name)(dev) };
     if p.is_null() {
         return "?".into();
     }
@@ -102,7 +104,7 @@ fn probe(dev: *mut sys::ibv_device) -> Result<DeviceInfo, VerbsError> {
     // SAFETY: `dev` is a live entry of the device list, which outlives this call.
     let transport = DeviceTransport::from_raw(unsafe { (*dev).transport_type });
     // SAFETY: as above; the context is owned by `Context` and closed on drop.
-    let ctx = unsafe { sys::ibv_open_device(dev) };
+    let ctx = unsafe { (dl::ibv().ibv_open_device)(dev) };
     if ctx.is_null() {
         return Err(VerbsError::OpenDevice {
             device: name,
@@ -113,7 +115,7 @@ fn probe(dev: *mut sys::ibv_device) -> Result<DeviceInfo, VerbsError> {
     // SAFETY: ibv_device_attr is plain old data; all-zero is a valid value.
     let mut attr: sys::ibv_device_attr = unsafe { std::mem::zeroed() };
     // SAFETY: valid context and out pointer.
-    let rc = unsafe { sys::ibv_query_device(ctx.0, &mut attr) };
+    let rc = unsafe { (dl::ibv().ibv_query_device)(ctx.0, &mut attr) };
     crate::rc_errno(rc).map_err(|source| VerbsError::QueryDevice {
         device: name.clone(),
         source,
@@ -122,9 +124,8 @@ fn probe(dev: *mut sys::ibv_device) -> Result<DeviceInfo, VerbsError> {
     for port in 1..=attr.phys_port_cnt {
         // SAFETY: plain old data, zero is valid.
         let mut pa: sys::ibv_port_attr = unsafe { std::mem::zeroed() };
-        // SAFETY: valid context, port number within phys_port_cnt, valid out
-        // pointer of the full (non-compat) struct size that this call passes on.
-        let rc = unsafe { sys::___ibv_query_port(ctx.0, port, &mut pa) };
+        // SAFETY: valid context, port number within phys_port_cnt.
+        let rc = unsafe { dl::query_port(dl::loaded(), ctx.0, port, &mut pa) };
         crate::rc_errno(rc).map_err(|source| VerbsError::QueryPort {
             device: name.clone(),
             port,
@@ -143,11 +144,12 @@ fn probe(dev: *mut sys::ibv_device) -> Result<DeviceInfo, VerbsError> {
 
 /// Every RDMA device this host has, with its active ports. A device that cannot
 /// be opened or queried is left out (it cannot carry traffic either).
+/// [`VerbsError::LibraryMissing`] when this host has no rdma-core.
 pub fn devices() -> Result<Vec<DeviceInfo>, VerbsError> {
-    // Discovery is the first verbs call a process makes: the best moment for
-    // fork_init (its man page asks for "before any other libibverbs call"). A
-    // failure resurfaces, and stops RDMA, at the first registration.
-    let _ = crate::fork_init();
+    // Discovery is the first verbs call a process makes; loading the libraries
+    // runs ibv_fork_init before it (its man page asks for "before any other
+    // libibverbs call"). A fork_init failure resurfaces, and stops RDMA, at the
+    // first registration.
     let list = DeviceList::get()?;
     let mut out = Vec::with_capacity(list.len);
     for i in 0..list.len {
@@ -163,7 +165,7 @@ pub fn devices() -> Result<Vec<DeviceInfo>, VerbsError> {
 }
 
 /// The devices that have at least one ACTIVE port. Empty (not an error) on a host
-/// without RDMA.
+/// without RDMA or without rdma-core (ask [`crate::load`] which).
 pub fn active_devices() -> Vec<DeviceInfo> {
     devices()
         .unwrap_or_default()

@@ -1,5 +1,6 @@
 //! The error type: one variant per C call that can fail, each wrapping the errno it
-//! reported, so a message names exactly which step of the RDMA set-up broke.
+//! reported, so a message names exactly which step of the RDMA set-up broke, plus
+//! one for a host whose RDMA libraries cannot be loaded.
 
 use std::io;
 use std::net::SocketAddr;
@@ -7,6 +8,18 @@ use std::net::SocketAddr;
 /// A failed libibverbs or librdmacm call.
 #[derive(Debug, thiserror::Error)]
 pub enum VerbsError {
+    /// libibverbs or librdmacm cannot be loaded at run time (rdma-core is not
+    /// installed, or too old): this host cannot use RDMA at all.
+    #[error(
+        "RDMA is unavailable on this host: cannot load {lib} ({reason}); \
+         install rdma-core (libibverbs, librdmacm)"
+    )]
+    LibraryMissing {
+        /// The library's soname (`libibverbs.so.1`, `librdmacm.so.1`).
+        lib: &'static str,
+        /// The dynamic loader's message.
+        reason: String,
+    },
     /// `ibv_fork_init` failed (EINVAL: memory was registered before it ran).
     #[error("ibv_fork_init failed: {0}")]
     ForkInit(#[source] io::Error),

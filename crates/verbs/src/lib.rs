@@ -1,5 +1,9 @@
 //! Owned, safe wrappers over `rdma-sys` (libibverbs + librdmacm) for rdma-pipe.
 //!
+//! The libraries are loaded at run time (`dlopen`, on the first RDMA use; see
+//! `dl.rs`), not linked: the binaries start on hosts without rdma-core, where
+//! [`load`] and every constructor here return [`VerbsError::LibraryMissing`].
+//!
 //! Why this crate exists: the RDMA transport needs raw verbs (rdma_cm connection
 //! set-up, memory registration, completion queues, posting work requests), and all of
 //! that is C with raw pointers. Every `unsafe` block of the project lives here, next
@@ -18,8 +22,9 @@
 //!   QP itself is destroyed, so the NIC can never touch freed memory.
 //!
 //! Fork safety: rdma-pipe spawns shell commands from processes that hold registered
-//! memory. [`fork_init`] calls `ibv_fork_init()` once, before the first registration
-//! (every constructor that can lead to a registration calls it first); libibverbs
+//! memory. The loader calls `ibv_fork_init()` once, right after opening the
+//! libraries and before any other verbs call ([`fork_init`] reports its result;
+//! every constructor that can lead to a registration checks it first); libibverbs
 //! then marks registered pages `MADV_DONTFORK`, so a child never shares (and never
 //! copy-on-write breaks) pages the NIC is using. `MADV_DONTFORK` works on whole
 //! pages, so [`MemoryRegion`] buffers are separate page-aligned allocations that
@@ -31,6 +36,7 @@
 mod cm;
 mod cq;
 mod device;
+mod dl;
 mod error;
 mod mem;
 mod qp;
@@ -43,7 +49,6 @@ pub use mem::{MemoryRegion, ProtectionDomain};
 pub use qp::{QpCaps, QueuePair, RemoteBuf};
 
 use std::io;
-use std::sync::OnceLock;
 
 /// Result of [`fork_init`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,28 +59,23 @@ pub enum ForkSafety {
     Unneeded,
 }
 
-static FORK: OnceLock<Result<ForkSafety, i32>> = OnceLock::new();
-
-/// Makes registered memory safe across `fork()`: calls `ibv_fork_init()` once per
-/// process. It must run before any memory registration; every path of this crate
-/// that registers memory calls it first. `EINVAL` (a registration happened before,
-/// outside this crate) is reported as an error.
+/// Makes registered memory safe across `fork()`: reports what `ibv_fork_init()`
+/// said. The loader runs it once per process, right after opening the libraries
+/// and before handing out any other verbs function (see [`load`]), so it always
+/// precedes the first registration. `EINVAL` (a registration happened before,
+/// outside this crate) is reported as an error, and so are missing libraries.
 pub fn fork_init() -> Result<ForkSafety, VerbsError> {
-    let r = FORK.get_or_init(|| {
-        // SAFETY: both functions take no arguments and only touch libibverbs'
-        // global state, which they guard themselves.
-        let status = unsafe { rdma_sys::ibv_is_fork_initialized() };
-        if status == rdma_sys::IBV_FORK_UNNEEDED {
-            return Ok(ForkSafety::Unneeded);
-        }
-        // SAFETY: as above.
-        let rc = unsafe { rdma_sys::ibv_fork_init() };
-        match rc {
-            0 => Ok(ForkSafety::Enabled),
-            e => Err(e),
-        }
-    });
-    r.map_err(|e| VerbsError::ForkInit(io::Error::from_raw_os_error(e.abs())))
+    dl::api()?
+        .fork
+        .map_err(|e| VerbsError::ForkInit(io::Error::from_raw_os_error(e.abs())))
+}
+
+/// Loads libibverbs and librdmacm (once per process; `dlopen`, not the link: the
+/// binaries start on hosts without rdma-core). `Err(`[`VerbsError::LibraryMissing`]`)`
+/// when either cannot be loaded, which means this host cannot use RDMA; its message
+/// says what to install. Every other entry point of this crate loads them too.
+pub fn load() -> Result<(), VerbsError> {
+    dl::api().map(|_| ())
 }
 
 /// The calling thread's `errno` as an [`io::Error`].
@@ -121,10 +121,18 @@ mod tests {
     }
 
     #[test]
-    fn fork_init_is_idempotent() {
-        // No device is needed; the answer must be stable across calls.
-        let a = fork_init().map_err(|e| e.to_string());
-        let b = fork_init().map_err(|e| e.to_string());
-        assert_eq!(a, b);
+    fn fork_init_reaches_libibverbs() {
+        // Asks libibverbs itself (not our cached answer) whether fork protection is
+        // on. The libraries are installed wherever this crate builds (rdma-sys
+        // needs their headers and pkg-config files); no device is needed.
+        let api = dl::api().expect("libibverbs and librdmacm load on a build host");
+        let ours = fork_init().expect("ibv_fork_init succeeds before any registration");
+        // SAFETY: no arguments; reads libibverbs' global state.
+        let theirs = unsafe { (api.ibv.ibv_is_fork_initialized)() };
+        let want = match ours {
+            ForkSafety::Enabled => rdma_sys::IBV_FORK_ENABLED,
+            ForkSafety::Unneeded => rdma_sys::IBV_FORK_UNNEEDED,
+        };
+        assert_eq!(theirs, want, "we report {ours:?}, libibverbs says {theirs}");
     }
 }

@@ -17,7 +17,7 @@
 //! checksum catches. The transport's credit logic makes sure it never happens.
 
 use crate::cm::{CmId, CmIdInner};
-use crate::{errno, VerbsError};
+use crate::{dl, errno, VerbsError};
 use rdma_sys as sys;
 use std::alloc::{self, Layout};
 use std::sync::Arc;
@@ -75,7 +75,7 @@ impl Drop for PdInner {
         // SAFETY: allocated by ibv_alloc_pd; every MR and QP of it holds an Arc to
         // this struct, so they are gone already.
         unsafe {
-            sys::ibv_dealloc_pd(self.pd);
+            (dl::ibv().ibv_dealloc_pd)(self.pd);
         }
     }
 }
@@ -93,7 +93,7 @@ impl ProtectionDomain {
         crate::fork_init()?;
         let ctx = id.verbs()?;
         // SAFETY: a live context (kept alive by the id we hold an Arc to).
-        let pd = unsafe { sys::ibv_alloc_pd(ctx) };
+        let pd = unsafe { (dl::ibv().ibv_alloc_pd)(ctx) };
         if pd.is_null() {
             return Err(VerbsError::AllocPd(errno()));
         }
@@ -116,7 +116,8 @@ impl ProtectionDomain {
         }
         // SAFETY: the PD is live; the buffer is a live allocation of at least `len`
         // bytes that outlives the registration (MrInner deregisters before freeing).
-        let mr = unsafe { sys::ibv_reg_mr(self.inner.pd, buf.ptr.cast(), len, access as i32) };
+        let mr =
+            unsafe { (dl::ibv().ibv_reg_mr)(self.inner.pd, buf.ptr.cast(), len, access as i32) };
         if mr.is_null() {
             return Err(VerbsError::RegMr {
                 len,
@@ -152,7 +153,7 @@ impl Drop for MrInner {
         // drop after this body). Every QP that used it held an Arc, so no work
         // request can still reference it.
         unsafe {
-            sys::ibv_dereg_mr(self.mr);
+            (dl::ibv().ibv_dereg_mr)(self.mr);
         }
     }
 }

@@ -11,7 +11,7 @@
 use crate::cm::{CmId, CmIdInner};
 use crate::cq::{CompletionQueue, CqInner};
 use crate::mem::{MemoryRegion, MrInner, PdInner, ProtectionDomain};
-use crate::{rc_errno, VerbsError};
+use crate::{dl, rc_errno, VerbsError};
 use rdma_sys as sys;
 use std::ops::Range;
 use std::ptr;
@@ -57,7 +57,7 @@ impl Drop for QueuePair {
         // SAFETY: the QP was created by rdma_create_qp on this id and is destroyed
         // once; after this no DMA touches the regions in `used`, which are released
         // afterwards (fields drop after this body), then the CQ, PD and id.
-        unsafe { sys::rdma_destroy_qp(self.id.id) }
+        unsafe { (dl::cm().rdma_destroy_qp)(self.id.id) }
     }
 }
 
@@ -87,7 +87,7 @@ impl QueuePair {
         };
         // SAFETY: live id, PD and CQ (all kept alive by the Arcs stored below);
         // `attr` is fully initialised.
-        let rc = unsafe { sys::rdma_create_qp(id.raw(), pd.inner.pd, &mut attr) };
+        let rc = unsafe { (dl::cm().rdma_create_qp)(id.raw(), pd.inner.pd, &mut attr) };
         crate::rc_minus_one(rc).map_err(VerbsError::CreateQp)?;
         // SAFETY: rdma_create_qp succeeded, so the id's qp field is set.
         let qp = unsafe { (*id.raw()).qp };
