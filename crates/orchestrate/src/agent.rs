@@ -588,7 +588,10 @@ fn connect_wait(
 ) -> Result<Endpoint, TransportError> {
     let (host, port) = rx.recv().map_err(|_| TransportError::PeerGone {
         peer: "rdpipe".into(),
-        reason: "control channel closed before CONNECT".into(),
+        cause: rdpipe_transport::error::GoneCause::Io(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "control channel closed before CONNECT",
+        )),
     })?;
     Ok(Endpoint::Connect {
         host,

@@ -5,10 +5,8 @@
 use crate::connect::{connect_retry, Listener};
 use crate::handshake::{handshake, LocalParams, Negotiated};
 use crate::pump::{recv_stream, send_stream};
-use crate::tcp::{TcpReceiver, TcpSender};
-use crate::{ChunkReceiver, ChunkSender, TransportError};
-use rdpipe_wire::frame::Chosen;
-use rdpipe_wire::{Caps, Role, TransportPref};
+use crate::{select, ChunkReceiver, ChunkSender, TransportError};
+use rdpipe_wire::{Role, TransportPref};
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::os::fd::AsFd;
@@ -97,14 +95,6 @@ fn establish(endpoint: Endpoint) -> Result<TcpStream, TransportError> {
     }
 }
 
-/// This end's capabilities for the handshake.
-fn local_caps(pref: TransportPref) -> Caps {
-    if pref == TransportPref::Tcp {
-        return Caps::default();
-    }
-    crate::select::rdma_caps()
-}
-
 fn negotiate(
     endpoint: Endpoint,
     opts: &Options,
@@ -113,7 +103,7 @@ fn negotiate(
     let params = LocalParams {
         role,
         transport: opts.transport,
-        caps: local_caps(opts.transport),
+        caps: select::local_caps(opts.transport),
         chunk_size: opts.chunk_size,
         slots: opts.slots,
     };
@@ -131,21 +121,7 @@ pub fn run_send<R: Read + AsFd>(
 ) -> Result<Report, TransportError> {
     let (stream, n) = negotiate(endpoint, &opts, Role::Sender)?;
     let peer = n.peer_addr.clone();
-    let mut tx: Box<dyn ChunkSender> = match n.chosen {
-        Chosen::Tcp => Box::new(
-            TcpSender::new(
-                stream,
-                n.chunk_size as usize,
-                opts.slots as usize,
-                peer.clone(),
-            )
-            .map_err(|source| TransportError::Io {
-                context: "starting the TCP sender",
-                source,
-            })?,
-        ),
-        Chosen::Rdma => crate::select::rdma_sender(stream, &n, opts.transport)?,
-    };
+    let mut tx: Box<dyn ChunkSender> = select::sender(stream, &n, opts.slots as usize)?;
     let start = Instant::now();
     let mut noop = |_: u64| {};
     let progress: &mut dyn FnMut(u64) = match opts.progress.as_mut() {
@@ -172,21 +148,7 @@ pub fn run_recv<W: Write, F: FnOnce() -> Result<W, TransportError>>(
 ) -> Result<Report, TransportError> {
     let (stream, n) = negotiate(endpoint, &opts, Role::Receiver)?;
     let peer = n.peer_addr.clone();
-    let mut rx: Box<dyn ChunkReceiver> = match n.chosen {
-        Chosen::Tcp => Box::new(
-            TcpReceiver::new(
-                stream,
-                n.chunk_size as usize,
-                n.slots as usize,
-                peer.clone(),
-            )
-            .map_err(|source| TransportError::Io {
-                context: "starting the TCP receiver",
-                source,
-            })?,
-        ),
-        Chosen::Rdma => crate::select::rdma_receiver(stream, &n, opts.transport)?,
-    };
+    let mut rx: Box<dyn ChunkReceiver> = select::receiver(stream, &n)?;
     let mut output = match open_output() {
         Ok(o) => o,
         Err(e) => {
