@@ -182,7 +182,7 @@ if [ -x "$PROBE" ]; then
         sed 's/^/    [tok recv] /' "$W/tok.recv.err"
     fi
 else
-    fail "token: $PROBE not built (cargo build --release -p rdpipe-transport --examples; cargo test builds it)"
+    fail "token: $PROBE not built (cargo build --release --examples)"
 fi
 fi
 

@@ -5,10 +5,8 @@
 use crate::connect::{connect_retry, Listener};
 use crate::handshake::{handshake, LocalParams, Negotiated};
 use crate::pump::{recv_stream, send_stream};
-use crate::tcp::{TcpReceiver, TcpSender};
-use crate::{ChunkReceiver, ChunkSender, TransportError};
-use rdpipe_wire::frame::Chosen;
-use rdpipe_wire::{Caps, Role, TransportPref};
+use crate::{select, ChunkReceiver, ChunkSender, TransportError};
+use rdpipe_wire::{Role, TransportPref};
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::os::fd::AsFd;
@@ -97,21 +95,6 @@ fn establish(endpoint: Endpoint) -> Result<TcpStream, TransportError> {
     }
 }
 
-/// This end's capabilities for the handshake. Without loadable RDMA libraries this
-/// end announces none, and `auto` says so at `-v`.
-fn local_caps(pref: TransportPref) -> Caps {
-    if pref == TransportPref::Tcp {
-        return Caps::default();
-    }
-    if let Err(e) = rdpipe_verbs::load() {
-        if pref == TransportPref::Auto {
-            tracing::info!("--transport auto uses TCP: {e}");
-        }
-        return Caps::default();
-    }
-    crate::select::rdma_caps()
-}
-
 /// A transport mismatch on a host that cannot load the RDMA libraries (while this
 /// end allowed RDMA) becomes [`TransportError::RdmaLibraries`]: what to install.
 fn explain_mismatch(e: TransportError, pref: TransportPref) -> TransportError {
@@ -134,7 +117,7 @@ fn negotiate(
     let params = LocalParams {
         role,
         transport: opts.transport,
-        caps: local_caps(opts.transport),
+        caps: select::local_caps(opts.transport),
         chunk_size: opts.chunk_size,
         slots: opts.slots,
     };
@@ -153,21 +136,7 @@ pub fn run_send<R: Read + AsFd>(
 ) -> Result<Report, TransportError> {
     let (stream, n) = negotiate(endpoint, &opts, Role::Sender)?;
     let peer = n.peer_addr.clone();
-    let mut tx: Box<dyn ChunkSender> = match n.chosen {
-        Chosen::Tcp => Box::new(
-            TcpSender::new(
-                stream,
-                n.chunk_size as usize,
-                opts.slots as usize,
-                peer.clone(),
-            )
-            .map_err(|source| TransportError::Io {
-                context: "starting the TCP sender",
-                source,
-            })?,
-        ),
-        Chosen::Rdma => crate::select::rdma_sender(stream, &n, opts.transport)?,
-    };
+    let mut tx: Box<dyn ChunkSender> = select::sender(stream, &n, opts.slots as usize)?;
     let start = Instant::now();
     let mut noop = |_: u64| {};
     let progress: &mut dyn FnMut(u64) = match opts.progress.as_mut() {
@@ -194,21 +163,7 @@ pub fn run_recv<W: Write, F: FnOnce() -> Result<W, TransportError>>(
 ) -> Result<Report, TransportError> {
     let (stream, n) = negotiate(endpoint, &opts, Role::Receiver)?;
     let peer = n.peer_addr.clone();
-    let mut rx: Box<dyn ChunkReceiver> = match n.chosen {
-        Chosen::Tcp => Box::new(
-            TcpReceiver::new(
-                stream,
-                n.chunk_size as usize,
-                n.slots as usize,
-                peer.clone(),
-            )
-            .map_err(|source| TransportError::Io {
-                context: "starting the TCP receiver",
-                source,
-            })?,
-        ),
-        Chosen::Rdma => crate::select::rdma_receiver(stream, &n, opts.transport)?,
-    };
+    let mut rx: Box<dyn ChunkReceiver> = select::receiver(stream, &n)?;
     let mut output = match open_output() {
         Ok(o) => o,
         Err(e) => {

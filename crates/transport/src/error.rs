@@ -2,11 +2,10 @@
 //! what was involved. [`TransportError::exit_code`] maps them to the documented exit
 //! codes of rdsend/rdrecv.
 
+use crate::rdma::{Decline, RdmaError, RequiredBy};
 use rdpipe_wire::WireError;
 use std::io;
 
-/// Exit status: success.
-pub const EXIT_OK: u8 = 0;
 /// Exit status: any other failure (local I/O, resources).
 pub const EXIT_FAILURE: u8 = 1;
 /// Exit status: bad command line (clap uses 2 too).
@@ -88,12 +87,18 @@ pub enum TransportError {
     /// RDMA was required but this host cannot load libibverbs/librdmacm.
     #[error("--transport rdma: {0}")]
     RdmaLibraries(#[source] rdpipe_verbs::VerbsError),
-    /// RDMA was required but cannot be used.
-    #[error("RDMA unavailable: {0}")]
-    RdmaUnavailable(String),
-    /// A failure in the RDMA transport after set-up.
+    /// RDMA was required but one end declined it.
+    #[error("RDMA unavailable: {decline} ({required})")]
+    RdmaUnavailable {
+        /// Who declined and why.
+        #[source]
+        decline: Box<Decline>,
+        /// Whose `--transport rdma` forbade the fallback to TCP.
+        required: RequiredBy,
+    },
+    /// A failure of the RDMA connection.
     #[error("RDMA: {0}")]
-    Rdma(String),
+    Rdma(#[from] RdmaError),
     /// Reading our input failed.
     #[error("reading input failed: {0}")]
     Input(#[source] io::Error),
@@ -101,20 +106,20 @@ pub enum TransportError {
     #[error("writing output failed: {0}")]
     Output(#[source] io::Error),
     /// The peer closed or reset the connection where the protocol did not allow it.
-    #[error("connection to {peer} lost: {reason}")]
+    #[error("connection to {peer} lost: {cause}")]
     PeerGone {
         /// The peer's address.
         peer: String,
         /// What was observed (EOF, reset, timeout).
-        reason: String,
+        cause: GoneCause,
     },
     /// The stream ended without an end-of-stream frame.
-    #[error("stream truncated after {bytes} bytes ({reason})")]
+    #[error("stream truncated after {bytes} bytes ({cause})")]
     Truncated {
         /// Bytes received before the loss.
         bytes: u64,
         /// What ended it.
-        reason: String,
+        cause: GoneCause,
     },
     /// The end-of-stream byte count differs from what arrived.
     #[error("stream length mismatch: sender sent {sent} bytes, {received} arrived")]
@@ -155,7 +160,7 @@ impl TransportError {
             Resolve { .. } | Connect { .. } | Listen { .. } => EXIT_CONNECT,
             AuthFailed { .. } => EXIT_AUTH,
             Protocol { .. } | HandshakeTimeout { .. } => EXIT_PROTOCOL,
-            TransportMismatch(_) | RdmaLibraries(_) | RdmaUnavailable(_) => EXIT_NO_RDMA,
+            TransportMismatch(_) | RdmaLibraries(_) | RdmaUnavailable { .. } => EXIT_NO_RDMA,
             Truncated { .. }
             | LengthMismatch { .. }
             | ChecksumMismatch { .. }
@@ -166,4 +171,40 @@ impl TransportError {
             }
         }
     }
+}
+
+/// How a peer was found gone ([`TransportError::PeerGone`]), or what cut a stream
+/// short ([`TransportError::Truncated`]).
+#[derive(Debug, thiserror::Error)]
+pub enum GoneCause {
+    /// The connection was closed (EOF where the protocol wanted more).
+    #[error("connection closed by peer")]
+    Closed,
+    /// A read timed out (the handshake's bound, or the socket's).
+    #[error("timed out waiting for the peer")]
+    TimedOut,
+    /// Another I/O error on the connection (a reset, for instance).
+    #[error("{0}")]
+    Io(#[source] io::Error),
+    /// The TCP sender's writer thread stopped without saying why.
+    #[error("writer stopped")]
+    WriterStopped,
+    /// The TCP sender's back channel closed before the confirmation.
+    #[error("no confirmation from the receiver")]
+    NoConfirmation,
+    /// Work requests were flushed or retried out: the RDMA peer is gone.
+    #[error("RDMA connection lost: {0}")]
+    RdmaLost(rdpipe_verbs::WcError),
+    /// rdma_cm reported DISCONNECTED.
+    #[error("RDMA connection lost (peer disconnected)")]
+    RdmaDisconnected,
+    /// rdma_cm reported the device's removal.
+    #[error("RDMA device removed")]
+    RdmaDeviceRemoved,
+    /// The RDMA connection failed.
+    #[error("{0}")]
+    Rdma(#[source] RdmaError),
+    /// The connection was lost after end of stream, before the confirmation.
+    #[error("{0} before the receiver confirmed the stream")]
+    Unconfirmed(#[source] Box<GoneCause>),
 }

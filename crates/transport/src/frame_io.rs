@@ -1,22 +1,21 @@
 //! Blocking frame I/O on a byte stream: read a validated header, then exactly the
 //! payload it announced; write a header and payload with one syscall.
 
+use crate::error::GoneCause;
 use crate::TransportError;
 use rdpipe_wire::{Control, FrameHeader, FrameKind, WireError, FRAME_HEADER_LEN};
 use std::io::{self, IoSlice, Read, Write};
 
 /// Turns an I/O error on the connection into the matching transport error.
 pub fn conn_error(peer: &str, e: io::Error) -> TransportError {
-    let reason = match e.kind() {
-        io::ErrorKind::UnexpectedEof => "connection closed by peer".to_string(),
-        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
-            "timed out waiting for the peer".to_string()
-        }
-        _ => e.to_string(),
+    let cause = match e.kind() {
+        io::ErrorKind::UnexpectedEof => GoneCause::Closed,
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => GoneCause::TimedOut,
+        _ => GoneCause::Io(e),
     };
     TransportError::PeerGone {
         peer: peer.to_string(),
-        reason,
+        cause,
     }
 }
 

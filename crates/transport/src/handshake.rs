@@ -8,6 +8,7 @@
 //!    the data path (ports, tokens, memory) has been revealed yet;
 //! 3. the receiver picks the transport, chunk size and slots and sends Accept.
 
+use crate::error::GoneCause;
 use crate::frame_io::{conn_error, protocol, read_control, write_control};
 use crate::TransportError;
 use rdpipe_wire::frame::{choose_transport, Chosen};
@@ -61,12 +62,13 @@ pub fn random_bytes<const N: usize>() -> Result<[u8; N], TransportError> {
 
 fn timeout_error(peer: &str, e: TransportError, timeout: Duration) -> TransportError {
     match e {
-        TransportError::PeerGone { reason, .. } if reason.starts_with("timed out") => {
-            TransportError::HandshakeTimeout {
-                peer: peer.to_string(),
-                secs: timeout.as_secs(),
-            }
-        }
+        TransportError::PeerGone {
+            cause: GoneCause::TimedOut,
+            ..
+        } => TransportError::HandshakeTimeout {
+            peer: peer.to_string(),
+            secs: timeout.as_secs(),
+        },
         other => other,
     }
 }
@@ -149,16 +151,19 @@ fn run(
     match read_control(stream, peer) {
         Ok(Control::Auth(t)) => {
             if !verify_tag(key, theirs.role, s, r, &t) {
-                let _ = write_control(
-                    stream,
-                    peer,
-                    &Control::Abort("authentication failed".into()),
-                );
+                let abort = Control::Abort {
+                    reason: AbortReason::AuthFailed,
+                    message: "authentication failed".into(),
+                };
+                let _ = write_control(stream, peer, &abort);
                 return Err(auth_failed());
             }
         }
-        Ok(Control::Abort(m)) if m.contains("authentication failed") => return Err(auth_failed()),
-        Ok(Control::Abort(m)) => return Err(TransportError::PeerAborted(m)),
+        Ok(Control::Abort {
+            reason: AbortReason::AuthFailed,
+            ..
+        }) => return Err(auth_failed()),
+        Ok(Control::Abort { message, .. }) => return Err(TransportError::PeerAborted(message)),
         Ok(other) => return Err(protocol(peer, WireError::Unexpected(other.kind()))),
         // A peer that rejected our tag may close before we read its Abort.
         Err(TransportError::PeerGone { .. }) => return Err(auth_failed()),
@@ -184,7 +189,11 @@ fn run(
                 }
                 None => {
                     let why = mismatch_reason(theirs.transport, ours.transport, both);
-                    let _ = write_control(stream, peer, &Control::Abort(why.clone()));
+                    let abort = Control::Abort {
+                        reason: AbortReason::TransportMismatch,
+                        message: why.clone(),
+                    };
+                    let _ = write_control(stream, peer, &abort);
                     return Err(TransportError::TransportMismatch(why));
                 }
             }
@@ -200,7 +209,9 @@ fn run(
                 }
                 (transport, chunk_size, slots)
             }
-            Control::Abort(m) => return Err(TransportError::TransportMismatch(m)),
+            Control::Abort { message, .. } => {
+                return Err(TransportError::TransportMismatch(message))
+            }
             other => return Err(protocol(peer, WireError::Unexpected(other.kind()))),
         },
     };

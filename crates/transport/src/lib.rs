@@ -9,6 +9,8 @@
 //! - [`tcp`]: the TCP transport (double-buffered with a writer/reader thread).
 //! - [`rdma`]: the RDMA transport (rdma_cm set-up, RDMA WRITE into the receiver's
 //!   registered ring, credits back as SENDs), built on `rdpipe-verbs`.
+//! - [`select`]: which transport carries the stream, and the fallback to TCP
+//!   when an end declines RDMA.
 //! - [`pump`]: the send and receive loops: checksum, byte count, end of stream.
 //! - [`endpoint`]: what `rdsend` and `rdrecv` run: connect or listen, handshake,
 //!   pick the transport, pump, report.

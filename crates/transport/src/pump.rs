@@ -2,6 +2,7 @@
 //! end-to-end byte count and checksum, and they turn a transport's "connection lost"
 //! into the user-facing "stream truncated after N bytes".
 
+use crate::error::GoneCause;
 use crate::{ChunkReceiver, ChunkSender, Received, TransportError};
 use rdpipe_wire::StreamHasher;
 use rustix::event::{poll, PollFd, PollFlags};
@@ -161,16 +162,16 @@ pub fn recv_stream<W: Write>(
                 rx.abort(&format!("{what} after {} bytes", hasher.bytes()));
                 return Err(TransportError::Output(e));
             }
-            Err(TransportError::PeerGone { reason, .. }) => {
+            Err(TransportError::PeerGone { cause, .. }) => {
                 return Err(TransportError::Truncated {
                     bytes: hasher.bytes(),
-                    reason,
+                    cause,
                 })
             }
-            Err(TransportError::Rdma(reason)) => {
+            Err(TransportError::Rdma(e)) => {
                 return Err(TransportError::Truncated {
                     bytes: hasher.bytes(),
-                    reason,
+                    cause: GoneCause::Rdma(e),
                 })
             }
             Err(e) => return Err(e),

@@ -1,37 +1,185 @@
-//! Transport selection: which capabilities this end announces, and building the
-//! RDMA halves once the handshake chose RDMA (see [`crate::rdma`] for the set-up,
-//! the decline and the fallback to TCP).
+//! Which transport carries the stream, once the handshake is done: the
+//! capabilities this end announces, building the half the receiver chose, and
+//! the one decision RDMA set-up leaves open: when either end declines RDMA
+//! ([`crate::rdma::Setup::Declined`]), the stream goes over TCP on the same
+//! connection (with a warning) if both ends asked for `auto`, and otherwise both
+//! fail with [`TransportError::RdmaUnavailable`] (exit 7).
 
 use crate::handshake::Negotiated;
+use crate::rdma::{self, Decline, RequiredBy, Setup};
+use crate::tcp::{TcpReceiver, TcpSender};
 use crate::{ChunkReceiver, ChunkSender, TransportError};
+use rdpipe_wire::frame::Chosen;
 use rdpipe_wire::{Caps, TransportPref};
 use std::net::TcpStream;
 
-/// Capabilities this end announces when RDMA is allowed: `RDMA` when an active
-/// RDMA device exists, `WRITE_WITH_IMM` unless `RDPIPE_RDMA_NO_IMM=1` is set or the
-/// devices are iWARP.
-pub fn rdma_caps() -> Caps {
-    crate::rdma::local_caps()
+/// Capabilities this end announces for `--transport pref`: none for `tcp`;
+/// otherwise `RDMA` when an active RDMA device exists, `WRITE_WITH_IMM` unless
+/// `RDPIPE_RDMA_NO_IMM=1` is set or the devices are iWARP.
+pub fn local_caps(pref: TransportPref) -> Caps {
+    if pref == TransportPref::Tcp {
+        return Caps::default();
+    }
+    // Without loadable RDMA libraries this end announces none, and `auto` says
+    // so at `-v`.
+    if let Err(e) = rdpipe_verbs::load() {
+        if pref == TransportPref::Auto {
+            tracing::info!("--transport auto uses TCP: {e}");
+        }
+        return Caps::default();
+    }
+    rdma::local_caps()
 }
 
-/// Builds the RDMA sending half on an authenticated connection. `pref` is this
-/// end's `--transport`; whether a failed set-up may fall back to TCP depends on
-/// both ends' preferences, which `n` carries.
-pub fn rdma_sender(
+/// Whether a declined RDMA set-up may fall back to TCP: only when both ends said
+/// `auto`.
+fn may_fall_back(n: &Negotiated) -> bool {
+    n.local.transport == TransportPref::Auto && n.peer.transport == TransportPref::Auto
+}
+
+/// The fallback decision: `Ok` (go on over TCP, with a warning) or exit 7.
+fn fall_back(n: &Negotiated, decline: Decline) -> Result<(), TransportError> {
+    if !may_fall_back(n) {
+        let required = if n.local.transport == TransportPref::Rdma {
+            RequiredBy::ThisEnd
+        } else {
+            RequiredBy::Peer
+        };
+        return Err(TransportError::RdmaUnavailable {
+            decline: Box::new(decline),
+            required,
+        });
+    }
+    tracing::warn!("RDMA unavailable ({}); falling back to TCP", decline.reason);
+    Ok(())
+}
+
+fn tcp_sender(
     stream: TcpStream,
     n: &Negotiated,
-    pref: TransportPref,
+    buffers: usize,
 ) -> Result<Box<dyn ChunkSender>, TransportError> {
-    debug_assert_eq!(pref, n.local.transport);
-    crate::rdma::sender(stream, n)
+    let tx = TcpSender::new(stream, n.chunk_size as usize, buffers, n.peer_addr.clone()).map_err(
+        |source| TransportError::Io {
+            context: "starting the TCP sender",
+            source,
+        },
+    )?;
+    Ok(Box::new(tx))
 }
 
-/// Builds the RDMA receiving half on an authenticated connection.
-pub fn rdma_receiver(
+fn tcp_receiver(
     stream: TcpStream,
     n: &Negotiated,
-    pref: TransportPref,
 ) -> Result<Box<dyn ChunkReceiver>, TransportError> {
-    debug_assert_eq!(pref, n.local.transport);
-    crate::rdma::receiver(stream, n)
+    let rx = TcpReceiver::new(
+        stream,
+        n.chunk_size as usize,
+        n.slots as usize,
+        n.peer_addr.clone(),
+    )
+    .map_err(|source| TransportError::Io {
+        context: "starting the TCP receiver",
+        source,
+    })?;
+    Ok(Box::new(rx))
+}
+
+/// Builds the sending half the handshake chose on the authenticated connection;
+/// `buffers` is this end's `--slots`, the TCP sender's buffer count.
+pub fn sender(
+    stream: TcpStream,
+    n: &Negotiated,
+    buffers: usize,
+) -> Result<Box<dyn ChunkSender>, TransportError> {
+    match n.chosen {
+        Chosen::Tcp => tcp_sender(stream, n, buffers),
+        Chosen::Rdma => match rdma::sender(stream, n)? {
+            Setup::Ready(tx) => Ok(tx),
+            Setup::Declined { stream, decline } => {
+                fall_back(n, decline)?;
+                tcp_sender(stream, n, n.slots as usize)
+            }
+        },
+    }
+}
+
+/// Builds the receiving half the handshake chose on the authenticated connection.
+pub fn receiver(
+    stream: TcpStream,
+    n: &Negotiated,
+) -> Result<Box<dyn ChunkReceiver>, TransportError> {
+    match n.chosen {
+        Chosen::Tcp => tcp_receiver(stream, n),
+        Chosen::Rdma => match rdma::receiver(stream, n)? {
+            Setup::Ready(rx) => Ok(rx),
+            Setup::Declined { stream, decline } => {
+                fall_back(n, decline)?;
+                tcp_receiver(stream, n)
+            }
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rdma::{DeclineReason, Decliner, RdmaSetupError};
+    use rdpipe_wire::Role;
+
+    fn negotiated(local: TransportPref, peer: TransportPref) -> Negotiated {
+        let hello = |role, transport| rdpipe_wire::Hello {
+            version: rdpipe_wire::PROTOCOL_VERSION,
+            role,
+            transport,
+            caps: Caps::RDMA,
+            chunk_size: 1 << 20,
+            slots: 2,
+            nonce: [0; rdpipe_wire::hello::NONCE_LEN],
+            integrity: rdpipe_wire::Integrity::default(),
+        };
+        Negotiated {
+            chosen: Chosen::Rdma,
+            chunk_size: 1 << 20,
+            slots: 2,
+            local: hello(Role::Receiver, local),
+            peer: hello(Role::Sender, peer),
+            peer_addr: "peer".into(),
+        }
+    }
+
+    fn declined_here() -> Decline {
+        Decline {
+            by: Decliner::Here(Role::Receiver),
+            reason: DeclineReason::Local(RdmaSetupError::TooManySlots(65)),
+        }
+    }
+
+    #[test]
+    fn fallback_only_when_both_ends_said_auto() {
+        use TransportPref::*;
+        assert!(may_fall_back(&negotiated(Auto, Auto)));
+        assert!(!may_fall_back(&negotiated(Rdma, Auto)));
+        assert!(!may_fall_back(&negotiated(Auto, Rdma)));
+        assert!(fall_back(&negotiated(Auto, Auto), declined_here()).is_ok());
+        let e = fall_back(&negotiated(Auto, Rdma), declined_here()).unwrap_err();
+        assert_eq!(e.exit_code(), crate::error::EXIT_NO_RDMA);
+        assert_eq!(
+            e.to_string(),
+            "RDMA unavailable: this end (receiver) cannot use RDMA: 65 slots are more than 64 \
+             (the peer requires --transport rdma)"
+        );
+        let e = fall_back(
+            &negotiated(Rdma, Auto),
+            Decline {
+                by: Decliner::Peer(Role::Sender),
+                reason: DeclineReason::Peer("x".into()),
+            },
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "RDMA unavailable: the sender cannot use RDMA: x (--transport rdma was given here)"
+        );
+    }
 }

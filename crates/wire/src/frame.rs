@@ -136,6 +136,49 @@ pub enum Chosen {
     Rdma,
 }
 
+/// Why an [`Control::Abort`] was sent, so the other end can decide on it without
+/// reading the message.
+///
+/// On the wire the code is the payload's first byte, below 0x20, followed by the
+/// message. A payload that starts with any other byte (or is empty) is a bare
+/// message from a build before reason codes: [`AbortReason::Unspecified`]. So the
+/// protocol version did not change, and an older peer still reads the message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AbortReason {
+    /// No code given (or the bare message of an older build).
+    Unspecified,
+    /// The stream is abandoned: input, output or verification failed.
+    Stream,
+    /// The peer's authentication tag was wrong: the keys differ.
+    AuthFailed,
+    /// The two ends' `--transport` choices cannot be reconciled.
+    TransportMismatch,
+}
+
+impl AbortReason {
+    fn to_byte(self) -> u8 {
+        match self {
+            AbortReason::Unspecified => 0,
+            AbortReason::Stream => 1,
+            AbortReason::AuthFailed => 2,
+            AbortReason::TransportMismatch => 3,
+        }
+    }
+    /// The code byte's reason; `None` for a code this build does not know.
+    fn from_byte(b: u8) -> Option<AbortReason> {
+        Some(match b {
+            0 => AbortReason::Unspecified,
+            1 => AbortReason::Stream,
+            2 => AbortReason::AuthFailed,
+            3 => AbortReason::TransportMismatch,
+            _ => return None,
+        })
+    }
+}
+
+/// Bytes below this value at the start of an Abort payload are reason codes.
+const ABORT_CODE_LIMIT: u8 = 0x20;
+
 const ACCEPT_LEN: usize = 12;
 const RDMA_OFFER_LEN: usize = 2 + 1 + RDMA_TOKEN_LEN;
 
@@ -156,8 +199,13 @@ pub enum Control {
         /// Checksum it computed.
         checksum: u64,
     },
-    /// The stream is abandoned.
-    Abort(String),
+    /// The stream (or the handshake) is abandoned.
+    Abort {
+        /// Why, for the other end's decisions.
+        reason: AbortReason,
+        /// Why, for people.
+        message: String,
+    },
     /// An authentication tag.
     Auth([u8; AUTH_TAG_LEN]),
     /// The receiver's decision.
@@ -184,9 +232,9 @@ pub enum Control {
     Keepalive,
 }
 
-fn message_bytes(s: &str) -> &[u8] {
+fn message_bytes(s: &str, limit: usize) -> &[u8] {
     // Truncate at a char boundary so the limit holds and the text stays valid UTF-8.
-    let mut end = s.len().min(MAX_MESSAGE_LEN as usize);
+    let mut end = s.len().min(limit);
     while !s.is_char_boundary(end) {
         end -= 1;
     }
@@ -199,7 +247,7 @@ impl Control {
         match self {
             Control::End { .. } => FrameKind::End,
             Control::Done { .. } => FrameKind::Done,
-            Control::Abort(_) => FrameKind::Abort,
+            Control::Abort { .. } => FrameKind::Abort,
             Control::Auth(_) => FrameKind::Auth,
             Control::Accept { .. } => FrameKind::Accept,
             Control::RdmaOffer { .. } => FrameKind::RdmaOffer,
@@ -216,8 +264,12 @@ impl Control {
                 payload.extend_from_slice(&bytes.to_le_bytes());
                 payload.extend_from_slice(&checksum.to_le_bytes());
             }
-            Control::Abort(msg) | Control::RdmaDecline(msg) => {
-                payload.extend_from_slice(message_bytes(msg))
+            Control::Abort { reason, message } => {
+                payload.push(reason.to_byte());
+                payload.extend_from_slice(message_bytes(message, MAX_MESSAGE_LEN as usize - 1));
+            }
+            Control::RdmaDecline(msg) => {
+                payload.extend_from_slice(message_bytes(msg, MAX_MESSAGE_LEN as usize))
             }
             Control::Auth(tag) => payload.extend_from_slice(tag),
             Control::Accept {
@@ -279,11 +331,20 @@ impl Control {
                 if p.len() > MAX_MESSAGE_LEN as usize {
                     return Err(bad());
                 }
-                let msg = String::from_utf8_lossy(p).into_owned();
-                if kind == FrameKind::Abort {
-                    Control::Abort(msg)
-                } else {
-                    Control::RdmaDecline(msg)
+                if kind == FrameKind::RdmaDecline {
+                    return Ok(Control::RdmaDecline(
+                        String::from_utf8_lossy(p).into_owned(),
+                    ));
+                }
+                let (reason, msg) = match p.first() {
+                    Some(&b) if b < ABORT_CODE_LIMIT => {
+                        (AbortReason::from_byte(b).ok_or_else(bad)?, &p[1..])
+                    }
+                    _ => (AbortReason::Unspecified, p),
+                };
+                Control::Abort {
+                    reason,
+                    message: String::from_utf8_lossy(msg).into_owned(),
                 }
             }
             FrameKind::Auth => Control::Auth(p.try_into().map_err(|_| bad())?),
@@ -394,6 +455,35 @@ mod tests {
         assert_eq!(
             FrameHeader::decode(&big, 1 << 20),
             Err(WireError::UnknownFrame(200))
+        );
+    }
+
+    #[test]
+    fn abort_reasons() {
+        let a = Control::Abort {
+            reason: AbortReason::AuthFailed,
+            message: "authentication failed".into(),
+        };
+        let frame = a.encode();
+        assert_eq!(frame[FRAME_HEADER_LEN], 2);
+        assert_eq!(Control::decode_frame(&frame), Ok(a));
+        // A bare message (no code byte) is read as it always was.
+        assert_eq!(
+            Control::decode(FrameKind::Abort, b"gone"),
+            Ok(Control::Abort {
+                reason: AbortReason::Unspecified,
+                message: "gone".into()
+            })
+        );
+        assert!(Control::decode(FrameKind::Abort, &[0x1f, b'x']).is_err());
+        // The code byte counts against the message limit.
+        let long = Control::Abort {
+            reason: AbortReason::Stream,
+            message: "x".repeat(5000),
+        };
+        assert_eq!(
+            long.encode().len(),
+            FRAME_HEADER_LEN + MAX_MESSAGE_LEN as usize
         );
     }
 

@@ -15,19 +15,24 @@
 //!    byte count and an xxh3-64 checksum of the whole stream, answered by the
 //!    receiver's confirmation. Every length read from the network is validated
 //!    against limits before anything is allocated.
+//!
+//! The RDMA transport's own formats (SEND messages, immediate data, the rdma_cm
+//! private data of connect and accept) are in [`rdma`].
 #![deny(missing_docs)]
 
 pub mod auth;
 pub mod checksum;
 pub mod frame;
 pub mod hello;
+pub mod rdma;
 pub mod seal;
 pub mod session;
 
 pub use auth::{auth_tag, verify_tag, AUTH_TAG_LEN};
 pub use checksum::StreamHasher;
-pub use frame::{Control, FrameHeader, FrameKind, FRAME_HEADER_LEN};
+pub use frame::{AbortReason, Control, FrameHeader, FrameKind, FRAME_HEADER_LEN};
 pub use hello::{Caps, Hello, Integrity, Role, TransportPref, HELLO_LEN, MAGIC, PROTOCOL_VERSION};
+pub use rdma::{RdmaMsg, RingInfo};
 
 /// Largest chunk (data frame payload, RDMA slot) any endpoint accepts. Bounds every
 /// allocation that a length from the network could cause.
@@ -106,4 +111,28 @@ pub enum WireError {
     /// A frame arrived where the protocol does not allow it.
     #[error("unexpected {0:?} frame")]
     Unexpected(FrameKind),
+    /// An RDMA message buffer shorter than a message.
+    #[error("RDMA message of {0} bytes is too short")]
+    ShortRdmaMsg(usize),
+    /// An RDMA message type we do not know.
+    #[error("unknown RDMA message type {0}")]
+    UnknownRdmaMsg(u32),
+    /// A slot number at or above [`MAX_SLOTS`].
+    #[error("slot {0} out of range 0..{MAX_SLOTS}")]
+    BadSlot(u32),
+    /// A slot notice's length outside 1..=[`MAX_CHUNK_SIZE`].
+    #[error("slot length {0} out of range 1..={MAX_CHUNK_SIZE}")]
+    BadSlotLen(u64),
+    /// An rdma_cm accept whose private data is too short for a ring description.
+    #[error("ring description of {0} bytes is too short")]
+    ShortRingInfo(usize),
+    /// An rdma_cm accept whose private data is not our ring description.
+    #[error("not an rdma-pipe ring description (magic and version {0:02x?})")]
+    BadRingMagic([u8; 5]),
+    /// A connect request whose private data is too short for the token.
+    #[error("connect private data of {0} bytes is too short for the token")]
+    ShortConnectData(usize),
+    /// A connect request without the one-time token.
+    #[error("wrong RDMA connect token")]
+    WrongToken,
 }

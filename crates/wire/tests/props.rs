@@ -11,7 +11,15 @@ fn any_control() -> impl Strategy<Value = Control> {
         (any::<u64>(), any::<u64>()).prop_map(|(bytes, checksum)| Control::End { bytes, checksum }),
         (any::<u64>(), any::<u64>())
             .prop_map(|(bytes, checksum)| Control::Done { bytes, checksum }),
-        "[a-zA-Z0-9 :/.-]{0,200}".prop_map(Control::Abort),
+        (0usize..4, "[a-zA-Z0-9 :/.-]{0,200}").prop_map(|(r, message)| Control::Abort {
+            reason: [
+                AbortReason::Unspecified,
+                AbortReason::Stream,
+                AbortReason::AuthFailed,
+                AbortReason::TransportMismatch
+            ][r],
+            message
+        }),
         "[a-zA-Z0-9 :/.-]{0,200}".prop_map(Control::RdmaDecline),
         any::<[u8; AUTH_TAG_LEN]>().prop_map(Control::Auth),
         (

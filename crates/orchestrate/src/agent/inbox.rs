@@ -27,7 +27,10 @@ pub fn connect_wait(
 ) -> Result<Endpoint, TransportError> {
     let (host, port) = rx.recv().map_err(|_| TransportError::PeerGone {
         peer: "rdpipe".into(),
-        reason: "control channel closed before CONNECT".into(),
+        cause: rdpipe_transport::error::GoneCause::Io(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "control channel closed before CONNECT",
+        )),
     })?;
     Ok(Endpoint::Connect {
         host,

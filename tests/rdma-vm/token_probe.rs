@@ -1,4 +1,6 @@
-//! Test probe for `tests/rdma-vm/rdma-suite.sh`: proves that an rdma_cm connect
+//! Test probe for `tests/rdma-vm/rdma-suite.sh` (built as the root package's
+//! example `rdma_token_probe`, so `cargo build --release --examples` puts it where
+//! the suite looks: `target/release/examples/`): proves that an rdma_cm connect
 //! request without the one-time token is rejected by the receiver's listener.
 //!
 //! It authenticates as a sender (it knows the key), reads the receiver's

@@ -1,0 +1,322 @@
+//! An established RDMA connection ([`Conn`]): its verbs objects, the rdma_cm ids
+//! and the TCP liveness channel, the SEND of one message, and the completion wait
+//! loop both halves share: poll until empty; sleep on the CQ channel, the rdma_cm
+//! channel and the TCP socket; on a CQ event ack it, re-arm, poll again. A peer
+//! found gone (TCP EOF or Abort, DISCONNECTED, a flushed work request) is reported
+//! only once no completion is left.
+
+use super::RdmaError;
+use crate::error::GoneCause;
+use crate::frame_io::{protocol, read_control, write_control};
+use crate::TransportError;
+use rdpipe_verbs::{
+    CmEventKind, CmId, Completion, CompletionChannel, CompletionQueue, EventChannel, MemoryRegion,
+    ProtectionDomain, QueuePair,
+};
+use rdpipe_wire::rdma::RDMA_MSG_LEN;
+use rdpipe_wire::{AbortReason, Control, RdmaMsg, WireError};
+use rustix::event::{poll, PollFd, PollFlags};
+use std::net::{Shutdown, TcpStream};
+use std::time::Duration;
+
+/// Work request kinds, in the top half of a work request id.
+pub(super) const WR_WRITE: u64 = 1;
+pub(super) const WR_SEND: u64 = 2;
+pub(super) const WR_RECV: u64 = 3;
+
+/// The work request id of buffer or slot `index` for a request of `kind`.
+pub(super) fn wr_id(kind: u64, index: usize) -> u64 {
+    (kind << 32) | index as u64
+}
+
+/// `(kind, index)` of a work request id.
+pub(super) fn wr_split(id: u64) -> (u64, usize) {
+    (id >> 32, (id & 0xffff_ffff) as usize)
+}
+
+/// Registered message buffers, PD, CQ and QP: built once the device is known.
+pub(super) struct Verbs {
+    // Field order is drop order; the Arcs inside make any order safe anyway.
+    pub(super) qp: QueuePair,
+    pub(super) cq: CompletionQueue,
+    pub(super) chan: CompletionChannel,
+    pub(super) recv_msgs: MemoryRegion,
+    pub(super) send_msgs: MemoryRegion,
+    pub(super) data: MemoryRegion,
+    pub(super) _pd: ProtectionDomain,
+}
+
+/// The rdma_cm side of a connection.
+pub(super) struct CmParts {
+    /// The connection's id.
+    pub(super) id: CmId,
+    /// The receiver's listener, kept so no one else can take its port.
+    pub(super) _listener: Option<CmId>,
+    /// Where the connection's events arrive.
+    pub(super) ec: EventChannel,
+}
+
+/// Handles a completion that is not a SEND of ours finishing.
+pub(super) type OnCompletion<'a> =
+    dyn FnMut(&mut Conn, Completion) -> Result<(), TransportError> + 'a;
+
+/// An established connection: verbs objects, the cm ids and the TCP liveness
+/// channel, and the wait loop shared by both halves.
+pub(super) struct Conn {
+    pub(super) v: Verbs,
+    pub(super) n_send: usize,
+    /// Message buffers whose SEND has completed.
+    pub(super) send_free: Vec<usize>,
+    cm: CmParts,
+    pub(super) tcp: TcpStream,
+    tcp_closed: bool,
+    pub(super) peer: String,
+    device: String,
+    /// Whether slot notices travel as immediate data (else as SENDs).
+    pub(super) imm: bool,
+    /// A liveness failure seen while completions may still be in flight.
+    dead: Option<TransportError>,
+}
+
+impl Conn {
+    pub(super) fn new(
+        v: Verbs,
+        n_send: usize,
+        cm: CmParts,
+        tcp: TcpStream,
+        peer: String,
+        device: String,
+        imm: bool,
+    ) -> Conn {
+        Conn {
+            v,
+            n_send,
+            send_free: (0..n_send).collect(),
+            cm,
+            tcp,
+            tcp_closed: false,
+            peer,
+            device,
+            imm,
+            dead: None,
+        }
+    }
+
+    pub(super) fn describe(&self) -> String {
+        let mode = if self.imm {
+            "write-with-imm"
+        } else {
+            "write+send"
+        };
+        format!("rdma ({}, {mode})", self.device)
+    }
+
+    /// Posts a SEND of `m`, waiting for a free message buffer if needed.
+    pub(super) fn send_msg(
+        &mut self,
+        m: RdmaMsg,
+        on: &mut OnCompletion<'_>,
+    ) -> Result<(), TransportError> {
+        let i = loop {
+            if let Some(i) = self.send_free.pop() {
+                break i;
+            }
+            for c in self.wait()? {
+                self.dispatch(c, on)?;
+            }
+        };
+        let range = i * RDMA_MSG_LEN..(i + 1) * RDMA_MSG_LEN;
+        self.v.send_msgs.as_mut_slice()[range.clone()].copy_from_slice(&m.encode());
+        self.v
+            .qp
+            .post_send(wr_id(WR_SEND, i), &self.v.send_msgs, range)
+            .map_err(|e| RdmaError::from(e).into())
+    }
+
+    /// Handles what is common to both halves (failed completions, our SENDs
+    /// finishing) and passes the rest to `on`.
+    pub(super) fn dispatch(
+        &mut self,
+        c: Completion,
+        on: &mut OnCompletion<'_>,
+    ) -> Result<(), TransportError> {
+        if let Some(e) = &c.error {
+            // Flushed or retried-out requests mean the peer is gone: the same error
+            // as a lost TCP connection (the receiver reports truncation). Anything
+            // else is an RDMA failure of its own.
+            return Err(if e.connection_lost() {
+                TransportError::PeerGone {
+                    peer: self.peer.clone(),
+                    cause: GoneCause::RdmaLost(e.clone()),
+                }
+            } else {
+                RdmaError::Completion(e.clone()).into()
+            });
+        }
+        let (kind, i) = wr_split(c.wr_id);
+        if kind == WR_SEND {
+            self.send_free.push(i);
+            return Ok(());
+        }
+        on(self, c)
+    }
+
+    /// Reposts receive buffer `i` (after its contents were decoded).
+    pub(super) fn repost(&self, i: usize) -> Result<(), TransportError> {
+        self.v
+            .qp
+            .post_recv(
+                wr_id(WR_RECV, i),
+                &self.v.recv_msgs,
+                i * RDMA_MSG_LEN..(i + 1) * RDMA_MSG_LEN,
+            )
+            .map_err(|e| RdmaError::from(e).into())
+    }
+
+    /// Decodes the message in receive buffer `i`.
+    pub(super) fn msg_at(&self, i: usize) -> Result<RdmaMsg, WireError> {
+        self.v
+            .recv_msgs
+            .as_slice()
+            .get(i * RDMA_MSG_LEN..(i + 1) * RDMA_MSG_LEN)
+            .map_or(Err(WireError::ShortRdmaMsg(0)), RdmaMsg::decode)
+    }
+
+    /// Returns at least one completion, sleeping on the completion channel, the
+    /// rdma_cm channel and the TCP connection. A peer that is gone (TCP EOF, an
+    /// Abort, DISCONNECTED) is reported only once no completion is left.
+    pub(super) fn wait(&mut self) -> Result<Vec<Completion>, TransportError> {
+        let verbs = |e| TransportError::from(RdmaError::from(e));
+        let mut out = Vec::new();
+        let mut grace = true;
+        loop {
+            self.v.cq.poll(&mut out).map_err(verbs)?;
+            if !out.is_empty() {
+                return Ok(out);
+            }
+            if self.dead.is_some() {
+                // Completions already on their way get a moment to land.
+                if grace
+                    && self
+                        .v
+                        .cq
+                        .wait(Some(Duration::from_millis(100)))
+                        .map_err(verbs)?
+                {
+                    grace = false;
+                    self.v.cq.ack_event().map_err(verbs)?;
+                    self.v.cq.arm().map_err(verbs)?;
+                    continue;
+                }
+                return Err(self.dead.take().expect("checked"));
+            }
+            let (cq_ready, cm_ready, tcp_ready) = {
+                let mut fds = vec![
+                    PollFd::new(&self.v.chan, PollFlags::IN),
+                    PollFd::new(&self.cm.ec, PollFlags::IN),
+                ];
+                if !self.tcp_closed {
+                    fds.push(PollFd::new(&self.tcp, PollFlags::IN));
+                }
+                match poll(&mut fds, -1) {
+                    Ok(_) => {}
+                    Err(rustix::io::Errno::INTR) => continue,
+                    Err(e) => {
+                        return Err(TransportError::Io {
+                            context: "waiting for RDMA completions",
+                            source: e.into(),
+                        })
+                    }
+                }
+                (
+                    !fds[0].revents().is_empty(),
+                    !fds[1].revents().is_empty(),
+                    fds.get(2).is_some_and(|f| !f.revents().is_empty()),
+                )
+            };
+            if cq_ready {
+                // One event stands for any number of completions: ack, re-arm,
+                // then poll until empty (top of the loop).
+                self.v.cq.ack_event().map_err(verbs)?;
+                self.v.cq.arm().map_err(verbs)?;
+                continue;
+            }
+            if cm_ready {
+                self.on_cm_event()?;
+            }
+            if tcp_ready {
+                self.on_tcp_readable();
+            }
+        }
+    }
+
+    fn on_cm_event(&mut self) -> Result<(), TransportError> {
+        let Some(mut ev) = self
+            .cm
+            .ec
+            .get_event(Some(Duration::ZERO))
+            .map_err(RdmaError::from)?
+        else {
+            return Ok(());
+        };
+        match ev.kind {
+            CmEventKind::ConnectRequest => {
+                // Nobody else may join: refuse and destroy the new id.
+                if let Some(id) = ev.take_new_id() {
+                    tracing::warn!("rejected an RDMA connect request during the transfer");
+                    let _ = id.reject(&[]);
+                }
+            }
+            CmEventKind::Disconnected | CmEventKind::DeviceRemoval if ev.is_for(&self.cm.id) => {
+                // The same error as a lost TCP connection: the receive loop reports
+                // "stream truncated", the sender exits with "connection lost".
+                self.dead.get_or_insert(TransportError::PeerGone {
+                    peer: self.peer.clone(),
+                    cause: if ev.kind == CmEventKind::Disconnected {
+                        GoneCause::RdmaDisconnected
+                    } else {
+                        GoneCause::RdmaDeviceRemoved
+                    },
+                });
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn on_tcp_readable(&mut self) {
+        let e = match read_control(&mut self.tcp, &self.peer) {
+            Ok(Control::Keepalive) => return,
+            Ok(Control::Abort { message, .. }) => TransportError::PeerAborted(message),
+            Ok(other) => protocol(&self.peer, WireError::Unexpected(other.kind())),
+            Err(e) => e,
+        };
+        self.tcp_closed = true;
+        // An Abort beats a disconnect seen a moment earlier.
+        if matches!(e, TransportError::PeerAborted(_)) || self.dead.is_none() {
+            self.dead = Some(e);
+        }
+    }
+
+    /// Tells the peer on TCP that the stream is abandoned, and disconnects.
+    pub(super) fn abort(&mut self, reason: &str) {
+        let abort = Control::Abort {
+            reason: AbortReason::Stream,
+            message: reason.into(),
+        };
+        let _ = write_control(&mut self.tcp, &self.peer, &abort);
+        let _ = self.tcp.shutdown(Shutdown::Both);
+        let _ = self.cm.id.disconnect();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wr_ids() {
+        assert_eq!(wr_split(wr_id(WR_RECV, 17)), (WR_RECV, 17));
+        assert_eq!(wr_split(wr_id(WR_WRITE, 0)), (WR_WRITE, 0));
+    }
+}

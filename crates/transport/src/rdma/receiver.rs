@@ -1,0 +1,172 @@
+//! The RDMA receiving half and its ring state: slot notices (immediate data, or
+//! SENDs on the WRITE + SEND path) queue up in arrival order; each slot is drained
+//! straight from registered memory, then its credit goes back to the sender.
+
+use super::conn::{wr_split, Conn, WR_RECV};
+use super::RdmaError;
+use crate::{ChunkReceiver, Received, TransportError};
+use rdpipe_verbs::{Completion, WcOpcode};
+use rdpipe_wire::rdma::decode_imm;
+use rdpipe_wire::RdmaMsg;
+use std::collections::VecDeque;
+use std::io;
+use std::net::Shutdown;
+use std::time::Duration;
+
+/// What the sender said, in its order.
+#[derive(Debug, Clone, Copy)]
+enum Note {
+    /// Slot `slot` holds `len` new bytes.
+    Data { slot: usize, len: usize },
+    /// End of stream.
+    End { bytes: u64, checksum: u64 },
+}
+
+/// The receiver's ring state: its shape and the notices not yet drained.
+struct Ring {
+    slots: usize,
+    chunk: usize,
+    /// Slot notices and End, in arrival order (which is the sender's order).
+    pending: VecDeque<Note>,
+}
+
+impl Ring {
+    /// Handles one completion of the receiver's own kind: a receive, carrying a
+    /// slot notice (immediate data or a SEND) or End.
+    fn on_completion(&mut self, conn: &mut Conn, c: Completion) -> Result<(), TransportError> {
+        let (kind, i) = wr_split(c.wr_id);
+        if kind != WR_RECV {
+            return Err(RdmaError::UnexpectedCompletion {
+                opcode: c.opcode,
+                wr_id: c.wr_id,
+            }
+            .into());
+        }
+        let note = match (c.opcode, c.imm) {
+            (WcOpcode::RecvRdmaWithImm, Some(imm)) => {
+                let (slot, len) = decode_imm(imm);
+                Ok(Note::Data {
+                    slot: slot as usize,
+                    len: len as usize,
+                })
+            }
+            (WcOpcode::Recv, _) => match conn.msg_at(i) {
+                Ok(RdmaMsg::Data { slot, len }) => Ok(Note::Data {
+                    slot: slot as usize,
+                    len: len as usize,
+                }),
+                Ok(RdmaMsg::End { bytes, checksum }) => Ok(Note::End { bytes, checksum }),
+                Ok(m) => Err(RdmaError::UnexpectedNotice {
+                    msg: Some(m),
+                    opcode: c.opcode,
+                }),
+                Err(e) => Err(RdmaError::BadNotice(e)),
+            },
+            (opcode, _) => Err(RdmaError::UnexpectedNotice { msg: None, opcode }),
+        };
+        conn.repost(i)?;
+        match note? {
+            Note::Data { slot, len } if slot >= self.slots || !(1..=self.chunk).contains(&len) => {
+                Err(RdmaError::NoticeOutOfRange {
+                    slot,
+                    len,
+                    slots: self.slots,
+                    chunk: self.chunk,
+                }
+                .into())
+            }
+            n => {
+                self.pending.push_back(n);
+                Ok(())
+            }
+        }
+    }
+}
+
+/// The RDMA receiving half.
+pub struct RdmaReceiver {
+    conn: Conn,
+    ring: Ring,
+}
+
+impl RdmaReceiver {
+    pub(super) fn new(conn: Conn, chunk: usize, slots: usize) -> RdmaReceiver {
+        RdmaReceiver {
+            conn,
+            ring: Ring {
+                slots,
+                chunk,
+                pending: VecDeque::new(),
+            },
+        }
+    }
+
+    fn step(&mut self) -> Result<(), TransportError> {
+        let cs = self.conn.wait()?;
+        let ring = &mut self.ring;
+        for c in cs {
+            self.conn
+                .dispatch(c, &mut |conn, c| ring.on_completion(conn, c))?;
+        }
+        Ok(())
+    }
+
+    fn send_msg(&mut self, m: RdmaMsg) -> Result<(), TransportError> {
+        let ring = &mut self.ring;
+        self.conn
+            .send_msg(m, &mut |conn, c| ring.on_completion(conn, c))
+    }
+}
+
+impl ChunkReceiver for RdmaReceiver {
+    fn recv_chunk(
+        &mut self,
+        drain: &mut dyn FnMut(&[u8]) -> io::Result<()>,
+    ) -> Result<Received, TransportError> {
+        let note = loop {
+            if let Some(n) = self.ring.pending.pop_front() {
+                break n;
+            }
+            self.step()?;
+        };
+        match note {
+            Note::Data { slot, len } => {
+                let start = slot * self.ring.chunk;
+                // Straight from registered memory: the sender writes this slot again
+                // only after the credit below.
+                drain(&self.conn.v.data.as_slice()[start..start + len])
+                    .map_err(TransportError::Output)?;
+                self.send_msg(RdmaMsg::Credit { slot: slot as u32 })?;
+                Ok(Received::Chunk(len))
+            }
+            Note::End { bytes, checksum } => Ok(Received::End { bytes, checksum }),
+        }
+    }
+
+    fn confirm(&mut self, bytes: u64, checksum: u64) -> Result<(), TransportError> {
+        self.send_msg(RdmaMsg::Done { bytes, checksum })?;
+        // Wait until every SEND (the Done included) has been acknowledged.
+        while self.conn.send_free.len() < self.conn.n_send {
+            self.step()?;
+        }
+        // Then until the sender closes: exiting first could tear the connection
+        // down before the confirmation was processed there.
+        let _ = self.conn.tcp.shutdown(Shutdown::Write);
+        let _ = self.conn.tcp.set_read_timeout(Some(Duration::from_secs(5)));
+        let mut sink = [0u8; 64];
+        while let Ok(n) = io::Read::read(&mut self.conn.tcp, &mut sink) {
+            if n == 0 {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn abort(&mut self, reason: &str) {
+        self.conn.abort(reason);
+    }
+
+    fn describe(&self) -> String {
+        self.conn.describe()
+    }
+}

@@ -1,0 +1,194 @@
+//! The RDMA sending half and its credit logic: slot *i* may be filled again only
+//! when the receiver returned its credit *and* our own WRITE from it completed.
+
+use super::conn::{wr_id, wr_split, Conn, WR_RECV, WR_WRITE};
+use super::RdmaError;
+use crate::error::GoneCause;
+use crate::{ChunkSender, TransportError};
+use rdpipe_verbs::{Completion, RemoteBuf};
+use rdpipe_wire::rdma::encode_imm;
+use rdpipe_wire::{RdmaMsg, RingInfo};
+use std::io;
+
+/// The sender's credit state: which remote slots may be written, which local
+/// slots the NIC still reads, and the receiver's confirmation once it came.
+struct Credits {
+    /// Remote slot `i` may be written (its credit came back).
+    credit: Vec<bool>,
+    /// Local slot `i`'s WRITE has not completed yet.
+    busy: Vec<bool>,
+    /// The receiver's `Done`: what it verified.
+    done: Option<(u64, u64)>,
+}
+
+impl Credits {
+    /// Whether slot `s` may be filled and written.
+    fn free(&self, s: usize) -> bool {
+        self.credit[s] && !self.busy[s]
+    }
+
+    /// Handles one completion of the sender's own kinds: WRITEs done, credits and
+    /// Done arriving.
+    fn on_completion(&mut self, conn: &mut Conn, c: Completion) -> Result<(), TransportError> {
+        let (kind, i) = wr_split(c.wr_id);
+        match kind {
+            WR_WRITE if i < self.busy.len() => {
+                self.busy[i] = false;
+                Ok(())
+            }
+            WR_RECV => {
+                let m = conn.msg_at(i);
+                conn.repost(i)?;
+                match m.map_err(RdmaError::BadFromReceiver)? {
+                    RdmaMsg::Credit { slot } if (slot as usize) < self.credit.len() => {
+                        self.credit[slot as usize] = true;
+                        Ok(())
+                    }
+                    RdmaMsg::Done { bytes, checksum } => {
+                        self.done = Some((bytes, checksum));
+                        Ok(())
+                    }
+                    m => Err(RdmaError::UnexpectedFromReceiver(m).into()),
+                }
+            }
+            _ => Err(RdmaError::UnexpectedCompletion {
+                opcode: c.opcode,
+                wr_id: c.wr_id,
+            }
+            .into()),
+        }
+    }
+}
+
+/// The RDMA sending half.
+pub struct RdmaSender {
+    conn: Conn,
+    chunk: usize,
+    slots: usize,
+    ring: RingInfo,
+    credits: Credits,
+    next: usize,
+}
+
+impl RdmaSender {
+    pub(super) fn new(conn: Conn, chunk: usize, slots: usize, ring: RingInfo) -> RdmaSender {
+        RdmaSender {
+            conn,
+            chunk,
+            slots,
+            ring,
+            credits: Credits {
+                credit: vec![true; slots],
+                busy: vec![false; slots],
+                done: None,
+            },
+            next: 0,
+        }
+    }
+
+    fn step(&mut self) -> Result<(), TransportError> {
+        let cs = self.conn.wait()?;
+        let credits = &mut self.credits;
+        for c in cs {
+            self.conn
+                .dispatch(c, &mut |conn, c| credits.on_completion(conn, c))?;
+        }
+        Ok(())
+    }
+
+    fn send_msg(&mut self, m: RdmaMsg) -> Result<(), TransportError> {
+        let credits = &mut self.credits;
+        self.conn
+            .send_msg(m, &mut |conn, c| credits.on_completion(conn, c))
+    }
+}
+
+impl ChunkSender for RdmaSender {
+    fn send_chunk(
+        &mut self,
+        fill: &mut dyn FnMut(&mut [u8]) -> io::Result<usize>,
+    ) -> Result<usize, TransportError> {
+        let s = self.next;
+        // The credit logic: remote slot `s` is free only when the receiver said so,
+        // and our slot `s` only when the NIC has finished reading it.
+        while !self.credits.free(s) {
+            self.step()?;
+        }
+        let range = s * self.chunk..(s + 1) * self.chunk;
+        let n = fill(&mut self.conn.v.data.as_mut_slice()[range.clone()])
+            .map_err(TransportError::Input)?;
+        if n == 0 {
+            return Ok(0);
+        }
+        let n = n.min(self.chunk);
+        self.credits.credit[s] = false;
+        self.credits.busy[s] = true;
+        let remote = RemoteBuf {
+            addr: self.ring.addr + range.start as u64,
+            rkey: self.ring.rkey,
+        };
+        let imm = self.conn.imm.then(|| encode_imm(s as u32, n as u32));
+        self.conn
+            .v
+            .qp
+            .post_write(
+                wr_id(WR_WRITE, s),
+                &self.conn.v.data,
+                range.start..range.start + n,
+                remote,
+                imm,
+            )
+            .map_err(RdmaError::from)?;
+        if !self.conn.imm {
+            self.send_msg(RdmaMsg::Data {
+                slot: s as u32,
+                len: n as u32,
+            })?;
+        }
+        self.next = (s + 1) % self.slots;
+        Ok(n)
+    }
+
+    fn finish(&mut self, bytes: u64, checksum: u64) -> Result<(), TransportError> {
+        self.send_msg(RdmaMsg::End { bytes, checksum })?;
+        while self.credits.done.is_none() {
+            if let Err(e) = self.step() {
+                let unconfirmed = |cause| GoneCause::Unconfirmed(Box::new(cause));
+                return Err(match e {
+                    TransportError::PeerGone { peer, cause } => TransportError::PeerGone {
+                        peer,
+                        cause: unconfirmed(cause),
+                    },
+                    TransportError::Rdma(e) => TransportError::PeerGone {
+                        peer: self.conn.peer.clone(),
+                        cause: unconfirmed(GoneCause::Rdma(e)),
+                    },
+                    e => e,
+                });
+            }
+        }
+        let (b, c) = self.credits.done.expect("checked");
+        if b != bytes {
+            return Err(TransportError::LengthMismatch {
+                sent: bytes,
+                received: b,
+            });
+        }
+        if c != checksum {
+            return Err(TransportError::ChecksumMismatch {
+                bytes,
+                sent: checksum,
+                received: c,
+            });
+        }
+        Ok(())
+    }
+
+    fn abort(&mut self, reason: &str) {
+        self.conn.abort(reason);
+    }
+
+    fn describe(&self) -> String {
+        self.conn.describe()
+    }
+}
