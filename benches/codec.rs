@@ -89,7 +89,7 @@ fn tcp_pump(c: &mut Criterion) {
                     let rx = std::thread::spawn(move || {
                         let (s, _) = l.accept().unwrap();
                         rdpipe_transport::connect::tune(&s).unwrap();
-                        let mut rx = TcpReceiver::new(s, chunk, 2, "bench".into()).unwrap();
+                        let mut rx = TcpReceiver::new(s, chunk, "bench".into());
                         recv_stream(&mut rx, &mut std::io::sink(), &mut |_| {}).unwrap()
                     });
                     let s = TcpStream::connect(addr).unwrap();

@@ -68,21 +68,12 @@ fn tcp_sender(
     Ok(Box::new(tx))
 }
 
-fn tcp_receiver(
-    stream: TcpStream,
-    n: &Negotiated,
-) -> Result<Box<dyn ChunkReceiver>, TransportError> {
-    let rx = TcpReceiver::new(
+fn tcp_receiver(stream: TcpStream, n: &Negotiated) -> Box<dyn ChunkReceiver> {
+    Box::new(TcpReceiver::new(
         stream,
         n.chunk_size as usize,
-        n.slots as usize,
         n.peer_addr.clone(),
-    )
-    .map_err(|source| TransportError::Io {
-        context: "starting the TCP receiver",
-        source,
-    })?;
-    Ok(Box::new(rx))
+    ))
 }
 
 /// Builds the sending half the handshake chose on the authenticated connection;
@@ -110,12 +101,12 @@ pub fn receiver(
     n: &Negotiated,
 ) -> Result<Box<dyn ChunkReceiver>, TransportError> {
     match n.chosen {
-        Chosen::Tcp => tcp_receiver(stream, n),
+        Chosen::Tcp => Ok(tcp_receiver(stream, n)),
         Chosen::Rdma => match rdma::receiver(stream, n)? {
             Setup::Ready(rx) => Ok(rx),
             Setup::Declined { stream, decline } => {
                 fall_back(n, decline)?;
-                tcp_receiver(stream, n)
+                Ok(tcp_receiver(stream, n))
             }
         },
     }

@@ -415,9 +415,6 @@ impl Control {
     }
 }
 
-/// Re-exported so transports can name what the Accept frame chose.
-pub use Chosen as ChosenTransport;
-
 /// What the sender asked for and what the receiver can do decide the transport.
 pub fn choose_transport(
     sender: TransportPref,

@@ -146,10 +146,6 @@ impl Caps {
     pub fn union(self, other: Caps) -> Caps {
         Caps(self.0 | other.0)
     }
-    /// Bits set in both.
-    pub fn intersect(self, other: Caps) -> Caps {
-        Caps(self.0 & other.0)
-    }
 }
 
 /// The greeting. Both ends send one as soon as the connection is up.

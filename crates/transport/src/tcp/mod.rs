@@ -339,21 +339,16 @@ pub struct TcpReceiver {
 }
 
 impl TcpReceiver {
-    /// Prepares to receive on an authenticated connection. `slots` does not
-    /// matter here: the socket buffer does the read-ahead.
-    pub fn new(
-        stream: TcpStream,
-        chunk_size: usize,
-        _slots: usize,
-        peer: String,
-    ) -> io::Result<Self> {
-        Ok(TcpReceiver {
+    /// Prepares to receive on an authenticated connection. It takes no slot
+    /// count: the socket buffer does the read-ahead.
+    pub fn new(stream: TcpStream, chunk_size: usize, peer: String) -> Self {
+        TcpReceiver {
             peer,
             sock: stream,
             buf: vec![0u8; chunk_size.clamp(1, TCP_BUF)],
             left: 0,
             max: chunk_size as u32,
-        })
+        }
     }
 }
 
