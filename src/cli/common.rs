@@ -5,7 +5,7 @@
 use clap::{Args, ValueEnum};
 use rdpipe_transport::error::{EXIT_FAILURE, EXIT_USAGE};
 use rdpipe_transport::TransportError;
-use rdpipe_wire::{TransportPref, MAX_CHUNK_SIZE, MAX_SLOTS, MIN_CHUNK_SIZE};
+use rdpipe_wire::{Integrity, TransportPref, MAX_CHUNK_SIZE, MAX_SLOTS, MIN_CHUNK_SIZE};
 use std::fmt::Display;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -140,6 +140,27 @@ pub fn generate_key() -> Result<String, Failure> {
     Ok(k.iter().map(|b| format!("{b:02x}")).collect())
 }
 
+/// `--integrity`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum IntegrityArg {
+    /// xxh3 checksum only: catches accidents, not an attacker on the path (for
+    /// trusted fabrics; the fastest).
+    Checksum,
+    /// Keyed BLAKE3 MAC over the whole stream: nobody without the session keys
+    /// can alter, reorder, drop or truncate data unnoticed (the default).
+    #[default]
+    Mac,
+}
+
+/// The protection these flags ask for: `--encrypt` wins over `--integrity`.
+pub fn integrity(arg: IntegrityArg, encrypt: bool) -> Integrity {
+    match (encrypt, arg) {
+        (true, _) => Integrity::Encrypt,
+        (false, IntegrityArg::Mac) => Integrity::Mac,
+        (false, IntegrityArg::Checksum) => Integrity::Checksum,
+    }
+}
+
 /// Flags both endpoints take.
 #[derive(Debug, Args, Clone)]
 pub struct CommonArgs {
@@ -165,6 +186,16 @@ pub struct CommonArgs {
     /// before that peer is dropped (more than 0).
     #[arg(long, value_name = "SECS", default_value = "10", value_parser = parse_handshake_secs)]
     pub handshake_timeout: Duration,
+
+    /// How the stream's integrity is checked (the stronger of the two ends'
+    /// choices is used; see docs/security.md).
+    #[arg(long, value_enum, default_value_t = IntegrityArg::Mac)]
+    pub integrity: IntegrityArg,
+
+    /// Encrypt the stream (AES-256-GCM, keys from the handshake); either end
+    /// asking for it is enough.
+    #[arg(long)]
+    pub encrypt: bool,
 
     /// Print the transport used, the byte count and `Bandwidth X.XXX GB/s` on stderr
     /// at the end.
@@ -196,6 +227,7 @@ impl CommonArgs {
             slots: self.slots,
             transport: self.transport.into(),
             handshake_timeout: self.handshake_timeout,
+            integrity: integrity(self.integrity, self.encrypt),
             progress: self.progress(tool, total),
         }
     }
@@ -261,13 +293,14 @@ pub fn report(tool: &str, verb: &str, r: &rdpipe_transport::Report) {
     say(
         tool,
         format!(
-            "{verb} {} bytes {} {} over {} in {:.3} s (xxh3 {:016x})",
+            "{verb} {} bytes {} {} over {} in {:.3} s (xxh3 {:016x}, integrity {})",
             r.bytes,
             if verb == "sent" { "to" } else { "from" },
             r.peer,
             r.transport,
             r.elapsed.as_secs_f64(),
-            r.checksum
+            r.checksum,
+            r.integrity.as_str()
         ),
     );
     super::term::line(&format!("Bandwidth {:.3} GB/s\n", r.gbps()));

@@ -1,7 +1,7 @@
 //! `rdpipe`'s flags (clap derive) and its entry point. The work is done by the
 //! `rdpipe-orchestrate` crate; this file only turns flags into its `Config`.
 
-use crate::cli::common::{parse_size, Failure, Transport};
+use crate::cli::common::{parse_size, Failure, IntegrityArg, Transport};
 use clap::Parser;
 use rdpipe_orchestrate::run::{Config, LocalExe};
 use rdpipe_wire::MAX_SLOTS;
@@ -152,6 +152,14 @@ pub struct PipeArgs {
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub handshake_timeout: u64,
 
+    /// How each hop's integrity is checked (see docs/security.md).
+    #[arg(long, value_enum, default_value_t = IntegrityArg::Mac)]
+    pub integrity: IntegrityArg,
+
+    /// Encrypt every hop (AES-256-GCM, keys from each hop's handshake).
+    #[arg(long)]
+    pub encrypt: bool,
+
     /// SSH sessions per master connection (sshd's MaxSessions, 10 by default); a
     /// host with more segments gets more connections.
     #[arg(long, value_name = "N", default_value_t = 10,
@@ -190,6 +198,7 @@ impl PipeArgs {
             data_host: self.data_host,
             remote_bin: self.remote_bin,
             transport: self.transport.into(),
+            integrity: crate::cli::common::integrity(self.integrity, self.encrypt),
             chunk_size: self.chunk_size,
             slots: self.slots,
             connect_timeout: self.connect_timeout,

@@ -16,7 +16,7 @@ pub mod plan;
 pub mod run;
 pub mod ssh;
 
-use rdpipe_wire::TransportPref;
+use rdpipe_wire::{Integrity, TransportPref};
 
 /// Parses `auto`, `tcp` or `rdma` (the agent's `--transport`).
 pub fn parse_transport(s: &str) -> Result<TransportPref, String> {
@@ -25,6 +25,16 @@ pub fn parse_transport(s: &str) -> Result<TransportPref, String> {
         "tcp" => Ok(TransportPref::Tcp),
         "rdma" => Ok(TransportPref::Rdma),
         _ => Err(format!("'{s}' is not auto, tcp or rdma")),
+    }
+}
+
+/// Parses `checksum`, `mac` or `encrypt` (the agent's `--integrity`).
+pub fn parse_integrity(s: &str) -> Result<Integrity, String> {
+    match s {
+        "checksum" => Ok(Integrity::Checksum),
+        "mac" => Ok(Integrity::Mac),
+        "encrypt" => Ok(Integrity::Encrypt),
+        _ => Err(format!("'{s}' is not checksum, mac or encrypt")),
     }
 }
 

@@ -4,9 +4,9 @@
 
 use crate::connect::{connect_retry, Listener};
 use crate::handshake::{handshake, LocalParams, Negotiated};
-use crate::pump::{recv_stream, send_stream};
+use crate::pump::{recv_stream, send_stream, Protection};
 use crate::{select, ChunkReceiver, ChunkSender, TransportError};
-use rdpipe_wire::{Role, TransportPref};
+use rdpipe_wire::{Integrity, Role, TransportPref};
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::os::fd::AsFd;
@@ -45,8 +45,11 @@ pub struct Options {
     pub slots: u32,
     /// `--transport`.
     pub transport: TransportPref,
-    /// Bound on each handshake read.
+    /// The whole handshake's deadline.
     pub handshake_timeout: Duration,
+    /// `--integrity` / `--encrypt`: the protection this end wants (the stronger of
+    /// the two ends' wishes is used).
+    pub integrity: Integrity,
     /// Called with the running byte count after every chunk.
     pub progress: Option<Box<dyn FnMut(u64) + Send>>,
 }
@@ -64,6 +67,8 @@ pub struct Report {
     pub transport: String,
     /// The peer's address.
     pub peer: String,
+    /// How the stream was protected.
+    pub integrity: Integrity,
 }
 
 impl Report {
@@ -109,6 +114,13 @@ fn explain_mismatch(e: TransportError, pref: TransportPref) -> TransportError {
     }
 }
 
+fn protection(n: &Negotiated) -> Protection<'_> {
+    Protection {
+        integrity: n.integrity,
+        keys: &n.keys,
+    }
+}
+
 fn negotiate(
     endpoint: Endpoint,
     opts: &Options,
@@ -120,6 +132,7 @@ fn negotiate(
         caps: select::local_caps(opts.transport),
         chunk_size: opts.chunk_size,
         slots: opts.slots,
+        integrity: opts.integrity,
     };
     let mut s = establish(endpoint)?;
     let n = handshake(&mut s, &opts.key, &params, opts.handshake_timeout)
@@ -143,13 +156,14 @@ pub fn run_send<R: Read + AsFd>(
         Some(p) => p.as_mut(),
         None => &mut noop,
     };
-    let totals = send_stream(input, tx.as_mut(), progress)?;
+    let totals = send_stream(input, tx.as_mut(), protection(&n), progress)?;
     Ok(Report {
         bytes: totals.bytes,
         checksum: totals.checksum,
         elapsed: start.elapsed(),
         transport: tx.describe(),
         peer,
+        integrity: n.integrity,
     })
 }
 
@@ -177,13 +191,14 @@ pub fn run_recv<W: Write, F: FnOnce() -> Result<W, TransportError>>(
         Some(p) => p.as_mut(),
         None => &mut noop,
     };
-    let totals = recv_stream(rx.as_mut(), &mut output, progress)?;
+    let totals = recv_stream(rx.as_mut(), &mut output, protection(&n), progress)?;
     Ok(Report {
         bytes: totals.bytes,
         checksum: totals.checksum,
         elapsed: start.elapsed(),
         transport: rx.describe(),
         peer,
+        integrity: n.integrity,
     })
 }
 

@@ -22,6 +22,9 @@ pub const EXIT_CONNECT: u8 = 6;
 pub const EXIT_NO_RDMA: u8 = 7;
 /// Exit status: the peer broke the protocol (not rdma-pipe, wrong version, garbage).
 pub const EXIT_PROTOCOL: u8 = 8;
+/// Exit status: the stream failed its integrity check: it was altered on the way
+/// (MAC, encrypted chunk, End or Done tag).
+pub const EXIT_TAMPERED: u8 = 9;
 
 /// Everything that can go wrong moving a stream.
 #[derive(Debug, thiserror::Error)]
@@ -139,6 +142,18 @@ pub enum TransportError {
         /// Ours.
         received: u64,
     },
+    /// The stream, a chunk of it, or its End or Done failed the integrity check:
+    /// changed on the way by someone without the session keys.
+    #[error(
+        "{what} failed its integrity check after {bytes} bytes: the data was altered on the \
+         way; the output is not declared good"
+    )]
+    Tampered {
+        /// What failed: the stream, an encrypted chunk, the confirmation.
+        what: &'static str,
+        /// Bytes received (or sent) so far.
+        bytes: u64,
+    },
     /// The peer abandoned the stream and said why.
     #[error("peer aborted the stream: {0}")]
     PeerAborted(String),
@@ -166,6 +181,7 @@ impl TransportError {
             | ChecksumMismatch { .. }
             | PeerGone { .. } => EXIT_INCOMPLETE,
             PeerAborted(_) | Output(_) => EXIT_ABORTED,
+            Tampered { .. } => EXIT_TAMPERED,
             Accept(_) | Announce(_) | SocketOption(_) | Rdma(_) | Input(_) | Io { .. } => {
                 EXIT_FAILURE
             }

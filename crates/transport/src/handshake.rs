@@ -1,12 +1,22 @@
-//! The handshake driver: hellos, mutual authentication and the receiver's decision,
-//! over the TCP connection every transfer starts with.
+//! The handshake driver: hellos, the PAKE and key confirmation, and the
+//! receiver's decision, over the TCP connection every transfer starts with.
 //!
 //! Order (both ends run the same code with their own role):
 //! 1. send our hello; read the peer's magic+version first, then the rest;
-//! 2. send our HMAC tag over both hellos; read and verify the peer's tag. A wrong tag
-//!    is answered with an Abort frame and the connection is dropped: nothing about
-//!    the data path (ports, tokens, memory) has been revealed yet;
-//! 3. the receiver picks the transport, chunk size and slots and sends Accept.
+//! 2. send our SPAKE2 message, read the peer's; both derive the session keys
+//!    from the PAKE secret and the transcript (both hellos, both PAKE messages);
+//! 3. the receiver picks the transport, chunk size and slots and sends Accept with
+//!    its confirmation tag over it; the sender checks the tag and answers with its
+//!    own; the receiver checks that. A wrong key (or anything tampered with on the
+//!    way) fails a confirmation: nothing about the data path (ports, tokens,
+//!    memory) has been revealed yet, and nothing sent lets anyone test key
+//!    guesses offline (see docs/security.md).
+//!
+//! Before the peer is authenticated, nothing it says is trusted: an Abort, an
+//! unexpected frame or end of file is "authentication failed" (or a protocol
+//! error), never the text it sent. The whole handshake has one deadline
+//! (`--handshake-timeout`), counted from its start, not per read, so a peer that
+//! trickles bytes cannot hold an endpoint longer.
 
 use crate::error::GoneCause;
 use crate::frame_io::{conn_error, protocol, read_control, write_control};
@@ -14,9 +24,9 @@ use crate::TransportError;
 use rdpipe_wire::frame::{choose_transport, Chosen};
 use rdpipe_wire::hello::{HELLO_PREFIX_LEN, NONCE_LEN};
 use rdpipe_wire::*;
-use std::io::{Read, Write};
+use std::io::{self, Read, Write};
 use std::net::TcpStream;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// What this end brings to the handshake.
 #[derive(Debug, Clone)]
@@ -31,6 +41,8 @@ pub struct LocalParams {
     pub chunk_size: u32,
     /// `--slots`.
     pub slots: u32,
+    /// `--integrity` / `--encrypt`: the protection this end wants.
+    pub integrity: Integrity,
 }
 
 /// The outcome of a successful handshake.
@@ -48,6 +60,10 @@ pub struct Negotiated {
     pub peer: Hello,
     /// The peer's address, for messages.
     pub peer_addr: String,
+    /// The protection both ends use (the stronger of the two wishes).
+    pub integrity: Integrity,
+    /// This session's keys.
+    pub keys: SessionKeys,
 }
 
 /// Fresh random bytes from the OS.
@@ -73,8 +89,36 @@ fn timeout_error(peer: &str, e: TransportError, timeout: Duration) -> TransportE
     }
 }
 
-/// Runs the whole handshake on `stream`. `timeout` bounds every read, so a peer that
-/// connects and says nothing cannot hold us forever.
+/// A reader that gives every read only the time left until `until`: the
+/// handshake's one deadline.
+struct Deadline<'a> {
+    stream: &'a mut TcpStream,
+    until: Instant,
+}
+
+impl Read for Deadline<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let left = self.until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        self.stream.set_read_timeout(Some(left))?;
+        self.stream.read(buf)
+    }
+}
+
+impl Write for Deadline<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.stream.write(buf)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.stream.flush()
+    }
+}
+
+/// Runs the whole handshake on `stream` within `timeout` (one deadline for all
+/// of it), so a peer that connects and says nothing, or trickles, cannot hold
+/// us longer.
 pub fn handshake(
     stream: &mut TcpStream,
     key: &[u8],
@@ -85,18 +129,55 @@ pub fn handshake(
         .peer_addr()
         .map(|a| std::net::SocketAddr::new(a.ip().to_canonical(), a.port()).to_string())
         .unwrap_or_else(|_| "peer".into());
-    stream
-        .set_read_timeout(Some(timeout))
-        .map_err(TransportError::SocketOption)?;
-    let r = run(stream, key, local, &peer).map_err(|e| timeout_error(&peer, e, timeout));
+    let mut d = Deadline {
+        stream,
+        until: Instant::now() + timeout,
+    };
+    let r = run(&mut d, key, local, &peer).map_err(|e| timeout_error(&peer, e, timeout));
     stream
         .set_read_timeout(None)
         .map_err(TransportError::SocketOption)?;
     r
 }
 
+/// Reads the peer's hello: magic and version first, then the rest.
+fn read_hello(s: &mut Deadline, peer: &str) -> Result<[u8; HELLO_LEN], TransportError> {
+    let mut b = [0u8; HELLO_LEN];
+    s.read_exact(&mut b[..HELLO_PREFIX_LEN])
+        .map_err(|e| conn_error(peer, e))?;
+    let mut prefix = [0u8; HELLO_PREFIX_LEN];
+    prefix.copy_from_slice(&b[..HELLO_PREFIX_LEN]);
+    Hello::check_prefix(&prefix).map_err(|e| protocol(peer, e))?;
+    s.read_exact(&mut b[HELLO_PREFIX_LEN..])
+        .map_err(|e| conn_error(peer, e))?;
+    Ok(b)
+}
+
+/// Reads the next frame from a peer not yet authenticated, expecting `want`.
+/// An Abort or end of file here means the peer gave up on the authentication
+/// (its text is not trusted); anything else is a protocol error.
+fn read_unauthenticated(
+    s: &mut Deadline,
+    peer: &str,
+    want: FrameKind,
+) -> Result<Control, TransportError> {
+    let auth_failed = || TransportError::AuthFailed {
+        peer: peer.to_string(),
+    };
+    match read_control(s, peer) {
+        Ok(c) if c.kind() == want => Ok(c),
+        Ok(Control::Abort { .. }) => Err(auth_failed()),
+        Ok(other) => Err(protocol(peer, WireError::Unexpected(other.kind()))),
+        Err(TransportError::PeerGone {
+            cause: GoneCause::Closed | GoneCause::Io(_),
+            ..
+        }) => Err(auth_failed()),
+        Err(e) => Err(e),
+    }
+}
+
 fn run(
-    stream: &mut TcpStream,
+    s: &mut Deadline,
     key: &[u8],
     local: &LocalParams,
     peer: &str,
@@ -109,114 +190,120 @@ fn run(
         chunk_size: local.chunk_size,
         slots: local.slots,
         nonce: random_bytes::<NONCE_LEN>()?,
-        integrity: Integrity::default(),
+        integrity: local.integrity,
     };
     let our_bytes = ours.encode();
-    stream
-        .write_all(&our_bytes)
-        .map_err(|e| conn_error(peer, e))?;
-
-    let mut their_bytes = [0u8; HELLO_LEN];
-    stream
-        .read_exact(&mut their_bytes[..HELLO_PREFIX_LEN])
-        .map_err(|e| conn_error(peer, e))?;
-    let mut prefix = [0u8; HELLO_PREFIX_LEN];
-    prefix.copy_from_slice(&their_bytes[..HELLO_PREFIX_LEN]);
-    Hello::check_prefix(&prefix).map_err(|e| protocol(peer, e))?;
-    stream
-        .read_exact(&mut their_bytes[HELLO_PREFIX_LEN..])
-        .map_err(|e| conn_error(peer, e))?;
+    s.write_all(&our_bytes).map_err(|e| conn_error(peer, e))?;
+    let their_bytes = read_hello(s, peer)?;
     let theirs = Hello::decode(&their_bytes).map_err(|e| protocol(peer, e))?;
     tracing::debug!(
-        "hello from {peer}: {:?}, transport {:?}, caps {:#x}, chunk {}, slots {}",
+        "hello from {peer}: {:?}, transport {:?}, caps {:#x}, chunk {}, slots {}, {}",
         theirs.role,
         theirs.transport,
         theirs.caps.0,
         theirs.chunk_size,
-        theirs.slots
+        theirs.slots,
+        theirs.integrity.as_str()
     );
     if theirs.role == local.role {
         return Err(protocol(peer, WireError::SameRole(local.role)));
     }
 
-    let (s, r) = match local.role {
-        Role::Sender => (&our_bytes, &their_bytes),
-        Role::Receiver => (&their_bytes, &our_bytes),
+    // The PAKE: each end's message, then the keys over the whole transcript.
+    let pake = Pake::start(local.role, key);
+    let our_msg = *pake.message();
+    write_control(s, peer, &Control::Pake(our_msg))?;
+    let Control::Pake(their_msg) = read_unauthenticated(s, peer, FrameKind::Pake)? else {
+        unreachable!("read_unauthenticated returns the kind asked for")
     };
-    let tag = auth_tag(key, local.role, s, r);
-    write_control(stream, peer, &Control::Auth(tag))?;
-    let auth_failed = || TransportError::AuthFailed {
-        peer: peer.to_string(),
+    let (sh, rh, sm, rm) = match local.role {
+        Role::Sender => (&our_bytes, &their_bytes, &our_msg, &their_msg),
+        Role::Receiver => (&their_bytes, &our_bytes, &their_msg, &our_msg),
     };
-    match read_control(stream, peer) {
-        Ok(Control::Auth(t)) => {
-            if !verify_tag(key, theirs.role, s, r, &t) {
-                let abort = Control::Abort {
-                    reason: AbortReason::AuthFailed,
-                    message: "authentication failed".into(),
-                };
-                let _ = write_control(stream, peer, &abort);
-                return Err(auth_failed());
-            }
-        }
-        Ok(Control::Abort {
-            reason: AbortReason::AuthFailed,
-            ..
-        }) => return Err(auth_failed()),
-        Ok(Control::Abort { message, .. }) => return Err(TransportError::PeerAborted(message)),
-        Ok(other) => return Err(protocol(peer, WireError::Unexpected(other.kind()))),
-        // A peer that rejected our tag may close before we read its Abort.
-        Err(TransportError::PeerGone { .. }) => return Err(auth_failed()),
-        Err(e) => return Err(e),
-    }
+    let transcript = [&sh[..], &rh[..], &sm[..], &rm[..]].concat();
+    let keys = pake
+        .finish(&their_msg, &transcript)
+        .map_err(|e| protocol(peer, e))?;
 
-    let (chosen, chunk_size, slots) = match local.role {
-        Role::Receiver => {
-            let both = ours.caps.contains(Caps::RDMA) && theirs.caps.contains(Caps::RDMA);
-            let chunk = ours.chunk_size.min(theirs.chunk_size);
-            match choose_transport(theirs.transport, ours.transport, both) {
-                Some(chosen) => {
-                    write_control(
-                        stream,
-                        peer,
-                        &Control::Accept {
-                            transport: chosen,
-                            chunk_size: chunk,
-                            slots: ours.slots,
-                        },
-                    )?;
-                    (chosen, chunk, ours.slots)
-                }
-                None => {
-                    let why = mismatch_reason(theirs.transport, ours.transport, both);
-                    let abort = Control::Abort {
-                        reason: AbortReason::TransportMismatch,
-                        message: why.clone(),
-                    };
-                    let _ = write_control(stream, peer, &abort);
-                    return Err(TransportError::TransportMismatch(why));
-                }
-            }
-        }
-        Role::Sender => match read_control(stream, peer)? {
-            Control::Accept {
-                transport,
-                chunk_size,
-                slots,
-            } => {
-                if chunk_size > ours.chunk_size {
-                    return Err(protocol(peer, WireError::BadChunkSize(chunk_size)));
-                }
-                (transport, chunk_size, slots)
-            }
-            Control::Abort { message, .. } => {
-                return Err(TransportError::TransportMismatch(message))
-            }
-            other => return Err(protocol(peer, WireError::Unexpected(other.kind()))),
-        },
+    // The receiver decides, then both confirm the keys over its decision.
+    let both = ours.caps.contains(Caps::RDMA) && theirs.caps.contains(Caps::RDMA);
+    let (sender_pref, receiver_pref) = match local.role {
+        Role::Sender => (ours.transport, theirs.transport),
+        Role::Receiver => (theirs.transport, ours.transport),
     };
+    let auth_failed = |s: &mut Deadline| {
+        let abort = Control::Abort {
+            reason: AbortReason::AuthFailed,
+            message: "authentication failed".into(),
+        };
+        let _ = write_control(s, peer, &abort);
+        TransportError::AuthFailed {
+            peer: peer.to_string(),
+        }
+    };
+    let accept = match local.role {
+        Role::Receiver => {
+            let accept = Control::Accept {
+                transport: choose_transport(sender_pref, receiver_pref, both)
+                    .unwrap_or(Chosen::Refused),
+                chunk_size: ours.chunk_size.min(theirs.chunk_size),
+                slots: ours.slots,
+            };
+            let bytes = accept.encode();
+            write_control(s, peer, &accept)?;
+            write_control(
+                s,
+                peer,
+                &Control::Confirm(keys.confirm_tag(Role::Receiver, &bytes)),
+            )?;
+            let Control::Confirm(t) = read_unauthenticated(s, peer, FrameKind::Confirm)? else {
+                unreachable!("read_unauthenticated returns the kind asked for")
+            };
+            if !keys.verify_confirm(Role::Sender, &bytes, &t) {
+                return Err(auth_failed(s));
+            }
+            accept
+        }
+        Role::Sender => {
+            let accept = read_unauthenticated(s, peer, FrameKind::Accept)?;
+            let Control::Confirm(t) = read_unauthenticated(s, peer, FrameKind::Confirm)? else {
+                unreachable!("read_unauthenticated returns the kind asked for")
+            };
+            let bytes = accept.encode();
+            if !keys.verify_confirm(Role::Receiver, &bytes, &t) {
+                return Err(auth_failed(s));
+            }
+            write_control(
+                s,
+                peer,
+                &Control::Confirm(keys.confirm_tag(Role::Sender, &bytes)),
+            )?;
+            accept
+        }
+    };
+    let Control::Accept {
+        transport: chosen,
+        chunk_size,
+        slots,
+    } = accept
+    else {
+        unreachable!("the accept is an Accept")
+    };
+    // Authenticated from here on.
+    if chosen == Chosen::Refused {
+        return Err(TransportError::TransportMismatch(mismatch_reason(
+            sender_pref,
+            receiver_pref,
+            both,
+        )));
+    }
+    if chunk_size > ours.chunk_size {
+        return Err(protocol(peer, WireError::BadChunkSize(chunk_size)));
+    }
+    let integrity = Integrity::negotiate(ours.integrity, theirs.integrity);
     tracing::debug!(
-        "authenticated {peer}; transport {chosen:?}, chunk {chunk_size}, slots {slots}"
+        "authenticated {peer}; transport {chosen:?}, chunk {chunk_size}, slots {slots}, {}",
+        integrity.as_str()
     );
     Ok(Negotiated {
         chosen,
@@ -225,6 +312,8 @@ fn run(
         local: ours,
         peer: theirs,
         peer_addr: peer.to_string(),
+        integrity,
+        keys,
     })
 }
 

@@ -36,6 +36,7 @@ pub use endpoint::{run_recv, run_send, Endpoint, Options, Report};
 pub const TUNING_ENV: [&str; 2] = [tcp::SEND_MODE_ENV, rdma::NO_IMM_ENV];
 pub use error::TransportError;
 
+use rdpipe_wire::StreamEnd;
 use std::io as stdio;
 
 /// What a receiver got from [`ChunkReceiver::recv_chunk`].
@@ -43,13 +44,9 @@ use std::io as stdio;
 pub enum Received {
     /// A chunk of this many bytes was passed to the drain.
     Chunk(usize),
-    /// The sender ended the stream and claims this byte count and checksum.
-    End {
-        /// Bytes the sender sent.
-        bytes: u64,
-        /// The sender's xxh3-64 of the stream.
-        checksum: u64,
-    },
+    /// The sender ended the stream: its byte count, checksum and End tag (checked
+    /// by the receive loop, not the transport).
+    End(StreamEnd),
 }
 
 /// The sending half of a transport.
@@ -66,9 +63,9 @@ pub trait ChunkSender: Send {
         fill: &mut dyn FnMut(&mut [u8]) -> stdio::Result<usize>,
     ) -> Result<usize, TransportError>;
 
-    /// Sends end of stream with the byte count and checksum, then waits until the
-    /// receiver confirms that it verified and flushed the whole stream.
-    fn finish(&mut self, bytes: u64, checksum: u64) -> Result<(), TransportError>;
+    /// Sends end of stream, then waits for the receiver's confirmation (Done) and
+    /// returns it; the send loop checks it against what it sent.
+    fn finish(&mut self, end: &StreamEnd) -> Result<StreamEnd, TransportError>;
 
     /// Tells the receiver, as far as still possible, that the stream is abandoned.
     fn abort(&mut self, reason: &str);
@@ -80,16 +77,18 @@ pub trait ChunkSender: Send {
 /// The receiving half of a transport.
 pub trait ChunkReceiver: Send {
     /// Waits for the next chunk and passes it to `drain` (straight from the
-    /// transport's buffer), then recycles the buffer (returns the credit). At the end
-    /// of the stream returns what the sender claims, without calling `drain`.
-    /// An error from `drain` comes back as [`TransportError::Output`].
+    /// transport's buffer, which `drain` may change in place: it decrypts there
+    /// under `--encrypt`), then recycles the buffer (returns the credit). A chunk
+    /// is always one whole data frame or slot as the sender sent it. At the end of
+    /// the stream returns what the sender claims, without calling `drain`. An
+    /// error from `drain` comes back as it is.
     fn recv_chunk(
         &mut self,
-        drain: &mut dyn FnMut(&[u8]) -> stdio::Result<()>,
+        drain: &mut dyn FnMut(&mut [u8]) -> Result<(), TransportError>,
     ) -> Result<Received, TransportError>;
 
-    /// Confirms to the sender that the stream was verified and flushed.
-    fn confirm(&mut self, bytes: u64, checksum: u64) -> Result<(), TransportError>;
+    /// Confirms to the sender that the stream was verified and flushed (Done).
+    fn confirm(&mut self, done: &StreamEnd) -> Result<(), TransportError>;
 
     /// Tells the sender, as far as still possible, that the stream is abandoned.
     fn abort(&mut self, reason: &str);

@@ -1,10 +1,18 @@
 //! The send and receive loops, the same for every transport: they own the
-//! end-to-end byte count and checksum, and they turn a transport's "connection lost"
+//! end-to-end byte count, checksum and stream MAC, `--encrypt`'s sealing and
+//! opening of each chunk (in the transport's own buffer: the registered slot on
+//! RDMA), the tags of End and Done, and they turn a transport's "connection lost"
 //! into the user-facing "stream truncated after N bytes".
+//!
+//! The receiver declares a stream good (flushes its output, which publishes an
+//! output file, and sends Done) only when the byte count, the checksum and the
+//! End tag (over the MAC it computed itself) all match; the sender exits 0 only
+//! when Done's tag proves the receiver verified exactly what it sent.
 
 use crate::error::GoneCause;
 use crate::{ChunkReceiver, ChunkSender, Received, TransportError};
-use rdpipe_wire::StreamHasher;
+use rdpipe_wire::seal::{Opener, Sealer, SEAL_TAG_LEN};
+use rdpipe_wire::{Integrity, SessionKeys, StreamEnd, StreamHasher};
 use rustix::event::{poll, PollFd, PollFlags};
 use std::io::{self, Read, Write};
 use std::os::fd::AsFd;
@@ -69,21 +77,50 @@ pub struct Totals {
     pub checksum: u64,
 }
 
+/// How a stream is protected: the negotiated mode and the session's keys.
+#[derive(Clone, Copy)]
+pub struct Protection<'a> {
+    /// The mode both ends use.
+    pub integrity: Integrity,
+    /// The session's keys.
+    pub keys: &'a SessionKeys,
+}
+
+impl Protection<'_> {
+    fn hasher(&self) -> StreamHasher {
+        match self.integrity {
+            Integrity::Mac => StreamHasher::keyed(&self.keys.stream_mac),
+            // Checksum: no MAC; Encrypt: every chunk is authenticated already.
+            Integrity::Checksum | Integrity::Encrypt => StreamHasher::new(),
+        }
+    }
+}
+
 /// Sends all of `input`, then end of stream, and waits for the receiver's
 /// confirmation. A pipe on the input is grown to [`PIPE_SIZE`] first. On any failure
 /// the receiver is told (abort), so it never mistakes a partial stream for a whole one.
 pub fn send_stream<R: Read + AsFd>(
     input: &mut R,
     tx: &mut dyn ChunkSender,
+    prot: Protection<'_>,
     progress: Progress<'_>,
 ) -> Result<Totals, TransportError> {
-    let mut hasher = StreamHasher::new();
+    let mut hasher = prot.hasher();
+    let mut sealer = (prot.integrity == Integrity::Encrypt).then(|| Sealer::new(&prot.keys.aead));
     grow_pipe(input);
     loop {
         let r = tx.send_chunk(&mut |buf| {
-            let n = fill_available(input, buf)?;
+            // Under --encrypt the tag goes after the data, in the same buffer.
+            let room = match sealer {
+                Some(_) => buf.len() - SEAL_TAG_LEN,
+                None => buf.len(),
+            };
+            let n = fill_available(input, &mut buf[..room])?;
             hasher.update(&buf[..n]);
-            Ok(n)
+            Ok(match (&mut sealer, n) {
+                (Some(s), 1..) => s.seal(buf, n),
+                _ => n,
+            })
         });
         match r {
             Ok(0) => break,
@@ -98,45 +135,85 @@ pub fn send_stream<R: Read + AsFd>(
             Err(e) => return Err(e),
         }
     }
-    let totals = Totals {
-        bytes: hasher.bytes(),
-        checksum: hasher.digest(),
+    let (bytes, checksum, mac) = (hasher.bytes(), hasher.digest(), hasher.mac());
+    let end = StreamEnd {
+        bytes,
+        checksum,
+        tag: prot.keys.end_tag(bytes, checksum, &mac),
     };
-    tx.finish(totals.bytes, totals.checksum)?;
-    Ok(totals)
+    let done = tx.finish(&end)?;
+    // Done must be the receiver's, over exactly what we sent.
+    if !prot.keys.verify_done(bytes, checksum, &mac, &done.tag) {
+        return Err(if done.bytes != bytes {
+            TransportError::LengthMismatch {
+                sent: bytes,
+                received: done.bytes,
+            }
+        } else if done.checksum != checksum {
+            TransportError::ChecksumMismatch {
+                bytes,
+                sent: checksum,
+                received: done.checksum,
+            }
+        } else {
+            TransportError::Tampered {
+                what: "the receiver's confirmation",
+                bytes,
+            }
+        });
+    }
+    Ok(Totals { bytes, checksum })
 }
 
-/// Receives the stream into `output`, verifies byte count and checksum against the
-/// sender's end-of-stream frame, flushes, and only then confirms. Anything short of
-/// that is an error: a plain EOF is reported as truncation.
+/// Receives the stream into `output`, verifies byte count, checksum and the End
+/// tag, flushes, and only then confirms. Anything short of that is an error: a
+/// plain EOF is reported as truncation.
 pub fn recv_stream<W: Write>(
     rx: &mut dyn ChunkReceiver,
     output: &mut W,
+    prot: Protection<'_>,
     progress: Progress<'_>,
 ) -> Result<Totals, TransportError> {
-    let mut hasher = StreamHasher::new();
+    let mut hasher = prot.hasher();
+    let mut opener = (prot.integrity == Integrity::Encrypt).then(|| Opener::new(&prot.keys.aead));
     loop {
         let r = rx.recv_chunk(&mut |data| {
-            hasher.update(data);
-            output.write_all(data)
+            let n = match &mut opener {
+                Some(o) => o.open(data).map_err(|_| TransportError::Tampered {
+                    what: "an encrypted chunk",
+                    bytes: hasher.bytes(),
+                })?,
+                None => data.len(),
+            };
+            hasher.update(&data[..n]);
+            output.write_all(&data[..n]).map_err(TransportError::Output)
         });
         match r {
             Ok(Received::Chunk(_)) => progress(hasher.bytes()),
-            Ok(Received::End { bytes, checksum }) => {
+            Ok(Received::End(end)) => {
                 let got = Totals {
                     bytes: hasher.bytes(),
                     checksum: hasher.digest(),
                 };
-                let bad = if bytes != got.bytes {
+                let mac = hasher.mac();
+                let bad = if end.bytes != got.bytes {
                     Some(TransportError::LengthMismatch {
-                        sent: bytes,
+                        sent: end.bytes,
                         received: got.bytes,
                     })
-                } else if checksum != got.checksum {
+                } else if end.checksum != got.checksum {
                     Some(TransportError::ChecksumMismatch {
-                        bytes,
-                        sent: checksum,
+                        bytes: end.bytes,
+                        sent: end.checksum,
                         received: got.checksum,
+                    })
+                } else if !prot
+                    .keys
+                    .verify_end(got.bytes, got.checksum, &mac, &end.tag)
+                {
+                    Some(TransportError::Tampered {
+                        what: "the stream",
+                        bytes: got.bytes,
                     })
                 } else {
                     None
@@ -150,7 +227,12 @@ pub fn recv_stream<W: Write>(
                     rx.abort(&format!("receiver's {e}"));
                     return Err(e);
                 }
-                rx.confirm(got.bytes, got.checksum)?;
+                let done = StreamEnd {
+                    bytes: got.bytes,
+                    checksum: got.checksum,
+                    tag: prot.keys.done_tag(got.bytes, got.checksum, &mac),
+                };
+                rx.confirm(&done)?;
                 return Ok(got);
             }
             Err(TransportError::Output(e)) => {
@@ -161,6 +243,10 @@ pub fn recv_stream<W: Write>(
                 };
                 rx.abort(&format!("{what} after {} bytes", hasher.bytes()));
                 return Err(TransportError::Output(e));
+            }
+            Err(e @ TransportError::Tampered { .. }) => {
+                rx.abort(&format!("receiver rejected the stream: {e}"));
+                return Err(e);
             }
             Err(TransportError::PeerGone { cause, .. }) => {
                 return Err(TransportError::Truncated {

@@ -84,6 +84,7 @@ pub fn sender(
     buffers: usize,
 ) -> Result<Box<dyn ChunkSender>, TransportError> {
     match n.chosen {
+        Chosen::Refused => Err(refused()),
         Chosen::Tcp => tcp_sender(stream, n, buffers),
         Chosen::Rdma => match rdma::sender(stream, n)? {
             Setup::Ready(tx) => Ok(tx),
@@ -95,12 +96,18 @@ pub fn sender(
     }
 }
 
+/// The handshake ends a refused negotiation itself; this is for completeness.
+fn refused() -> TransportError {
+    TransportError::TransportMismatch("no common transport".into())
+}
+
 /// Builds the receiving half the handshake chose on the authenticated connection.
 pub fn receiver(
     stream: TcpStream,
     n: &Negotiated,
 ) -> Result<Box<dyn ChunkReceiver>, TransportError> {
     match n.chosen {
+        Chosen::Refused => Err(refused()),
         Chosen::Tcp => Ok(tcp_receiver(stream, n)),
         Chosen::Rdma => match rdma::receiver(stream, n)? {
             Setup::Ready(rx) => Ok(rx),

@@ -5,8 +5,8 @@
 //! read, so a hostile or corrupt peer can never make us allocate or wait for more
 //! than one chunk.
 
-use crate::auth::AUTH_TAG_LEN;
 use crate::hello::TransportPref;
+use crate::session::{PAKE_MSG_LEN, TAG_LEN};
 use crate::WireError;
 
 /// Length of an encoded frame header.
@@ -28,8 +28,10 @@ pub enum FrameKind {
     Done,
     /// The stream is abandoned; carries a reason.
     Abort,
-    /// An authentication tag.
-    Auth,
+    /// A key-confirmation tag (see [`crate::session`]).
+    Confirm,
+    /// A SPAKE2 message.
+    Pake,
     /// The receiver's decision after authentication: transport, chunk size, slots.
     Accept,
     /// The receiver's rdma_cm listener port and one-time token.
@@ -47,11 +49,12 @@ impl FrameKind {
             FrameKind::End => 2,
             FrameKind::Done => 3,
             FrameKind::Abort => 4,
-            FrameKind::Auth => 5,
+            FrameKind::Confirm => 5,
             FrameKind::Accept => 6,
             FrameKind::RdmaOffer => 7,
             FrameKind::RdmaDecline => 8,
             FrameKind::Keepalive => 9,
+            FrameKind::Pake => 10,
         }
     }
     fn from_byte(b: u8) -> Result<Self, WireError> {
@@ -60,11 +63,12 @@ impl FrameKind {
             2 => FrameKind::End,
             3 => FrameKind::Done,
             4 => FrameKind::Abort,
-            5 => FrameKind::Auth,
+            5 => FrameKind::Confirm,
             6 => FrameKind::Accept,
             7 => FrameKind::RdmaOffer,
             8 => FrameKind::RdmaDecline,
             9 => FrameKind::Keepalive,
+            10 => FrameKind::Pake,
             other => return Err(WireError::UnknownFrame(other)),
         })
     }
@@ -72,9 +76,10 @@ impl FrameKind {
     fn limit(self, max_data: u32) -> u32 {
         match self {
             FrameKind::Data => max_data,
-            FrameKind::End | FrameKind::Done => 16,
+            FrameKind::End | FrameKind::Done => STREAM_END_LEN as u32,
+            FrameKind::Pake => PAKE_MSG_LEN as u32,
             FrameKind::Abort | FrameKind::RdmaDecline => MAX_MESSAGE_LEN,
-            FrameKind::Auth => AUTH_TAG_LEN as u32,
+            FrameKind::Confirm => TAG_LEN as u32,
             FrameKind::Accept => ACCEPT_LEN as u32,
             FrameKind::RdmaOffer => RDMA_OFFER_LEN as u32,
             FrameKind::Keepalive => 0,
@@ -130,6 +135,10 @@ impl FrameHeader {
 /// The transport the receiver chose.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Chosen {
+    /// No transport both ends accept (`--transport tcp` against `rdma`, or `rdma`
+    /// without RDMA on both ends): the handshake ends, authenticated, with the
+    /// reason each end works out from the two hellos.
+    Refused,
     /// Data frames on the TCP connection.
     Tcp,
     /// RDMA; an [`Control::RdmaOffer`] follows.
@@ -176,6 +185,61 @@ impl AbortReason {
     }
 }
 
+/// What End (sender) and Done (receiver) carry: the stream's byte count, its
+/// xxh3-64 checksum, and a tag under the session's End or Done key over both and
+/// the stream MAC ([`crate::session::SessionKeys::end_tag`]), so neither can be
+/// forged, replayed or echoed by anyone without the session keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamEnd {
+    /// Bytes in the whole stream.
+    pub bytes: u64,
+    /// xxh3-64 of the whole stream.
+    pub checksum: u64,
+    /// The End or Done tag.
+    pub tag: [u8; TAG_LEN],
+}
+
+/// Length of an encoded [`StreamEnd`].
+pub const STREAM_END_LEN: usize = 16 + TAG_LEN;
+
+impl StreamEnd {
+    /// `bytes:u64 checksum:u64 tag[32]`, little endian.
+    pub fn encode(&self) -> [u8; STREAM_END_LEN] {
+        let mut b = [0u8; STREAM_END_LEN];
+        b[0..8].copy_from_slice(&self.bytes.to_le_bytes());
+        b[8..16].copy_from_slice(&self.checksum.to_le_bytes());
+        b[16..].copy_from_slice(&self.tag);
+        b
+    }
+
+    /// Decodes exactly [`STREAM_END_LEN`] bytes; `None` for any other length.
+    pub fn decode(b: &[u8]) -> Option<StreamEnd> {
+        if b.len() != STREAM_END_LEN {
+            return None;
+        }
+        let mut x = [0u8; 8];
+        x.copy_from_slice(&b[0..8]);
+        let bytes = u64::from_le_bytes(x);
+        x.copy_from_slice(&b[8..16]);
+        let checksum = u64::from_le_bytes(x);
+        let mut tag = [0u8; TAG_LEN];
+        tag.copy_from_slice(&b[16..]);
+        Some(StreamEnd {
+            bytes,
+            checksum,
+            tag,
+        })
+    }
+}
+
+/// A peer's text made safe to print: every control character (escape sequences
+/// included) becomes a space.
+pub fn printable(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
+}
+
 /// Bytes below this value at the start of an Abort payload are reason codes.
 const ABORT_CODE_LIMIT: u8 = 0x20;
 
@@ -186,19 +250,11 @@ const RDMA_OFFER_LEN: usize = 2 + 1 + RDMA_TOKEN_LEN;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Control {
     /// End of stream.
-    End {
-        /// Bytes in the whole stream.
-        bytes: u64,
-        /// xxh3-64 of the whole stream.
-        checksum: u64,
-    },
-    /// The receiver confirms the stream, echoing what it verified.
-    Done {
-        /// Bytes it wrote out.
-        bytes: u64,
-        /// Checksum it computed.
-        checksum: u64,
-    },
+    End(StreamEnd),
+    /// The receiver confirms the stream, with what it verified.
+    Done(StreamEnd),
+    /// This end's SPAKE2 message.
+    Pake([u8; PAKE_MSG_LEN]),
     /// The stream (or the handshake) is abandoned.
     Abort {
         /// Why, for the other end's decisions.
@@ -206,8 +262,8 @@ pub enum Control {
         /// Why, for people.
         message: String,
     },
-    /// An authentication tag.
-    Auth([u8; AUTH_TAG_LEN]),
+    /// A key-confirmation tag.
+    Confirm([u8; TAG_LEN]),
     /// The receiver's decision.
     Accept {
         /// The transport to use.
@@ -245,10 +301,11 @@ impl Control {
     /// The frame kind that carries this message.
     pub fn kind(&self) -> FrameKind {
         match self {
-            Control::End { .. } => FrameKind::End,
-            Control::Done { .. } => FrameKind::Done,
+            Control::End(_) => FrameKind::End,
+            Control::Done(_) => FrameKind::Done,
+            Control::Pake(_) => FrameKind::Pake,
             Control::Abort { .. } => FrameKind::Abort,
-            Control::Auth(_) => FrameKind::Auth,
+            Control::Confirm(_) => FrameKind::Confirm,
             Control::Accept { .. } => FrameKind::Accept,
             Control::RdmaOffer { .. } => FrameKind::RdmaOffer,
             Control::RdmaDecline(_) => FrameKind::RdmaDecline,
@@ -260,10 +317,8 @@ impl Control {
     pub fn encode(&self) -> Vec<u8> {
         let mut payload = Vec::new();
         match self {
-            Control::End { bytes, checksum } | Control::Done { bytes, checksum } => {
-                payload.extend_from_slice(&bytes.to_le_bytes());
-                payload.extend_from_slice(&checksum.to_le_bytes());
-            }
+            Control::End(e) | Control::Done(e) => payload.extend_from_slice(&e.encode()),
+            Control::Pake(m) => payload.extend_from_slice(m),
             Control::Abort { reason, message } => {
                 payload.push(reason.to_byte());
                 payload.extend_from_slice(message_bytes(message, MAX_MESSAGE_LEN as usize - 1));
@@ -271,13 +326,14 @@ impl Control {
             Control::RdmaDecline(msg) => {
                 payload.extend_from_slice(message_bytes(msg, MAX_MESSAGE_LEN as usize))
             }
-            Control::Auth(tag) => payload.extend_from_slice(tag),
+            Control::Confirm(tag) => payload.extend_from_slice(tag),
             Control::Accept {
                 transport,
                 chunk_size,
                 slots,
             } => {
                 let t: u32 = match transport {
+                    Chosen::Refused => 0,
                     Chosen::Tcp => 1,
                     Chosen::Rdma => 2,
                 };
@@ -308,33 +364,24 @@ impl Control {
     /// Decodes the payload of a non-data frame whose header was already validated.
     pub fn decode(kind: FrameKind, p: &[u8]) -> Result<Control, WireError> {
         let bad = || WireError::BadPayload { kind, len: p.len() };
-        let u64_at = |i: usize| {
-            let mut a = [0u8; 8];
-            a.copy_from_slice(&p[i..i + 8]);
-            u64::from_le_bytes(a)
-        };
         let u32_at = |i: usize| u32::from_le_bytes([p[i], p[i + 1], p[i + 2], p[i + 3]]);
         Ok(match kind {
             FrameKind::Data => return Err(WireError::Unexpected(kind)),
             FrameKind::End | FrameKind::Done => {
-                if p.len() != 16 {
-                    return Err(bad());
-                }
-                let (bytes, checksum) = (u64_at(0), u64_at(8));
+                let e = StreamEnd::decode(p).ok_or_else(bad)?;
                 if kind == FrameKind::End {
-                    Control::End { bytes, checksum }
+                    Control::End(e)
                 } else {
-                    Control::Done { bytes, checksum }
+                    Control::Done(e)
                 }
             }
+            FrameKind::Pake => Control::Pake(p.try_into().map_err(|_| bad())?),
             FrameKind::Abort | FrameKind::RdmaDecline => {
                 if p.len() > MAX_MESSAGE_LEN as usize {
                     return Err(bad());
                 }
                 if kind == FrameKind::RdmaDecline {
-                    return Ok(Control::RdmaDecline(
-                        String::from_utf8_lossy(p).into_owned(),
-                    ));
+                    return Ok(Control::RdmaDecline(printable(&String::from_utf8_lossy(p))));
                 }
                 let (reason, msg) = match p.first() {
                     Some(&b) if b < ABORT_CODE_LIMIT => {
@@ -344,15 +391,16 @@ impl Control {
                 };
                 Control::Abort {
                     reason,
-                    message: String::from_utf8_lossy(msg).into_owned(),
+                    message: printable(&String::from_utf8_lossy(msg)),
                 }
             }
-            FrameKind::Auth => Control::Auth(p.try_into().map_err(|_| bad())?),
+            FrameKind::Confirm => Control::Confirm(p.try_into().map_err(|_| bad())?),
             FrameKind::Accept => {
                 if p.len() != ACCEPT_LEN {
                     return Err(bad());
                 }
                 let transport = match u32_at(0) {
+                    0 => Chosen::Refused,
                     1 => Chosen::Tcp,
                     2 => Chosen::Rdma,
                     _ => return Err(bad()),
@@ -444,7 +492,7 @@ mod tests {
         ));
         let mut big = FrameHeader {
             kind: FrameKind::End,
-            len: 17,
+            len: STREAM_END_LEN as u32 + 1,
         }
         .encode();
         assert!(FrameHeader::decode(&big, 1 << 20).is_err());

@@ -4,23 +4,25 @@
 //! A connection goes through three phases, whatever transport carries the data:
 //!
 //! 1. **Hello** ([`Hello`]): both ends send a fixed-size greeting at once: magic,
-//!    protocol version, role, capabilities, chunk size and a fresh 32-byte nonce.
-//!    The magic and version come first so that an incompatible peer is reported as
-//!    "peer speaks protocol X, we speak Y" instead of garbage.
-//! 2. **Authentication** ([`auth`]): each end proves knowledge of the shared key with
-//!    an HMAC-SHA256 tag over both hellos (so both nonces) and its own role. The key
-//!    never crosses the network, a tag cannot be replayed into another connection
-//!    (fresh nonces) and cannot be reflected back (the role is part of the message).
-//! 3. **Frames** ([`frame`]): data chunks, then an end-of-stream frame carrying the
-//!    byte count and an xxh3-64 checksum of the whole stream, answered by the
-//!    receiver's confirmation. Every length read from the network is validated
-//!    against limits before anything is allocated.
+//!    protocol version, role, capabilities, chunk size, a fresh 32-byte nonce and
+//!    the protection it wants ([`Integrity`]). The magic and version come first so
+//!    that an incompatible peer is reported as "peer speaks protocol X, we speak Y"
+//!    instead of garbage.
+//! 2. **Authentication** ([`session`]): SPAKE2 with the shared key, session keys
+//!    by HKDF over the whole transcript, then key confirmation over the receiver's
+//!    Accept. The key never crosses the network and nothing sent lets anyone test
+//!    key guesses offline; see docs/security.md.
+//! 3. **Frames** ([`frame`]): data chunks (sealed with AES-256-GCM under
+//!    `--encrypt`, [`seal`]), then an end-of-stream frame carrying the byte count,
+//!    the xxh3-64 checksum and a tag over them and the stream's keyed MAC
+//!    ([`checksum`]), answered by the receiver's tagged confirmation. Every length
+//!    read from the network is validated against limits before anything is
+//!    allocated.
 //!
 //! The RDMA transport's own formats (SEND messages, immediate data, the rdma_cm
 //! private data of connect and accept) are in [`rdma`].
 #![deny(missing_docs)]
 
-pub mod auth;
 pub mod checksum;
 pub mod frame;
 pub mod hello;
@@ -28,11 +30,11 @@ pub mod rdma;
 pub mod seal;
 pub mod session;
 
-pub use auth::{auth_tag, verify_tag, AUTH_TAG_LEN};
 pub use checksum::StreamHasher;
-pub use frame::{AbortReason, Control, FrameHeader, FrameKind, FRAME_HEADER_LEN};
+pub use frame::{AbortReason, Control, FrameHeader, FrameKind, StreamEnd, FRAME_HEADER_LEN};
 pub use hello::{Caps, Hello, Integrity, Role, TransportPref, HELLO_LEN, MAGIC, PROTOCOL_VERSION};
 pub use rdma::{RdmaMsg, RingInfo};
+pub use session::{Pake, SessionKeys, TAG_LEN};
 
 /// Largest chunk (data frame payload, RDMA slot) any endpoint accepts. Bounds every
 /// allocation that a length from the network could cause.

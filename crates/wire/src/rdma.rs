@@ -9,15 +9,15 @@
 //! and validates slot numbers and lengths against [`MAX_SLOTS`] and
 //! [`MAX_CHUNK_SIZE`] before anything is indexed with them.
 
-use crate::frame::RDMA_TOKEN_LEN;
+use crate::frame::{StreamEnd, RDMA_TOKEN_LEN, STREAM_END_LEN};
 use crate::{WireError, MAX_CHUNK_SIZE, MAX_SLOTS, MIN_CHUNK_SIZE};
 use subtle::ConstantTimeEq;
 
-/// Bytes per message buffer (credits, End, Done, slot notices); the encoded
-/// message uses the first 24.
-pub const RDMA_MSG_LEN: usize = 32;
-/// Bytes of an [`RdmaMsg`] that carry information.
-const RDMA_MSG_USED: usize = 24;
+/// Bytes per message buffer (credits, End, Done, slot notices).
+pub const RDMA_MSG_LEN: usize = 64;
+/// Bytes of an [`RdmaMsg`] that carry information: `tag:u32 slot:u32` and up to
+/// a [`StreamEnd`].
+const RDMA_MSG_USED: usize = 8 + STREAM_END_LEN;
 
 /// Bits of the immediate data that carry `len - 1`; the slot takes the rest.
 pub const IMM_LEN_BITS: u32 = 26;
@@ -37,24 +37,14 @@ pub enum RdmaMsg {
         len: u32,
     },
     /// Sender: end of stream.
-    End {
-        /// Bytes in the whole stream.
-        bytes: u64,
-        /// xxh3-64 of the whole stream.
-        checksum: u64,
-    },
+    End(StreamEnd),
     /// Receiver: slot `slot` is free again.
     Credit {
         /// The ring slot, below [`MAX_SLOTS`].
         slot: u32,
     },
     /// Receiver: the stream was verified and flushed.
-    Done {
-        /// Bytes it wrote out.
-        bytes: u64,
-        /// Checksum it computed.
-        checksum: u64,
-    },
+    Done(StreamEnd),
 }
 
 fn u32_at(b: &[u8], i: usize) -> u32 {
@@ -67,6 +57,11 @@ fn u64_at(b: &[u8], i: usize) -> u64 {
     u64::from_le_bytes(a)
 }
 
+fn stream_end(b: &[u8]) -> StreamEnd {
+    // The caller checked that `b` holds RDMA_MSG_USED bytes.
+    StreamEnd::decode(&b[8..8 + STREAM_END_LEN]).expect("a StreamEnd's length")
+}
+
 fn check_slot(slot: u32) -> Result<u32, WireError> {
     if slot < MAX_SLOTS {
         Ok(slot)
@@ -76,20 +71,27 @@ fn check_slot(slot: u32) -> Result<u32, WireError> {
 }
 
 impl RdmaMsg {
-    /// Encodes the message into one message buffer:
-    /// `tag:u32 slot:u32 x:u64 y:u64`, zero-padded.
+    /// Encodes the message into one message buffer: `tag:u32 slot:u32` then
+    /// `len:u64` (Data) or a [`StreamEnd`] (End, Done), zero-padded.
     pub fn encode(self) -> [u8; RDMA_MSG_LEN] {
         let mut b = [0u8; RDMA_MSG_LEN];
-        let (tag, a, x, y) = match self {
-            RdmaMsg::Data { slot, len } => (1u32, slot, u64::from(len), 0),
-            RdmaMsg::End { bytes, checksum } => (2, 0, bytes, checksum),
-            RdmaMsg::Credit { slot } => (3, slot, 0, 0),
-            RdmaMsg::Done { bytes, checksum } => (4, 0, bytes, checksum),
+        let (tag, a) = match self {
+            RdmaMsg::Data { slot, len } => {
+                b[8..16].copy_from_slice(&u64::from(len).to_le_bytes());
+                (1u32, slot)
+            }
+            RdmaMsg::End(e) => {
+                b[8..8 + STREAM_END_LEN].copy_from_slice(&e.encode());
+                (2, 0)
+            }
+            RdmaMsg::Credit { slot } => (3, slot),
+            RdmaMsg::Done(e) => {
+                b[8..8 + STREAM_END_LEN].copy_from_slice(&e.encode());
+                (4, 0)
+            }
         };
         b[0..4].copy_from_slice(&tag.to_le_bytes());
         b[4..8].copy_from_slice(&a.to_le_bytes());
-        b[8..16].copy_from_slice(&x.to_le_bytes());
-        b[16..24].copy_from_slice(&y.to_le_bytes());
         b
     }
 
@@ -109,17 +111,11 @@ impl RdmaMsg {
                     len: len as u32,
                 }
             }
-            2 => RdmaMsg::End {
-                bytes: u64_at(b, 8),
-                checksum: u64_at(b, 16),
-            },
+            2 => RdmaMsg::End(stream_end(b)),
             3 => RdmaMsg::Credit {
                 slot: check_slot(u32_at(b, 4))?,
             },
-            4 => RdmaMsg::Done {
-                bytes: u64_at(b, 8),
-                checksum: u64_at(b, 16),
-            },
+            4 => RdmaMsg::Done(stream_end(b)),
             tag => return Err(WireError::UnknownRdmaMsg(tag)),
         })
     }
@@ -235,15 +231,17 @@ mod tests {
     fn msgs_round_trip() {
         for m in [
             RdmaMsg::Data { slot: 3, len: 4096 },
-            RdmaMsg::End {
+            RdmaMsg::End(StreamEnd {
                 bytes: u64::MAX,
                 checksum: 7,
-            },
+                tag: [9; 32],
+            }),
             RdmaMsg::Credit { slot: 63 },
-            RdmaMsg::Done {
+            RdmaMsg::Done(StreamEnd {
                 bytes: 0,
                 checksum: u64::MAX,
-            },
+                tag: [0xff; 32],
+            }),
         ] {
             assert_eq!(RdmaMsg::decode(&m.encode()), Ok(m));
         }

@@ -6,11 +6,21 @@ use rdpipe_wire::frame::{Chosen, RDMA_TOKEN_LEN};
 use rdpipe_wire::hello::NONCE_LEN;
 use rdpipe_wire::*;
 
+fn any_end() -> impl Strategy<Value = StreamEnd> {
+    (any::<u64>(), any::<u64>(), any::<[u8; TAG_LEN]>()).prop_map(|(bytes, checksum, tag)| {
+        StreamEnd {
+            bytes,
+            checksum,
+            tag,
+        }
+    })
+}
+
 fn any_control() -> impl Strategy<Value = Control> {
     prop_oneof![
-        (any::<u64>(), any::<u64>()).prop_map(|(bytes, checksum)| Control::End { bytes, checksum }),
-        (any::<u64>(), any::<u64>())
-            .prop_map(|(bytes, checksum)| Control::Done { bytes, checksum }),
+        any_end().prop_map(Control::End),
+        any_end().prop_map(Control::Done),
+        any::<[u8; 33]>().prop_map(Control::Pake),
         (0usize..4, "[a-zA-Z0-9 :/.-]{0,200}").prop_map(|(r, message)| Control::Abort {
             reason: [
                 AbortReason::Unspecified,
@@ -21,7 +31,7 @@ fn any_control() -> impl Strategy<Value = Control> {
             message
         }),
         "[a-zA-Z0-9 :/.-]{0,200}".prop_map(Control::RdmaDecline),
-        any::<[u8; AUTH_TAG_LEN]>().prop_map(Control::Auth),
+        any::<[u8; TAG_LEN]>().prop_map(Control::Confirm),
         (
             any::<bool>(),
             MIN_CHUNK_SIZE..=MAX_CHUNK_SIZE,
@@ -102,7 +112,7 @@ proptest! {
     #[test]
     fn control_decoder_never_panics(b in proptest::collection::vec(any::<u8>(), 0..1100)) {
         let _ = Control::decode_frame(&b);
-        for kind in [FrameKind::End, FrameKind::Done, FrameKind::Abort, FrameKind::Auth,
+        for kind in [FrameKind::End, FrameKind::Done, FrameKind::Abort, FrameKind::Confirm, FrameKind::Pake,
                      FrameKind::Accept, FrameKind::RdmaOffer, FrameKind::RdmaDecline,
                      FrameKind::Keepalive, FrameKind::Data] {
             let _ = Control::decode(kind, &b);
@@ -115,12 +125,22 @@ proptest! {
     }
 
     #[test]
-    fn tags_verify_only_with_the_same_key(k1 in proptest::collection::vec(any::<u8>(), 0..64),
-                                          k2 in proptest::collection::vec(any::<u8>(), 0..64),
-                                          s in any_hello(), r in any_hello()) {
-        let (s, r) = (s.encode(), r.encode());
-        let tag = auth_tag(&k1, Role::Sender, &s, &r);
-        prop_assert!(verify_tag(&k1, Role::Sender, &s, &r, &tag));
-        prop_assert_eq!(verify_tag(&k2, Role::Sender, &s, &r, &tag), k1 == k2);
+    fn session_keys_agree_only_with_the_same_key(k1 in proptest::collection::vec(any::<u8>(), 1..40),
+                                                 k2 in proptest::collection::vec(any::<u8>(), 1..40),
+                                                 accept in proptest::collection::vec(any::<u8>(), 0..20)) {
+        let s = Pake::start(Role::Sender, &k1);
+        let r = Pake::start(Role::Receiver, &k2);
+        let (ms, mr) = (*s.message(), *r.message());
+        let t = [ms.as_slice(), mr.as_slice()].concat();
+        let (ks, kr) = (s.finish(&mr, &t).unwrap(), r.finish(&ms, &t).unwrap());
+        let tag = kr.confirm_tag(Role::Receiver, &accept);
+        prop_assert_eq!(ks.verify_confirm(Role::Receiver, &accept, &tag), k1 == k2);
+    }
+
+    #[test]
+    fn stream_end_decoder_never_panics_and_round_trips(b in proptest::collection::vec(any::<u8>(), 0..100),
+                                                      e in any_end()) {
+        let _ = StreamEnd::decode(&b);
+        prop_assert_eq!(StreamEnd::decode(&e.encode()), Some(e));
     }
 }

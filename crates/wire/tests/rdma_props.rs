@@ -3,20 +3,27 @@
 //! buffers and out-of-range slots and lengths.
 
 use proptest::prelude::*;
-use rdpipe_wire::frame::RDMA_TOKEN_LEN;
+use rdpipe_wire::frame::{RDMA_TOKEN_LEN, STREAM_END_LEN};
 use rdpipe_wire::rdma::{
     check_connect_data, connect_data, decode_imm, encode_imm, CONNECT_DATA_LEN, RDMA_MSG_LEN,
     RING_INFO_LEN,
 };
 use rdpipe_wire::*;
 
+fn any_end() -> impl Strategy<Value = StreamEnd> {
+    (any::<u64>(), any::<u64>(), any::<[u8; 32]>()).prop_map(|(bytes, checksum, tag)| StreamEnd {
+        bytes,
+        checksum,
+        tag,
+    })
+}
+
 fn any_msg() -> impl Strategy<Value = RdmaMsg> {
     prop_oneof![
         (0..MAX_SLOTS, 1..=MAX_CHUNK_SIZE).prop_map(|(slot, len)| RdmaMsg::Data { slot, len }),
-        (any::<u64>(), any::<u64>()).prop_map(|(bytes, checksum)| RdmaMsg::End { bytes, checksum }),
+        any_end().prop_map(RdmaMsg::End),
         (0..MAX_SLOTS).prop_map(|slot| RdmaMsg::Credit { slot }),
-        (any::<u64>(), any::<u64>())
-            .prop_map(|(bytes, checksum)| RdmaMsg::Done { bytes, checksum }),
+        any_end().prop_map(RdmaMsg::Done),
     ]
 }
 
@@ -43,7 +50,7 @@ proptest! {
         let mut b = m.encode();
         prop_assert_eq!(RdmaMsg::decode(&b), Ok(m));
         // The unused tail of a message buffer does not matter.
-        b[24..].copy_from_slice(&pad[24..]);
+        b[8 + STREAM_END_LEN..].copy_from_slice(&pad[8 + STREAM_END_LEN..]);
         prop_assert_eq!(RdmaMsg::decode(&b), Ok(m));
     }
 

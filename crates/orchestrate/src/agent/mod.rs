@@ -32,7 +32,7 @@ pub mod transfers;
 
 use crate::control::{decode_hex, Direction, FailKind, FromAgent, Part, PROTOCOL};
 use crate::plan::Link;
-use rdpipe_wire::TransportPref;
+use rdpipe_wire::{Integrity, TransportPref};
 use say::{Meter, Say};
 use segment::Segment;
 use std::ffi::OsString;
@@ -65,6 +65,9 @@ pub struct AgentArgs {
     /// auto, tcp or rdma.
     #[arg(long, default_value = "auto", value_parser = crate::parse_transport)]
     pub transport: TransportPref,
+    /// checksum, mac or encrypt.
+    #[arg(long, default_value = "mac", value_parser = crate::parse_integrity)]
+    pub integrity: Integrity,
     /// Seconds the authentication handshake may take.
     #[arg(long, default_value_t = 10)]
     pub handshake_timeout: u64,
@@ -156,6 +159,7 @@ fn run(a: AgentArgs) -> bool {
         chunk_size: a.chunk_size,
         slots: a.slots,
         transport: a.transport,
+        integrity: a.integrity,
         handshake_timeout: Duration::from_secs(a.handshake_timeout),
         connect_timeout: Duration::from_secs(a.connect_timeout),
         links: [a.input, a.output],

@@ -10,7 +10,7 @@ use super::segment::Ev;
 use crate::control::{Direction, FromAgent};
 use crate::plan::Link;
 use rdpipe_transport::{run_recv, run_send, Endpoint, Options, TransportError};
-use rdpipe_wire::TransportPref;
+use rdpipe_wire::{Integrity, TransportPref};
 use std::io::{Read, Write};
 use std::os::fd::AsFd;
 use std::sync::mpsc;
@@ -32,6 +32,8 @@ pub struct Transfers {
     pub slots: u32,
     /// `--transport`.
     pub transport: TransportPref,
+    /// `--integrity`.
+    pub integrity: Integrity,
     /// `--handshake-timeout`.
     pub handshake_timeout: Duration,
     /// `--connect-timeout`.
@@ -56,6 +58,7 @@ impl Transfers {
             slots: self.slots,
             transport: self.transport,
             handshake_timeout: self.handshake_timeout,
+            integrity: self.integrity,
             progress: Some(self.meter.callback(dir)),
         }
     }

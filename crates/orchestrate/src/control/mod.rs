@@ -163,7 +163,7 @@ impl HopReport {
             bytes: r.bytes,
             checksum: r.checksum,
             secs: r.elapsed.as_secs_f64(),
-            transport: r.transport.clone(),
+            transport: format!("{}, {}", r.transport, r.integrity.as_str()),
         }
     }
 

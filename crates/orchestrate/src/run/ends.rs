@@ -23,6 +23,7 @@ impl Runner {
             slots: self.a.slots,
             transport: self.a.transport,
             handshake_timeout: Duration::from_secs(self.a.handshake_timeout),
+            integrity: self.a.integrity,
             // A progress callback storing into `counter`, when there is a line.
             progress: self.progress.as_ref().map(|_| {
                 let c = counter.clone();

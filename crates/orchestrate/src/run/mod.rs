@@ -31,7 +31,7 @@ use crate::plan::{parse_data_host, plan, Host, Node, Pipeline, PlanError, Remote
 use crate::ssh::SshConfig;
 use rdpipe_term::progress::Ticker;
 use rdpipe_transport::{Report, TransportError};
-use rdpipe_wire::TransportPref;
+use rdpipe_wire::{Integrity, TransportPref};
 use spawn::Writer;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -84,6 +84,8 @@ pub struct Config {
     pub remote_bin: Option<String>,
     /// `--transport`.
     pub transport: TransportPref,
+    /// `--integrity` / `--encrypt`, for every hop.
+    pub integrity: Integrity,
     /// Chunk size in bytes.
     pub chunk_size: u32,
     /// Buffers in flight.

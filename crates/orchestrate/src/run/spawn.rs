@@ -119,6 +119,8 @@ pub fn agent_args(p: &Pipeline, i: usize, a: &Config) -> Vec<String> {
         a.connect_timeout.to_string(),
         "--handshake-timeout".into(),
         a.handshake_timeout.to_string(),
+        "--integrity".into(),
+        a.integrity.as_str().into(),
     ];
     // Only when asked for: the usual command line stays short.
     if a.verbose >= 2 {
@@ -395,6 +397,7 @@ mod tests {
             data_host: vec![],
             remote_bin: None,
             transport: TransportPref::Rdma,
+            integrity: rdpipe_wire::Integrity::Encrypt,
             chunk_size: 1 << 20,
             slots: 2,
             connect_timeout: 30,
@@ -432,6 +435,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(parsed.transport, TransportPref::Rdma);
+        assert_eq!(parsed.integrity, rdpipe_wire::Integrity::Encrypt);
         assert_eq!((parsed.input, parsed.output), p.links(1));
         assert_eq!(parsed.cmd.as_deref(), Some("cat"));
         assert_eq!(parsed.chunk_size, 1 << 20);

@@ -7,7 +7,7 @@ use super::RdmaError;
 use crate::{ChunkReceiver, Received, TransportError};
 use rdpipe_verbs::{Completion, WcOpcode};
 use rdpipe_wire::rdma::decode_imm;
-use rdpipe_wire::RdmaMsg;
+use rdpipe_wire::{RdmaMsg, StreamEnd};
 use std::collections::VecDeque;
 use std::io;
 use std::net::Shutdown;
@@ -19,7 +19,7 @@ enum Note {
     /// Slot `slot` holds `len` new bytes.
     Data { slot: usize, len: usize },
     /// End of stream.
-    End { bytes: u64, checksum: u64 },
+    End(StreamEnd),
 }
 
 /// The receiver's ring state: its shape and the notices not yet drained.
@@ -55,7 +55,7 @@ impl Ring {
                     slot: slot as usize,
                     len: len as usize,
                 }),
-                Ok(RdmaMsg::End { bytes, checksum }) => Ok(Note::End { bytes, checksum }),
+                Ok(RdmaMsg::End(e)) => Ok(Note::End(e)),
                 Ok(m) => Err(RdmaError::UnexpectedNotice {
                     msg: Some(m),
                     opcode: c.opcode,
@@ -121,7 +121,7 @@ impl RdmaReceiver {
 impl ChunkReceiver for RdmaReceiver {
     fn recv_chunk(
         &mut self,
-        drain: &mut dyn FnMut(&[u8]) -> io::Result<()>,
+        drain: &mut dyn FnMut(&mut [u8]) -> Result<(), TransportError>,
     ) -> Result<Received, TransportError> {
         let note = loop {
             if let Some(n) = self.ring.pending.pop_front() {
@@ -134,17 +134,16 @@ impl ChunkReceiver for RdmaReceiver {
                 let start = slot * self.ring.chunk;
                 // Straight from registered memory: the sender writes this slot again
                 // only after the credit below.
-                drain(&self.conn.v.data.as_slice()[start..start + len])
-                    .map_err(TransportError::Output)?;
+                drain(&mut self.conn.v.data.as_mut_slice()[start..start + len])?;
                 self.send_msg(RdmaMsg::Credit { slot: slot as u32 })?;
                 Ok(Received::Chunk(len))
             }
-            Note::End { bytes, checksum } => Ok(Received::End { bytes, checksum }),
+            Note::End(e) => Ok(Received::End(e)),
         }
     }
 
-    fn confirm(&mut self, bytes: u64, checksum: u64) -> Result<(), TransportError> {
-        self.send_msg(RdmaMsg::Done { bytes, checksum })?;
+    fn confirm(&mut self, done: &StreamEnd) -> Result<(), TransportError> {
+        self.send_msg(RdmaMsg::Done(*done))?;
         // Wait until every SEND (the Done included) has been acknowledged.
         while self.conn.send_free.len() < self.conn.n_send {
             self.step()?;

@@ -7,7 +7,7 @@ use crate::error::GoneCause;
 use crate::{ChunkSender, TransportError};
 use rdpipe_verbs::{Completion, RemoteBuf};
 use rdpipe_wire::rdma::encode_imm;
-use rdpipe_wire::{RdmaMsg, RingInfo};
+use rdpipe_wire::{RdmaMsg, RingInfo, StreamEnd};
 use std::io;
 
 /// The sender's credit state: which remote slots may be written, which local
@@ -18,7 +18,7 @@ struct Credits {
     /// Local slot `i`'s WRITE has not completed yet.
     busy: Vec<bool>,
     /// The receiver's `Done`: what it verified.
-    done: Option<(u64, u64)>,
+    done: Option<StreamEnd>,
 }
 
 impl Credits {
@@ -44,8 +44,8 @@ impl Credits {
                         self.credit[slot as usize] = true;
                         Ok(())
                     }
-                    RdmaMsg::Done { bytes, checksum } => {
-                        self.done = Some((bytes, checksum));
+                    RdmaMsg::Done(d) => {
+                        self.done = Some(d);
                         Ok(())
                     }
                     m => Err(RdmaError::UnexpectedFromReceiver(m).into()),
@@ -149,8 +149,8 @@ impl ChunkSender for RdmaSender {
         Ok(n)
     }
 
-    fn finish(&mut self, bytes: u64, checksum: u64) -> Result<(), TransportError> {
-        self.send_msg(RdmaMsg::End { bytes, checksum })?;
+    fn finish(&mut self, end: &StreamEnd) -> Result<StreamEnd, TransportError> {
+        self.send_msg(RdmaMsg::End(*end))?;
         while self.credits.done.is_none() {
             if let Err(e) = self.step() {
                 let unconfirmed = |cause| GoneCause::Unconfirmed(Box::new(cause));
@@ -167,21 +167,7 @@ impl ChunkSender for RdmaSender {
                 });
             }
         }
-        let (b, c) = self.credits.done.expect("checked");
-        if b != bytes {
-            return Err(TransportError::LengthMismatch {
-                sent: bytes,
-                received: b,
-            });
-        }
-        if c != checksum {
-            return Err(TransportError::ChecksumMismatch {
-                bytes,
-                sent: checksum,
-                received: c,
-            });
-        }
-        Ok(())
+        Ok(self.credits.done.expect("checked"))
     }
 
     fn abort(&mut self, reason: &str) {

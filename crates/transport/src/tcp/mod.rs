@@ -28,7 +28,7 @@ use crate::error::GoneCause;
 use crate::frame_io::{conn_error, read_control_payload, read_header, write_control, write_data};
 use crate::{ChunkReceiver, ChunkSender, Received, TransportError};
 use chooser::Chooser;
-use rdpipe_wire::{AbortReason, Control, FrameKind, WireError};
+use rdpipe_wire::{AbortReason, Control, FrameKind, StreamEnd, WireError};
 use std::io;
 use std::net::{Shutdown, TcpStream};
 use std::sync::mpsc::{channel, sync_channel, Receiver, RecvTimeoutError, SyncSender};
@@ -45,11 +45,11 @@ const KEEPALIVE_EVERY: Duration = Duration::from_secs(5);
 
 enum Out {
     Data(Vec<u8>, usize),
-    End(u64, u64),
+    End(StreamEnd),
 }
 
 enum Back {
-    Done(u64, u64),
+    Done(StreamEnd),
     Aborted(String),
     Failed(TransportError),
 }
@@ -104,11 +104,8 @@ impl TcpSender {
                             // The sender may have finished already; then nobody needs it.
                             let _ = free_tx.send(buf);
                         }
-                        Ok(Out::End(bytes, checksum)) => {
-                            io::Write::write_all(
-                                &mut wsock,
-                                &Control::End { bytes, checksum }.encode(),
-                            )?;
+                        Ok(Out::End(end)) => {
+                            io::Write::write_all(&mut wsock, &Control::End(end).encode())?;
                             return Ok(());
                         }
                         Err(RecvTimeoutError::Timeout) => {
@@ -131,7 +128,7 @@ impl TcpSender {
                     };
                     match read_control_payload(&mut rsock, &bpeer, h) {
                         Ok(Control::Keepalive) => continue,
-                        Ok(Control::Done { bytes, checksum }) => break Back::Done(bytes, checksum),
+                        Ok(Control::Done(d)) => break Back::Done(d),
                         Ok(Control::Abort { message, .. }) => break Back::Aborted(message),
                         Ok(other) => {
                             break Back::Failed(crate::frame_io::protocol(
@@ -259,9 +256,9 @@ impl ChunkSender for TcpSender {
         Ok(n)
     }
 
-    fn finish(&mut self, bytes: u64, checksum: u64) -> Result<(), TransportError> {
+    fn finish(&mut self, end: &StreamEnd) -> Result<StreamEnd, TransportError> {
         let out = self.out.take().expect("finish called once");
-        if out.send(Out::End(bytes, checksum)).is_err() {
+        if out.send(Out::End(*end)).is_err() {
             return Err(self.failure());
         }
         drop(out);
@@ -278,19 +275,7 @@ impl ChunkSender for TcpSender {
             }
         }
         match self.back.recv() {
-            Ok(Back::Done(b, c)) if b == bytes && c == checksum => Ok(()),
-            Ok(Back::Done(b, c)) => Err(if b != bytes {
-                TransportError::LengthMismatch {
-                    sent: bytes,
-                    received: b,
-                }
-            } else {
-                TransportError::ChecksumMismatch {
-                    bytes,
-                    sent: checksum,
-                    received: c,
-                }
-            }),
+            Ok(Back::Done(d)) => Ok(d),
             Ok(Back::Aborted(m)) => Err(TransportError::PeerAborted(m)),
             Ok(Back::Failed(TransportError::PeerGone { peer, cause })) => {
                 Err(TransportError::PeerGone {
@@ -355,17 +340,29 @@ impl TcpReceiver {
 impl ChunkReceiver for TcpReceiver {
     fn recv_chunk(
         &mut self,
-        drain: &mut dyn FnMut(&[u8]) -> io::Result<()>,
+        drain: &mut dyn FnMut(&mut [u8]) -> Result<(), TransportError>,
     ) -> Result<Received, TransportError> {
         while self.left == 0 {
             let h = read_header(&mut self.sock, &self.peer, self.max)?;
             if h.kind == FrameKind::Data {
+                if h.len as usize > self.buf.len() {
+                    // A chunk is always a whole frame (it may be sealed): the
+                    // peer's frames are never larger than our buffer.
+                    return Err(TransportError::Protocol {
+                        peer: self.peer.clone(),
+                        source: WireError::FrameTooLarge {
+                            kind: FrameKind::Data,
+                            len: h.len,
+                            limit: self.buf.len() as u32,
+                        },
+                    });
+                }
                 self.left = h.len as usize;
                 continue;
             }
             return match read_control_payload(&mut self.sock, &self.peer, h)? {
                 Control::Keepalive => continue,
-                Control::End { bytes, checksum } => Ok(Received::End { bytes, checksum }),
+                Control::End(e) => Ok(Received::End(e)),
                 Control::Abort { message, .. } => Err(TransportError::PeerAborted(message)),
                 other => Err(TransportError::Protocol {
                     peer: self.peer.clone(),
@@ -377,16 +374,12 @@ impl ChunkReceiver for TcpReceiver {
         io::Read::read_exact(&mut self.sock, &mut self.buf[..n])
             .map_err(|e| conn_error(&self.peer, e))?;
         self.left -= n;
-        drain(&self.buf[..n]).map_err(TransportError::Output)?;
+        drain(&mut self.buf[..n])?;
         Ok(Received::Chunk(n))
     }
 
-    fn confirm(&mut self, bytes: u64, checksum: u64) -> Result<(), TransportError> {
-        write_control(
-            &mut self.sock,
-            &self.peer,
-            &Control::Done { bytes, checksum },
-        )?;
+    fn confirm(&mut self, done: &StreamEnd) -> Result<(), TransportError> {
+        write_control(&mut self.sock, &self.peer, &Control::Done(*done))?;
         // Wait for the sender to close: our process must not exit (and possibly
         // reset the connection) before the confirmation has reached it.
         let _ = self.sock.shutdown(Shutdown::Write);
