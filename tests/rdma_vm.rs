@@ -7,25 +7,27 @@
 //! `qemu-system-x86_64`. Without them, or when the harness reports that it cannot
 //! run (exit 77), the test prints a loud `SKIPPED` line with the reason on the
 //! real stderr (not captured by the test harness) and passes; with
-//! `RDMA_VM_REQUIRE=1` a skip is a failure instead.
+//! `RDMA_VM_REQUIRE=1` or `RDPIPE_REQUIRE_ALL=1` a skip is a failure instead.
+//!
+//! A test binary of its own, apart from `tests/integration`: cargo runs test
+//! binaries one after another, so the guest, which keeps a core busy for
+//! minutes, never runs beside the time-bounded fault tests.
 
-use std::io::Write;
-use std::os::unix::fs::MetadataExt;
+#[path = "integration/support/skip.rs"]
+mod skip;
+
+use skip::{env_is_1, is_root, loud};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn loud(msg: &str) {
-    // Straight to fd 2: libtest captures print!/eprint!, not this.
-    let _ = writeln!(std::io::stderr(), "\n*** {msg} ***\n");
-}
+/// The test's name in skip lines.
+const NAME: &str = "rdma_vm (RDMA transport on Soft-RoCE)";
 
 fn skip(reason: &str) {
-    if std::env::var("RDMA_VM_REQUIRE").is_ok_and(|v| v == "1") {
+    if env_is_1("RDMA_VM_REQUIRE") {
         panic!("rdma_vm: RDMA_VM_REQUIRE=1 but the VM suite cannot run: {reason}");
     }
-    loud(&format!(
-        "SKIPPED: rdma_vm (RDMA transport on Soft-RoCE): {reason}"
-    ));
+    skip::skip(NAME, reason);
 }
 
 fn on_path(cmd: &str) -> bool {
@@ -40,10 +42,7 @@ fn rdma_suite_in_soft_roce_vm() {
         .parent()
         .expect("binary has a directory")
         .to_path_buf();
-    let euid = std::fs::metadata("/proc/self")
-        .map(|m| m.uid())
-        .unwrap_or(u32::MAX);
-    if euid != 0 {
+    if !is_root() {
         return skip("not running as root (the harness exports / to the guest over 9p)");
     }
     let qemu = std::env::var("RDMA_VM_QEMU").unwrap_or_else(|_| "qemu-system-x86_64".into());

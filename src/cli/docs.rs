@@ -1,7 +1,7 @@
 //! Man pages and shell completions, generated from the same clap definitions as
 //! `--help`, so they cannot say something the tools do not do. The committed files
-//! in `man/` and `completions/` are checked against this by `tests/docs.rs`;
-//! `RDPIPE_UPDATE_DOCS=1 cargo test --test docs` rewrites them.
+//! in `man/` and `completions/` are checked against this by `tests/integration/docs.rs`;
+//! `RDPIPE_UPDATE_DOCS=1 cargo test --test integration docs::` rewrites them.
 
 use clap::CommandFactory;
 use clap_complete::Shell;

@@ -31,13 +31,26 @@ pub fn stderr_is_terminal() -> bool {
 
 /// Whether stderr gets colours.
 pub fn color() -> bool {
-    std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()) && stderr_is_terminal()
+    color_allowed(
+        std::env::var_os("NO_COLOR").as_deref(),
+        stderr_is_terminal(),
+    )
+}
+
+/// The colour rule: a terminal, and `NO_COLOR` unset or empty.
+fn color_allowed(no_color: Option<&std::ffi::OsStr>, is_terminal: bool) -> bool {
+    no_color.is_none_or(|v| v.is_empty()) && is_terminal
 }
 
 /// `text` in the SGR colour `code` (`1` bold, `31` red, `33` yellow) where colours
 /// are allowed, else as it is.
 pub fn paint(code: &str, text: &str) -> String {
-    if color() {
+    paint_if(color(), code, text)
+}
+
+/// [`paint`] with the decision given.
+fn paint_if(color: bool, code: &str, text: &str) -> String {
+    if color {
         format!("\x1b[{code}m{text}\x1b[0m")
     } else {
         text.to_string()
@@ -91,8 +104,7 @@ pub fn line(s: &str) {
 }
 
 /// Draws `l` as the progress line (terminal only): replaces the previous one, and
-/// stays below whatever [`line`] prints until [`clear_status`] or
-/// [`finish_status`].
+/// stays below whatever [`line`] prints until [`finish_status`].
 pub fn draw_status(l: &str) {
     let mut st = status();
     let width = l.chars().count();
@@ -104,17 +116,6 @@ pub fn draw_status(l: &str) {
     st.line = Some(l.to_string());
     st.width = width;
     let _ = std::io::stderr().lock().write_all(&out);
-}
-
-/// Removes the progress line from the terminal.
-pub fn clear_status() {
-    let mut st = status();
-    if st.line.take().is_some() {
-        let mut out = Vec::new();
-        blank(&mut out, st.width);
-        let _ = std::io::stderr().lock().write_all(&out);
-    }
-    st.width = 0;
 }
 
 /// Replaces the progress line by `l` as an ordinary line, which stays.
@@ -253,11 +254,21 @@ mod tests {
     }
 
     #[test]
-    fn no_colour_without_a_terminal() {
-        // The test harness captures stderr: never a terminal here.
-        if !stderr_is_terminal() {
-            assert_eq!(paint("31", "error:"), "error:");
-            assert_eq!(prefix("rdpipe"), "rdpipe:");
-        }
+    fn colour_only_on_a_terminal_without_no_color() {
+        use std::ffi::OsStr;
+        assert!(!color_allowed(None, false));
+        assert!(!color_allowed(Some(OsStr::new("1")), false));
+        assert!(color_allowed(None, true));
+        // NO_COLOR set to anything but empty turns colours off.
+        assert!(color_allowed(Some(OsStr::new("")), true));
+        assert!(!color_allowed(Some(OsStr::new("1")), true));
+        assert!(!color_allowed(Some(OsStr::new("0")), true));
+    }
+
+    #[test]
+    fn paint_wraps_in_sgr_only_when_allowed() {
+        assert_eq!(paint_if(false, "31", "error:"), "error:");
+        assert_eq!(paint_if(true, "31", "error:"), "\x1b[31merror:\x1b[0m");
+        assert_eq!(paint_if(true, "1", "rdpipe"), "\x1b[1mrdpipe\x1b[0m");
     }
 }

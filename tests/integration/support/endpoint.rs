@@ -1,8 +1,8 @@
-//! Helpers for the integration tests: spawn the real binaries, find the port an
+//! rdsend and rdrecv run directly: spawn the real binaries, find the port an
 //! rdrecv announced, collect output, and print the whole command with its output
 //! when an expectation fails.
-#![allow(dead_code)]
 
+use super::procs::wait_bounded;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -17,43 +17,6 @@ pub fn bin(name: &str) -> PathBuf {
         "rdrecv" => PathBuf::from(env!("CARGO_BIN_EXE_rdrecv")),
         "rdpipe" => PathBuf::from(env!("CARGO_BIN_EXE_rdpipe")),
         other => panic!("no binary {other}"),
-    }
-}
-
-/// Deterministic pseudo-random bytes (xorshift), so failures are reproducible.
-pub fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    let mut v = Vec::with_capacity(len + 8);
-    while v.len() < len {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        v.extend_from_slice(&x.to_le_bytes());
-    }
-    v.truncate(len);
-    v
-}
-
-/// A fresh scratch directory, removed on drop.
-pub struct Scratch(pub PathBuf);
-
-impl Scratch {
-    pub fn new(tag: &str) -> Scratch {
-        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let d = std::env::temp_dir().join(format!("rdpipe-test-{tag}-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        Scratch(d)
-    }
-    pub fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
@@ -191,22 +154,6 @@ impl Receiver {
             stderr,
             cmdline: self.cmdline,
         }
-    }
-}
-
-/// Waits for a child at most `limit`, killing it (and failing) past that: a test
-/// must never hang.
-pub fn wait_bounded(child: &mut Child, limit: Duration, cmdline: &str) -> ExitStatus {
-    let deadline = std::time::Instant::now() + limit;
-    loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            return s;
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("`{cmdline}` did not exit within {limit:?}");
-        }
-        thread::sleep(Duration::from_millis(10));
     }
 }
 

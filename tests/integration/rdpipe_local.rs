@@ -1,12 +1,11 @@
 //! rdpipe without SSH: local segments (`-:CMD`, `localhost:CMD`), argument errors,
 //! the dry run, pipefail exit statuses, a closed stdout, and teardown on SIGTERM.
 
-mod support;
+use crate::support::*;
 
 use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::Duration;
-use support::*;
 
 fn a(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| s.to_string()).collect()
@@ -161,14 +160,11 @@ fn closed_stdout_is_quiet() {
     let mut buf = [0u8; 10];
     so.read_exact(&mut buf).unwrap();
     drop(so);
-    let t = std::time::Instant::now();
-    let st = loop {
-        if let Some(st) = c.try_wait().unwrap() {
-            break st;
-        }
-        assert!(t.elapsed() < Duration::from_secs(15), "rdpipe did not stop");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let st = wait_bounded(
+        &mut c,
+        Duration::from_secs(15),
+        "rdpipe with a closed stdout",
+    );
     let mut err = String::new();
     c.stderr.take().unwrap().read_to_string(&mut err).unwrap();
     assert_eq!(st.code(), Some(141), "{err}");
@@ -186,14 +182,7 @@ fn sigterm_tears_down_local_segments() {
         ]),
         None,
     );
-    let t = std::time::Instant::now();
-    while pgrep(&format!("^yes {mark}")).is_empty() {
-        assert!(
-            t.elapsed() < Duration::from_secs(20),
-            "pipeline did not start"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for(&format!("^yes {mark}"), Duration::from_secs(20));
     Command::new("kill")
         .args(["-TERM", &p.child.id().to_string()])
         .status()
@@ -501,7 +490,10 @@ fn in_terminal(cmd: &str) -> Option<(std::process::ExitStatus, String)> {
         .status()
         .is_ok_and(|s| s.success());
     if !ok {
-        eprintln!("SKIPPED: terminal checks: no `script` (util-linux)");
+        skip(
+            &test_name(),
+            "no `script` (util-linux) to run rdpipe on a terminal",
+        );
         return None;
     }
     let out = Command::new("script")

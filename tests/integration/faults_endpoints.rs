@@ -2,9 +2,7 @@
 //! announces an oversized frame, a recorded handshake replayed to a new receiver,
 //! and a slow consumer that must not make rdrecv's memory grow.
 
-mod common;
-mod support;
-use common::*;
+use crate::support::*;
 use rdpipe_transport::handshake::{handshake, LocalParams};
 use rdpipe_wire::{Caps, FrameHeader, FrameKind, Role, TransportPref};
 use std::io::{Read, Write};
@@ -136,7 +134,7 @@ fn slow_consumer_keeps_receiver_memory_flat() {
     let mut peak = 0;
     for _ in 0..40 {
         std::thread::sleep(Duration::from_millis(50));
-        if let Some(k) = support::rss_kib(pid) {
+        if let Some(k) = rss_kib(pid) {
             peak = peak.max(k);
         }
     }

@@ -1,5 +1,5 @@
 //! The committed man pages and shell completions must match what the clap
-//! definitions generate; regenerate with `RDPIPE_UPDATE_DOCS=1 cargo test --test docs`.
+//! definitions generate; regenerate with `RDPIPE_UPDATE_DOCS=1 cargo test --test integration docs::`.
 
 use rdma_pipe::cli::docs::{commands, completion, completion_files, man_page};
 use std::path::Path;
@@ -37,7 +37,7 @@ fn man_pages_and_completions_match_the_cli() {
     assert!(
         stale.is_empty(),
         "generated docs differ from the committed ones: {stale:?}\n\
-         regenerate with: RDPIPE_UPDATE_DOCS=1 cargo test --test docs"
+         regenerate with: RDPIPE_UPDATE_DOCS=1 cargo test --test integration docs::"
     );
 }
 

@@ -6,36 +6,13 @@
 //! stated bound, and that no process of the pipeline is left anywhere.
 //!
 //! Random fault points are seeded; the seed is printed and `RDPIPE_FAULT_SEED=N`
-//! replays it. Root-only cases print `SKIPPED: ... needs root` otherwise.
+//! replays it. Root-only cases print `SKIPPED: ... needs root` otherwise (a
+//! failure with `RDPIPE_REQUIRE_ALL=1`).
 //! docs/faults.md has the table of faults, expectations and bounds.
 
-mod support;
-
+use crate::support::*;
 use std::process::Command;
 use std::time::{Duration, Instant};
-use support::*;
-
-macro_rules! need_ssh {
-    ($name:expr) => {
-        if !have_ssh() {
-            skip($name, "needs openssh-server and openssh-client installed");
-            return;
-        }
-    };
-}
-
-macro_rules! need_root {
-    ($name:expr, $why:expr) => {
-        if !is_root() {
-            skip($name, concat!("needs root (", $why, ")"));
-            return;
-        }
-        if !have_ssh() {
-            skip($name, "needs openssh-server and openssh-client installed");
-            return;
-        }
-    };
-}
 
 /// A teardown bound: how long after rdpipe exits the last remote process may
 /// linger (agents notice the closed control channel at once; this is slack for
@@ -139,24 +116,16 @@ fn kill9_mid_stream(victim: Victim, tag: &str) {
     };
     // Mid-stream: both commands run (the remote login shell that starts an
     // agent shows the same command line until it execs, hence the comm check).
-    let t0 = Instant::now();
-    let pids = loop {
+    let pids = poll(Duration::from_secs(20), Duration::from_millis(20), || {
         let both = !pgrep(&format!("^yes {mark}")).is_empty()
             && !pgrep(&format!("rdrecv --cmd-guard .*cat >/dev/null # {mark}")).is_empty();
         let v: Vec<u32> = pgrep(&pattern)
             .into_iter()
             .filter(|p| comm(*p) == comm_is)
             .collect();
-        if both && !v.is_empty() {
-            break v;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "pipeline did not start: {}",
-            ps(&pgrep(&mark))
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+        (both && !v.is_empty()).then_some(v)
+    })
+    .unwrap_or_else(|| panic!("pipeline did not start: {}", ps(&pgrep(&mark))));
     assert_eq!(pids.len(), 1, "{pattern}: {}", ps(&pgrep(&mark)));
     let at = rng.millis(50, 1500);
     std::thread::sleep(at);
@@ -192,25 +161,25 @@ fn kill9_mid_stream(victim: Victim, tag: &str) {
 
 #[test]
 fn kill9_remote_command_mid_stream() {
-    need_ssh!("kill9_remote_command_mid_stream");
+    need_ssh!();
     kill9_mid_stream(Victim::Command, "kcmd");
 }
 
 #[test]
 fn kill9_sending_agent_at_a_random_point() {
-    need_ssh!("kill9_sending_agent_at_a_random_point");
+    need_ssh!();
     kill9_mid_stream(Victim::SendAgent, "ksnd");
 }
 
 #[test]
 fn kill9_receiving_agent_mid_stream() {
-    need_ssh!("kill9_receiving_agent_mid_stream");
+    need_ssh!();
     kill9_mid_stream(Victim::RecvAgent, "krcv");
 }
 
 #[test]
 fn kill9_receiving_hosts_ssh_master_mid_stream() {
-    need_ssh!("kill9_receiving_hosts_ssh_master_mid_stream");
+    need_ssh!();
     kill9_mid_stream(Victim::RecvMaster, "kmst");
 }
 
@@ -229,10 +198,7 @@ fn pipeline_pids(net: &Netns, n: usize) -> Vec<u32> {
 
 #[test]
 fn netns_link_down_mid_stream_ends_within_the_dead_peer_bound() {
-    need_root!(
-        "netns_link_down_mid_stream_ends_within_the_dead_peer_bound",
-        "network namespaces"
-    );
+    need_root!("network namespaces");
     let mut rng = Rng::seeded("netns_link_down");
     let net = Netns::start("ld");
     let mark = marker("ld");
@@ -275,21 +241,22 @@ fn netns_link_down_mid_stream_ends_within_the_dead_peer_bound() {
     // The agent on the cut-off host ends by itself (its receiver's keepalive,
     // 30 s; at the latest the control channel's silence, 60 s), with the link
     // still down.
-    let deadline = Instant::now() + Duration::from_secs(70);
-    loop {
-        let left: Vec<(usize, Vec<u32>)> = (0..=3)
+    let left = || -> Vec<(usize, Vec<u32>)> {
+        (0..=3)
             .map(|n| (n, pipeline_pids(&net, n)))
             .filter(|(_, v)| !v.is_empty())
-            .collect();
-        if left.is_empty() {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
+            .collect()
+    };
+    if poll(Duration::from_secs(70), Duration::from_millis(200), || {
+        left().is_empty().then_some(())
+    })
+    .is_none()
+    {
+        let left = left();
+        panic!(
             "left over with the link down: {left:?}\n{}",
             ps(&left.iter().flat_map(|(_, v)| v.clone()).collect::<Vec<_>>())
         );
-        std::thread::sleep(Duration::from_millis(200));
     }
     eprintln!(
         "link down: every pipeline process gone {:?} after the cut",
@@ -342,14 +309,14 @@ fn add_loss(ns: &str, dev: &str, pct: u32) -> Option<&'static str> {
 
 #[test]
 fn netns_packet_loss_still_byte_exact() {
-    need_root!("netns_packet_loss_still_byte_exact", "network namespaces");
+    need_root!("network namespaces");
     let net = Netns::start("pl");
     let mut how = None;
     for h in 1..=3 {
         how = add_loss(&net.ns(h), "eth0", 2);
         if how.is_none() {
             skip(
-                "netns_packet_loss_still_byte_exact",
+                &test_name(),
                 "neither tc netem (kernel without sch_netem) nor nft (package nftables) can drop packets here",
             );
             return;
@@ -377,7 +344,7 @@ fn netns_packet_loss_still_byte_exact() {
 
 #[test]
 fn downstream_head_exits_early() {
-    need_ssh!("downstream_head_exits_early");
+    need_ssh!();
     let ssh = LocalSsh::start("head");
     let mark = marker("head");
     let cfg = ssh.config.to_string_lossy().into_owned();
@@ -429,7 +396,7 @@ fn downstream_head_exits_early() {
 
 #[test]
 fn slow_consumer_keeps_the_receiving_agents_memory_flat() {
-    need_ssh!("slow_consumer_keeps_the_receiving_agents_memory_flat");
+    need_ssh!();
     let ssh = LocalSsh::start("slow");
     let mark = marker("slow");
     let total = 256u64 << 20;
@@ -447,14 +414,9 @@ fn slow_consumer_keeps_the_receiving_agents_memory_flat() {
     );
     // The agent itself (not the login shell that starts it, same command line).
     let pat = format!("rdrecv --agent .*wc -c # {mark}");
-    let t0 = Instant::now();
-    let agent = loop {
-        if let Some(p) = pgrep(&pat).into_iter().find(|p| comm(*p) == "rdrecv") {
-            break p;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(20), "no agent");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let agent = wait_until("the receiving agent", Duration::from_secs(20), || {
+        pgrep(&pat).into_iter().find(|p| comm(*p) == "rdrecv")
+    });
     let mut samples = Vec::new();
     for _ in 0..30 {
         std::thread::sleep(Duration::from_millis(100));
@@ -488,7 +450,7 @@ impl Drop for Tmpfs {
 
 #[test]
 fn write_to_a_full_file_system_names_host_and_file() {
-    need_root!("write_to_a_full_file_system_names_host_and_file", "mount");
+    need_root!("mount");
     let ssh = LocalSsh::start("full");
     let dir = ssh.dir.path("small");
     std::fs::create_dir_all(&dir).unwrap();
@@ -596,13 +558,13 @@ fn signal_at(sig: &str, num: i32, tag: &str) {
 
 #[test]
 fn sigint_before_connect_mid_stream_and_at_the_end() {
-    need_ssh!("sigint_before_connect_mid_stream_and_at_the_end");
+    need_ssh!();
     signal_at("INT", 2, "sint");
 }
 
 #[test]
 fn sigterm_before_connect_mid_stream_and_at_the_end() {
-    need_ssh!("sigterm_before_connect_mid_stream_and_at_the_end");
+    need_ssh!();
     signal_at("TERM", 15, "sterm");
 }
 
@@ -611,15 +573,13 @@ fn sigterm_before_connect_mid_stream_and_at_the_end() {
 
 #[test]
 fn ssh_authentication_failure_is_one_line_naming_the_host() {
-    need_ssh!("ssh_authentication_failure_is_one_line_naming_the_host");
+    need_ssh!();
     let ssh = LocalSsh::start("auth");
     // A host alias whose identity is a key sshd does not know.
     let keys = Keys::generate(&Scratch::new("authk"));
     let cfg = ssh.dir.path("ssh_config_badkey");
     let known = ssh.dir.path("known_hosts");
-    let user = String::from_utf8_lossy(&Command::new("id").arg("-un").output().unwrap().stdout)
-        .trim()
-        .to_string();
+    let user = user();
     // No `Host *` block: IdentityFile accumulates, the good key must not leak in.
     let mut text = String::new();
     for (alias, key) in [("h1", ssh.dir.path("id_test")), ("badkey", keys.user_key)] {
@@ -697,7 +657,7 @@ fn check_sixteen(results: Vec<(usize, Run, Vec<u8>)>) {
 
 #[test]
 fn sixteen_concurrent_pipelines_all_byte_exact() {
-    need_ssh!("sixteen_concurrent_pipelines_all_byte_exact");
+    need_ssh!();
     let t = Instant::now();
     if is_root() {
         let net = Netns::start("16");

@@ -2,8 +2,7 @@
 //! boundaries, the three ways to give the key, files on both ends, port 0, wrong
 //! keys, a killed sender, a consumer that exits early, and garbage on the port.
 
-mod common;
-use common::*;
+use crate::support::*;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Command, Stdio};

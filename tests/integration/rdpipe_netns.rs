@@ -3,23 +3,9 @@
 //! (CI runs as root); each test says SKIPPED loudly otherwise. Every test checks at
 //! the end that no process of the pipeline is left in any namespace.
 
-mod support;
+use crate::support::*;
 
 use std::time::Duration;
-use support::*;
-
-macro_rules! need_root {
-    ($name:expr) => {
-        if !is_root() {
-            skip($name, "needs root (network namespaces)");
-            return;
-        }
-        if !have_ssh() {
-            skip($name, "needs openssh-server and openssh-client installed");
-            return;
-        }
-    };
-}
 
 fn args(net: &Netns, extra: &[&str]) -> Vec<String> {
     let mut v = net.base_args();
@@ -45,7 +31,7 @@ fn assert_clean(net: &Netns) {
 
 #[test]
 fn netns_hello_olleh() {
-    need_root!("netns_hello_olleh");
+    need_root!("network namespaces");
     let net = Netns::start("a");
     let r = go(
         &net,
@@ -60,7 +46,7 @@ fn netns_hello_olleh() {
 
 #[test]
 fn netns_64mib_three_hosts_tee_checksums() {
-    need_root!("netns_64mib_three_hosts_tee_checksums");
+    need_root!("network namespaces");
     let net = Netns::start("b");
     let data = random_bytes(64 << 20, 64);
     let sum = xxh3_hex(&data);
@@ -106,7 +92,7 @@ fn netns_64mib_three_hosts_tee_checksums() {
 
 #[test]
 fn netns_file_operators() {
-    need_root!("netns_file_operators");
+    need_root!("network namespaces");
     let net = Netns::start("c");
     let d = &net.dir;
     std::fs::write(d.path("in"), "abc\n").unwrap();
@@ -141,7 +127,7 @@ fn netns_file_operators() {
 
 #[test]
 fn netns_repeated_host_and_more_than_max_sessions() {
-    need_root!("netns_repeated_host_and_more_than_max_sessions");
+    need_root!("network namespaces");
     let net = Netns::start("d");
     // tac twice is the identity for data that ends with a newline.
     let mut data = random_bytes(2 << 20, 5);
@@ -166,7 +152,7 @@ fn netns_repeated_host_and_more_than_max_sessions() {
 
 #[test]
 fn netns_two_pipelines_at_once() {
-    need_root!("netns_two_pipelines_at_once");
+    need_root!("network namespaces");
     let net = Netns::start("e");
     let d1 = random_bytes(8 << 20, 1);
     let d2 = random_bytes(8 << 20, 2);
@@ -194,7 +180,7 @@ fn netns_two_pipelines_at_once() {
 
 #[test]
 fn netns_failing_middle_command() {
-    need_root!("netns_failing_middle_command");
+    need_root!("network namespaces");
     let net = Netns::start("f");
     let r = go(
         &net,
@@ -216,7 +202,7 @@ fn netns_failing_middle_command() {
 
 #[test]
 fn netns_sigint_mid_stream_leaves_nothing() {
-    need_root!("netns_sigint_mid_stream_leaves_nothing");
+    need_root!("network namespaces");
     let net = Netns::start("g");
     let p = net.exec_prefix();
     let p: Vec<&str> = p.iter().map(|s| s.as_str()).collect();
@@ -233,14 +219,7 @@ fn netns_sigint_mid_stream_leaves_nothing() {
         ),
         None,
     );
-    let t = std::time::Instant::now();
-    while pgrep(&format!("^yes {mark}")).is_empty() {
-        assert!(
-            t.elapsed() < Duration::from_secs(20),
-            "pipeline did not start"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for(&format!("^yes {mark}"), Duration::from_secs(20));
     std::thread::sleep(Duration::from_millis(700));
     assert!(std::process::Command::new("kill")
         .args(["-INT", &s.child.id().to_string()])
@@ -255,7 +234,7 @@ fn netns_sigint_mid_stream_leaves_nothing() {
 
 #[test]
 fn netns_missing_remote_tool() {
-    need_root!("netns_missing_remote_tool");
+    need_root!("network namespaces");
     let net = Netns::start("h");
     let p = net.exec_prefix();
     let p: Vec<&str> = p.iter().map(|s| s.as_str()).collect();
@@ -284,7 +263,7 @@ fn netns_missing_remote_tool() {
 
 #[test]
 fn netns_data_host_override_is_used() {
-    need_root!("netns_data_host_override_is_used");
+    need_root!("network namespaces");
     let net = Netns::start("i");
     // A second address on n2, like an IPoIB interface next to the management one.
     let ns2 = net.ns(2);

@@ -1,10 +1,9 @@
 //! rdpipe against a real sshd on 127.0.0.1 (no privileges needed): host aliases
 //! h1..h4 in a generated ssh config all reach the same sshd.
 
-mod support;
+use crate::support::*;
 
 use std::time::Duration;
-use support::*;
 
 fn args(ssh: &LocalSsh, extra: &[&str]) -> Vec<String> {
     let mut v = ssh.base_args();
@@ -12,18 +11,9 @@ fn args(ssh: &LocalSsh, extra: &[&str]) -> Vec<String> {
     v
 }
 
-macro_rules! need_ssh {
-    ($name:expr) => {
-        if !have_ssh() {
-            skip($name, "needs openssh-server and openssh-client installed");
-            return;
-        }
-    };
-}
-
 #[test]
 fn ssh_hello_olleh() {
-    need_ssh!("ssh_hello_olleh");
+    need_ssh!();
     let ssh = LocalSsh::start("hello");
     let r = run(
         &args(&ssh, &["h1:tr [:lower:] [:upper:]", "h2:rev"]),
@@ -36,7 +26,7 @@ fn ssh_hello_olleh() {
 
 #[test]
 fn ssh_file_operators() {
-    need_ssh!("ssh_file_operators");
+    need_ssh!();
     let ssh = LocalSsh::start("files");
     let d = &ssh.dir;
     std::fs::write(d.path("in"), "from a file\n").unwrap();
@@ -109,7 +99,7 @@ fn ssh_file_operators() {
 
 #[test]
 fn ssh_data_through_repeated_hosts_with_tee() {
-    need_ssh!("ssh_data_through_repeated_hosts_with_tee");
+    need_ssh!();
     let ssh = LocalSsh::start("tee");
     let data = random_bytes(16 << 20, 7);
     let sum = xxh3_hex(&data);
@@ -144,7 +134,7 @@ fn ssh_data_through_repeated_hosts_with_tee() {
 
 #[test]
 fn ssh_more_segments_than_max_sessions() {
-    need_ssh!("ssh_more_segments_than_max_sessions");
+    need_ssh!();
     let ssh = LocalSsh::start("many");
     let data = random_bytes(1 << 20, 11);
     // 12 segments on one host: sshd's MaxSessions is 10.
@@ -160,7 +150,7 @@ fn ssh_more_segments_than_max_sessions() {
 
 #[test]
 fn ssh_two_pipelines_at_once() {
-    need_ssh!("ssh_two_pipelines_at_once");
+    need_ssh!();
     let ssh = LocalSsh::start("two");
     let d1 = random_bytes(4 << 20, 1);
     let d2 = random_bytes(4 << 20, 2);
@@ -175,7 +165,7 @@ fn ssh_two_pipelines_at_once() {
 
 #[test]
 fn ssh_failing_middle_command() {
-    need_ssh!("ssh_failing_middle_command");
+    need_ssh!();
     let ssh = LocalSsh::start("fail");
     let r = run(
         &args(&ssh, &["h1:cat", "h2:cat >/dev/null; exit 3", "h3:cat"]),
@@ -201,7 +191,7 @@ fn ssh_failing_middle_command() {
 
 #[test]
 fn ssh_missing_remote_tool() {
-    need_ssh!("ssh_missing_remote_tool");
+    need_ssh!();
     let ssh = LocalSsh::start("missing");
     let a: Vec<String> = [
         "-F",
@@ -226,7 +216,7 @@ fn ssh_missing_remote_tool() {
 
 #[test]
 fn ssh_unreachable_host() {
-    need_ssh!("ssh_unreachable_host");
+    need_ssh!();
     let ssh = LocalSsh::start("closed");
     let r = run(
         &args(&ssh, &["h1:cat", "closed:cat"]),
@@ -260,14 +250,7 @@ fn interrupt(sig: &str, tag: &str) {
         None,
     );
     // Mid-stream: wait until the commands run.
-    let t = std::time::Instant::now();
-    while pgrep(&format!("^yes {mark}")).is_empty() {
-        assert!(
-            t.elapsed() < Duration::from_secs(20),
-            "pipeline did not start"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for(&format!("^yes {mark}"), Duration::from_secs(20));
     std::thread::sleep(Duration::from_millis(500));
     let pid = p.child.id().to_string();
     assert!(std::process::Command::new("kill")
@@ -293,19 +276,19 @@ fn interrupt(sig: &str, tag: &str) {
 
 #[test]
 fn ssh_sigint_mid_stream_leaves_nothing() {
-    need_ssh!("ssh_sigint_mid_stream_leaves_nothing");
+    need_ssh!();
     interrupt("-INT", "int");
 }
 
 #[test]
 fn ssh_sigkill_of_rdpipe_leaves_nothing() {
-    need_ssh!("ssh_sigkill_of_rdpipe_leaves_nothing");
+    need_ssh!();
     interrupt("-KILL", "kill");
 }
 
 #[test]
 fn ssh_sigkill_of_an_agent_leaves_nothing() {
-    need_ssh!("ssh_sigkill_of_an_agent_leaves_nothing");
+    need_ssh!();
     let ssh = LocalSsh::start("agentkill");
     let mark = format!("AMARK{}", std::process::id());
     let p = start(
@@ -319,14 +302,7 @@ fn ssh_sigkill_of_an_agent_leaves_nothing() {
         ),
         None,
     );
-    let t = std::time::Instant::now();
-    while pgrep(&format!("^yes {mark}")).is_empty() {
-        assert!(
-            t.elapsed() < Duration::from_secs(20),
-            "pipeline did not start"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for(&format!("^yes {mark}"), Duration::from_secs(20));
     // The producer's agent dies without any chance to clean up.
     let agents = pgrep(&format!("rdrecv --agent .*yes {mark}"));
     assert_eq!(agents.len(), 1, "{}", ps(&pgrep(&mark)));
@@ -346,7 +322,7 @@ fn ssh_sigkill_of_an_agent_leaves_nothing() {
 
 #[test]
 fn ssh_options_ports_and_user_at_host() {
-    need_ssh!("ssh_options_ports_and_user_at_host");
+    need_ssh!();
     let ssh = LocalSsh::start("opts");
     let port = ssh.port.to_string();
     let user = String::from_utf8(
@@ -387,7 +363,7 @@ fn ssh_options_ports_and_user_at_host() {
 
 #[test]
 fn ssh_master_killed_mid_stream() {
-    need_ssh!("ssh_master_killed_mid_stream");
+    need_ssh!();
     let ssh = LocalSsh::start("masterkill");
     let mark = format!("SMARK{}", std::process::id());
     let p = start(
@@ -401,14 +377,7 @@ fn ssh_master_killed_mid_stream() {
         ),
         None,
     );
-    let t = std::time::Instant::now();
-    while pgrep(&format!("^yes {mark}")).is_empty() {
-        assert!(
-            t.elapsed() < Duration::from_secs(20),
-            "pipeline did not start"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for(&format!("^yes {mark}"), Duration::from_secs(20));
     let cfg = ssh.config.to_string_lossy().into_owned();
     let masters = pgrep(&format!("^ssh .*{cfg}.* -M .*-- h1$"));
     assert_eq!(masters.len(), 1, "{}", ps(&pgrep(&cfg)));
@@ -430,7 +399,7 @@ fn ssh_master_killed_mid_stream() {
 
 #[test]
 fn ssh_interrupt_while_connecting_leaves_nothing() {
-    need_ssh!("ssh_interrupt_while_connecting_leaves_nothing");
+    need_ssh!();
     let dir = Scratch::new("hang");
     for (sig, want) in [("-INT", Some(130)), ("-KILL", None)] {
         // A host whose connection never completes (its ProxyCommand just sleeps).
@@ -446,11 +415,7 @@ fn ssh_interrupt_while_connecting_leaves_nothing() {
             ],
             None,
         );
-        let t = std::time::Instant::now();
-        while pgrep(&format!("^sleep {secs}")).is_empty() {
-            assert!(t.elapsed() < Duration::from_secs(20), "ssh did not start");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_for(&format!("^sleep {secs}"), Duration::from_secs(20));
         std::process::Command::new("kill")
             .args([sig, &p.child.id().to_string()])
             .status()
@@ -469,7 +434,7 @@ fn ssh_interrupt_while_connecting_leaves_nothing() {
 
 #[test]
 fn ssh_progress_and_debug_log_from_remote_agents() {
-    need_ssh!("ssh_progress_and_debug_log_from_remote_agents");
+    need_ssh!();
     let ssh = LocalSsh::start("prog");
     let d = &ssh.dir;
     let data = random_bytes(5 << 20, 17);
@@ -542,7 +507,7 @@ fn ssh_progress_and_debug_log_from_remote_agents() {
 
 #[test]
 fn ssh_endpoint_tuning_env_reaches_remote_agents() {
-    need_ssh!("ssh_endpoint_tuning_env_reaches_remote_agents");
+    need_ssh!();
     let ssh = LocalSsh::start("tuneenv");
     let data = random_bytes(1 << 20, 18);
     // ssh passes no environment on: rdpipe hands RDPIPE_TCP_SEND to the agents

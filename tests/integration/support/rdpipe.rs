@@ -1,0 +1,147 @@
+//! The rdpipe binary run under a time bound: stdin fed from a thread, stdout
+//! and stderr collected, the exit status and how long it took.
+
+use super::procs::poll;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// The rdpipe binary under test.
+pub fn rdpipe() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_rdpipe"))
+}
+
+/// The directory holding rdrecv (for `--remote-bin`).
+pub fn bin_dir() -> String {
+    Path::new(env!("CARGO_BIN_EXE_rdrecv"))
+        .parent()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// `-F CONFIG --remote-bin DIR`: rdpipe's arguments for a generated ssh
+/// configuration and the endpoints cargo built.
+pub fn base_args(config: &Path) -> Vec<String> {
+    vec![
+        "-F".into(),
+        config.to_string_lossy().into_owned(),
+        "--remote-bin".into(),
+        bin_dir(),
+    ]
+}
+
+/// What a finished rdpipe run gave.
+pub struct Run {
+    pub status: ExitStatus,
+    pub stdout: Vec<u8>,
+    pub stderr: String,
+    pub cmdline: String,
+    pub elapsed: Duration,
+}
+
+impl Run {
+    pub fn code(&self) -> Option<i32> {
+        self.status.code()
+    }
+    pub fn ok(&self) -> &Self {
+        assert!(
+            self.status.success(),
+            "{} failed ({:?}):\n{}",
+            self.cmdline,
+            self.status,
+            self.stderr
+        );
+        self
+    }
+    pub fn stdout_str(&self) -> String {
+        String::from_utf8_lossy(&self.stdout).into_owned()
+    }
+}
+
+/// A started rdpipe (stdin fed from a thread, outputs collected by threads).
+pub struct Started {
+    pub child: Child,
+    pub cmdline: String,
+    start: Instant,
+    out: std::thread::JoinHandle<Vec<u8>>,
+    err: std::thread::JoinHandle<Vec<u8>>,
+}
+
+/// Starts `prefix... rdpipe args...` with `input` on stdin (None: /dev/null).
+pub fn start(prefix: &[&str], args: &[String], input: Option<Vec<u8>>) -> Started {
+    let mut cmd = if prefix.is_empty() {
+        Command::new(rdpipe())
+    } else {
+        let mut c = Command::new(prefix[0]);
+        c.args(&prefix[1..]).arg(rdpipe());
+        c
+    };
+    cmd.args(args)
+        .stdin(if input.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let cmdline = format!("{cmd:?}");
+    let mut child = cmd.spawn().expect("run rdpipe");
+    if let Some(data) = input {
+        let mut sin = child.stdin.take().unwrap();
+        std::thread::spawn(move || {
+            let _ = sin.write_all(&data);
+        });
+    }
+    let mut so = child.stdout.take().unwrap();
+    let mut se = child.stderr.take().unwrap();
+    let out = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = so.read_to_end(&mut v);
+        v
+    });
+    let err = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = se.read_to_end(&mut v);
+        v
+    });
+    Started {
+        child,
+        cmdline,
+        start: Instant::now(),
+        out,
+        err,
+    }
+}
+
+impl Started {
+    /// Waits at most `limit`, killing rdpipe (and failing the test) past it.
+    pub fn finish(mut self, limit: Duration) -> Run {
+        let Some(status) = poll(limit, Duration::from_millis(20), || {
+            self.child.try_wait().unwrap()
+        }) else {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+            let err = self.err.join().unwrap_or_default();
+            panic!(
+                "{} did not finish within {limit:?}; stderr:\n{}",
+                self.cmdline,
+                String::from_utf8_lossy(&err)
+            );
+        };
+        let elapsed = self.start.elapsed();
+        Run {
+            status,
+            stdout: self.out.join().unwrap_or_default(),
+            stderr: String::from_utf8_lossy(&self.err.join().unwrap_or_default()).into_owned(),
+            cmdline: self.cmdline,
+            elapsed,
+        }
+    }
+}
+
+/// Runs rdpipe to completion within `limit`.
+pub fn run(args: &[String], input: Option<Vec<u8>>, limit: Duration) -> Run {
+    start(&[], args, input).finish(limit)
+}
