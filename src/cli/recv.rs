@@ -57,6 +57,7 @@ pub fn run(args: RecvArgs) -> Result<(), Failure> {
     const TOOL: &str = "rdrecv";
     let key = args.common.key(TOOL, args.key.as_deref())?;
     let endpoint = Endpoint::Listen {
+        bind: None,
         port: args.port,
         announce: args.announce_fd.map(announce_to_fd),
     };

@@ -15,6 +15,7 @@ mod docs;
 mod endpoints;
 mod faults_endpoints;
 mod faults_pipeline;
+mod no_rdma_core;
 mod rdpipe_local;
 mod rdpipe_netns;
 mod rdpipe_ssh;

@@ -1,6 +1,6 @@
 //! Establishing the TCP connection every transfer starts with: connecting with
-//! retries (the receiver may not be up yet), or listening on a port (0 = ephemeral)
-//! and accepting exactly one peer. Also the socket options that bound how long a
+//! retries (the receiver may not be up yet), or listening on a port (0 =
+//! ephemeral; [`crate::listen`] accepts until a peer authenticates). Also the socket options that bound how long a
 //! silently dead peer can hold us (keepalive, TCP_USER_TIMEOUT).
 
 use crate::TransportError;
@@ -103,13 +103,52 @@ pub fn connect_retry(
     }
 }
 
-/// A listening socket that accepts one peer.
+/// A listening socket.
 pub struct Listener {
     inner: TcpListener,
     port: u16,
 }
 
 impl Listener {
+    /// Listens on `port` (0 picks a free one) at `addr` when given and it is an
+    /// address of this host (a name is resolved; the first local address wins),
+    /// else on all addresses, IPv6 and IPv4.
+    pub fn bind_at(addr: Option<&str>, port: u16) -> Result<Listener, TransportError> {
+        let Some(addr) = addr else {
+            return Listener::bind(port);
+        };
+        let candidates: Vec<SocketAddr> = (addr, port)
+            .to_socket_addrs()
+            .map(|a| a.collect())
+            .unwrap_or_default();
+        for a in candidates {
+            let s = Socket::new(Domain::for_address(a), Type::STREAM, Some(Protocol::TCP))
+                .and_then(|s| {
+                    s.set_reuse_address(true)?;
+                    s.bind(&a.into())?;
+                    s.listen(8)?;
+                    Ok(s)
+                });
+            match s {
+                Ok(s) => {
+                    let inner: TcpListener = s.into();
+                    let port = inner
+                        .local_addr()
+                        .map_err(|source| TransportError::Listen { port, source })?
+                        .port();
+                    tracing::debug!("listening on {a} (port {port})");
+                    return Ok(Listener { inner, port });
+                }
+                Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
+                    return Err(TransportError::Listen { port, source: e })
+                }
+                Err(e) => tracing::debug!("cannot listen on {a}: {e}"),
+            }
+        }
+        tracing::debug!("{addr} is not an address of this host: listening on all addresses");
+        Listener::bind(port)
+    }
+
     /// Listens on `port` (0 picks a free one) on all addresses, IPv6 and IPv4.
     pub fn bind(port: u16) -> Result<Listener, TransportError> {
         let err = |source| TransportError::Listen { port, source };
@@ -141,7 +180,7 @@ impl Listener {
         self.port
     }
 
-    /// Waits for one peer.
+    /// Waits for the next peer.
     pub fn accept(&self) -> Result<TcpStream, TransportError> {
         let (s, a) = self.inner.accept().map_err(TransportError::Accept)?;
         tracing::debug!("accepted a connection from {a}");

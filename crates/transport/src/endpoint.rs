@@ -4,6 +4,7 @@
 
 use crate::connect::{connect_retry, Listener};
 use crate::handshake::{handshake, LocalParams, Negotiated};
+use crate::listen::accept_authenticated;
 use crate::pump::{recv_stream, send_stream, Protection};
 use crate::{select, ChunkReceiver, ChunkSender, TransportError};
 use rdpipe_wire::{Integrity, Role, TransportPref};
@@ -26,8 +27,11 @@ pub enum Endpoint {
         /// How long to keep retrying a refused connection.
         timeout: Duration,
     },
-    /// Listen on `port` (0 = ephemeral) and accept exactly one peer.
+    /// Listen on `port` (0 = ephemeral) and accept until a peer authenticates.
     Listen {
+        /// The address to listen at (an address of this host; otherwise, and by
+        /// default, all addresses).
+        bind: Option<String>,
         /// The port.
         port: u16,
         /// Told the real port once listening (`--announce-fd`, rdpipe's agents).
@@ -83,23 +87,6 @@ impl Report {
     }
 }
 
-fn establish(endpoint: Endpoint) -> Result<TcpStream, TransportError> {
-    match endpoint {
-        Endpoint::Connect {
-            host,
-            port,
-            timeout,
-        } => connect_retry(&host, port, timeout),
-        Endpoint::Listen { port, announce } => {
-            let l = Listener::bind(port)?;
-            if let Some(a) = announce {
-                a(l.port()).map_err(TransportError::Announce)?;
-            }
-            l.accept()
-        }
-    }
-}
-
 /// A transport mismatch on a host that cannot load the RDMA libraries (while this
 /// end allowed RDMA) becomes [`TransportError::RdmaLibraries`]: what to install.
 fn explain_mismatch(e: TransportError, pref: TransportPref) -> TransportError {
@@ -134,10 +121,28 @@ fn negotiate(
         slots: opts.slots,
         integrity: opts.integrity,
     };
-    let mut s = establish(endpoint)?;
-    let n = handshake(&mut s, &opts.key, &params, opts.handshake_timeout)
-        .map_err(|e| explain_mismatch(e, opts.transport))?;
-    Ok((s, n))
+    let r = match endpoint {
+        Endpoint::Connect {
+            host,
+            port,
+            timeout,
+        } => {
+            let mut s = connect_retry(&host, port, timeout)?;
+            handshake(&mut s, &opts.key, &params, opts.handshake_timeout).map(|n| (s, n))
+        }
+        Endpoint::Listen {
+            bind,
+            port,
+            announce,
+        } => {
+            let l = Listener::bind_at(bind.as_deref(), port)?;
+            if let Some(a) = announce {
+                a(l.port()).map_err(TransportError::Announce)?;
+            }
+            accept_authenticated(l, &opts.key, &params, opts.handshake_timeout)
+        }
+    };
+    r.map_err(|e| explain_mismatch(e, opts.transport))
 }
 
 /// Sends `input` to the peer. Returns only once the receiver confirmed the whole

@@ -21,6 +21,7 @@ pub mod endpoint;
 pub mod error;
 pub mod frame_io;
 pub mod handshake;
+pub mod listen;
 pub mod output;
 pub mod pump;
 pub mod rdma;

@@ -36,6 +36,8 @@ pub struct Receiver {
     pub port: u16,
     pub cmdline: String,
     stderr: mpsc::Receiver<String>,
+    /// Stderr lines already read by [`Receiver::wait_stderr`].
+    seen: Vec<String>,
     stdout: Option<thread::JoinHandle<Vec<u8>>>,
 }
 
@@ -48,9 +50,6 @@ pub struct Finished {
 }
 
 impl Finished {
-    pub fn code(&self) -> Option<i32> {
-        self.status.code()
-    }
     /// Panics with the whole story unless the exit code is `code`.
     pub fn expect_code(&self, code: i32) -> &Self {
         assert_eq!(
@@ -109,13 +108,21 @@ impl Receiver {
                 }
             }
         });
-        let first = rx
-            .recv_timeout(Duration::from_secs(10))
-            .unwrap_or_else(|_| panic!("`{cmdline}` announced no port"));
-        let port = first
-            .strip_prefix("PORT ")
-            .and_then(|p| p.parse().ok())
-            .unwrap_or_else(|| panic!("`{cmdline}`: bad announcement {first:?}"));
+        // The `PORT n` line (warnings, such as a short key's, may come first).
+        let mut seen = Vec::new();
+        let port = loop {
+            let line = rx
+                .recv_timeout(Duration::from_secs(10))
+                .unwrap_or_else(|_| panic!("`{cmdline}` announced no port; stderr:\n{seen:?}"));
+            match line.strip_prefix("PORT ") {
+                Some(p) => {
+                    break p
+                        .parse()
+                        .unwrap_or_else(|_| panic!("`{cmdline}`: bad {line:?}"))
+                }
+                None => seen.push(line),
+            }
+        };
         let stdout = if capture {
             let mut out = child.stdout.take().unwrap();
             Some(thread::spawn(move || {
@@ -131,7 +138,31 @@ impl Receiver {
             port,
             cmdline,
             stderr: rx,
+            seen,
             stdout,
+        }
+    }
+
+    /// Waits (bounded) for a stderr line containing `needle`: the receiver's
+    /// readiness signal that it handled something (e.g. dropped a peer).
+    pub fn wait_stderr(&mut self, needle: &str) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.stderr.recv_timeout(left) {
+                Ok(l) => {
+                    let hit = l.contains(needle);
+                    self.seen.push(l);
+                    if hit {
+                        return;
+                    }
+                }
+                Err(_) => panic!(
+                    "`{}`: no stderr line with {needle:?} in 30 s; got:\n{}",
+                    self.cmdline,
+                    self.seen.join("\n")
+                ),
+            }
         }
     }
 
@@ -143,7 +174,7 @@ impl Receiver {
             .take()
             .map(|h| h.join().unwrap())
             .unwrap_or_default();
-        let mut stderr = String::new();
+        let mut stderr: String = self.seen.iter().map(|l| format!("{l}\n")).collect();
         while let Ok(l) = self.stderr.recv_timeout(Duration::from_secs(2)) {
             stderr.push_str(&l);
             stderr.push('\n');

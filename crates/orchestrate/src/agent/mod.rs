@@ -30,7 +30,7 @@ pub mod say;
 pub mod segment;
 pub mod transfers;
 
-use crate::control::{decode_hex, Direction, FailKind, FromAgent, Part, PROTOCOL};
+use crate::control::{Direction, FailKind, FromAgent, KeyLine, Part, PROTOCOL};
 use crate::plan::Link;
 use rdpipe_wire::{Integrity, TransportPref};
 use say::{Meter, Say};
@@ -56,6 +56,13 @@ pub struct AgentArgs {
     /// The outgoing transfer.
     #[arg(long, value_enum)]
     pub output: Link,
+    /// The address the incoming side listens at (the address its peer connects
+    /// to; used when it is an IP address of this host).
+    #[arg(long)]
+    pub in_addr: Option<String>,
+    /// Likewise for the outgoing side.
+    #[arg(long)]
+    pub out_addr: Option<String>,
     /// Chunk size in bytes.
     #[arg(long, default_value_t = rdpipe_wire::DEFAULT_CHUNK_SIZE)]
     pub chunk_size: u32,
@@ -129,14 +136,14 @@ fn run(a: AgentArgs) -> bool {
     if stdin.read_line(&mut key_line).unwrap_or(0) == 0 {
         return false;
     }
-    let key = match decode_hex(key_line.trim()) {
-        Some(k) if !k.is_empty() => k,
-        _ => {
+    let keys = match key_line.trim().parse::<KeyLine>() {
+        Ok(k) => k,
+        Err(_) => {
             say.send(&FromAgent::fail(
                 Part::Agent,
                 FailKind::Error,
                 2,
-                "the first line on stdin is not a hex key",
+                "the first line on stdin is not the hops' keys",
             ));
             say.send(&FromAgent::End { ok: false });
             return false;
@@ -155,7 +162,11 @@ fn run(a: AgentArgs) -> bool {
         [a.input != Link::None, a.output != Link::None],
     );
     let mut t = Transfers {
-        key,
+        keys: [
+            keys.input.unwrap_or_default(),
+            keys.output.unwrap_or_default(),
+        ],
+        addrs: [a.in_addr.clone(), a.out_addr.clone()],
         chunk_size: a.chunk_size,
         slots: a.slots,
         transport: a.transport,

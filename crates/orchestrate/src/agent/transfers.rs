@@ -24,8 +24,10 @@ type EndpointFactory = Box<dyn FnOnce() -> Result<Endpoint, TransportError> + Se
 
 /// What every transfer of the segment shares.
 pub struct Transfers {
-    /// The pipeline key.
-    pub key: Vec<u8>,
+    /// Each direction's hop key (empty for a hop the segment does not have).
+    pub keys: [Vec<u8>; 2],
+    /// Each direction's listening address, when it listens (see `--in-addr`).
+    pub addrs: [Option<String>; 2],
     /// `--chunk-size`.
     pub chunk_size: u32,
     /// `--slots`.
@@ -53,7 +55,7 @@ pub struct Transfers {
 impl Transfers {
     fn options(&self, dir: Direction) -> Options {
         Options {
-            key: self.key.clone(),
+            key: self.keys[dir.index()].clone(),
             chunk_size: self.chunk_size,
             slots: self.slots,
             transport: self.transport,
@@ -68,8 +70,15 @@ impl Transfers {
         match self.links[dir.index()] {
             Link::Listen => {
                 let say = self.say.clone();
+                // Bound to the address the peer uses when it is an IP address
+                // (loopback for a local peer); a name may resolve differently
+                // here than there, so then all addresses.
+                let bind = self.addrs[dir.index()]
+                    .clone()
+                    .filter(|a| a.parse::<std::net::IpAddr>().is_ok());
                 Box::new(move || {
                     Ok(Endpoint::Listen {
+                        bind,
                         port: 0,
                         announce: Some(Box::new(move |port| {
                             say.send(&FromAgent::Port { dir, port });

@@ -4,8 +4,10 @@
 //! as sent, without its newline) and `FromStr`.
 //!
 //! rdpipe → agent, on the agent's stdin:
-//! - line 1: the pipeline key, 64 hex digits (never on argv or in the environment;
-//!   not a [`ToAgent`] message);
+//! - line 1: the keys of the segment's two hops, `IN OUT`, each 64 hex digits or
+//!   `-` for a hop the segment does not have (never on argv or in the
+//!   environment; see [`KeyLine`]). Every hop has a random key of its own, so no
+//!   endpoint can authenticate to another hop's endpoints;
 //! - `CONNECT in|out ADDR PORT`: where to connect the incoming / outgoing transfer,
 //!   for a side started with `connect`;
 //! - `PING`, every [`PING_EVERY`]: rdpipe is alive;
@@ -490,6 +492,45 @@ impl FromStr for FromAgent {
             }
             "SIZE" => Ok(FromAgent::Size(num(rest, "size")?)),
             _ => Err(ParseError::Unknown),
+        }
+    }
+}
+
+/// The first line rdpipe sends an agent: the keys of its incoming and outgoing
+/// hops.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyLine {
+    /// The incoming hop's key.
+    pub input: Option<Vec<u8>>,
+    /// The outgoing hop's key.
+    pub output: Option<Vec<u8>>,
+}
+
+impl fmt::Display for KeyLine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let word = |k: &Option<Vec<u8>>| k.as_deref().map(encode_hex).unwrap_or("-".into());
+        write!(f, "{} {}", word(&self.input), word(&self.output))
+    }
+}
+
+impl FromStr for KeyLine {
+    type Err = ParseError;
+    fn from_str(l: &str) -> Result<Self, ParseError> {
+        let word = |w: &str| -> Result<Option<Vec<u8>>, ParseError> {
+            match w {
+                "-" => Ok(None),
+                hex => match decode_hex(hex) {
+                    Some(k) if !k.is_empty() => Ok(Some(k)),
+                    _ => Err(ParseError::Field("key")),
+                },
+            }
+        };
+        match l.split_whitespace().collect::<Vec<_>>()[..] {
+            [i, o] => Ok(KeyLine {
+                input: word(i)?,
+                output: word(o)?,
+            }),
+            _ => Err(ParseError::Field("key line")),
         }
     }
 }

@@ -120,3 +120,16 @@ fn hex_round_trip() {
     assert!(decode_hex("abc").is_none());
     assert!(decode_hex("zz").is_none());
 }
+
+#[test]
+fn key_lines_round_trip_and_reject_garbage() {
+    let k = KeyLine {
+        input: Some(vec![1, 2, 0xff]),
+        output: None,
+    };
+    assert_eq!(k.to_string(), "0102ff -");
+    assert_eq!(k.to_string().parse::<KeyLine>(), Ok(k));
+    for bad in ["", "abc", "0102", "zz -", "- - -", "0102 x"] {
+        assert!(bad.parse::<KeyLine>().is_err(), "{bad:?}");
+    }
+}

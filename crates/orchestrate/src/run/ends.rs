@@ -5,7 +5,7 @@
 
 use super::verdict::Cause;
 use super::{Event, Runner};
-use crate::control::HopReport;
+use crate::control::{Direction, HopReport};
 use crate::plan::Node;
 use rdpipe_transport::error::EXIT_ABORTED;
 use rdpipe_transport::{run_recv, run_send, Endpoint, Options, Report, TransportError};
@@ -16,9 +16,9 @@ use std::time::Duration;
 use tracing::debug;
 
 impl Runner {
-    fn transfer_options(&self, counter: &Arc<AtomicU64>) -> Options {
+    fn transfer_options(&self, key: Vec<u8>, counter: &Arc<AtomicU64>) -> Options {
         Options {
-            key: self.key.clone(),
+            key,
             chunk_size: self.a.chunk_size,
             slots: self.a.slots,
             transport: self.a.transport,
@@ -43,7 +43,10 @@ impl Runner {
     /// Sends rdpipe's stdin to the first hop's listener at `addr`:`port`.
     pub(super) fn start_source(&mut self, addr: String, port: u16) {
         debug!("sending rdpipe's stdin to {addr} port {port}");
-        let opts = self.transfer_options(&self.source_bytes);
+        let key = self
+            .hop_key(Node::Stdin, Direction::Out)
+            .unwrap_or_default();
+        let opts = self.transfer_options(key, &self.source_bytes);
         let ep = self.connect_to(addr, port);
         let tx = self.tx.clone();
         std::thread::spawn(move || {
@@ -57,7 +60,10 @@ impl Runner {
     /// Receives the last hop from its listener at `addr`:`port` into stdout.
     pub(super) fn start_sink(&mut self, addr: String, port: u16) {
         debug!("receiving rdpipe's stdout from {addr} port {port}");
-        let opts = self.transfer_options(&self.sink_bytes);
+        let key = self
+            .hop_key(Node::Stdout, Direction::In)
+            .unwrap_or_default();
+        let opts = self.transfer_options(key, &self.sink_bytes);
         let ep = self.connect_to(addr, port);
         let tx = self.tx.clone();
         std::thread::spawn(move || {

@@ -245,7 +245,8 @@ struct Runner {
     a: Config,
     p: Pipeline,
     exe: LocalExe,
-    key: Vec<u8>,
+    /// One random key per hop (same order as the plan's hops).
+    hop_keys: Vec<Vec<u8>>,
     tx: mpsc::UnboundedSender<Event>,
     rx: mpsc::UnboundedReceiver<Event>,
     /// Each agent's control channel (its stdin), until teardown closes it.
@@ -271,8 +272,13 @@ struct Runner {
 
 impl Runner {
     fn new(a: Config, p: Pipeline, exe: LocalExe) -> Runner {
-        let mut key = vec![0u8; 32];
-        getrandom::getrandom(&mut key).expect("the OS random source works");
+        let hop_keys = (0..p.hops.len())
+            .map(|_| {
+                let mut k = vec![0u8; 32];
+                getrandom::getrandom(&mut k).expect("the OS random source works");
+                k
+            })
+            .collect();
         let (tx, rx) = mpsc::unbounded_channel();
         let n = p.segments.len();
         let source_done = p.hop_from(Node::Stdin).is_none();
@@ -281,7 +287,7 @@ impl Runner {
             a,
             p,
             exe,
-            key,
+            hop_keys,
             tx,
             rx,
             stdins: (0..n).map(|_| None).collect(),
@@ -303,6 +309,15 @@ impl Runner {
 
     fn fail(&mut self, node: Option<Node>, cause: Cause) {
         self.failures.push(Failure { cause, node });
+    }
+
+    /// The key of the hop into (`Direction::In`) or out of `node`.
+    fn hop_key(&self, node: Node, dir: crate::control::Direction) -> Option<Vec<u8>> {
+        let i = self.p.hops.iter().position(|h| match dir {
+            crate::control::Direction::In => h.to == node,
+            crate::control::Direction::Out => h.from == node,
+        })?;
+        Some(self.hop_keys[i].clone())
     }
 
     fn seg_desc(&self, i: usize) -> String {

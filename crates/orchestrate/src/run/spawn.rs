@@ -7,7 +7,7 @@
 
 use super::verdict::Cause;
 use super::{ssh_config, Config, Event, Runner};
-use crate::control::{encode_hex, ToAgent};
+use crate::control::{Direction, KeyLine, ToAgent};
 use crate::plan::{Action, Host, Node, Pipeline};
 use crate::ssh::Master;
 use std::collections::HashMap;
@@ -131,6 +131,16 @@ pub fn agent_args(p: &Pipeline, i: usize, a: &Config) -> Vec<String> {
     }
     if let Some(f) = &a.log {
         v.extend(["--log".into(), f.clone()]);
+    }
+    // Where a listening side listens: the address its peer connects to.
+    let me = Node::Segment(i);
+    for (flag, hop) in [
+        ("--in-addr", p.hop_into(me)),
+        ("--out-addr", p.hop_from(me)),
+    ] {
+        if let Some(h) = hop.filter(|h| h.listener == me) {
+            v.extend([flag.to_string(), h.address.clone()]);
+        }
     }
     match &seg.action {
         Action::Command(c) => v.extend(["--cmd".into(), c.clone()]),
@@ -287,13 +297,19 @@ impl Runner {
 
     /// Starts one agent per segment and the tasks that read its output.
     pub(super) async fn spawn_agents(&mut self, masters: &Masters) {
-        // The key, and the request for byte counts when there is a progress line.
-        let mut key_line = format!("{}\n", encode_hex(&self.key));
-        if self.progress.is_some() {
-            key_line.push_str(&format!("{}\n", ToAgent::Progress));
-        }
         let tuning = tuning_env();
         for i in 0..self.p.segments.len() {
+            // The keys of its two hops, and the request for byte counts when
+            // there is a progress line.
+            let me = Node::Segment(i);
+            let keys = KeyLine {
+                input: self.hop_key(me, Direction::In),
+                output: self.hop_key(me, Direction::Out),
+            };
+            let mut key_line = format!("{keys}\n");
+            if self.progress.is_some() {
+                key_line.push_str(&format!("{}\n", ToAgent::Progress));
+            }
             let args = agent_args(&self.p, i, &self.a);
             let spawned = match &self.p.segments[i].host {
                 Host::Local => spawn_local(&self.exe.exe, &args, self.progress.is_some()),

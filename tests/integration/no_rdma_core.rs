@@ -4,7 +4,7 @@
 //! moves a stream byte-exact over TCP and says why at `-v`, while `--transport
 //! rdma` exits 7 saying what to install. Self-contained on purpose.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -66,11 +66,7 @@ fn hidden(libs: &[String], bin: &str, args: &[&str]) -> Command {
 }
 
 fn skip(why: &str) {
-    if std::env::var("RDPIPE_REQUIRE_ALL").is_ok_and(|v| v == "1") {
-        panic!("RDPIPE_REQUIRE_ALL=1 but: {why}");
-    }
-    let line = format!("SKIPPED no_rdma_core::runs_without_rdma_core: {why}\n");
-    let _ = std::io::stderr().write_all(line.as_bytes());
+    crate::support::skip(&crate::support::test_name(), why);
 }
 
 fn text(b: &[u8]) -> String {
