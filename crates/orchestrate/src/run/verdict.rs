@@ -388,7 +388,19 @@ mod tests {
     #[test]
     fn missing_rdrecv_is_127_and_signals_are_128_plus_n() {
         let missing = at(0, Cause::RdrecvMissing { host: "h1".into() });
-        assert_eq!(decide(&[missing.clone()], &[None], false).status, 127);
+        assert_eq!(
+            decide(std::slice::from_ref(&missing), &[None], false).status,
+            127
+        );
+        let host = "h1".to_string();
+        let error = crate::install::InstallError::Probe("no answer within 30 s".into());
+        let refused = at(0, Cause::Install { host, error });
+        let v = decide(std::slice::from_ref(&refused), &[None], false);
+        assert_eq!(v.status, 127);
+        assert_eq!(
+            v.lines,
+            ["h1: cannot check for rdrecv there: no answer within 30 s"]
+        );
         let int = Failure {
             cause: Cause::Interrupted(2),
             node: None,
