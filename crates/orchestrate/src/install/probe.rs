@@ -229,6 +229,26 @@ mod tests {
         let (code, out) = sh(UPLOAD, &["v-1", &sha, &crc], &agent);
         assert_eq!(code, Some(0));
         assert_eq!(out, format!("installed\n{id}\n"));
+        // Without sha256sum in PATH, POSIX cksum checks the upload.
+        let bin = dir.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        for tool in ["mkdir", "cat", "cksum", "chmod", "mv", "rm"] {
+            let Some(p) = ["/usr/bin", "/bin"]
+                .iter()
+                .map(|d| std::path::Path::new(d).join(tool))
+                .find(|p| p.exists())
+            else {
+                panic!("no {tool} in /usr/bin or /bin");
+            };
+            std::os::unix::fs::symlink(p, bin.join(tool)).unwrap();
+        }
+        let path = format!("PATH={}", bin.display());
+        let script = format!("export {path}; {UPLOAD}");
+        let (code, _) = sh(&script, &["v-2", &sha, "1 2"], &agent);
+        assert_eq!(code, Some(3), "cksum is used, not sha256sum");
+        let (code, out) = sh(&script, &["v-2", "not-used", &crc], &agent);
+        assert_eq!((code, out), (Some(0), format!("installed\n{id}\n")));
+
         let (_, out) = sh(PROBE, &[entry.join("rdrecv").to_str().unwrap(), "v-1"], b"");
         let p = Probe::parse(&out).unwrap();
         assert_eq!(p.path_agent, Some(id.clone()));
