@@ -1,7 +1,7 @@
 complete -c rdpipe -s o -l ssh-option -d 'An option for ssh, as for `ssh -o` (repeatable), e.g. `-o Port=2222`. Applies to every host; host-specific settings belong in the ssh configuration' -r
 complete -c rdpipe -s F -l ssh-config -d 'An ssh configuration file instead of ~/.ssh/config, as for `ssh -F`' -r -F
 complete -c rdpipe -l data-host -d 'The address the other hosts use to reach HOST\'s data endpoints, e.g. an IPoIB address (repeatable). Default: HOST\'s HostName in the ssh configuration, else HOST itself' -r
-complete -c rdpipe -l remote-bin -d 'Directory holding rdrecv on the remote hosts (default: found in PATH)' -r
+complete -c rdpipe -l remote-bin -d 'Directory holding rdrecv on the remote hosts (default: found in PATH, else installed by rdpipe itself). rdpipe runs DIR/rdrecv and installs nothing' -r
 complete -c rdpipe -l transport -d 'Transport for the data' -r -f -a "auto\t'RDMA when both ends have an active RDMA device that reaches the peer, else TCP'
 rdma\t'RDMA or fail (exit status 7)'
 tcp\t'TCP only'"
@@ -14,5 +14,6 @@ complete -c rdpipe -s n -l dry-run -d 'Print the plan (segments, hosts, who list
 complete -c rdpipe -s v -l verbose -d 'Print each hop\'s transport, byte count and checksum, and the final `Bandwidth X.XXX GB/s`, on stderr. `-vv` adds a debug log of the set-up and teardown (ssh masters, agents, control lines; the hosts\' endpoints log theirs too), `-vvv` a trace; RUST_LOG overrides both'
 complete -c rdpipe -s q -l quiet -d 'No progress line (unless --progress is given) and no warnings (from any host); errors are still printed'
 complete -c rdpipe -l progress -d 'Show a live progress line on stderr: bytes arrived at the end of the pipeline, rate, elapsed time; when the source is a `< FILE` segment or a regular file on stdin, the source\'s bytes sent, rate, percentage and ETA. On by default when stderr is a terminal'
+complete -c rdpipe -l no-install -d 'Do not install rdpipe\'s own binary on hosts without a usable rdrecv: such a host fails the pipeline (exit 127 when rdrecv is missing). By default rdpipe copies itself over the SSH connection into ~/.cache/rdma-pipe/VERSION-HASH/ there (checked by checksum, reused by later runs) when rdrecv is not in PATH or speaks another agent protocol, after checking the host\'s architecture and glibc version'
 complete -c rdpipe -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c rdpipe -s V -l version -d 'Print version'

@@ -50,7 +50,7 @@ pub const EXIT_STATUS: &[(&str, &str)] = &[
     ("0", "Every command and every transfer succeeded (each hop verified by byte count and checksum)."),
     ("1..125", "The status of the failing command (the rightmost one, as with set -o pipefail), or 1 for any other failure: ssh, a transfer, a file, or a command that stopped reading its input early (head -c N: its output is delivered, the stream before it was cut short)."),
     ("2", "Bad arguments: malformed HOST:CMD (empty host or command, unbalanced quotes), out-of-range option."),
-    ("127", "rdrecv was not found on a host (install rdma-pipe there or pass --remote-bin)."),
+    ("127", "rdrecv was not found on a host and rdpipe could not install itself there (another architecture, an older glibc) or was told not to (--no-install, --remote-bin): install rdma-pipe there or pass --remote-bin."),
     ("130, 143", "Interrupted by SIGINT or SIGTERM; the whole pipeline was stopped."),
     ("141", "rdpipe's standard output was closed (like a shell pipeline's SIGPIPE); no message."),
 ];
@@ -63,7 +63,8 @@ pub const EXIT_STATUS: &[(&str, &str)] = &[
 /// back to rdpipe's stdout.
 ///
 /// Segments:
-///   HOST:CMD         `sh -c CMD` on HOST (user@host, ssh aliases)
+///   HOST:CMD         CMD on HOST, run by the user's login shell as
+///                    `ssh HOST CMD` runs it (user@host, ssh aliases)
 ///   [user@host:PORT]:CMD   with a port ([fe80::1]:CMD for IPv6)
 ///   -:CMD            CMD on this machine, no SSH (also localhost:CMD)
 ///   HOST:'< FILE'    send FILE; mid-pipeline the previous output is
@@ -71,7 +72,10 @@ pub const EXIT_STATUS: &[(&str, &str)] = &[
 ///   HOST:'> FILE'    write the stream to FILE ('>>' appends);
 ///                    mid-pipeline an empty stream goes onward
 ///
-/// Remote hosts need rdrecv (from rdma-pipe) in PATH or --remote-bin.
+/// Only this machine needs rdma-pipe installed: on a host without a
+/// usable rdrecv (not in PATH, or speaking another agent protocol) rdpipe
+/// installs its own binary over SSH into ~/.cache/rdma-pipe/ and reuses
+/// it later (--no-install: fail instead; --remote-bin DIR: run DIR/rdrecv).
 /// Exit status as with `set -o pipefail`; on failure one line
 /// (`rdpipe: error: ...`) names the host, the command and what failed,
 /// and the whole pipeline stops.
@@ -126,9 +130,19 @@ pub struct PipeArgs {
     #[arg(long, value_name = "HOST=ADDR")]
     pub data_host: Vec<String>,
 
-    /// Directory holding rdrecv on the remote hosts (default: found in PATH).
+    /// Directory holding rdrecv on the remote hosts (default: found in PATH, else
+    /// installed by rdpipe itself). rdpipe runs DIR/rdrecv and installs nothing.
     #[arg(long, value_name = "DIR")]
     pub remote_bin: Option<String>,
+
+    /// Do not install rdpipe's own binary on hosts without a usable rdrecv: such
+    /// a host fails the pipeline (exit 127 when rdrecv is missing). By default
+    /// rdpipe copies itself over the SSH connection into
+    /// ~/.cache/rdma-pipe/VERSION-HASH/ there (checked by checksum, reused by
+    /// later runs) when rdrecv is not in PATH or speaks another agent protocol,
+    /// after checking the host's architecture and glibc version.
+    #[arg(long)]
+    pub no_install: bool,
 
     /// Transport for the data.
     #[arg(long, value_enum, default_value_t = Transport::Auto)]
@@ -197,6 +211,7 @@ impl PipeArgs {
             ssh_config: self.ssh_config,
             data_host: self.data_host,
             remote_bin: self.remote_bin,
+            install: !self.no_install,
             transport: self.transport.into(),
             integrity: crate::cli::common::integrity(self.integrity, self.encrypt),
             chunk_size: self.chunk_size,

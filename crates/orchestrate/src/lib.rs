@@ -5,6 +5,7 @@
 //! - [`agent`]: the per-segment endpoint (`rdrecv --agent`);
 //! - [`control`]: the typed line protocol between rdpipe and its agents;
 //! - [`ssh`]: ssh options, data addresses, master connections;
+//! - [`install`]: self-install of the agent on hosts without a usable rdrecv;
 //! - [`guard`]: the processes that tie an SSH master's life to rdpipe's and a
 //!   command's life to its agent's.
 #![deny(missing_docs)]
@@ -12,6 +13,7 @@
 pub mod agent;
 pub mod control;
 pub mod guard;
+pub mod install;
 pub mod plan;
 pub mod run;
 pub mod ssh;
@@ -48,13 +50,15 @@ pub fn transport_name(p: TransportPref) -> &'static str {
 }
 
 /// If `args` (without the program name) start with one of rdpipe's internal modes
-/// (`--agent`, `--ssh-guard`, `--cmd-guard`), runs it and returns its exit status.
+/// (`--agent`, `--ssh-guard`, `--cmd-guard`, `--agent-protocol`), runs it and
+/// returns its exit status.
 /// Both `rdpipe` and `rdrecv` call this first.
 pub fn internal_mode(args: &[std::ffi::OsString]) -> Option<std::process::ExitCode> {
     match args.first().and_then(|a| a.to_str()) {
         Some("--agent") => Some(agent::main(args[1..].iter().cloned())),
         Some("--ssh-guard") => Some(guard::main(args[1..].iter().cloned())),
         Some("--cmd-guard") => Some(guard::cmd_main(args[1..].iter().cloned())),
+        Some("--agent-protocol") => Some(install::print_agent_id()),
         _ => None,
     }
 }

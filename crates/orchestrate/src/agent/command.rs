@@ -178,7 +178,7 @@ impl Write for HeldInput {
 
 /// A started command.
 pub struct Started {
-    /// The guardian (or `sh` when the guardian could not be set up).
+    /// The guardian (or the shell when the guardian could not be set up).
     pub child: Child,
     /// Its stdin, when the segment has an incoming stream.
     pub input: Option<HeldInput>,
@@ -186,7 +186,8 @@ pub struct Started {
     pub output: Option<CmdOutput>,
 }
 
-/// Starts `sh -c cmd` in a process group of its own under the guardian, with
+/// Starts `SHELL -c cmd` (the user's login shell, [`super::shell`]) in a
+/// process group of its own under the guardian, with
 /// its stdin piped when `with_input` and its stdout piped when `with_output`
 /// (else `/dev/null`).
 pub fn start(
@@ -201,15 +202,16 @@ pub fn start(
         rustix::io::fcntl_setfd(&r, rustix::io::FdFlags::empty())?;
         Ok((r, w))
     });
+    let shell = super::shell::login_shell();
     let mut c = match (&lifeline, std::env::current_exe()) {
         (Ok((r, _)), Ok(exe)) => {
             let mut c = Command::new(exe);
             c.arg("--cmd-guard")
                 .arg(std::os::fd::AsRawFd::as_raw_fd(r).to_string())
-                .arg("sh");
+                .arg(&shell);
             c
         }
-        _ => Command::new("sh"),
+        _ => Command::new(&shell),
     };
     c.arg("-c").arg(cmd).process_group(0);
     c.stdin(if with_input {
@@ -223,7 +225,11 @@ pub fn start(
         Stdio::null()
     });
     let mut child = c.spawn()?;
-    tracing::debug!("command started (pid {}): {cmd}", child.id());
+    tracing::debug!(
+        "command started (pid {}, {}): {cmd}",
+        child.id(),
+        shell.display()
+    );
     let input = child.stdin.take().map(|cin| {
         // One write per received buffer into the command, not one per 64 KiB.
         rdpipe_transport::pump::grow_pipe(&cin);

@@ -2,13 +2,14 @@
 //! (`rdrecv --agent ...` over SSH, `rdpipe --agent ...` for local segments).
 //!
 //! One agent per segment. It owns the segment's incoming transfer (a receiver),
-//! its outgoing transfer (a sender) and its shell command (`sh -c CMD` in a
-//! process group of its own), or handles a `< FILE` / `> FILE` / `>> FILE`
+//! its outgoing transfer (a sender) and its shell command (`SHELL -c CMD`, the
+//! user's login shell as sshd would use it, in a process group of its own), or handles a `< FILE` / `> FILE` / `>> FILE`
 //! operator itself. It talks to rdpipe over its SSH channel with the line
 //! protocol of [`crate::control`].
 //!
 //! - [`segment`]: the state machine (what is pending, the first failure, `END`);
 //! - [`command`]: the command under its guardian, its held stdin and its stdout;
+//! - [`shell`]: the user's login shell, which runs the command;
 //! - [`file`]: the `< FILE` / `> FILE` actions;
 //! - [`transfers`]: the incoming and outgoing transfer threads;
 //! - [`inbox`]: rdpipe's control lines, the silence watchdog, signals;
@@ -28,6 +29,7 @@ pub mod file;
 pub mod inbox;
 pub mod say;
 pub mod segment;
+pub mod shell;
 pub mod transfers;
 
 use crate::control::{Direction, FailKind, FromAgent, KeyLine, Part, PROTOCOL};
@@ -81,7 +83,7 @@ pub struct AgentArgs {
     /// Seconds to keep retrying a connect.
     #[arg(long, default_value_t = 30)]
     pub connect_timeout: u64,
-    /// Run `sh -c CMD`.
+    /// Run `SHELL -c CMD` (the user's login shell).
     #[arg(long)]
     pub cmd: Option<String>,
     /// Send this file (`< FILE`).
@@ -194,7 +196,7 @@ fn run(a: AgentArgs) -> bool {
                 }
                 seg.command_started(started.child);
             }
-            Err(e) => seg.setup_failed(Part::Cmd, format!("cannot start sh: {e}")),
+            Err(e) => seg.setup_failed(Part::Cmd, format!("cannot start the shell: {e}")),
         }
     } else if let Some(path) = &a.read {
         file::start_read(path, &mut seg, &mut t);

@@ -1,5 +1,6 @@
-//! Running a pipeline: the event loop. It starts the SSH masters and one agent
-//! per segment ([`spawn`]), relays the agents' `PORT` announcements as `CONNECT`
+//! Running a pipeline: the event loop. It starts the SSH masters, finds or
+//! installs the agent on each host ([`install`]) and starts one agent per
+//! segment ([`spawn`]), relays the agents' `PORT` announcements as `CONNECT`
 //! orders, runs rdpipe's own stdin sender and stdout receiver ([`ends`]), draws
 //! the progress line ([`progress`]), tears everything down ([`teardown`]) and
 //! decides the verdict ([`verdict`]).
@@ -20,6 +21,7 @@
 
 pub mod agents;
 pub mod ends;
+pub mod install;
 pub mod outcome;
 pub mod progress;
 pub mod spawn;
@@ -82,6 +84,9 @@ pub struct Config {
     pub data_host: Vec<String>,
     /// `--remote-bin DIR`.
     pub remote_bin: Option<String>,
+    /// Install rdpipe's own binary as the agent on hosts without a usable rdrecv
+    /// (not with `--no-install`; never with `--remote-bin`).
+    pub install: bool,
     /// `--transport`.
     pub transport: TransportPref,
     /// `--integrity` / `--encrypt`, for every hop.
@@ -347,7 +352,7 @@ impl Runner {
             m = self.launch_masters(dir.path()) => Ok(m),
             sig = signals.next() => Err(sig),
         };
-        let masters = match launched {
+        let mut masters = match launched {
             Ok(Some(m)) => Some(m),
             Ok(None) => {
                 self.give_up();
@@ -359,7 +364,25 @@ impl Runner {
                 None
             }
         };
-        if let Some(m) = &masters {
+        // The agent binary on each host: found, or installed (bounded; a signal
+        // cancels it too).
+        let ready = match masters.as_mut() {
+            Some(m) => {
+                let r = tokio::select! {
+                    ok = self.install_agents(m) => Ok(ok),
+                    sig = signals.next() => Err(sig),
+                };
+                if let Err(sig) = r {
+                    self.interrupted(sig);
+                }
+                if r != Ok(true) {
+                    self.give_up();
+                }
+                r == Ok(true)
+            }
+            None => false,
+        };
+        if let (true, Some(m)) = (ready, &masters) {
             self.start_progress();
             self.spawn_agents(m).await;
             if let Some(t) = &self.progress {

@@ -47,7 +47,10 @@ pub struct Masters {
     /// The connections.
     pub masters: Vec<Master>,
     /// Segment index → index into `masters`.
-    of_segment: HashMap<usize, usize>,
+    pub(super) of_segment: HashMap<usize, usize>,
+    /// Segment index → the agent binary to run there, when [`super::install`]
+    /// chose one.
+    pub(super) bins: HashMap<usize, String>,
 }
 
 /// A forwarded stderr line, `host: line`, written whole (the progress line, if
@@ -314,10 +317,7 @@ impl Runner {
             let spawned = match &self.p.segments[i].host {
                 Host::Local => spawn_local(&self.exe.exe, &args, self.progress.is_some()),
                 Host::Remote(_) => {
-                    let bin = match &self.a.remote_bin {
-                        Some(d) => format!("{}/rdrecv", d.trim_end_matches('/')),
-                        None => "rdrecv".to_string(),
-                    };
+                    let bin = masters.agent_bin(i, self.a.remote_bin.as_deref());
                     let line = remote_command_line(&bin, &args, &tuning);
                     let m = &masters.masters[masters.of_segment[&i]];
                     spawn_remote(m, line, self.a.max_sessions).await
@@ -412,6 +412,7 @@ mod tests {
             ssh_config: None,
             data_host: vec![],
             remote_bin: None,
+            install: true,
             transport: TransportPref::Rdma,
             integrity: rdpipe_wire::Integrity::Encrypt,
             chunk_size: 1 << 20,

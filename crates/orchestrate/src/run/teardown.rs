@@ -17,6 +17,12 @@ pub struct Signals {
     hup: Option<tokio::signal::unix::Signal>,
 }
 
+impl Default for Signals {
+    fn default() -> Self {
+        Signals::new()
+    }
+}
+
 impl Signals {
     /// Catches the three signals (one that cannot be caught is left alone).
     pub fn new() -> Signals {

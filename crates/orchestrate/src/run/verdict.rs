@@ -4,7 +4,8 @@
 //! transfer errors next; aborts, which echo a failure elsewhere, after that; an
 //! agent stopped from outside last). The best-ranked failures are printed, one
 //! line each (all of them with `-v`), and the exit status follows `set -o
-//! pipefail`: the failing command's (the rightmost), 127 for a missing rdrecv,
+//! pipefail`: the failing command's (the rightmost), 127 for a missing rdrecv
+//! (or one rdpipe could not install),
 //! 128+N for signal N, 141 quietly when rdpipe's own stdout was closed, else 1.
 
 use crate::plan::Node;
@@ -49,6 +50,14 @@ pub enum Cause {
         host: String,
         /// What it said (its version), when it said anything.
         version: Option<u32>,
+    },
+    /// rdpipe could not install its agent on the host (and it has no usable
+    /// rdrecv).
+    Install {
+        /// The host.
+        host: String,
+        /// Why, with what to install.
+        error: crate::install::InstallError,
     },
     /// The agent could not be started, or exited before saying HELLO.
     NotStarted {
@@ -132,6 +141,7 @@ impl Cause {
             | Cause::StoppedReading { .. }
             | Cause::RdrecvMissing { .. }
             | Cause::AgentVersion { .. }
+            | Cause::Install { .. }
             | Cause::NotStarted { .. }
             | Cause::Silent { .. }
             | Cause::Died {
@@ -186,6 +196,7 @@ impl fmt::Display for Cause {
                 }
                 f.write_str(" (install the same rdma-pipe version there)")
             }
+            Cause::Install { host, error } => write!(f, "{host}: {error}"),
             Cause::NotStarted { seg, how } => write!(f, "{seg}: the agent did not start: it {how}"),
             Cause::Silent { seg, secs } => {
                 write!(f, "{seg}: the agent did not start within {secs} s")
@@ -284,7 +295,7 @@ pub fn decide(failures: &[Failure], statuses: &[Option<i32>], verbose: bool) -> 
         128 + sig.clamp(1, 127) as u8
     } else if failures
         .iter()
-        .any(|f| matches!(f.cause, Cause::RdrecvMissing { .. }))
+        .any(|f| matches!(f.cause, Cause::RdrecvMissing { .. } | Cause::Install { .. }))
     {
         EXIT_NOT_FOUND
     } else {
@@ -377,7 +388,19 @@ mod tests {
     #[test]
     fn missing_rdrecv_is_127_and_signals_are_128_plus_n() {
         let missing = at(0, Cause::RdrecvMissing { host: "h1".into() });
-        assert_eq!(decide(&[missing.clone()], &[None], false).status, 127);
+        assert_eq!(
+            decide(std::slice::from_ref(&missing), &[None], false).status,
+            127
+        );
+        let host = "h1".to_string();
+        let error = crate::install::InstallError::Probe("no answer within 30 s".into());
+        let refused = at(0, Cause::Install { host, error });
+        let v = decide(std::slice::from_ref(&refused), &[None], false);
+        assert_eq!(v.status, 127);
+        assert_eq!(
+            v.lines,
+            ["h1: cannot check for rdrecv there: no answer within 30 s"]
+        );
         let int = Failure {
             cause: Cause::Interrupted(2),
             node: None,

@@ -1,0 +1,330 @@
+//! Self-install: rdpipe runs its own binary as the agent on hosts that have no
+//! usable `rdrecv`. Only the machine you type on needs rdma-pipe installed.
+//!
+//! Per remote host (unless `--no-install` or `--remote-bin`), over the SSH
+//! master that is up anyway, rdpipe runs one probe ([`probe::PROBE`]): the
+//! architecture, the C library, whether the `rdrecv` in PATH answers
+//! `--agent-protocol` with this build's agent and wire protocols ([`AgentId`]),
+//! and whether the per-build cache entry
+//! `${XDG_CACHE_HOME:-~/.cache}/rdma-pipe/<version>-<hash>/rdrecv` already holds
+//! this binary. [`decide`] then picks the `rdrecv` in PATH, the cached copy, or
+//! an upload, or says why this binary cannot run there and what to install
+//! ([`InstallError`]). The upload ([`probe::UPLOAD`]) streams the binary over
+//! the SSH channel, checks its SHA-256 (`sha256sum`) or POSIX `cksum` there,
+//! renames it into place and runs it once. `<hash>` is the first 12 hex digits
+//! of the binary's BLAKE3 hash, so a cache entry only ever holds this exact
+//! binary, and entries are only made by that rename after the check: a later
+//! run reuses it after a size check and its `--agent-protocol` answer.
+//!
+//! - [`elf`]: the glibc version a binary needs (its `GLIBC_x.y` version needs);
+//! - [`cksum`]: POSIX `cksum` and SHA-256;
+//! - [`probe`]: the remote scripts and the probe's answer.
+
+pub mod cksum;
+pub mod elf;
+pub mod probe;
+
+use crate::control::PROTOCOL;
+use elf::GlibcVersion;
+use probe::{Probe, RemoteLibc};
+use std::fmt;
+use std::path::Path;
+use std::str::FromStr;
+
+/// This build's version.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// What an agent binary says to `--agent-protocol`: `AGENT WIRE VERSION`, its
+/// control protocol ([`PROTOCOL`]), its data wire protocol
+/// ([`rdpipe_wire::hello::PROTOCOL_VERSION`]) and its release.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentId {
+    /// The control protocol.
+    pub protocol: u32,
+    /// The wire protocol of the transfers.
+    pub wire: u16,
+    /// The release, e.g. `0.1.0`.
+    pub version: String,
+}
+
+impl AgentId {
+    /// This build's.
+    pub fn this() -> AgentId {
+        AgentId {
+            protocol: PROTOCOL,
+            wire: rdpipe_wire::hello::PROTOCOL_VERSION,
+            version: VERSION.to_string(),
+        }
+    }
+
+    /// Whether an agent of this id can work with this rdpipe (same control and
+    /// wire protocols; the release may differ).
+    pub fn compatible(&self) -> bool {
+        let me = AgentId::this();
+        self.protocol == me.protocol && self.wire == me.wire
+    }
+}
+
+impl fmt::Display for AgentId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {} {}", self.protocol, self.wire, self.version)
+    }
+}
+
+impl FromStr for AgentId {
+    type Err = ();
+    fn from_str(s: &str) -> Result<Self, ()> {
+        let mut w = s.split_whitespace();
+        let id = AgentId {
+            protocol: w.next().and_then(|v| v.parse().ok()).ok_or(())?,
+            wire: w.next().and_then(|v| v.parse().ok()).ok_or(())?,
+            version: w.next().ok_or(())?.to_string(),
+        };
+        match w.next() {
+            None => Ok(id),
+            Some(_) => Err(()),
+        }
+    }
+}
+
+/// The local binary that is uploaded (rdpipe itself: it is also the agent).
+pub struct AgentBinary {
+    /// Its bytes.
+    pub bytes: std::sync::Arc<Vec<u8>>,
+    /// The cache entry's name: `<version>-<12 hex digits of its BLAKE3 hash>`.
+    pub entry: String,
+    /// The architecture it is built for (`uname -m` spelling).
+    pub arch: &'static str,
+    /// The glibc it needs, if any.
+    pub glibc: Option<GlibcVersion>,
+}
+
+impl AgentBinary {
+    /// Reads `exe`.
+    pub fn read(exe: &Path) -> std::io::Result<AgentBinary> {
+        let bytes = std::fs::read(exe)?;
+        let hash = blake3::hash(&bytes).to_hex();
+        Ok(AgentBinary {
+            entry: format!("{VERSION}-{}", &hash.as_str()[..12]),
+            arch: std::env::consts::ARCH,
+            glibc: elf::glibc_needed(&bytes),
+            bytes: std::sync::Arc::new(bytes),
+        })
+    }
+}
+
+/// What to run on a host.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Choice {
+    /// The `rdrecv` in PATH speaks our protocols.
+    Installed,
+    /// The cache entry holds this binary: run it from there.
+    Cached(String),
+    /// Upload this binary into the cache entry's directory, then run it there.
+    Upload(String),
+}
+
+/// Why this rdpipe cannot run its agent on a host; each says what to install.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum InstallError {
+    /// Another architecture.
+    #[error(
+        "no usable rdrecv there, and it is {remote} while this rdpipe is built for {local}: \
+         install rdma-pipe for {remote} there (rdrecv in PATH, or pass --remote-bin DIR)"
+    )]
+    Arch {
+        /// `uname -m` there.
+        remote: String,
+        /// This build's.
+        local: String,
+    },
+    /// No glibc (musl), while this binary needs it.
+    #[error(
+        "no usable rdrecv there, and it has no GNU C library ({libc}) while this rdpipe needs \
+         glibc {need} or later: install rdma-pipe built for that system there (rdrecv in \
+         PATH, or pass --remote-bin DIR)"
+    )]
+    NoGlibc {
+        /// What the probe saw.
+        libc: String,
+        /// What the binary needs.
+        need: GlibcVersion,
+    },
+    /// A glibc older than the binary needs.
+    #[error(
+        "no usable rdrecv there, and it has glibc {have} while this rdpipe needs glibc {need} \
+         or later: install rdma-pipe there (rdrecv in PATH, or pass --remote-bin DIR), or \
+         use an rdpipe built against glibc {have} or older"
+    )]
+    OldGlibc {
+        /// The host's.
+        have: GlibcVersion,
+        /// What the binary needs.
+        need: GlibcVersion,
+    },
+    /// The probe failed.
+    #[error("cannot check for rdrecv there: {0}")]
+    Probe(String),
+    /// The upload failed.
+    #[error("cannot install rdrecv into {dir} there: {message}")]
+    Upload {
+        /// The cache entry's directory.
+        dir: String,
+        /// What failed.
+        message: String,
+    },
+    /// The uploaded binary does not run there.
+    #[error(
+        "rdrecv installed into {dir} does not run there ({message}): install rdma-pipe there \
+         (rdrecv in PATH, or pass --remote-bin DIR)"
+    )]
+    DoesNotRun {
+        /// The cache entry's directory.
+        dir: String,
+        /// Its output, or how it ended.
+        message: String,
+    },
+}
+
+/// `uname -m` spellings of the same architecture.
+fn same_arch(local: &str, remote: &str) -> bool {
+    fn norm(a: &str) -> &str {
+        match a {
+            "arm64" => "aarch64",
+            "amd64" => "x86_64",
+            "ppc64le" | "ppc64" => "powerpc64",
+            other => other,
+        }
+    }
+    norm(local) == norm(remote)
+}
+
+/// What to run on a host, from its probe.
+pub fn decide(p: &Probe, bin: &AgentBinary) -> Result<Choice, InstallError> {
+    if p.path_agent.as_ref().is_some_and(AgentId::compatible) {
+        return Ok(Choice::Installed);
+    }
+    let this = AgentId::this();
+    if let Some((size, Some(id))) = &p.cached {
+        if *size == bin.bytes.len() as u64 && *id == this {
+            return Ok(Choice::Cached(p.cache_dir.clone()));
+        }
+    }
+    if !same_arch(bin.arch, &p.arch) {
+        return Err(InstallError::Arch {
+            remote: p.arch.clone(),
+            local: bin.arch.to_string(),
+        });
+    }
+    if let Some(need) = bin.glibc {
+        match &p.libc {
+            RemoteLibc::Glibc(have) if *have < need => {
+                return Err(InstallError::OldGlibc { have: *have, need })
+            }
+            RemoteLibc::Musl => {
+                return Err(InstallError::NoGlibc {
+                    libc: "musl".into(),
+                    need,
+                })
+            }
+            // Unknown: try; the first run of the upload tells.
+            _ => {}
+        }
+    }
+    Ok(Choice::Upload(p.cache_dir.clone()))
+}
+
+/// `rdrecv --agent-protocol` (and `rdpipe --agent-protocol`): this build's
+/// [`AgentId`] on stdout.
+pub fn print_agent_id() -> std::process::ExitCode {
+    println!("{}", AgentId::this());
+    std::process::ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bin(glibc: Option<(u32, u32)>) -> AgentBinary {
+        AgentBinary {
+            bytes: std::sync::Arc::new(vec![0; 100]),
+            entry: format!("{VERSION}-0123456789ab"),
+            arch: "x86_64",
+            glibc: glibc.map(|(major, minor)| GlibcVersion { major, minor }),
+        }
+    }
+
+    fn probe(arch: &str, libc: &str) -> Probe {
+        Probe {
+            arch: arch.into(),
+            libc: RemoteLibc::parse(libc),
+            cache_dir: "/c".into(),
+            path_agent: None,
+            cached: None,
+        }
+    }
+
+    #[test]
+    fn agent_ids() {
+        let me = AgentId::this();
+        assert_eq!(me.to_string().parse::<AgentId>(), Ok(me.clone()));
+        assert!(me.compatible());
+        let mut other = me.clone();
+        other.version = "9.9.9".into();
+        assert!(other.compatible());
+        other.protocol += 1;
+        assert!(!other.compatible());
+        for bad in [
+            "",
+            "HELLO 1",
+            "2 2",
+            "2 2 0.1.0 extra",
+            "rdrecv: unexpected argument",
+        ] {
+            assert!(bad.parse::<AgentId>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn decisions() {
+        let b = bin(Some((2, 34)));
+        let mut p = probe("x86_64", "glibc 2.36");
+        assert_eq!(decide(&p, &b), Ok(Choice::Upload("/c".into())));
+        // A cached copy of another size, or that says another id: upload again.
+        p.cached = Some((99, Some(AgentId::this())));
+        assert_eq!(decide(&p, &b), Ok(Choice::Upload("/c".into())));
+        p.cached = Some((100, None));
+        assert_eq!(decide(&p, &b), Ok(Choice::Upload("/c".into())));
+        p.cached = Some((100, Some(AgentId::this())));
+        assert_eq!(decide(&p, &b), Ok(Choice::Cached("/c".into())));
+        p.path_agent = Some(AgentId::this());
+        assert_eq!(decide(&p, &b), Ok(Choice::Installed));
+        let mut old = AgentId::this();
+        old.protocol = 1;
+        p.path_agent = Some(old);
+        assert_eq!(decide(&p, &b), Ok(Choice::Cached("/c".into())));
+
+        assert_eq!(
+            decide(&probe("aarch64", "glibc 2.36"), &b),
+            Err(InstallError::Arch {
+                remote: "aarch64".into(),
+                local: "x86_64".into()
+            })
+        );
+        assert!(decide(&probe("amd64", "glibc 2.36"), &b).is_ok());
+        let e = decide(&probe("x86_64", "glibc 2.17"), &b).unwrap_err();
+        assert!(matches!(e, InstallError::OldGlibc { .. }));
+        assert!(
+            e.to_string()
+                .contains("glibc 2.17 while this rdpipe needs glibc 2.34"),
+            "{e}"
+        );
+        assert!(matches!(
+            decide(&probe("x86_64", "musl libc (x86_64)"), &b),
+            Err(InstallError::NoGlibc { .. })
+        ));
+        // Unknown libc: try. A static build needs none.
+        assert!(decide(&probe("x86_64", ""), &b).is_ok());
+        assert!(decide(&probe("x86_64", "musl libc"), &bin(None)).is_ok());
+    }
+}
