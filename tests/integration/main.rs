@@ -16,6 +16,7 @@ mod endpoints;
 mod faults_endpoints;
 mod faults_pipeline;
 mod no_rdma_core;
+mod rdpipe_install;
 mod rdpipe_local;
 mod rdpipe_netns;
 mod rdpipe_ssh;
