@@ -11,6 +11,7 @@
 
 mod support;
 
+mod attacks;
 mod docs;
 mod endpoints;
 mod faults_endpoints;

@@ -175,6 +175,11 @@ impl Listener {
         Ok(Listener { inner, port })
     }
 
+    /// The listening socket.
+    pub fn socket(&self) -> &TcpListener {
+        &self.inner
+    }
+
     /// The port actually bound (useful when 0 was asked for).
     pub fn port(&self) -> u16 {
         self.port

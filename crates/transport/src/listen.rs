@@ -88,14 +88,27 @@ pub fn accept_authenticated(
             })?;
     }
     drop(tx);
+    let closer = l.clone();
+    // Once a peer won (or the endpoint gives up), the port closes: the acceptor's
+    // blocked accept() fails and it ends; handshakes still in progress end on
+    // their own deadline and find nobody listening for their outcome.
+    let close = move || {
+        let _ = socket2::SockRef::from(closer.socket()).shutdown(std::net::Shutdown::Both);
+    };
     loop {
         let (peer, r) = rx.recv().map_err(|_| TransportError::Io {
             context: "accepting connections",
             source: std::io::Error::other("the acceptor stopped"),
         })?;
         match r {
-            Ok(won) => return Ok(won),
-            Err(e) if fatal(&e) => return Err(e),
+            Ok(won) => {
+                close();
+                return Ok(won);
+            }
+            Err(e) if fatal(&e) => {
+                close();
+                return Err(e);
+            }
             Err(e @ TransportError::Accept(_)) => return Err(e),
             Err(e @ TransportError::AuthFailed { .. }) => {
                 tracing::warn!("{e} (wrong key?); still waiting for the sender");
