@@ -114,6 +114,22 @@ check_xfer "noimm-recv-$n" "$W/in.$n" "rdma (rxe0, write+send)" "rdma (rxe1, wri
 
 fi
 
+if want integrity; then
+echo "== integrity modes over RDMA: --encrypt (AES-256-GCM in the registered slot) and checksum"
+for n in 1 $((CHUNK - 1)) $((CHUNK + 1)) $((64 * CHUNK)); do
+    xfer "encrypt-$n" "$W/in.$n" "" "--transport rdma --encrypt" "" "--transport rdma"
+    check_xfer "encrypt-$n" "$W/in.$n" "rdma (rxe0, write-with-imm)" "rdma (rxe1, write-with-imm)"
+    grep -q "integrity encrypt" "$W/encrypt-$n.recv.err" || fail "encrypt-$n: -v does not say 'integrity encrypt'"
+done
+n=$((CHUNK + 1))
+xfer "encrypt-noimm-$n" "$W/in.$n" "" "--transport rdma --encrypt" "env RDPIPE_RDMA_NO_IMM=1" "--transport rdma --encrypt"
+check_xfer "encrypt-noimm-$n" "$W/in.$n" "rdma (rxe0, write+send)" "rdma (rxe1, write+send)"
+xfer "checksum-$n" "$W/in.$((64 * CHUNK))" "" "--transport rdma --integrity checksum" "" "--transport rdma --integrity checksum"
+check_xfer "checksum-$n" "$W/in.$((64 * CHUNK))" "rdma (rxe0" "rdma (rxe1"
+grep -q "integrity checksum" "$W/checksum-$n.recv.err" || fail "checksum-$n: -v does not say 'integrity checksum'"
+
+fi
+
 if want chunks; then
 echo "== other chunk sizes and slot counts"
 xfer "chunk64k-slots4" "$W/in.$((64 * CHUNK))" "" "--transport rdma --chunk-size 64K --slots 4" "" "--transport rdma --chunk-size 64K"
@@ -132,7 +148,7 @@ fi
 fi
 
 if want wrongkey; then
-echo "== wrong key: rejected (exit 3) before any RDMA connection"
+echo "== wrong key: the sender fails (exit 3) before any RDMA connection; the receiver keeps waiting"
 # Let the previous connection's teardown (rdma_cm DREQ/DREP) finish first.
 counter_quiet() {
     local a
@@ -144,7 +160,7 @@ wait_for 10 counter_quiet || true
 before=$(rxe_counter rxe0 rcvd_pkts)
 rm -f "$W/wk.fifo"
 mkfifo "$W/wk.fifo"
-timeout 60 "$RECV" -vv --transport rdma --announce-fd 3 0 "$KEY" "$W/wk.out" 3>"$W/wk.fifo" 2>"$W/wk.recv.err" &
+timeout 10 "$RECV" -vv --transport rdma --announce-fd 3 0 "$KEY" "$W/wk.out" 3>"$W/wk.fifo" 2>"$W/wk.recv.err" &
 rpid=$!
 read -r _ port <"$W/wk.fifo"
 timeout 60 "$SEND" -v --transport rdma "$RXE_SERVER_IP" "$port" "wrong-$KEY" "$W/in.1" 2>"$W/wk.send.err"
@@ -152,11 +168,13 @@ SRC=$?
 wait "$rpid"
 RRC=$?
 after=$(rxe_counter rxe0 rcvd_pkts)
-if [ "$RRC" = 3 ] && [ "$SRC" = 3 ] && [ "$after" = "$before" ] && [ ! -e "$W/wk.out" ] &&
+# rdrecv drops the unauthenticated peer and goes on waiting until its timeout (124).
+if [ "$RRC" = 124 ] && [ "$SRC" = 3 ] && [ "$after" = "$before" ] && [ ! -e "$W/wk.out" ] &&
+    grep -q "authentication failed" "$W/wk.recv.err" &&
     ! grep -q "rdma_cm listener" "$W/wk.recv.err"; then
-    pass "wrong key: both exit 3, no rdma_cm listener opened, rxe0 received no RDMA packet, no output file created"
+    pass "wrong key: rdsend exit 3, rdrecv kept waiting, no rdma_cm listener opened, rxe0 received no RDMA packet, no output file created"
 else
-    fail "wrong key: rdrecv $RRC, rdsend $SRC (want 3, 3); rxe0 packets $before -> $after; output $([ -e "$W/wk.out" ] && echo created || echo absent)"
+    fail "wrong key: rdrecv $RRC, rdsend $SRC (want 124, 3); rxe0 packets $before -> $after; output $([ -e "$W/wk.out" ] && echo created || echo absent)"
     show wk
 fi
 
@@ -195,15 +213,20 @@ rpid=$!
 read -r _ port <"$W/kill.fifo"
 { cat "$W/in.$((CHUNK + 1))"; sleep 60; } | "$SEND" -v --transport rdma "$RXE_SERVER_IP" "$port" "$KEY" 2>"$W/kill.send.err" &
 spid=$!
-# Readiness: the first bytes have arrived.
-if wait_for 60 test -s "$W/kill.out"; then
+# Readiness: the first bytes have arrived (in the temporary file beside
+# kill.out: the output file itself appears only for a verified stream).
+kill_tmp_has_data() {
+    [ -n "$(find "$W" -maxdepth 1 -name '.kill.out.rdpipe-*' -size +0 2>/dev/null)" ]
+}
+if wait_for 60 kill_tmp_has_data; then
     kill -9 "$spid"
 fi
 wait "$spid" 2>/dev/null
 wait "$rpid"
 RRC=$?
-if [ "$RRC" != 0 ] && [ "$RRC" != 124 ] && grep -q truncated "$W/kill.recv.err"; then
-    pass "sender killed: rdrecv exit $RRC: $(grep -m1 truncated "$W/kill.recv.err")"
+if [ "$RRC" != 0 ] && [ "$RRC" != 124 ] && grep -q truncated "$W/kill.recv.err" &&
+    [ ! -e "$W/kill.out" ]; then
+    pass "sender killed: rdrecv exit $RRC: $(grep -m1 truncated "$W/kill.recv.err"); no output file published"
 else
     fail "sender killed: rdrecv exit $RRC (want non-zero with 'truncated')"
     show kill

@@ -19,7 +19,7 @@ use rdpipe_verbs::{
     QueuePair,
 };
 use rdpipe_wire::frame::{Chosen, RDMA_TOKEN_LEN};
-use rdpipe_wire::{Caps, Control, Role, TransportPref};
+use rdpipe_wire::{Caps, Control, Integrity, Role, TransportPref};
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -32,6 +32,7 @@ fn run(host: &str, port: u16, key: &str) -> Result<String, String> {
         caps: Caps::RDMA.union(Caps::WRITE_WITH_IMM),
         chunk_size: 1 << 20,
         slots: 2,
+        integrity: Integrity::Mac,
     };
     let n = handshake(&mut s, key.as_bytes(), &params, Duration::from_secs(10))
         .map_err(|e| e.to_string())?;
