@@ -23,7 +23,7 @@ _rdpipe() {
 
     case "${cmd}" in
         rdpipe)
-            opts="-n -v -q -o -F -h -V --dry-run --verbose --quiet --progress --ssh-option --ssh-config --data-host --remote-bin --no-install --transport --chunk-size --slots --connect-timeout --handshake-timeout --max-sessions --help --version"
+            opts="-n -v -q -o -F -h -V --dry-run --verbose --quiet --progress --ssh-option --ssh-config --data-host --remote-bin --no-install --transport --chunk-size --slots --connect-timeout --handshake-timeout --integrity --encrypt --max-sessions --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -71,6 +71,10 @@ _rdpipe() {
                     ;;
                 --handshake-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --integrity)
+                    COMPREPLY=($(compgen -W "checksum mac" -- "${cur}"))
                     return 0
                     ;;
                 --max-sessions)

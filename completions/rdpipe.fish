@@ -9,11 +9,14 @@ complete -c rdpipe -l chunk-size -d 'Bytes per chunk, e.g. 256K, 1M' -r
 complete -c rdpipe -l slots -d 'Buffers in flight per transfer' -r
 complete -c rdpipe -l connect-timeout -d 'Seconds to keep trying to connect (ssh and data connections)' -r
 complete -c rdpipe -l handshake-timeout -d 'Seconds the authentication handshake of each transfer may take' -r
+complete -c rdpipe -l integrity -d 'How each hop\'s integrity is checked (see docs/security.md)' -r -f -a "checksum\t'xxh3 checksum only: catches accidents, not an attacker on the path (for trusted fabrics; the fastest)'
+mac\t'Keyed BLAKE3 MAC over the whole stream: nobody without the session keys can alter, reorder, drop or truncate data unnoticed (the default)'"
 complete -c rdpipe -l max-sessions -d 'SSH sessions per master connection (sshd\'s MaxSessions, 10 by default); a host with more segments gets more connections' -r
 complete -c rdpipe -s n -l dry-run -d 'Print the plan (segments, hosts, who listens, who connects to whom) and run nothing'
 complete -c rdpipe -s v -l verbose -d 'Print each hop\'s transport, byte count and checksum, and the final `Bandwidth X.XXX GB/s`, on stderr. `-vv` adds a debug log of the set-up and teardown (ssh masters, agents, control lines; the hosts\' endpoints log theirs too), `-vvv` a trace; RUST_LOG overrides both'
 complete -c rdpipe -s q -l quiet -d 'No progress line (unless --progress is given) and no warnings (from any host); errors are still printed'
 complete -c rdpipe -l progress -d 'Show a live progress line on stderr: bytes arrived at the end of the pipeline, rate, elapsed time; when the source is a `< FILE` segment or a regular file on stdin, the source\'s bytes sent, rate, percentage and ETA. On by default when stderr is a terminal'
 complete -c rdpipe -l no-install -d 'Do not install rdpipe\'s own binary on hosts without a usable rdrecv: such a host fails the pipeline (exit 127 when rdrecv is missing). By default rdpipe copies itself over the SSH connection into ~/.cache/rdma-pipe/VERSION-HASH/ there (checked by checksum, reused by later runs) when rdrecv is not in PATH or speaks another agent protocol, after checking the host\'s architecture and glibc version'
+complete -c rdpipe -l encrypt -d 'Encrypt every hop (AES-256-GCM, keys from each hop\'s handshake)'
 complete -c rdpipe -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c rdpipe -s V -l version -d 'Print version'

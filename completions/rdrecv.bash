@@ -23,7 +23,7 @@ _rdrecv() {
 
     case "${cmd}" in
         rdrecv)
-            opts="-v -q -h -V --announce-fd --key-file --transport --chunk-size --slots --handshake-timeout --verbose --quiet --progress --help --version"
+            opts="-v -q -h -V --announce-fd --key-file --transport --chunk-size --slots --handshake-timeout --integrity --encrypt --verbose --quiet --progress --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -51,6 +51,10 @@ _rdrecv() {
                     ;;
                 --handshake-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --integrity)
+                    COMPREPLY=($(compgen -W "checksum mac" -- "${cur}"))
                     return 0
                     ;;
                 *)

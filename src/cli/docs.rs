@@ -18,6 +18,7 @@ pub const ENDPOINT_EXIT_STATUS: &[(&str, &str)] = &[
     ("6", "Could not connect, resolve the host, or listen on the port."),
     ("7", "--transport rdma was required but RDMA cannot be used, or the two ends' --transport conflict."),
     ("8", "Protocol error: the peer is not rdma-pipe, speaks another version, sent garbage, or said nothing in time."),
+    ("9", "The stream failed its integrity check: it was altered on the way (MAC, encrypted chunk, End or Done tag); nothing was declared good and an output FILE was not replaced."),
 ];
 
 const ENDPOINT_ENV: &[(&str, &str)] = &[
