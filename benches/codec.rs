@@ -1,10 +1,12 @@
 //! Hot-loop micro-benchmarks: frame header encode/decode, control frames, the
-//! end-to-end checksum, the input loop's fill step, and the whole pump (file ->
-//! send loop -> TCP transport over loopback -> receive loop -> sink) in one process.
+//! end-to-end checksum, the keyed MAC, AES-256-GCM sealing (one and two threads),
+//! the input loop's fill step, and the whole pump (file -> send loop -> TCP
+//! transport over loopback -> receive loop -> sink) in one process, per integrity
+//! mode.
 //! Figures, not pass/fail: `cargo bench --bench codec`.
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
-use rdpipe_wire::{Control, FrameHeader, StreamHasher};
+use rdpipe_wire::{Control, FrameHeader, Integrity, SessionKeys, StreamEnd, StreamHasher};
 
 fn frames(c: &mut Criterion) {
     let mut g = c.benchmark_group("frame");
@@ -14,10 +16,11 @@ fn frames(c: &mut Criterion) {
             FrameHeader::decode(&h, 1 << 20).unwrap()
         })
     });
-    let end = Control::End {
+    let end = Control::End(StreamEnd {
         bytes: 1 << 40,
         checksum: 0x1234_5678_9abc_def0,
-    };
+        tag: [7; 32],
+    });
     g.bench_function("end frame roundtrip", |b| {
         b.iter(|| Control::decode_frame(&black_box(&end).encode()).unwrap())
     });
@@ -37,6 +40,38 @@ fn checksum(c: &mut Criterion) {
             h.digest()
         })
     });
+    g.bench_function("xxh3-64 + keyed BLAKE3 MAC 1 MiB chunk", |b| {
+        let mut h = StreamHasher::keyed(&[3; 32]);
+        b.iter(|| {
+            h.update(black_box(&data));
+            h.digest()
+        })
+    });
+    g.finish();
+    // --encrypt: AES-256-GCM per chunk, on one thread and on two threads sealing
+    // independent chunks (the design: a chunk's nonce is its number).
+    let key = rdpipe_wire::seal::aead_key(&[5; 32]);
+    let mut g = c.benchmark_group("seal");
+    for threads in [1usize, 2] {
+        g.throughput(Throughput::Bytes((threads * data.len()) as u64));
+        g.bench_function(
+            format!("AES-256-GCM 1 MiB chunk x {threads} thread(s)"),
+            |b| {
+                let mut bufs: Vec<Vec<u8>> = (0..threads).map(|_| data.clone()).collect();
+                let mut n = 0u64;
+                b.iter(|| {
+                    std::thread::scope(|sc| {
+                        for (t, buf) in bufs.iter_mut().enumerate() {
+                            let key = &key;
+                            let nonce = n * threads as u64 + t as u64;
+                            sc.spawn(move || rdpipe_wire::seal::seal_at(key, nonce, buf));
+                        }
+                    });
+                    n += 1;
+                })
+            },
+        );
+    }
     g.finish();
 }
 
@@ -68,7 +103,7 @@ fn tcp_pump(c: &mut Criterion) {
     // send_stream -> TcpSender -> loopback -> TcpReceiver -> recv_stream -> sink, with
     // the checksum on both ends, as rdsend/rdrecv run it (minus process start-up and
     // the handshake). Both ends share this process's CPUs, as on one host.
-    use rdpipe_transport::pump::{recv_stream, send_stream};
+    use rdpipe_transport::pump::{recv_stream, send_stream, Protection};
     use rdpipe_transport::tcp::{TcpReceiver, TcpSender};
     use std::net::{TcpListener, TcpStream};
     const SIZE: usize = 256 << 20;
@@ -79,9 +114,23 @@ fn tcp_pump(c: &mut Criterion) {
     let mut g = c.benchmark_group("pump");
     g.throughput(Throughput::Bytes(SIZE as u64));
     g.sample_size(10);
-    for chunk in [64usize << 10, 256 << 10, 1 << 20] {
+    // The receiving thread outlives this frame as far as the borrow checker knows.
+    let keys: &'static SessionKeys = Box::leak(Box::new(SessionKeys::derive(b"bench", b"t")));
+    let runs = [
+        (64usize << 10, Integrity::Checksum),
+        (256 << 10, Integrity::Checksum),
+        (1 << 20, Integrity::Checksum),
+        (256 << 10, Integrity::Mac),
+        (256 << 10, Integrity::Encrypt),
+    ];
+    for (chunk, integrity) in runs {
+        let prot = Protection { integrity, keys };
         g.bench_function(
-            format!("tcp loopback 256 MiB, chunk {} KiB", chunk >> 10),
+            format!(
+                "tcp loopback 256 MiB, chunk {} KiB, {}",
+                chunk >> 10,
+                integrity.as_str()
+            ),
             |b| {
                 b.iter(|| {
                     let l = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -90,13 +139,13 @@ fn tcp_pump(c: &mut Criterion) {
                         let (s, _) = l.accept().unwrap();
                         rdpipe_transport::connect::tune(&s).unwrap();
                         let mut rx = TcpReceiver::new(s, chunk, "bench".into());
-                        recv_stream(&mut rx, &mut std::io::sink(), &mut |_| {}).unwrap()
+                        recv_stream(&mut rx, &mut std::io::sink(), prot, &mut |_| {}).unwrap()
                     });
                     let s = TcpStream::connect(addr).unwrap();
                     rdpipe_transport::connect::tune(&s).unwrap();
                     let mut tx = TcpSender::new(s, chunk, 2, "bench".into()).unwrap();
                     let mut f = std::fs::File::open(&path).unwrap();
-                    let sent = send_stream(&mut f, &mut tx, &mut |_| {}).unwrap();
+                    let sent = send_stream(&mut f, &mut tx, prot, &mut |_| {}).unwrap();
                     drop(tx);
                     let got = rx.join().unwrap();
                     assert_eq!(sent.checksum, got.checksum);

@@ -143,6 +143,8 @@ mod tests {
             local: hello(Role::Receiver, local),
             peer: hello(Role::Sender, peer),
             peer_addr: "peer".into(),
+            integrity: rdpipe_wire::Integrity::default(),
+            keys: rdpipe_wire::SessionKeys::derive(b"test", b""),
         }
     }
 
