@@ -85,6 +85,13 @@ check_xfer() {
     rm -f "$W/$name.out"
 }
 
+# Whether the temporary file that rdrecv writes beside $W/NAME (published as
+# NAME only once the stream verified) has data yet: the readiness signal of the
+# kill tests.
+tmp_has_data() {
+    [ -n "$(find "$W" -maxdepth 1 -name ".$1.rdpipe-*" -size +0 2>/dev/null)" ]
+}
+
 echo "== test data"
 for n in 0 1 $((CHUNK - 1)) $CHUNK $((CHUNK + 1)) $((64 * CHUNK)); do
     head -c "$n" /dev/urandom >"$W/in.$n"
@@ -215,10 +222,7 @@ read -r _ port <"$W/kill.fifo"
 spid=$!
 # Readiness: the first bytes have arrived (in the temporary file beside
 # kill.out: the output file itself appears only for a verified stream).
-kill_tmp_has_data() {
-    [ -n "$(find "$W" -maxdepth 1 -name '.kill.out.rdpipe-*' -size +0 2>/dev/null)" ]
-}
-if wait_for 60 kill_tmp_has_data; then
+if wait_for 60 tmp_has_data kill.out; then
     kill -9 "$spid"
 fi
 wait "$spid" 2>/dev/null
@@ -296,7 +300,7 @@ read -r _ port <"$W/rkill.fifo"
 # Endless input: the sender is waiting for credits when the receiver dies.
 timeout 120 "$SEND" --transport rdma "$RXE_SERVER_IP" "$port" "$KEY" /dev/zero 2>"$W/rkill.send.err" &
 spid=$!
-if wait_for 60 test -s "$W/rkill.out"; then
+if wait_for 60 tmp_has_data rkill.out; then
     kill -9 "$rpid"
 fi
 wait "$rpid" 2>/dev/null
