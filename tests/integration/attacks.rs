@@ -5,8 +5,8 @@
 //! an output file.
 
 use crate::support::*;
-use rdpipe_transport::handshake::{handshake, LocalParams};
-use rdpipe_wire::{Caps, Control, FrameHeader, FrameKind, Integrity, Role, TransportPref};
+use rdpipe_transport::handshake::handshake;
+use rdpipe_wire::{Control, FrameHeader, FrameKind};
 use rdpipe_wire::{FRAME_HEADER_LEN, HELLO_LEN};
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -222,17 +222,6 @@ fn scans_garbage_and_trickles_around_a_real_transfer_do_not_disturb_it() {
     let f = r.finish();
     f.expect_code(0);
     assert!(f.stdout == data, "output differs");
-}
-
-fn sender_params() -> LocalParams {
-    LocalParams {
-        role: Role::Sender,
-        transport: TransportPref::Tcp,
-        caps: Caps::default(),
-        chunk_size: 1 << 20,
-        slots: 2,
-        integrity: Integrity::Mac,
-    }
 }
 
 #[test]

@@ -3,24 +3,13 @@
 //! and a slow consumer that must not make rdrecv's memory grow.
 
 use crate::support::*;
-use rdpipe_transport::handshake::{handshake, LocalParams};
-use rdpipe_wire::{Caps, FrameHeader, FrameKind, Integrity, Role, TransportPref};
+use rdpipe_transport::handshake::handshake;
+use rdpipe_wire::{FrameHeader, FrameKind};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-fn sender_params() -> LocalParams {
-    LocalParams {
-        role: Role::Sender,
-        transport: TransportPref::Tcp,
-        caps: Caps::default(),
-        chunk_size: 1 << 20,
-        slots: 2,
-        integrity: Integrity::Mac,
-    }
-}
 
 #[test]
 fn oversized_frame_after_authentication_is_rejected() {

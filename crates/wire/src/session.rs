@@ -150,10 +150,10 @@ impl SessionKeys {
 
     /// The tag of the sender's End: byte count, checksum and stream MAC.
     pub fn end_tag(&self, bytes: u64, checksum: u64, mac: &[u8; TAG_LEN]) -> [u8; TAG_LEN] {
-        tag(
-            &self.end,
-            &[&bytes.to_le_bytes(), &checksum.to_le_bytes(), mac],
-        )
+        stream_tag(&self.end, bytes, checksum, mac)
+            .finalize()
+            .into_bytes()
+            .into()
     }
 
     /// Checks an End tag (constant-time).
@@ -164,19 +164,17 @@ impl SessionKeys {
         mac: &[u8; TAG_LEN],
         t: &[u8; TAG_LEN],
     ) -> bool {
-        verify(
-            &self.end,
-            &[&bytes.to_le_bytes(), &checksum.to_le_bytes(), mac],
-            t,
-        )
+        stream_tag(&self.end, bytes, checksum, mac)
+            .verify_slice(t)
+            .is_ok()
     }
 
     /// The tag of the receiver's Done: what it verified.
     pub fn done_tag(&self, bytes: u64, checksum: u64, mac: &[u8; TAG_LEN]) -> [u8; TAG_LEN] {
-        tag(
-            &self.done,
-            &[&bytes.to_le_bytes(), &checksum.to_le_bytes(), mac],
-        )
+        stream_tag(&self.done, bytes, checksum, mac)
+            .finalize()
+            .into_bytes()
+            .into()
     }
 
     /// Checks a Done tag (constant-time).
@@ -187,12 +185,15 @@ impl SessionKeys {
         mac: &[u8; TAG_LEN],
         t: &[u8; TAG_LEN],
     ) -> bool {
-        verify(
-            &self.done,
-            &[&bytes.to_le_bytes(), &checksum.to_le_bytes(), mac],
-            t,
-        )
+        stream_tag(&self.done, bytes, checksum, mac)
+            .verify_slice(t)
+            .is_ok()
     }
+}
+
+/// The HMAC behind an End or Done tag (their keys differ).
+fn stream_tag(key: &[u8], bytes: u64, checksum: u64, mac: &[u8; TAG_LEN]) -> Hmac<Sha256> {
+    hmac(key, &[&bytes.to_le_bytes(), &checksum.to_le_bytes(), mac])
 }
 
 #[cfg(test)]

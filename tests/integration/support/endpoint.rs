@@ -253,3 +253,16 @@ pub fn send_paced(
 pub fn read(p: &Path) -> Vec<u8> {
     std::fs::read(p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()))
 }
+
+/// What a handshake-level test client (a fake or hostile sender) brings: TCP,
+/// 1 MiB chunks, the default integrity.
+pub fn sender_params() -> rdpipe_transport::handshake::LocalParams {
+    rdpipe_transport::handshake::LocalParams {
+        role: rdpipe_wire::Role::Sender,
+        transport: rdpipe_wire::TransportPref::Tcp,
+        caps: rdpipe_wire::Caps::default(),
+        chunk_size: 1 << 20,
+        slots: 2,
+        integrity: rdpipe_wire::Integrity::Mac,
+    }
+}
