@@ -12,6 +12,7 @@
 use crate::error::GoneCause;
 use crate::{ChunkReceiver, ChunkSender, Received, TransportError};
 use rdpipe_wire::seal::{Opener, Sealer, SEAL_TAG_LEN};
+use rdpipe_wire::session::EndOf;
 use rdpipe_wire::{Integrity, SessionKeys, StreamEnd, StreamHasher};
 use rustix::event::{poll, PollFd, PollFlags};
 use std::io::{self, Read, Write};
@@ -139,11 +140,14 @@ pub fn send_stream<R: Read + AsFd>(
     let end = StreamEnd {
         bytes,
         checksum,
-        tag: prot.keys.end_tag(bytes, checksum, &mac),
+        tag: prot.keys.end_tag(EndOf::Sender, bytes, checksum, &mac),
     };
     let done = tx.finish(&end)?;
     // Done must be the receiver's, over exactly what we sent.
-    if !prot.keys.verify_done(bytes, checksum, &mac, &done.tag) {
+    if !prot
+        .keys
+        .verify_end(EndOf::Receiver, bytes, checksum, &mac, &done.tag)
+    {
         return Err(if done.bytes != bytes {
             TransportError::LengthMismatch {
                 sent: bytes,
@@ -207,10 +211,13 @@ pub fn recv_stream<W: Write>(
                         sent: end.checksum,
                         received: got.checksum,
                     })
-                } else if !prot
-                    .keys
-                    .verify_end(got.bytes, got.checksum, &mac, &end.tag)
-                {
+                } else if !prot.keys.verify_end(
+                    EndOf::Sender,
+                    got.bytes,
+                    got.checksum,
+                    &mac,
+                    &end.tag,
+                ) {
                     Some(TransportError::Tampered {
                         what: "the stream",
                         bytes: got.bytes,
@@ -230,7 +237,9 @@ pub fn recv_stream<W: Write>(
                 let done = StreamEnd {
                     bytes: got.bytes,
                     checksum: got.checksum,
-                    tag: prot.keys.done_tag(got.bytes, got.checksum, &mac),
+                    tag: prot
+                        .keys
+                        .end_tag(EndOf::Receiver, got.bytes, got.checksum, &mac),
                 };
                 rx.confirm(&done)?;
                 return Ok(got);

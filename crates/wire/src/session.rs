@@ -8,7 +8,7 @@
 //!
 //! - `confirm S` / `confirm R`: key confirmation, one tag per role over the
 //!   receiver's Accept, so a tampered hello, PAKE message or Accept fails here;
-//! - `stream mac`: the keyed BLAKE3 MAC of the stream ([`crate::integrity`]);
+//! - `stream mac`: the keyed BLAKE3 MAC of the stream ([`crate::checksum`]);
 //! - `end` / `done`: the tags that authenticate End and Done;
 //! - `aead`: the AES-256-GCM key of `--encrypt` ([`crate::seal`]).
 //!
@@ -148,47 +148,51 @@ impl SessionKeys {
         verify(self.confirm_key(role), &[b"confirm", accept], t)
     }
 
-    /// The tag of the sender's End: byte count, checksum and stream MAC.
-    pub fn end_tag(&self, bytes: u64, checksum: u64, mac: &[u8; TAG_LEN]) -> [u8; TAG_LEN] {
-        stream_tag(&self.end, bytes, checksum, mac)
+    fn end_key(&self, end: EndOf) -> &[u8; KEY_LEN] {
+        match end {
+            EndOf::Sender => &self.end,
+            EndOf::Receiver => &self.done,
+        }
+    }
+
+    /// The tag of End (`EndOf::Sender`) or Done (`EndOf::Receiver`) over the
+    /// byte count, the checksum and the stream MAC.
+    pub fn end_tag(
+        &self,
+        end: EndOf,
+        bytes: u64,
+        checksum: u64,
+        mac: &[u8; TAG_LEN],
+    ) -> [u8; TAG_LEN] {
+        stream_tag(self.end_key(end), bytes, checksum, mac)
             .finalize()
             .into_bytes()
             .into()
     }
 
-    /// Checks an End tag (constant-time).
+    /// Checks an End or Done tag (constant-time).
     pub fn verify_end(
         &self,
+        end: EndOf,
         bytes: u64,
         checksum: u64,
         mac: &[u8; TAG_LEN],
         t: &[u8; TAG_LEN],
     ) -> bool {
-        stream_tag(&self.end, bytes, checksum, mac)
+        stream_tag(self.end_key(end), bytes, checksum, mac)
             .verify_slice(t)
             .is_ok()
     }
+}
 
-    /// The tag of the receiver's Done: what it verified.
-    pub fn done_tag(&self, bytes: u64, checksum: u64, mac: &[u8; TAG_LEN]) -> [u8; TAG_LEN] {
-        stream_tag(&self.done, bytes, checksum, mac)
-            .finalize()
-            .into_bytes()
-            .into()
-    }
-
-    /// Checks a Done tag (constant-time).
-    pub fn verify_done(
-        &self,
-        bytes: u64,
-        checksum: u64,
-        mac: &[u8; TAG_LEN],
-        t: &[u8; TAG_LEN],
-    ) -> bool {
-        stream_tag(&self.done, bytes, checksum, mac)
-            .verify_slice(t)
-            .is_ok()
-    }
+/// Whose end-of-stream message a tag is for: the sender's End or the
+/// receiver's Done (each has its own key, so neither passes for the other).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndOf {
+    /// The sender's End.
+    Sender,
+    /// The receiver's Done.
+    Receiver,
 }
 
 /// The HMAC behind an End or Done tag (their keys differ).
@@ -222,11 +226,11 @@ mod tests {
         assert_eq!(s.stream_mac, r.stream_mac);
         assert_eq!(s.aead, r.aead);
         let mac = [9u8; TAG_LEN];
-        let e = s.end_tag(5, 6, &mac);
-        assert!(r.verify_end(5, 6, &mac, &e));
-        assert!(!r.verify_end(5, 7, &mac, &e));
+        let e = s.end_tag(EndOf::Sender, 5, 6, &mac);
+        assert!(r.verify_end(EndOf::Sender, 5, 6, &mac, &e));
+        assert!(!r.verify_end(EndOf::Sender, 5, 7, &mac, &e));
         // An End echoed back does not pass as Done.
-        assert!(!s.verify_done(5, 6, &mac, &e));
+        assert!(!s.verify_end(EndOf::Receiver, 5, 6, &mac, &e));
     }
 
     #[test]
