@@ -397,3 +397,74 @@ fn a_killed_sender_leaves_the_old_output_file_intact() {
         .collect();
     assert_eq!(names, ["image.bin"], "a temporary file was left");
 }
+
+/// The TCP ports in LISTEN state on this host (from /proc/net/tcp and tcp6).
+fn listening_ports() -> std::collections::HashSet<u16> {
+    let mut ports = std::collections::HashSet::new();
+    for f in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(f) else {
+            continue;
+        };
+        for l in text.lines().skip(1) {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            // local_address is HEXIP:HEXPORT, st 0A is LISTEN.
+            if w.len() > 3 && w[3] == "0A" {
+                if let Some(p) = w[1].rsplit(':').next() {
+                    if let Ok(p) = u16::from_str_radix(p, 16) {
+                        ports.insert(p);
+                    }
+                }
+            }
+        }
+    }
+    ports
+}
+
+#[test]
+fn a_connector_racing_rdpipes_endpoints_fails_no_pipeline() {
+    // A process that connects to every new listener on this host as soon as it
+    // appears (empty connections and garbage) while local pipelines run: with
+    // accept-until-authenticated and per-hop keys, every pipeline still succeeds.
+    let before = listening_ports();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let hits = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let racer = {
+        let (stop, hits) = (stop.clone(), hits.clone());
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                for p in listening_ports().difference(&before) {
+                    if let Ok(mut c) = TcpStream::connect(("127.0.0.1", *p)) {
+                        hits.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        n += 1;
+                        if n % 2 == 0 {
+                            let _ = c.write_all(&random_bytes(64, n));
+                        }
+                    }
+                }
+                std::thread::yield_now();
+            }
+        })
+    };
+    // At least 15 pipelines, and on until the racer reached some endpoints (a
+    // listener lives only milliseconds: from its announcement to its peer's
+    // authentication).
+    for i in 0..80 {
+        if i >= 15 && hits.load(std::sync::atomic::Ordering::SeqCst) >= 3 {
+            break;
+        }
+        let r = run(
+            &["-:cat".to_string(), "-:cat".to_string()],
+            Some(b"hello\n".to_vec()),
+            Duration::from_secs(60),
+        );
+        assert_eq!(r.code(), Some(0), "pipeline {i} failed:\n{}", r.stderr);
+        assert_eq!(r.stdout_str(), "hello\n", "pipeline {i}");
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    racer.join().unwrap();
+    assert!(
+        hits.load(std::sync::atomic::Ordering::SeqCst) > 0,
+        "the racer never reached an endpoint"
+    );
+}
