@@ -45,7 +45,7 @@ use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 use tracing::{debug, trace};
-use verdict::{Cause, Failure, Verdict};
+use verdict::{Cause, Finding, Verdict};
 
 /// How long rdpipe collects failure reports after the first one before it closes
 /// the agents' control channels.
@@ -258,7 +258,7 @@ struct Runner {
     stdins: Vec<Option<Writer>>,
     local_pids: Vec<Option<u32>>,
     segs: Vec<SegState>,
-    failures: Vec<Failure>,
+    failures: Vec<Finding>,
     source_done: bool,
     sink_done: bool,
     source_report: Option<HopReport>,
@@ -313,7 +313,7 @@ impl Runner {
     }
 
     fn fail(&mut self, node: Option<Node>, cause: Cause) {
-        self.failures.push(Failure { cause, node });
+        self.failures.push(Finding { cause, node });
     }
 
     /// The key of the hop into (`Direction::In`) or out of `node`.

@@ -230,10 +230,10 @@ impl fmt::Display for Cause {
     }
 }
 
-/// One failure: its cause and where it happened (none: rdpipe itself, or the
+/// One failure found: its cause and where it happened (none: rdpipe itself, or the
 /// pipeline as a whole).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Failure {
+pub struct Finding {
     /// What went wrong.
     pub cause: Cause,
     /// Where.
@@ -252,7 +252,7 @@ pub struct Verdict {
 /// Decides the verdict from the failures and each segment's command status (as
 /// a shell reports it: 128+N for signal N; none when it did not end on its own).
 /// With `verbose`, every failure is printed.
-pub fn decide(failures: &[Failure], statuses: &[Option<i32>], verbose: bool) -> Verdict {
+pub fn decide(failures: &[Finding], statuses: &[Option<i32>], verbose: bool) -> Verdict {
     if failures.is_empty() {
         return Verdict {
             lines: vec![],
@@ -268,10 +268,10 @@ pub fn decide(failures: &[Failure], statuses: &[Option<i32>], verbose: bool) -> 
         };
     }
     let best = failures.iter().map(|f| f.cause.rank()).min().unwrap_or(1);
-    let shown: Vec<&Failure> = if verbose {
+    let shown: Vec<&Finding> = if verbose {
         failures.iter().collect()
     } else {
-        let mut v: Vec<&Failure> = failures.iter().filter(|f| f.cause.rank() == best).collect();
+        let mut v: Vec<&Finding> = failures.iter().filter(|f| f.cause.rank() == best).collect();
         // A command that stopped reading and also failed on its own: its exit
         // status is the verdict, whichever of the two reports came first.
         v.retain(|f| {
@@ -318,14 +318,14 @@ pub fn decide(failures: &[Failure], statuses: &[Option<i32>], verbose: bool) -> 
 mod tests {
     use super::*;
 
-    fn at(i: usize, cause: Cause) -> Failure {
-        Failure {
+    fn at(i: usize, cause: Cause) -> Finding {
+        Finding {
             cause,
             node: Some(Node::Segment(i)),
         }
     }
 
-    fn seg_failed(i: usize) -> Failure {
+    fn seg_failed(i: usize) -> Finding {
         at(
             i,
             Cause::Segment {
@@ -335,7 +335,7 @@ mod tests {
         )
     }
 
-    fn echo(i: usize) -> Failure {
+    fn echo(i: usize) -> Finding {
         at(
             i,
             Cause::Transfer {
@@ -401,7 +401,7 @@ mod tests {
             v.lines,
             ["h1: cannot check for rdrecv there: no answer within 30 s"]
         );
-        let int = Failure {
+        let int = Finding {
             cause: Cause::Interrupted(2),
             node: None,
         };
@@ -411,7 +411,7 @@ mod tests {
 
     #[test]
     fn a_closed_stdout_alone_is_quiet_141() {
-        let closed = Failure {
+        let closed = Finding {
             cause: Cause::StdoutClosed,
             node: Some(Node::Stdout),
         };
