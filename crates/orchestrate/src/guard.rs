@@ -19,6 +19,24 @@ use std::process::{Command, ExitCode, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+/// Calls `f` with each SIGTERM, SIGINT or SIGHUP on a thread of its own, until
+/// `f` returns false. Nothing happens when the handlers cannot be installed.
+pub(crate) fn on_stop_signals(mut f: impl FnMut(i32) -> bool + Send + 'static) {
+    if let Ok(mut sigs) = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGHUP,
+    ]) {
+        std::thread::spawn(move || {
+            for s in sigs.forever() {
+                if !f(s) {
+                    break;
+                }
+            }
+        });
+    }
+}
+
 enum Ev {
     Gone,
     Exited(Option<i32>),
@@ -79,17 +97,12 @@ fn supervise(args: &[OsString]) -> ExitCode {
             let _ = tx.send(Ev::Gone);
         });
     }
-    if let Ok(mut sigs) = signal_hook::iterator::Signals::new([
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGHUP,
-    ]) {
+    {
         let tx = tx.clone();
         // Keep catching: we signal our own group when stopping.
-        std::thread::spawn(move || {
-            for _ in sigs.forever() {
-                let _ = tx.send(Ev::Gone);
-            }
+        on_stop_signals(move |_| {
+            let _ = tx.send(Ev::Gone);
+            true
         });
     }
     let waiter = std::thread::spawn(move || {

@@ -48,16 +48,11 @@ pub fn listen<R: BufRead + Send + 'static>(
     meter: &Arc<Meter>,
 ) -> ConnectOrders {
     // Signals end the segment like a closed control channel does.
-    if let Ok(mut sigs) = signal_hook::iterator::Signals::new([
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGHUP,
-    ]) {
+    {
         let tx = tx.clone();
-        std::thread::spawn(move || {
-            if let Some(s) = sigs.forever().next() {
-                let _ = tx.send(Ev::Stop(StopReason::Signal(s)));
-            }
+        crate::guard::on_stop_signals(move |s| {
+            let _ = tx.send(Ev::Stop(StopReason::Signal(s)));
+            false
         });
     }
     let last_heard = Arc::new(Mutex::new(Instant::now()));
