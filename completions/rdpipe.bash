@@ -23,7 +23,7 @@ _rdpipe() {
 
     case "${cmd}" in
         rdpipe)
-            opts="-n -v -q -o -F -h -V --dry-run --verbose --quiet --progress --ssh-option --ssh-config --data-host --remote-bin --transport --chunk-size --slots --connect-timeout --handshake-timeout --max-sessions --help --version"
+            opts="-n -v -q -o -F -h -V --dry-run --verbose --quiet --progress --ssh-option --ssh-config --data-host --remote-bin --transport --chunk-size --slots --connect-timeout --handshake-timeout --json --max-sessions --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -70,6 +70,10 @@ _rdpipe() {
                     return 0
                     ;;
                 --handshake-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --json)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

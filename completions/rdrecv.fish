@@ -5,7 +5,8 @@ rdma\t'RDMA or fail (exit status 7)'
 tcp\t'TCP only'"
 complete -c rdrecv -l chunk-size -d 'Bytes per chunk (RDMA slot / data frame), e.g. 256K, 1M. Both ends use the smaller of the two sizes asked for' -r
 complete -c rdrecv -l slots -d 'Buffers in flight (2 = double buffering). Pinned memory per process for RDMA is about chunk size × slots' -r
-complete -c rdrecv -l handshake-timeout -d 'How long the authentication handshake may take before the peer is dropped' -r
+complete -c rdrecv -l handshake-timeout -d 'How long the whole authentication handshake of one connection may take before that peer is dropped (more than 0)' -r
+complete -c rdrecv -l json -d 'Write a JSON report of the run to FILE at the end, also when it fails: peer, transport and device, bytes, checksum, seconds, rate, exit status, error' -r -F
 complete -c rdrecv -s v -l verbose -d 'Print the transport used, the byte count and `Bandwidth X.XXX GB/s` on stderr at the end'
 complete -c rdrecv -s q -l quiet -d 'No progress line (unless --progress is given) and no warnings; errors are still printed'
 complete -c rdrecv -l progress -d 'Show a live progress line on stderr (bytes, rate, elapsed; percentage and ETA for a file source). On by default when stderr is a terminal'

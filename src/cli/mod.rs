@@ -5,6 +5,7 @@ pub mod common;
 pub mod docs;
 pub mod pipe;
 pub mod recv;
+pub mod report_json;
 pub mod send;
 
 pub use common::{fail, finish, Failure};

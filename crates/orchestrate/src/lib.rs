@@ -4,6 +4,7 @@
 //! - [`run`]: SSH masters, agents, relaying ports, teardown, the verdict;
 //! - [`agent`]: the per-segment endpoint (`rdrecv --agent`);
 //! - [`control`]: the typed line protocol between rdpipe and its agents;
+//! - [`report`]: the `--json FILE` reports (endpoint and pipeline), written atomically;
 //! - [`ssh`]: ssh options, data addresses, master connections;
 //! - [`guard`]: the processes that tie an SSH master's life to rdpipe's and a
 //!   command's life to its agent's.
@@ -13,6 +14,7 @@ pub mod agent;
 pub mod control;
 pub mod guard;
 pub mod plan;
+pub mod report;
 pub mod run;
 pub mod ssh;
 
