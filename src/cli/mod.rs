@@ -3,6 +3,7 @@
 
 pub mod common;
 pub mod docs;
+pub mod doctor;
 pub mod pipe;
 pub mod recv;
 pub mod report_json;

@@ -73,6 +73,7 @@ pub const EXIT_STATUS: &[(&str, &str)] = &[
 ///                    mid-pipeline an empty stream goes onward
 ///
 /// Remote hosts need rdrecv (from rdma-pipe) in PATH or --remote-bin.
+/// `rdpipe doctor HOST...` checks hosts first (rdpipe-doctor(1)).
 /// Exit status as with `set -o pipefail`; on failure one line
 /// (`rdpipe: error: ...`) names the host, the command and what failed,
 /// and the whole pipeline stops.

@@ -3,6 +3,7 @@
 //! - [`plan`]: `HOST:CMD` arguments → a [`plan::Pipeline`] value (what `-n` prints);
 //! - [`run`]: SSH masters, agents, relaying ports, teardown, the verdict;
 //! - [`agent`]: the per-segment endpoint (`rdrecv --agent`);
+//! - [`doctor`]: `rdpipe doctor HOST...` (and the hosts' `--doctor-probe`);
 //! - [`control`]: the typed line protocol between rdpipe and its agents;
 //! - [`report`]: the `--json FILE` reports (endpoint and pipeline), written atomically;
 //! - [`ssh`]: ssh options, data addresses, master connections;
@@ -12,6 +13,7 @@
 
 pub mod agent;
 pub mod control;
+pub mod doctor;
 pub mod guard;
 pub mod plan;
 pub mod report;
@@ -40,13 +42,14 @@ pub fn transport_name(p: TransportPref) -> &'static str {
 }
 
 /// If `args` (without the program name) start with one of rdpipe's internal modes
-/// (`--agent`, `--ssh-guard`, `--cmd-guard`), runs it and returns its exit status.
+/// (`--agent`, `--ssh-guard`, `--cmd-guard`, `--doctor-probe`), runs it and returns its exit status.
 /// Both `rdpipe` and `rdrecv` call this first.
 pub fn internal_mode(args: &[std::ffi::OsString]) -> Option<std::process::ExitCode> {
     match args.first().and_then(|a| a.to_str()) {
         Some("--agent") => Some(agent::main(args[1..].iter().cloned())),
         Some("--ssh-guard") => Some(guard::main(args[1..].iter().cloned())),
         Some("--cmd-guard") => Some(guard::cmd_main(args[1..].iter().cloned())),
+        Some("--doctor-probe") => Some(doctor::probe::main(args[1..].iter().cloned())),
         _ => None,
     }
 }
