@@ -11,6 +11,7 @@ complete -c rdpipe -l connect-timeout -d 'Seconds to keep trying to connect (ssh
 complete -c rdpipe -l handshake-timeout -d 'Seconds the authentication handshake of each transfer may take' -r
 complete -c rdpipe -l integrity -d 'How each hop\'s integrity is checked (see docs/security.md)' -r -f -a "checksum\t'xxh3 checksum only: catches accidents, not an attacker on the path (for trusted fabrics; the fastest)'
 mac\t'Keyed BLAKE3 MAC over the whole stream: nobody without the session keys can alter, reorder, drop or truncate data unnoticed (the default)'"
+complete -c rdpipe -l json -d 'Write a JSON report of the run to FILE at the end, also when it fails or is interrupted: per hop the transport, bytes, checksum, seconds and rate; per segment the host, command and exit status or signal; the verdict' -r -F
 complete -c rdpipe -l max-sessions -d 'SSH sessions per master connection (sshd\'s MaxSessions, 10 by default); a host with more segments gets more connections' -r
 complete -c rdpipe -s n -l dry-run -d 'Print the plan (segments, hosts, who listens, who connects to whom) and run nothing'
 complete -c rdpipe -s v -l verbose -d 'Print each hop\'s transport, byte count and checksum, and the final `Bandwidth X.XXX GB/s`, on stderr. `-vv` adds a debug log of the set-up and teardown (ssh masters, agents, control lines; the hosts\' endpoints log theirs too), `-vvv` a trace; RUST_LOG overrides both'

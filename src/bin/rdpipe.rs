@@ -4,6 +4,7 @@
 //! [`rdma_pipe::cli::finish`], the one place that prints the error.
 
 use clap::Parser;
+use rdma_pipe::cli::doctor::{self, DoctorArgs};
 use rdma_pipe::cli::pipe::{normalize_args, run, PipeArgs};
 use rdma_pipe::cli::{fail, finish, term};
 use std::process::ExitCode;
@@ -13,6 +14,21 @@ fn main() -> ExitCode {
     // Internal modes: the endpoint agent of local segments, the ssh master guard.
     if let Some(code) = rdpipe_orchestrate::internal_mode(&argv) {
         return code;
+    }
+    // `rdpipe doctor HOST...` (a segment always has a ':', so no pipeline starts so).
+    if doctor::wanted(&argv) {
+        let args = match DoctorArgs::try_parse_from(&argv) {
+            Ok(a) => a,
+            Err(e) => {
+                let _ = e.print();
+                return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
+            }
+        };
+        term::init_logging("rdpipe", 0, false);
+        let outcome = std::env::current_exe()
+            .map_err(|e| fail(1, format!("cannot find my own executable: {e}")))
+            .and_then(|exe| doctor::run(args, exe));
+        return finish("rdpipe", outcome);
     }
     let args = match PipeArgs::try_parse_from(normalize_args(std::env::args_os())) {
         Ok(a) => a,

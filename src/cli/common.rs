@@ -211,6 +211,11 @@ pub struct CommonArgs {
     /// for a file source). On by default when stderr is a terminal.
     #[arg(long)]
     pub progress: bool,
+
+    /// Write a JSON report of the run to FILE at the end, also when it fails: peer,
+    /// transport and device, bytes, checksum, seconds, rate, exit status, error.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
 }
 
 impl CommonArgs {

@@ -85,7 +85,23 @@ pub fn commands() -> Vec<DocCommand> {
                 ("~/.ssh/config", "Host aliases, users, ports and options for every host (or the file given with -F)."),
                 ("$XDG_RUNTIME_DIR/rdpipe-*/, /tmp/rdpipe-*/", "The ssh control sockets of a running pipeline; removed when it ends."),
             ],
-            see_also: "rdsend(1), rdrecv(1), ssh(1), ssh_config(5), sshd_config(5)",
+            see_also: "rdsend(1), rdrecv(1), rdpipe-doctor(1), ssh(1), ssh_config(5), sshd_config(5)",
+        },
+        DocCommand {
+            name: "rdpipe-doctor",
+            command: super::doctor::DoctorArgs::command(),
+            examples: super::doctor::EXAMPLES,
+            exit_status: super::doctor::EXIT_STATUS,
+            environment: &[
+                ("RDPIPE_KEY", "Not used: the test transfers are rdpipe pipelines, each with a fresh random key."),
+                ("SSH_AUTH_SOCK", "Used by ssh as usual (BatchMode=yes: keys must be usable without a prompt)."),
+            ],
+            files: &[
+                ("~/.ssh/config", "Host aliases, users, ports and HostName (the data address) for every host (or the file given with -F)."),
+                ("/sys/class/infiniband/DEV/", "Read on each host: GID table with RoCE versions, network devices, NUMA node."),
+                ("/etc/security/limits.conf", "Where memlock (ulimit -l) is raised when a transfer cannot pin its buffers."),
+            ],
+            see_also: "rdpipe(1), rdrecv(1), ibv_devinfo(1), rdma(8), show_gids(8)",
         },
     ]
 }

@@ -3,8 +3,10 @@
 
 pub mod common;
 pub mod docs;
+pub mod doctor;
 pub mod pipe;
 pub mod recv;
+pub mod report_json;
 pub mod send;
 
 pub use common::{fail, finish, Failure};

@@ -3,6 +3,7 @@
 
 use crate::cli::common::{parse_size, Failure, IntegrityArg, Transport};
 use clap::Parser;
+use rdpipe_orchestrate::report::write_json_atomic;
 use rdpipe_orchestrate::run::{Config, LocalExe};
 use rdpipe_wire::MAX_SLOTS;
 use std::path::PathBuf;
@@ -76,6 +77,7 @@ pub const EXIT_STATUS: &[(&str, &str)] = &[
 /// usable rdrecv (not in PATH, or speaking another agent protocol) rdpipe
 /// installs its own binary over SSH into ~/.cache/rdma-pipe/ and reuses
 /// it later (--no-install: fail instead; --remote-bin DIR: run DIR/rdrecv).
+/// `rdpipe doctor HOST...` checks hosts first (rdpipe-doctor(1)).
 /// Exit status as with `set -o pipefail`; on failure one line
 /// (`rdpipe: error: ...`) names the host, the command and what failed,
 /// and the whole pipeline stops.
@@ -174,6 +176,12 @@ pub struct PipeArgs {
     #[arg(long)]
     pub encrypt: bool,
 
+    /// Write a JSON report of the run to FILE at the end, also when it fails or is
+    /// interrupted: per hop the transport, bytes, checksum, seconds and rate; per
+    /// segment the host, command and exit status or signal; the verdict.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+
     /// SSH sessions per master connection (sshd's MaxSessions, 10 by default); a
     /// host with more segments gets more connections.
     #[arg(long, value_name = "N", default_value_t = 10,
@@ -239,10 +247,23 @@ pub fn normalize_args<I: IntoIterator<Item = std::ffi::OsString>>(
 /// Runs rdpipe; `exe` is this program (run again for local segments' agents and
 /// as the ssh master's guard).
 pub fn run(args: PipeArgs, exe: PathBuf) -> Result<(), Failure> {
-    rdpipe_orchestrate::run::run(args.config(), LocalExe { exe }).map_err(|e| Failure {
+    let json = args.json.clone();
+    let (outcome, report) = rdpipe_orchestrate::run::run_reported(args.config(), LocalExe { exe });
+    let outcome = outcome.map_err(|e| Failure {
         messages: e.messages(),
         code: e.exit_code(),
-    })
+    });
+    match (json, report) {
+        (Some(path), Some(report)) => match (write_json_atomic(&path, &report), outcome) {
+            (Ok(()), outcome) => outcome,
+            (Err(e), Ok(())) => Err(crate::cli::fail(1, e)),
+            (Err(e), Err(mut f)) => {
+                f.messages.push(e.to_string());
+                Err(f)
+            }
+        },
+        _ => outcome,
+    }
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 
 use super::common::{report, CommonArgs, Failure};
 use clap::Parser;
+use rdpipe_orchestrate::report::Role;
 use rdpipe_transport::output::{Mode, OutputFile};
 use rdpipe_transport::{run_recv, Endpoint, TransportError};
 use std::io::Write;
@@ -52,9 +53,18 @@ fn announce_to_fd(fd: u32) -> Box<dyn FnOnce(u16) -> std::io::Result<()> + Send>
     })
 }
 
-/// Runs rdrecv.
+const TOOL: &str = "rdrecv";
+
+/// Runs rdrecv (and writes its `--json` report).
 pub fn run(args: RecvArgs) -> Result<(), Failure> {
-    const TOOL: &str = "rdrecv";
+    let start = std::time::Instant::now();
+    let json = args.common.json.clone();
+    let outcome = recv(args);
+    super::report_json::finish(json.as_deref(), TOOL, Role::Receiver, None, start, outcome)
+        .map(|_| ())
+}
+
+fn recv(args: RecvArgs) -> Result<rdpipe_transport::Report, Failure> {
     let key = args.common.key(TOOL, args.key.as_deref())?;
     let endpoint = Endpoint::Listen {
         bind: None,
@@ -80,5 +90,5 @@ pub fn run(args: RecvArgs) -> Result<(), Failure> {
     if args.common.verbose > 0 {
         report(TOOL, "received", &r);
     }
-    Ok(())
+    Ok(r)
 }

@@ -2,6 +2,7 @@
 
 use super::common::{fail, report, stdin_file, CommonArgs, Failure};
 use clap::Parser;
+use rdpipe_orchestrate::report::Role;
 use rdpipe_transport::error::EXIT_FAILURE;
 use rdpipe_transport::{run_send, Endpoint};
 use std::path::PathBuf;
@@ -51,13 +52,27 @@ pub struct SendArgs {
     pub common: CommonArgs,
 }
 
-/// Runs rdsend.
+const TOOL: &str = "rdsend";
+
+/// Runs rdsend (and writes its `--json` report).
 pub fn run(args: SendArgs) -> Result<(), Failure> {
-    const TOOL: &str = "rdsend";
     if args.gen_key {
         println!("{}", super::common::generate_key()?);
         return Ok(());
     }
+    let start = std::time::Instant::now();
+    let json = args.common.json.clone();
+    let peer = args
+        .host
+        .as_ref()
+        .zip(args.port)
+        .map(|(h, p)| format!("{h}:{p}"));
+    let outcome = send(args);
+    super::report_json::finish(json.as_deref(), TOOL, Role::Sender, peer, start, outcome)
+        .map(|_| ())
+}
+
+fn send(args: SendArgs) -> Result<rdpipe_transport::Report, Failure> {
     let (Some(host), Some(port)) = (args.host.clone(), args.port) else {
         return Err(fail(2, "HOST and PORT are required (or --gen-key)"));
     };
@@ -92,5 +107,5 @@ pub fn run(args: SendArgs) -> Result<(), Failure> {
     if args.common.verbose > 0 {
         report(TOOL, "sent", &r);
     }
-    Ok(())
+    Ok(r)
 }

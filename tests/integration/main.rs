@@ -13,9 +13,11 @@ mod support;
 
 mod attacks;
 mod docs;
+mod doctor;
 mod endpoints;
 mod faults_endpoints;
 mod faults_pipeline;
+mod json_report;
 mod no_rdma_core;
 mod rdpipe_install;
 mod rdpipe_local;

@@ -6,7 +6,7 @@
 # (10.77.0.1), the sender's traffic leaves from rxe1 (10.77.0.2).
 # Every check prints a PASS or FAIL line; the script exits 1 on any failure.
 # Arguments (optional) pick sections: sizes noimm chunks wrongkey token senderkill
-# epipe memlock recvkill rdpipe perf (default: all), and `ring`, only when named
+# epipe memlock recvkill rdpipe (with rdpipe doctor) perf (default: all), and `ring`, only when named
 # (a measurement, not a check: --slots 2 / 4 / 8).
 # Readiness: rdrecv --announce-fd writes its port into a FIFO, which this
 # script reads (no sleeps).
@@ -385,6 +385,25 @@ if [ -n "$sshd_ok" ]; then
     # Three hops: rdpipe's stdin -> rxehost1 (cat) -> rxehost0 (cat) -> rdpipe's stdout.
     "${RP[@]}" "rxehost1:cat" "rxehost0:cat" <"$PIN" >"$W/pipe2.out" 2>"$W/pipe2.err"
     check_pipe pipe2 3 "$PIN" "$W/pipe2.out" $?
+    # rdpipe doctor on both hosts: no problem, every port ACTIVE, and a working
+    # RDMA pair (its rate beside the link rate).
+    timeout 180 "$PIPE" doctor -F "$S/config" --remote-bin "$BIN_DIR" --size 32M \
+        rxehost1 rxehost0 >"$W/doctor.out" 2>"$W/doctor.err"
+    drc=$?
+    ok=1
+    [ "$drc" = 0 ] || { ok=; echo "    rdpipe doctor exit $drc"; }
+    n=$(grep -c '^    port [0-9]*: ACTIVE, Ethernet' "$W/doctor.out")
+    [ "$n" -ge 2 ] || { ok=; echo "    $n ACTIVE ports reported"; }
+    grep -q '^host rxehost0: reachable over ssh' "$W/doctor.out" || ok=
+    pair=$(grep '^pair rxehost1 -> rxehost0: ' "$W/doctor.out")
+    echo "$pair" | grep -q 'tcp [0-9.]* Gb/s .*; rdma [0-9.]* Gb/s .* over rdma (rxe' || ok=
+    grep -q 'FAILED' "$W/doctor.out" && ok=
+    if [ -n "$ok" ]; then
+        pass "rdpipe doctor: rxehost1 and rxehost0 ACTIVE, no problem; $pair"
+    else
+        fail "rdpipe doctor rxehost1 rxehost0"
+        sed 's/^/    [doctor] /' "$W/doctor.out" "$W/doctor.err"
+    fi
 else
     fail "rdpipe: the guest's sshd did not start"
 fi

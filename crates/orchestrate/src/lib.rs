@@ -3,7 +3,9 @@
 //! - [`plan`]: `HOST:CMD` arguments → a [`plan::Pipeline`] value (what `-n` prints);
 //! - [`run`]: SSH masters, agents, relaying ports, teardown, the verdict;
 //! - [`agent`]: the per-segment endpoint (`rdrecv --agent`);
+//! - [`doctor`]: `rdpipe doctor HOST...` (and the hosts' `--doctor-probe`);
 //! - [`control`]: the typed line protocol between rdpipe and its agents;
+//! - [`report`]: the `--json FILE` reports (endpoint and pipeline), written atomically;
 //! - [`ssh`]: ssh options, data addresses, master connections;
 //! - [`install`]: self-install of the agent on hosts without a usable rdrecv;
 //! - [`guard`]: the processes that tie an SSH master's life to rdpipe's and a
@@ -12,9 +14,11 @@
 
 pub mod agent;
 pub mod control;
+pub mod doctor;
 pub mod guard;
 pub mod install;
 pub mod plan;
+pub mod report;
 pub mod run;
 pub mod ssh;
 
@@ -50,8 +54,8 @@ pub fn transport_name(p: TransportPref) -> &'static str {
 }
 
 /// If `args` (without the program name) start with one of rdpipe's internal modes
-/// (`--agent`, `--ssh-guard`, `--cmd-guard`, `--agent-protocol`), runs it and
-/// returns its exit status.
+/// (`--agent`, `--ssh-guard`, `--cmd-guard`, `--agent-protocol`, `--doctor-probe`),
+/// runs it and returns its exit status.
 /// Both `rdpipe` and `rdrecv` call this first.
 pub fn internal_mode(args: &[std::ffi::OsString]) -> Option<std::process::ExitCode> {
     match args.first().and_then(|a| a.to_str()) {
@@ -59,6 +63,7 @@ pub fn internal_mode(args: &[std::ffi::OsString]) -> Option<std::process::ExitCo
         Some("--ssh-guard") => Some(guard::main(args[1..].iter().cloned())),
         Some("--cmd-guard") => Some(guard::cmd_main(args[1..].iter().cloned())),
         Some("--agent-protocol") => Some(install::print_agent_id()),
+        Some("--doctor-probe") => Some(doctor::probe::main(args[1..].iter().cloned())),
         _ => None,
     }
 }

@@ -38,13 +38,13 @@ pub struct DeviceInfo {
 }
 
 /// Owns the array from `ibv_get_device_list`.
-struct DeviceList {
+pub(crate) struct DeviceList {
     list: *mut *mut sys::ibv_device,
-    len: usize,
+    pub(crate) len: usize,
 }
 
 impl DeviceList {
-    fn get() -> Result<Self, VerbsError> {
+    pub(crate) fn get() -> Result<Self, VerbsError> {
         // Loads the libraries (and runs ibv_fork_init) on first use.
         let ibv = &dl::api()?.ibv;
         let mut n: i32 = 0;
@@ -60,7 +60,7 @@ impl DeviceList {
         })
     }
 
-    fn device(&self, i: usize) -> *mut sys::ibv_device {
+    pub(crate) fn device(&self, i: usize) -> *mut sys::ibv_device {
         assert!(i < self.len);
         // SAFETY: the array holds `len` valid device pointers (then a NULL).
         unsafe { *self.list.add(i) }
@@ -76,7 +76,7 @@ impl Drop for DeviceList {
 }
 
 /// Owns a device context opened for discovery.
-struct Context(*mut sys::ibv_context);
+pub(crate) struct Context(pub(crate) *mut sys::ibv_context);
 
 impl Drop for Context {
     fn drop(&mut self) {

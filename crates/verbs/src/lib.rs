@@ -39,13 +39,18 @@ mod device;
 mod dl;
 mod error;
 mod mem;
+mod port;
 mod qp;
+pub mod sysfs;
 
 pub use cm::{CmEvent, CmEventKind, CmId, EventChannel};
 pub use cq::{Completion, CompletionChannel, CompletionQueue, WcError, WcOpcode};
 pub use device::{active_devices, devices, DeviceInfo, DeviceTransport};
 pub use error::VerbsError;
 pub use mem::{MemoryRegion, ProtectionDomain};
+pub use port::{
+    device_details, lane_gbps, lanes, mtu_bytes, DeviceDetails, LinkLayer, PortDetails, PortState,
+};
 pub use qp::{QpCaps, QueuePair, RemoteBuf};
 
 use std::io;

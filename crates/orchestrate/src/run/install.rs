@@ -103,8 +103,8 @@ async fn remote_sh(
 }
 
 /// Finds or installs the agent on one host: the path to run (None: `rdrecv`
-/// in PATH).
-async fn prepare_host(
+/// in PATH). Also `rdpipe doctor`'s way to the agent it probes with.
+pub(crate) async fn prepare_host(
     host: RemoteHost,
     session: Arc<Session>,
     bin: Arc<AgentBinary>,

@@ -24,12 +24,14 @@ pub mod ends;
 pub mod install;
 pub mod outcome;
 pub mod progress;
+pub mod record;
 pub mod spawn;
 pub mod teardown;
 pub mod verdict;
 
 use crate::control::{CmdExit, HopReport, ToAgent, PING_EVERY};
 use crate::plan::{parse_data_host, plan, Host, Node, Pipeline, PlanError, RemoteHost};
+use crate::report::{PipeReport, VerdictReport};
 use crate::ssh::SshConfig;
 use rdpipe_term::progress::Ticker;
 use rdpipe_transport::{Report, TransportError};
@@ -178,7 +180,7 @@ struct SegState {
     size: Option<u64>,
 }
 
-fn runtime_dir() -> PathBuf {
+pub(crate) fn runtime_dir() -> PathBuf {
     // sun_path is 108 bytes: keep the control sockets in a short directory.
     if let Some(d) = std::env::var_os("XDG_RUNTIME_DIR") {
         let d = PathBuf::from(d);
@@ -223,11 +225,56 @@ fn ssh_config(a: &Config) -> SshConfig {
 
 /// Runs rdpipe with parsed arguments (`-n` prints the plan on stdout).
 pub fn run(a: Config, exe: LocalExe) -> Result<(), RunError> {
+    run_reported(a, exe).0
+}
+
+/// [`run`], also returning the run's report (`--json FILE`); none for `-n`.
+/// rdpipe's standard input feeds the first segment unless it is a terminal.
+pub fn run_reported(a: Config, exe: LocalExe) -> (Result<(), RunError>, Option<PipeReport>) {
     let stdin_is_input = !std::io::stdin().is_terminal();
+    run_with_input(a, exe, stdin_is_input)
+}
+
+/// [`run_reported`], saying whether rdpipe's stdin feeds the first segment
+/// (`rdpipe doctor`'s test transfers read none).
+pub fn run_with_input(
+    a: Config,
+    exe: LocalExe,
+    stdin_is_input: bool,
+) -> (Result<(), RunError>, Option<PipeReport>) {
+    let start = Instant::now();
+    let dry_run = a.dry_run;
+    let r = run_inner(a, exe, stdin_is_input);
+    let report = match &r {
+        _ if dry_run => None,
+        Ok(Some(rep)) => Some(rep.clone()),
+        Ok(None) => None,
+        Err(e) => Some(PipeReport::empty(
+            e.exit_code(),
+            e.messages(),
+            start.elapsed().as_secs_f64(),
+        )),
+    };
+    let result = match r {
+        Ok(Some(rep)) if rep.verdict.exit_status != 0 => Err(RunError::Failed(Verdict {
+            lines: rep.verdict.errors,
+            status: rep.verdict.exit_status,
+        })),
+        Ok(_) => Ok(()),
+        Err(e) => Err(e),
+    };
+    (result, report)
+}
+
+fn run_inner(
+    a: Config,
+    exe: LocalExe,
+    stdin_is_input: bool,
+) -> Result<Option<PipeReport>, RunError> {
     let p = build_plan(&a, stdin_is_input)?;
     if a.dry_run {
         print!("{}", p.describe(a.max_sessions as usize));
-        return Ok(());
+        return Ok(None);
     }
     debug!(
         "{} segment(s), {} transfer(s), {} remote host(s)",
@@ -239,11 +286,12 @@ pub fn run(a: Config, exe: LocalExe) -> Result<(), RunError> {
         .enable_all()
         .build()
         .map_err(RunError::Runtime)?;
-    let v = rt.block_on(Runner::new(a, p, exe).run())?;
-    match v.status {
-        0 => Ok(()),
-        _ => Err(RunError::Failed(v)),
-    }
+    let (v, mut report) = rt.block_on(Runner::new(a, p, exe).run())?;
+    report.verdict = VerdictReport {
+        exit_status: v.status,
+        errors: v.lines,
+    };
+    Ok(Some(report))
 }
 
 struct Runner {
@@ -339,7 +387,7 @@ impl Runner {
         self.sink_done = true;
     }
 
-    async fn run(mut self) -> Result<Verdict, RunError> {
+    async fn run(mut self) -> Result<(Verdict, PipeReport), RunError> {
         let start = Instant::now();
         let dir = tempfile::Builder::new()
             .prefix("rdpipe-")
@@ -398,7 +446,9 @@ impl Runner {
         self.teardown(masters.map(|m| m.masters).unwrap_or_default())
             .await;
         drop(dir);
-        Ok(self.verdict(start.elapsed()))
+        let wall = start.elapsed();
+        let report = self.record(wall);
+        Ok((self.verdict(wall), report))
     }
 
     async fn event_loop(&mut self, signals: &mut teardown::Signals) {

@@ -88,7 +88,7 @@ impl Runner {
     }
 
     /// The report of the transfer sent by `from`.
-    fn sent_report(&self, from: Node) -> Option<&HopReport> {
+    pub(super) fn sent_report(&self, from: Node) -> Option<&HopReport> {
         match from {
             Node::Stdin => self.source_report.as_ref(),
             Node::Segment(i) => self.segs[i].reports[Direction::Out.index()].as_ref(),
@@ -97,7 +97,7 @@ impl Runner {
     }
 
     /// The report of the transfer received by `to`.
-    fn recv_report(&self, to: Node) -> Option<&HopReport> {
+    pub(super) fn recv_report(&self, to: Node) -> Option<&HopReport> {
         match to {
             Node::Stdout => self.sink_report.as_ref(),
             Node::Segment(i) => self.segs[i].reports[Direction::In.index()].as_ref(),

@@ -1,0 +1,75 @@
+//! What a finished run reports in `--json FILE`: each hop as its ends reported
+//! it, each segment's command status, and (filled in by [`super::run_reported`])
+//! the verdict. Built from the runner's state after the event loop, before the
+//! verdict consumes it.
+
+use super::Runner;
+use crate::control::{CmdExit, HopReport};
+use crate::plan::Node;
+use crate::report::{self, PipeReport, SegmentReport, Transfer, VerdictReport};
+use std::time::Duration;
+
+fn transfer(r: &HopReport) -> Transfer {
+    Transfer::done(&r.transport, r.bytes, r.checksum, r.secs)
+}
+
+impl Runner {
+    /// The report of this run so far (the verdict is left empty).
+    pub(super) fn record(&self, wall: Duration) -> PipeReport {
+        let end = |n: Node| -> (String, Option<usize>) {
+            match n {
+                Node::Segment(i) => (self.p.segments[i].host.label().to_string(), Some(i + 1)),
+                other => (self.p.node_name(other), None),
+            }
+        };
+        let hops = self
+            .p
+            .hops
+            .iter()
+            .map(|h| {
+                let (sent, received) = (self.sent_report(h.from), self.recv_report(h.to));
+                let (from, from_segment) = end(h.from);
+                let (to, to_segment) = end(h.to);
+                report::HopReport {
+                    from,
+                    from_segment,
+                    to,
+                    to_segment,
+                    transfer: sent.or(received).map(transfer).unwrap_or_default(),
+                    verified: matches!((sent, received), (Some(s), Some(r)) if s.same_stream(r)),
+                }
+            })
+            .collect();
+        let segments = self
+            .p
+            .segments
+            .iter()
+            .zip(&self.segs)
+            .enumerate()
+            .map(|(i, (seg, st))| SegmentReport {
+                segment: i + 1,
+                host: seg.host.label().to_string(),
+                action: seg.action.to_string(),
+                exit_status: st.exit.and_then(CmdExit::status),
+                signal: match st.exit {
+                    Some(CmdExit::Signal(s)) => Some(s),
+                    _ => None,
+                },
+                stopped: st.exit == Some(CmdExit::Killed),
+                ok: st.ended == Some(true),
+            })
+            .collect();
+        PipeReport {
+            tool: super::TOOL,
+            version: report::VERSION,
+            hops,
+            segments,
+            verdict: VerdictReport {
+                exit_status: 0,
+                errors: vec![],
+            },
+            signal: self.signal,
+            wall_seconds: wall.as_secs_f64(),
+        }
+    }
+}

@@ -1,0 +1,55 @@
+//! `--json FILE` for rdsend and rdrecv: the run's outcome (a transfer's report,
+//! or the failure with its exit status) as the JSON of
+//! [`rdpipe_orchestrate::report::EndpointReport`], written atomically whether the
+//! run succeeded or not.
+
+use super::common::{fail, Failure};
+use rdpipe_orchestrate::report::{write_json_atomic, EndpointReport, Role, Transfer, VERSION};
+use rdpipe_transport::error::EXIT_FAILURE;
+use rdpipe_transport::Report;
+use std::path::Path;
+use std::time::Instant;
+
+/// Writes the report of a run that started at `start` and ended with `outcome` to
+/// `path` (when given), and passes the outcome on. `peer` names the peer when the
+/// run never learnt its address (rdsend's HOST:PORT). A report that cannot be
+/// written fails the run (exit 1) with a message naming the file.
+pub fn finish(
+    path: Option<&Path>,
+    tool: &'static str,
+    role: Role,
+    peer: Option<String>,
+    start: Instant,
+    outcome: Result<Report, Failure>,
+) -> Result<Report, Failure> {
+    let Some(path) = path else {
+        return outcome;
+    };
+    let (transfer, peer, exit_status, errors) = match &outcome {
+        Ok(r) => (
+            Transfer::done(&r.transport, r.bytes, r.checksum, r.elapsed.as_secs_f64()),
+            Some(r.peer.clone()),
+            0,
+            vec![],
+        ),
+        Err(f) => (Transfer::default(), peer, f.code, f.messages.clone()),
+    };
+    let report = EndpointReport {
+        tool,
+        version: VERSION,
+        role,
+        peer,
+        transfer,
+        wall_seconds: start.elapsed().as_secs_f64(),
+        exit_status,
+        errors,
+    };
+    match (write_json_atomic(path, &report), outcome) {
+        (Ok(()), outcome) => outcome,
+        (Err(e), Ok(_)) => Err(fail(EXIT_FAILURE, e)),
+        (Err(e), Err(mut f)) => {
+            f.messages.push(e.to_string());
+            Err(f)
+        }
+    }
+}
