@@ -37,11 +37,16 @@ pub fn finish(tool: &str, outcome: Result<(), Failure>) -> std::process::ExitCod
     match outcome {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(f) => {
-            for m in &f.messages {
-                rdpipe_term::error(tool, m);
-            }
+            print_failure(tool, &f);
             std::process::ExitCode::from(f.code)
         }
+    }
+}
+
+/// Prints a failed run's messages, one `TOOL: error: ...` line each.
+pub fn print_failure(tool: &str, f: &Failure) {
+    for m in &f.messages {
+        rdpipe_term::error(tool, m);
     }
 }
 

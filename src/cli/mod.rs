@@ -4,6 +4,7 @@
 pub mod common;
 pub mod docs;
 pub mod doctor;
+pub mod interrupt;
 pub mod pipe;
 pub mod recv;
 pub mod report_json;

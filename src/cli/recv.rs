@@ -59,6 +59,13 @@ const TOOL: &str = "rdrecv";
 pub fn run(args: RecvArgs) -> Result<(), Failure> {
     let start = std::time::Instant::now();
     let json = args.common.json.clone();
+    super::interrupt::watch(super::interrupt::Interrupted {
+        tool: TOOL,
+        role: Role::Receiver,
+        json: json.clone(),
+        peer: None,
+        start,
+    });
     let outcome = recv(args);
     super::report_json::finish(json.as_deref(), TOOL, Role::Receiver, None, start, outcome)
         .map(|_| ())

@@ -67,6 +67,13 @@ pub fn run(args: SendArgs) -> Result<(), Failure> {
         .as_ref()
         .zip(args.port)
         .map(|(h, p)| format!("{h}:{p}"));
+    super::interrupt::watch(super::interrupt::Interrupted {
+        tool: TOOL,
+        role: Role::Sender,
+        json: json.clone(),
+        peer: peer.clone(),
+        start,
+    });
     let outcome = send(args);
     super::report_json::finish(json.as_deref(), TOOL, Role::Sender, peer, start, outcome)
         .map(|_| ())

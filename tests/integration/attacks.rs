@@ -265,17 +265,18 @@ fn a_fake_receiver_gets_no_tag_from_rdsend() {
         let mut mine = hello;
         mine[6] = 2;
         c.write_all(&mine).unwrap();
-        c.write_all(&Control::Pake([7u8; 33]).encode()).unwrap();
-        c.write_all(
+        // rdsend may drop the connection as soon as it reads the bogus Pake:
+        // a failed write here is rdsend doing its job.
+        let _ = c.write_all(&Control::Pake([7u8; 33]).encode());
+        let _ = c.write_all(
             &Control::Accept {
                 transport: rdpipe_wire::frame::Chosen::Tcp,
                 chunk_size: 1 << 20,
                 slots: 2,
             }
             .encode(),
-        )
-        .unwrap();
-        c.write_all(&Control::Confirm([1u8; 32]).encode()).unwrap();
+        );
+        let _ = c.write_all(&Control::Confirm([1u8; 32]).encode());
         let mut rest = Vec::new();
         let _ = c.set_read_timeout(Some(Duration::from_secs(10)));
         let _ = c.read_to_end(&mut rest);
@@ -370,19 +371,10 @@ fn a_killed_sender_leaves_the_old_output_file_intact() {
     let mut w = s.stdin.take().unwrap();
     w.write_all(&random_bytes(4 << 20, 3)).unwrap();
     // Readiness: the temporary file has data.
-    let tmp_has_data = || {
-        std::fs::read_dir(dir.path(""))
-            .unwrap()
-            .filter_map(|e| e.ok())
-            .any(|e| {
-                e.file_name().to_string_lossy().contains(".rdpipe-")
-                    && e.metadata().map(|m| m.len() > 0).unwrap_or(false)
-            })
-    };
     wait_until(
         "data in the temporary file",
         Duration::from_secs(20),
-        || tmp_has_data().then_some(()),
+        || dir.temp_has_data().then_some(()),
     );
     s.kill().unwrap();
     let _ = s.wait();
@@ -391,11 +383,7 @@ fn a_killed_sender_leaves_the_old_output_file_intact() {
     let f = r.finish();
     f.expect_code(4);
     assert_eq!(std::fs::read(&out).unwrap(), b"the old, good content");
-    let names: Vec<String> = std::fs::read_dir(dir.path(""))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    assert_eq!(names, ["image.bin"], "a temporary file was left");
+    assert_eq!(dir.names(), ["image.bin"], "a temporary file was left");
 }
 
 /// The TCP ports in LISTEN state on this host (from /proc/net/tcp and tcp6).

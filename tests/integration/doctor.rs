@@ -142,7 +142,7 @@ fn doctor_reports_unreachable_hosts_and_missing_rdrecv() {
     assert!(
         lines.contains(
             &"h1: rdrecv not found: install rdma-pipe there (cargo install --path .) or pass \
-              --remote-bin DIR"
+              --remote-bin DIR (without --no-install and --remote-bin, rdpipe installs itself)"
         ),
         "{out}"
     );

@@ -1,6 +1,7 @@
 //! Hostile and broken peers against the real rdrecv: an authenticated peer that
 //! announces an oversized frame, a recorded handshake replayed to a new receiver,
-//! and a slow consumer that must not make rdrecv's memory grow.
+//! a slow consumer that must not make rdrecv's memory grow, and endpoints
+//! interrupted mid-stream (SIGINT): nothing half-written is left.
 
 use crate::support::*;
 use rdpipe_transport::handshake::handshake;
@@ -142,5 +143,95 @@ fn slow_consumer_keeps_receiver_memory_flat() {
     assert!(
         peak < 32 * 1024,
         "rdrecv RSS grew to {peak} KiB with a slow consumer"
+    );
+}
+
+/// Starts rdsend to the receiver at `port`, writes `data` into its stdin and
+/// returns it with its stdin still open (the stream goes on).
+fn open_sender(
+    port: u16,
+    key: &str,
+    data: &[u8],
+) -> (std::process::Child, std::process::ChildStdin) {
+    let mut s = Command::new(bin("rdsend"))
+        .args(["127.0.0.1", &port.to_string(), key])
+        .env_remove("RDPIPE_KEY")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut w = s.stdin.take().unwrap();
+    w.write_all(data).unwrap();
+    (s, w)
+}
+
+#[test]
+fn interrupted_receiver_leaves_its_file_as_it_was_and_reports_it() {
+    // Ctrl-C on rdrecv mid-stream: exit 130 with one line saying so, FILE keeps
+    // its old content, no temporary file is left, and the --json report says
+    // what happened; the sender fails too.
+    const KEY: &str = "interrupt-test-key-0123";
+    let dir = Scratch::new("intr-recv");
+    let out = dir.path("image.bin");
+    std::fs::write(&out, b"the old content").unwrap();
+    let json = dir.s("recv.json");
+    let mut r = Receiver::start(&["--json", &json, KEY, out.to_str().unwrap()], &[], None);
+    let (mut s, w) = open_sender(r.port, KEY, &random_bytes(4 << 20, 7));
+    wait_until(
+        "data in the temporary file",
+        Duration::from_secs(20),
+        || dir.temp_has_data().then_some(()),
+    );
+    kill("-INT", r.child.id());
+    let f = r.finish();
+    f.expect_code(130)
+        .expect_stderr("rdrecv: error: interrupted by SIGINT");
+    assert_eq!(std::fs::read(&out).unwrap(), b"the old content");
+    assert_eq!(
+        dir.names(),
+        ["image.bin", "recv.json"],
+        "something was left"
+    );
+    let report = std::fs::read_to_string(dir.path("recv.json")).unwrap();
+    assert!(report.contains("\"exit_status\": 130"), "{report}");
+    assert!(report.contains("interrupted by SIGINT"), "{report}");
+    drop(w);
+    let status = wait_bounded(&mut s, Duration::from_secs(30), "rdsend");
+    assert!(
+        !status.success(),
+        "the sender of a stream cut short succeeded"
+    );
+}
+
+#[test]
+fn interrupted_sender_fails_the_stream_and_exits_130() {
+    const KEY: &str = "interrupt-test-key-4567";
+    let dir = Scratch::new("intr-send");
+    let out = dir.path("image.bin");
+    let mut r = Receiver::start(&[KEY, out.to_str().unwrap()], &[], None);
+    let (mut s, w) = open_sender(r.port, KEY, &random_bytes(4 << 20, 8));
+    wait_until(
+        "data in the temporary file",
+        Duration::from_secs(20),
+        || dir.temp_has_data().then_some(()),
+    );
+    kill("-INT", s.id());
+    let status = wait_bounded(&mut s, Duration::from_secs(30), "rdsend");
+    assert_eq!(status.code(), Some(130));
+    let mut err = String::new();
+    s.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert!(
+        err.contains("rdsend: error: interrupted by SIGINT"),
+        "{err}"
+    );
+    drop(w);
+    r.wait_stderr("truncated");
+    r.finish().expect_code(4);
+    assert!(!out.exists(), "a truncated stream created the output file");
+    assert_eq!(
+        dir.names(),
+        Vec::<String>::new(),
+        "a temporary file was left"
     );
 }

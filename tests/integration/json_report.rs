@@ -93,6 +93,7 @@ fn rdpipe_good_run() {
     for (h, carried) in hops.iter().zip([b"hello\n", b"hello\n", b"olleh\n"]) {
         assert_eq!(h["verified"], true, "{h:#}");
         assert_eq!(h["transport"], "tcp", "{h:#}");
+        assert_eq!(h["integrity"], "mac", "{h:#}");
         assert_eq!(h["bytes"], 6, "{h:#}");
         assert_eq!(h["checksum"], xxh3_hex(carried), "{h:#}");
         assert!(h["seconds"].as_f64().is_some() && h["rate_bytes_per_second"].is_number());
@@ -249,7 +250,9 @@ fn endpoints_good_run() {
 fn endpoints_failed_runs() {
     let d = Dir::new("ep-fail");
     std::fs::write(d.path("in"), b"some data").unwrap();
-    // Keys differ: both ends exit 3 and say so in their reports.
+    // Keys differ: the sender exits 3 and says so in its report; the receiver
+    // warns and keeps waiting for the right sender (one stray connection must
+    // not end it) until it is interrupted, which its report says.
     let (rj, sj) = (d.path("recv.json"), d.path("send.json"));
     let (rx, port) = start_rdrecv(
         &["-q", "--json", rj.to_str().unwrap()],
@@ -261,13 +264,18 @@ fn endpoints_failed_runs() {
         .args(["another-key-another", d.path("in").to_str().unwrap()])
         .output()
         .unwrap();
-    let rx = rx.wait_with_output().unwrap();
     assert_eq!(tx.status.code(), Some(3));
-    assert_eq!(rx.status.code(), Some(3));
-    for p in [&sj, &rj] {
+    let signalled = Command::new("kill")
+        .args(["-INT", &rx.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(signalled.success());
+    let rx = rx.wait_with_output().unwrap();
+    assert_eq!(rx.status.code(), Some(130), "{rx:?}");
+    for (p, code) in [(&sj, 3), (&rj, 130)] {
         let v = read_json(p);
-        assert_eq!(v["exit_status"], 3, "{v:#}");
-        assert!(!v["errors"][0].as_str().unwrap().is_empty());
+        assert_eq!(v["exit_status"], code, "{v:#}");
+        assert!(!v["errors"][0].as_str().unwrap().is_empty(), "{v:#}");
         assert!(v["bytes"].is_null() && v["checksum"].is_null());
     }
     assert_eq!(read_json(&sj)["peer"], format!("127.0.0.1:{port}"));

@@ -285,6 +285,27 @@ fn self_install_on_a_host_without_rdrecv_or_rdma_core() {
         (m2.ino(), m2.mtime(), m2.mtime_nsec())
     );
     assert_eq!(bare.cached().len(), 1);
+
+    // `rdpipe doctor` finds its way to the same cached agent and reports the
+    // host through it: the RDMA libraries are the one problem.
+    let p = net.exec_prefix();
+    let p: Vec<&str> = p.iter().map(|s| s.as_str()).collect();
+    let cfg = net.config.to_string_lossy().into_owned();
+    let a: Vec<String> = ["doctor", "-F", &cfg, "--size", "0", "--json", "n2"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let r = start(&p, &a, None).finish(Duration::from_secs(60));
+    assert_eq!(r.code(), Some(1), "{}", r.stderr);
+    let v: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
+    let host = &v["hosts"][0];
+    assert!(
+        host["agent"].as_str().unwrap().contains("self-installed"),
+        "{v:#}"
+    );
+    assert_eq!(host["probe"]["libraries"]["loaded"], false, "{v:#}");
+    assert_eq!(v["problems"].as_array().unwrap().len(), 1, "{v:#}");
+    assert_eq!(bare.cached().len(), 1);
     assert_clean(&net, &bare);
 }
 

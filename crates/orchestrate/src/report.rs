@@ -45,6 +45,22 @@ pub fn write_json_atomic<T: Serialize>(path: &Path, value: &T) -> Result<(), Rep
     Ok(())
 }
 
+/// A hop's description as `-v` shows it (`tcp, mac`,
+/// `rdma (rxe0, write-with-imm), encrypt`) split into the transport's
+/// description and the stream's protection (`mac`), when it names one.
+pub fn protection_part(describe: &str) -> (&str, Option<&str>) {
+    match describe.rsplit_once(", ") {
+        // Outside any parentheses (the device's details use ", " too).
+        Some((t, p))
+            if crate::parse_integrity(p).is_ok()
+                && t.matches('(').count() == t.matches(')').count() =>
+        {
+            (t, Some(p))
+        }
+        _ => (describe, None),
+    }
+}
+
 /// A transport description as `-v` shows it (`tcp`, `rdma (rxe0, write-with-imm)`)
 /// split into the transport's name and its device: `("rdma", Some("rxe0"))`.
 pub fn transport_parts(describe: &str) -> (String, Option<String>) {
@@ -90,6 +106,8 @@ pub struct Transfer {
     pub device: Option<String>,
     /// As `-v` says it: `rdma (rxe0, write-with-imm)`.
     pub transport_detail: Option<String>,
+    /// How the stream was protected: `checksum`, `mac` or `encrypt`.
+    pub integrity: Option<String>,
     /// Bytes carried, verified end to end.
     pub bytes: Option<u64>,
     /// xxh3-64 of the stream, 16 hex digits.
@@ -104,11 +122,13 @@ impl Transfer {
     /// A finished transfer: its transport description, byte count, checksum and
     /// duration.
     pub fn done(describe: &str, bytes: u64, checksum: u64, secs: f64) -> Transfer {
+        let (describe, integrity) = protection_part(describe);
         let (transport, device) = transport_parts(describe);
         Transfer {
             transport: Some(transport),
             device,
             transport_detail: Some(describe.to_string()),
+            integrity: integrity.map(str::to_string),
             bytes: Some(bytes),
             checksum: Some(format!("{checksum:016x}")),
             seconds: Some(secs),
@@ -226,6 +246,24 @@ impl PipeReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn protection_splits_off() {
+        assert_eq!(protection_part("tcp, mac"), ("tcp", Some("mac")));
+        assert_eq!(
+            protection_part("rdma (rxe0, write-with-imm), encrypt"),
+            ("rdma (rxe0, write-with-imm)", Some("encrypt"))
+        );
+        assert_eq!(protection_part("tcp"), ("tcp", None));
+        assert_eq!(
+            protection_part("rdma (rxe0, write-with-imm)"),
+            ("rdma (rxe0, write-with-imm)", None)
+        );
+        let t = Transfer::done("rdma (rxe0, write), checksum", 1, 2, 1.0);
+        assert_eq!(t.transport.as_deref(), Some("rdma"));
+        assert_eq!(t.device.as_deref(), Some("rxe0"));
+        assert_eq!(t.integrity.as_deref(), Some("checksum"));
+    }
 
     #[test]
     fn transport_descriptions_split() {

@@ -17,12 +17,17 @@
 //! The receive loop ([`crate::pump::recv_stream`]) flushes its output exactly
 //! once, after the stream was verified and before it confirms it to the sender:
 //! that flush publishes the file (rename, or keep the appended bytes).
+//!
+//! A process that is about to exit on a signal (rdrecv on Ctrl-C) runs no
+//! destructors: it calls [`undo_pending`] first, which undoes every output file
+//! not yet published, as dropping it would.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Seek, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Mutex;
 
 /// How the stream goes into its file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,9 +54,56 @@ enum State {
 pub struct OutputFile {
     file: File,
     state: State,
+    /// Its entry in [`PENDING`] while it has something to undo.
+    pending: Option<u64>,
 }
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// What undoing an unpublished output file takes, without the `OutputFile`.
+enum Undo {
+    RemoveTemp(PathBuf),
+    Truncate(File, u64),
+}
+
+/// The output files of this process not yet published or dropped.
+static PENDING: Mutex<Vec<(u64, Undo)>> = Mutex::new(Vec::new());
+static PENDING_ID: AtomicU64 = AtomicU64::new(0);
+
+fn register(undo: Undo) -> u64 {
+    let id = PENDING_ID.fetch_add(1, Ordering::Relaxed);
+    if let Ok(mut p) = PENDING.lock() {
+        p.push((id, undo));
+    }
+    id
+}
+
+fn unregister(id: Option<u64>) {
+    if let (Some(id), Ok(mut p)) = (id, PENDING.lock()) {
+        p.retain(|(i, _)| *i != id);
+    }
+}
+
+/// Undoes every output file of this process that was not published yet
+/// (removes its temporary file, or truncates an append back): for a process
+/// about to exit without running destructors (on a signal). The files stay
+/// open; writes into them after this are lost with them.
+pub fn undo_pending() {
+    let pending = match PENDING.lock() {
+        Ok(mut p) => std::mem::take(&mut *p),
+        Err(_) => return,
+    };
+    for (_, undo) in pending {
+        match undo {
+            Undo::RemoveTemp(tmp) => {
+                let _ = std::fs::remove_file(tmp);
+            }
+            Undo::Truncate(file, start) => {
+                let _ = file.set_len(start);
+            }
+        }
+    }
+}
 
 fn temp_name(target: &Path) -> PathBuf {
     let name = target
@@ -82,15 +134,18 @@ impl OutputFile {
             return Ok(OutputFile {
                 file,
                 state: State::Direct,
+                pending: None,
             });
         }
         match mode {
             Mode::Append => {
                 let mut file = OpenOptions::new().append(true).create(true).open(&target)?;
                 let start = file.seek(io::SeekFrom::End(0))?;
+                let pending = Some(register(Undo::Truncate(file.try_clone()?, start)));
                 Ok(OutputFile {
                     file,
                     state: State::Appending { start },
+                    pending,
                 })
             }
             Mode::Replace => {
@@ -105,9 +160,11 @@ impl OutputFile {
                         m.permissions().mode() & 0o7777,
                     ));
                 }
+                let pending = Some(register(Undo::RemoveTemp(tmp.clone())));
                 Ok(OutputFile {
                     file,
                     state: State::Replacing { tmp, target },
+                    pending,
                 })
             }
         }
@@ -116,6 +173,7 @@ impl OutputFile {
     /// Publishes the verified stream (see the module doc). Called by `flush`.
     fn publish(&mut self) -> io::Result<()> {
         self.file.flush()?;
+        unregister(self.pending.take());
         match std::mem::replace(&mut self.state, State::Done) {
             State::Replacing { tmp, target } => {
                 if let Err(e) = std::fs::rename(&tmp, &target) {
@@ -143,6 +201,7 @@ impl Write for OutputFile {
 impl Drop for OutputFile {
     /// Not published: the stream failed. Undo what it wrote.
     fn drop(&mut self) {
+        unregister(self.pending.take());
         match std::mem::replace(&mut self.state, State::Done) {
             State::Replacing { tmp, .. } => {
                 let _ = std::fs::remove_file(tmp);

@@ -25,6 +25,26 @@ impl Scratch {
     pub fn s(&self, name: &str) -> String {
         self.path(name).to_string_lossy().into_owned()
     }
+    /// The names of the entries inside, sorted.
+    pub fn names(&self) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(&self.0)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+    /// Whether an output file's temporary (`.NAME.rdpipe-...`) inside has data:
+    /// a receiver's readiness signal that the stream is flowing.
+    pub fn temp_has_data(&self) -> bool {
+        std::fs::read_dir(&self.0)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .any(|e| {
+                e.file_name().to_string_lossy().contains(".rdpipe-")
+                    && e.metadata().map(|m| m.len() > 0).unwrap_or(false)
+            })
+    }
 }
 
 impl Drop for Scratch {
