@@ -176,7 +176,7 @@ fn interrupted_receiver_leaves_its_file_as_it_was_and_reports_it() {
     let out = dir.path("image.bin");
     std::fs::write(&out, b"the old content").unwrap();
     let json = dir.s("recv.json");
-    let mut r = Receiver::start(&["--json", &json, KEY, out.to_str().unwrap()], &[], None);
+    let r = Receiver::start(&["--json", &json, KEY, out.to_str().unwrap()], &[], None);
     let (mut s, w) = open_sender(r.port, KEY, &random_bytes(4 << 20, 7));
     wait_until(
         "data in the temporary file",
