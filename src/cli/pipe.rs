@@ -176,6 +176,12 @@ pub struct PipeArgs {
     #[arg(long)]
     pub encrypt: bool,
 
+    /// Move at most RATE bytes per second through every hop, as `pv -L`: e.g.
+    /// 500M, 1.5G/s, 64KiB/s (K, M, G, T are 1024-based; `B` and `/s` optional).
+    /// Each hop's sender paces (the endpoints on the hosts and rdpipe's own).
+    #[arg(long, value_name = "RATE")]
+    pub rate_limit: Option<rdpipe_transport::Rate>,
+
     /// Write a JSON report of the run to FILE at the end, also when it fails or is
     /// interrupted: per hop the transport, bytes, checksum, seconds and rate; per
     /// segment the host, command and exit status or signal; the verdict.
@@ -226,6 +232,7 @@ impl PipeArgs {
             slots: self.slots,
             connect_timeout: self.connect_timeout,
             handshake_timeout: self.handshake_timeout,
+            rate_limit: self.rate_limit,
             max_sessions: self.max_sessions,
         }
     }

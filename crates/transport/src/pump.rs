@@ -10,6 +10,7 @@
 //! when Done's tag proves the receiver verified exactly what it sent.
 
 use crate::error::GoneCause;
+use crate::pace::Pacer;
 use crate::{ChunkReceiver, ChunkSender, Received, TransportError};
 use rdpipe_wire::seal::{Opener, Sealer, SEAL_TAG_LEN};
 use rdpipe_wire::session::EndOf;
@@ -98,12 +99,15 @@ impl Protection<'_> {
 }
 
 /// Sends all of `input`, then end of stream, and waits for the receiver's
-/// confirmation. A pipe on the input is grown to [`PIPE_SIZE`] first. On any failure
-/// the receiver is told (abort), so it never mistakes a partial stream for a whole one.
+/// confirmation. A pipe on the input is grown to [`PIPE_SIZE`] first. With a
+/// `pacer` (`--rate-limit`), each chunk read waits for its budget before it goes
+/// on the wire. On any failure the receiver is told (abort), so it never mistakes
+/// a partial stream for a whole one.
 pub fn send_stream<R: Read + AsFd>(
     input: &mut R,
     tx: &mut dyn ChunkSender,
     prot: Protection<'_>,
+    mut pacer: Option<Pacer>,
     progress: Progress<'_>,
 ) -> Result<Totals, TransportError> {
     let mut hasher = prot.hasher();
@@ -117,6 +121,9 @@ pub fn send_stream<R: Read + AsFd>(
                 None => buf.len(),
             };
             let n = fill_available(input, &mut buf[..room])?;
+            if let (Some(p), 1..) = (&mut pacer, n) {
+                p.pace(n);
+            }
             hasher.update(&buf[..n]);
             Ok(match (&mut sealer, n) {
                 (Some(s), 1..) => s.seal(buf, n),
