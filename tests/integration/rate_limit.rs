@@ -195,7 +195,8 @@ fn bad_rates_are_refused_with_one_line_naming_the_flag() {
     ] {
         for (bad, needle) in [
             ("0", "no rate at all"),
-            ("0.1K/s", "no rate at all"),
+            ("0K/s", "no rate at all"),
+            ("0.0001K", "no rate at all"),
             ("fast", "'fast' is not a rate"),
             ("16X", "not a rate"),
             ("-5M", "not a rate"),

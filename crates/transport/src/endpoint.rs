@@ -5,7 +5,6 @@
 use crate::connect::{connect_retry, Listener};
 use crate::handshake::{handshake, LocalParams, Negotiated};
 use crate::listen::accept_authenticated;
-use crate::pace::Pacer;
 use crate::pump::{recv_stream, send_stream, Protection};
 use crate::{select, ChunkReceiver, ChunkSender, Rate, TransportError};
 use rdpipe_wire::{Integrity, Role, TransportPref};
@@ -165,14 +164,13 @@ pub fn run_send<R: Read + AsFd>(
     if let Some(r) = n.rate_limit {
         tracing::debug!("pacing the stream to {r}");
     }
-    let pacer = n.rate_limit.map(|r| Pacer::new(r, n.chunk_size as usize));
     let start = Instant::now();
     let mut noop = |_: u64| {};
     let progress: &mut dyn FnMut(u64) = match opts.progress.as_mut() {
         Some(p) => p.as_mut(),
         None => &mut noop,
     };
-    let totals = send_stream(input, tx.as_mut(), protection(&n), pacer, progress)?;
+    let totals = send_stream(input, tx.as_mut(), protection(&n), n.rate_limit, progress)?;
     Ok(Report {
         bytes: totals.bytes,
         checksum: totals.checksum,
