@@ -255,6 +255,9 @@ pub fn normalize_args<I: IntoIterator<Item = std::ffi::OsString>>(
 /// as the ssh master's guard).
 pub fn run(args: PipeArgs, exe: PathBuf) -> Result<(), Failure> {
     let json = args.json.clone();
+    if let (Some(r), true, false) = (args.rate_limit, args.verbosity() > 0, args.dry_run) {
+        crate::cli::term::say("rdpipe", format!("rate limit {r} on every hop"));
+    }
     let (outcome, report) = rdpipe_orchestrate::run::run_reported(args.config(), LocalExe { exe });
     let outcome = outcome.map_err(|e| Failure {
         messages: e.messages(),
@@ -298,6 +301,9 @@ mod tests {
         assert!(!a.quiet && !a.progress);
         assert_eq!(a.ssh_options, ["Port=2222"]);
         assert_eq!(a.segments, ["localhost:cat", "h2:rev"]);
+        let a = PipeArgs::try_parse_from(["rdpipe", "--rate-limit", "500M/s", "h:cat"]).unwrap();
+        assert_eq!(a.config().rate_limit, "500M".parse().ok());
+        assert!(PipeArgs::try_parse_from(["rdpipe", "--rate-limit", "0", "h:cat"]).is_err());
         let a = PipeArgs::try_parse_from(["rdpipe", "-vv", "-q", "--progress", "h:cat"]).unwrap();
         assert_eq!(a.verbose, 2);
         assert!(a.quiet && a.progress);

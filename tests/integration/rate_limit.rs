@@ -165,6 +165,10 @@ fn rdpipe_paces_every_hop() {
     let (t, stderr) = (out.join().unwrap(), err.join().unwrap());
     assert!(status.success(), "rdpipe failed ({status:?}):\n{stderr}");
     assert!(
+        stderr.contains("rdpipe: rate limit 8 MiB/s on every hop"),
+        "{stderr}"
+    );
+    assert!(
         t.data == data,
         "the bytes differ ({} arrived)",
         t.data.len()
