@@ -5,7 +5,9 @@
 //! [`Pacer::delay`] is pure (the caller passes the time): it says how long to
 //! wait before the next `n` bytes may go. The bucket holds at most `burst` bytes
 //! (one chunk, or 50 ms at the rate, whichever is larger), so a source that was
-//! idle cannot make up for lost time with a flood. Accounting is exact and
+//! idle cannot make up for lost time with a flood. At low rates the send loop
+//! also reads less than a whole buffer at a time ([`piece`]: 50 ms of the rate),
+//! so the stream stays smooth instead of a buffer every few seconds. Accounting is exact and
 //! absolute: the time the bytes sent so far are "paid for" is computed from the
 //! moment the bucket last ran full (the start of the stream, or the end of an
 //! idle period) and the byte count since then, so rounding and late wake-ups
@@ -17,6 +19,17 @@ use std::time::{Duration, Instant};
 
 /// The least the bucket holds, in time at the rate.
 pub const MIN_BURST_TIME: Duration = Duration::from_millis(50);
+
+/// The fewest bytes the send loop reads at a time when paced (below this, the
+/// per-chunk overhead would dominate).
+pub const MIN_PIECE: usize = 512;
+
+/// How many bytes of a `room`-byte buffer the send loop fills at a time at
+/// `rate`: 50 ms of it, at least [`MIN_PIECE`], at most the buffer.
+pub fn piece(rate: Rate, room: usize) -> usize {
+    let burst = u128::from(rate.bytes_per_sec()) * MIN_BURST_TIME.as_nanos() / 1_000_000_000;
+    room.min(usize::try_from(burst).unwrap_or(usize::MAX).max(MIN_PIECE))
+}
 
 /// Paces a stream to a [`Rate`].
 #[derive(Debug, Clone)]
@@ -102,6 +115,15 @@ mod tests {
             now += work;
         }
         now
+    }
+
+    #[test]
+    fn low_rates_read_50_ms_at_a_time() {
+        assert_eq!(piece(rate(1000), 1 << 20), MIN_PIECE);
+        assert_eq!(piece(rate(4 << 20), 256 << 10), (4 << 20) / 20);
+        assert_eq!(piece(rate(16 << 20), 256 << 10), 256 << 10);
+        assert_eq!(piece(rate(u64::MAX), 1 << 20), 1 << 20);
+        assert_eq!(piece(rate(1000), 100), 100);
     }
 
     #[test]

@@ -10,7 +10,7 @@
 //! when Done's tag proves the receiver verified exactly what it sent.
 
 use crate::error::GoneCause;
-use crate::pace::Pacer;
+use crate::pace::{piece, Pacer};
 use crate::Rate;
 use crate::{ChunkReceiver, ChunkSender, Received, TransportError};
 use rdpipe_wire::seal::{Opener, Sealer, SEAL_TAG_LEN};
@@ -123,6 +123,8 @@ pub fn send_stream<R: Read + AsFd>(
                 Some(_) => buf.len() - SEAL_TAG_LEN,
                 None => buf.len(),
             };
+            // Paced: at most 50 ms of the rate at a time (smooth at low rates).
+            let room = rate_limit.map_or(room, |r| piece(r, room));
             let n = fill_available(input, &mut buf[..room])?;
             if let (Some(r), 1..) = (rate_limit, n) {
                 pacer.get_or_insert_with(|| Pacer::new(r, room)).pace(n);
