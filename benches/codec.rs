@@ -145,7 +145,7 @@ fn tcp_pump(c: &mut Criterion) {
                     rdpipe_transport::connect::tune(&s).unwrap();
                     let mut tx = TcpSender::new(s, chunk, 2, "bench".into()).unwrap();
                     let mut f = std::fs::File::open(&path).unwrap();
-                    let sent = send_stream(&mut f, &mut tx, prot, &mut |_| {}).unwrap();
+                    let sent = send_stream(&mut f, &mut tx, prot, None, &mut |_| {}).unwrap();
                     drop(tx);
                     let got = rx.join().unwrap();
                     assert_eq!(sent.checksum, got.checksum);

@@ -11,6 +11,7 @@ complete -c rdpipe -l connect-timeout -d 'Seconds to keep trying to connect (ssh
 complete -c rdpipe -l handshake-timeout -d 'Seconds the authentication handshake of each transfer may take' -r
 complete -c rdpipe -l integrity -d 'How each hop\'s integrity is checked (see docs/security.md)' -r -f -a "checksum\t'xxh3 checksum only: catches accidents, not an attacker on the path (for trusted fabrics; the fastest)'
 mac\t'Keyed BLAKE3 MAC over the whole stream: nobody without the session keys can alter, reorder, drop or truncate data unnoticed (the default)'"
+complete -c rdpipe -l rate-limit -d 'Move at most RATE bytes per second through every hop, as `pv -L`: e.g. 500M, 1.5G/s, 64KiB/s (K, M, G, T are 1024-based; `B` and `/s` optional). Each hop\'s sender paces (the endpoints on the hosts and rdpipe\'s own)' -r
 complete -c rdpipe -l json -d 'Write a JSON report of the run to FILE at the end, also when it fails or is interrupted: per hop the transport, bytes, checksum, seconds and rate; per segment the host, command and exit status or signal; the verdict' -r -F
 complete -c rdpipe -l max-sessions -d 'SSH sessions per master connection (sshd\'s MaxSessions, 10 by default); a host with more segments gets more connections' -r
 complete -c rdpipe -s n -l dry-run -d 'Print the plan (segments, hosts, who listens, who connects to whom) and run nothing'

@@ -23,7 +23,7 @@ _rdsend() {
 
     case "${cmd}" in
         rdsend)
-            opts="-v -q -h -V --connect-timeout --gen-key --key-file --transport --chunk-size --slots --handshake-timeout --integrity --encrypt --verbose --quiet --progress --json --help --version"
+            opts="-v -q -h -V --connect-timeout --gen-key --key-file --transport --chunk-size --slots --handshake-timeout --integrity --encrypt --rate-limit --verbose --quiet --progress --json --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -55,6 +55,10 @@ _rdsend() {
                     ;;
                 --integrity)
                     COMPREPLY=($(compgen -W "checksum mac" -- "${cur}"))
+                    return 0
+                    ;;
+                --rate-limit)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --json)

@@ -4,7 +4,7 @@
 
 use clap::{Args, ValueEnum};
 use rdpipe_transport::error::{EXIT_FAILURE, EXIT_USAGE};
-use rdpipe_transport::TransportError;
+use rdpipe_transport::{Rate, TransportError};
 use rdpipe_wire::{Integrity, TransportPref, MAX_CHUNK_SIZE, MAX_SLOTS, MIN_CHUNK_SIZE};
 use std::fmt::Display;
 use std::path::PathBuf;
@@ -202,6 +202,13 @@ pub struct CommonArgs {
     #[arg(long)]
     pub encrypt: bool,
 
+    /// Move at most RATE bytes per second, as `pv -L`: e.g. 500M, 1.5G/s,
+    /// 64KiB/s (K, M, G, T are 1024-based; `B` and `/s` optional). The sender
+    /// paces; a receiver's limit reaches the sender in the handshake, and the
+    /// lower of the two ends' limits applies.
+    #[arg(long, value_name = "RATE")]
+    pub rate_limit: Option<Rate>,
+
     /// Print the transport used, the byte count and `Bandwidth X.XXX GB/s` on stderr
     /// at the end.
     #[arg(short, long, action = clap::ArgAction::Count)]
@@ -238,6 +245,7 @@ impl CommonArgs {
             transport: self.transport.into(),
             handshake_timeout: self.handshake_timeout,
             integrity: integrity(self.integrity, self.encrypt),
+            rate_limit: self.rate_limit,
             progress: self.progress(tool, total),
         }
     }
@@ -298,12 +306,19 @@ impl CommonArgs {
 
 pub use super::term::say;
 
-/// Prints the `-v` report: transport, byte count, and the original's bandwidth line.
-pub fn report(tool: &str, verb: &str, r: &rdpipe_transport::Report) {
+/// Prints the `-v` report: transport, byte count, the rate limit the sender paced
+/// to (and whose it was, when not this end's), and the original's bandwidth line.
+pub fn report(tool: &str, verb: &str, r: &rdpipe_transport::Report, ours: Option<Rate>) {
+    let peer_role = if verb == "sent" { "receiver" } else { "sender" };
+    let limit = match r.rate_limit {
+        Some(l) if Some(l) == ours => format!(", rate limit {l}"),
+        Some(l) => format!(", rate limit {l} (the {peer_role}'s)"),
+        None => String::new(),
+    };
     say(
         tool,
         format!(
-            "{verb} {} bytes {} {} over {} in {:.3} s (xxh3 {:016x}, integrity {})",
+            "{verb} {} bytes {} {} over {} in {:.3} s (xxh3 {:016x}, integrity {}{limit})",
             r.bytes,
             if verb == "sent" { "to" } else { "from" },
             r.peer,

@@ -176,6 +176,12 @@ pub struct PipeArgs {
     #[arg(long)]
     pub encrypt: bool,
 
+    /// Move at most RATE bytes per second through every hop, as `pv -L`: e.g.
+    /// 500M, 1.5G/s, 64KiB/s (K, M, G, T are 1024-based; `B` and `/s` optional).
+    /// Each hop's sender paces (the endpoints on the hosts and rdpipe's own).
+    #[arg(long, value_name = "RATE")]
+    pub rate_limit: Option<rdpipe_transport::Rate>,
+
     /// Write a JSON report of the run to FILE at the end, also when it fails or is
     /// interrupted: per hop the transport, bytes, checksum, seconds and rate; per
     /// segment the host, command and exit status or signal; the verdict.
@@ -226,6 +232,7 @@ impl PipeArgs {
             slots: self.slots,
             connect_timeout: self.connect_timeout,
             handshake_timeout: self.handshake_timeout,
+            rate_limit: self.rate_limit,
             max_sessions: self.max_sessions,
         }
     }
@@ -248,6 +255,9 @@ pub fn normalize_args<I: IntoIterator<Item = std::ffi::OsString>>(
 /// as the ssh master's guard).
 pub fn run(args: PipeArgs, exe: PathBuf) -> Result<(), Failure> {
     let json = args.json.clone();
+    if let (Some(r), true, false) = (args.rate_limit, args.verbosity() > 0, args.dry_run) {
+        crate::cli::term::say("rdpipe", format!("rate limit {r} on every hop"));
+    }
     let (outcome, report) = rdpipe_orchestrate::run::run_reported(args.config(), LocalExe { exe });
     let outcome = outcome.map_err(|e| Failure {
         messages: e.messages(),
@@ -291,6 +301,9 @@ mod tests {
         assert!(!a.quiet && !a.progress);
         assert_eq!(a.ssh_options, ["Port=2222"]);
         assert_eq!(a.segments, ["localhost:cat", "h2:rev"]);
+        let a = PipeArgs::try_parse_from(["rdpipe", "--rate-limit", "500M/s", "h:cat"]).unwrap();
+        assert_eq!(a.config().rate_limit, "500M".parse().ok());
+        assert!(PipeArgs::try_parse_from(["rdpipe", "--rate-limit", "0", "h:cat"]).is_err());
         let a = PipeArgs::try_parse_from(["rdpipe", "-vv", "-q", "--progress", "h:cat"]).unwrap();
         assert_eq!(a.verbose, 2);
         assert!(a.quiet && a.progress);

@@ -95,7 +95,7 @@ fn recv(args: RecvArgs) -> Result<rdpipe_transport::Report, Failure> {
     };
     let r = run_recv(endpoint, opts, open)?;
     if args.common.verbose > 0 {
-        report(TOOL, "received", &r);
+        report(TOOL, "received", &r, args.common.rate_limit);
     }
     Ok(r)
 }

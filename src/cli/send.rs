@@ -110,9 +110,15 @@ fn send(args: SendArgs) -> Result<rdpipe_transport::Report, Failure> {
         timeout: Duration::from_secs_f64(args.connect_timeout),
     };
     let opts = args.common.options(key, TOOL, total);
+    if let (Some(l), true) = (args.common.rate_limit, args.common.verbose > 0) {
+        super::common::say(
+            TOOL,
+            format!("rate limit {l} (or the receiver's, if lower)"),
+        );
+    }
     let r = run_send(endpoint, opts, &mut input)?;
     if args.common.verbose > 0 {
-        report(TOOL, "sent", &r);
+        report(TOOL, "sent", &r, args.common.rate_limit);
     }
     Ok(r)
 }

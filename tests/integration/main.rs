@@ -19,6 +19,7 @@ mod faults_endpoints;
 mod faults_pipeline;
 mod json_report;
 mod no_rdma_core;
+mod rate_limit;
 mod rdpipe_install;
 mod rdpipe_local;
 mod rdpipe_netns;

@@ -6,7 +6,7 @@
 # (10.77.0.1), the sender's traffic leaves from rxe1 (10.77.0.2).
 # Every check prints a PASS or FAIL line; the script exits 1 on any failure.
 # Arguments (optional) pick sections: sizes noimm chunks wrongkey token senderkill
-# epipe memlock recvkill rdpipe (with rdpipe doctor) perf (default: all), and `ring`, only when named
+# epipe memlock recvkill rdpipe (with rdpipe doctor) ratelimit perf (default: all), and `ring`, only when named
 # (a measurement, not a check: --slots 2 / 4 / 8).
 # Readiness: rdrecv --announce-fd writes its port into a FIFO, which this
 # script reads (no sleeps).
@@ -434,6 +434,27 @@ for round in 1 2 3; do
 done
 echo "ring best: slots 2 ${best[2]:-?} MB/s, 4 ${best[4]:-?} MB/s, 8 ${best[8]:-?} MB/s"
 rm -f "$BIG"
+fi
+
+if want ratelimit; then
+echo "== --rate-limit over RDMA: the receiver's limit reaches the sender in the hello"
+# 16 MiB at 4 MiB/s with 256 KiB slots (the bucket: one slot): about 4 s.
+RL=$W/in.rl
+head -c $((16 * CHUNK)) /dev/urandom >"$RL"
+chmod 644 "$RL"
+xfer "ratelimit" "$RL" "" "--transport rdma --rate-limit 4M" "" "--transport rdma --chunk-size 256K"
+secs=$(sed -n 's/.*received [0-9]* bytes .* in \([0-9.]*\) s.*/\1/p' "$W/ratelimit.recv.err")
+ratio=$(awk -v s="${secs:-0}" 'BEGIN { if (s > 0) printf "%.4f", 16 / 4 / s; else print 0 }')
+if grep -qF "rate limit 4 MiB/s (the receiver's)" "$W/ratelimit.send.err" &&
+    awk -v r="$ratio" 'BEGIN { exit !(r >= 0.95 && r <= 1.05) }'; then
+    pass "rate limit over rdma: 16 MiB in $secs s, $ratio of 4 MiB/s"
+else
+    fail "rate limit over rdma: 16 MiB in ${secs:-?} s (ratio $ratio of 4 MiB/s, want 0.95..1.05), or rdsend -v does not name the receiver's limit"
+    show ratelimit
+fi
+check_xfer "ratelimit" "$RL" "rdma (rxe0" "rdma (rxe1"
+rm -f "$RL"
+
 fi
 
 if want perf; then

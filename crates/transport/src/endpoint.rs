@@ -6,7 +6,7 @@ use crate::connect::{connect_retry, Listener};
 use crate::handshake::{handshake, LocalParams, Negotiated};
 use crate::listen::accept_authenticated;
 use crate::pump::{recv_stream, send_stream, Protection};
-use crate::{select, ChunkReceiver, ChunkSender, TransportError};
+use crate::{select, ChunkReceiver, ChunkSender, Rate, TransportError};
 use rdpipe_wire::{Integrity, Role, TransportPref};
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
@@ -54,6 +54,9 @@ pub struct Options {
     /// `--integrity` / `--encrypt`: the protection this end wants (the stronger of
     /// the two ends' wishes is used).
     pub integrity: Integrity,
+    /// `--rate-limit`: the most bytes per second the stream may move (the sender
+    /// paces to the lower of the two ends' limits).
+    pub rate_limit: Option<Rate>,
     /// Called with the running byte count after every chunk.
     pub progress: Option<Box<dyn FnMut(u64) + Send>>,
 }
@@ -73,6 +76,8 @@ pub struct Report {
     pub peer: String,
     /// How the stream was protected.
     pub integrity: Integrity,
+    /// The rate limit the sender paced to (the lower of the two ends'), if any.
+    pub rate_limit: Option<Rate>,
 }
 
 impl Report {
@@ -120,6 +125,7 @@ fn negotiate(
         chunk_size: opts.chunk_size,
         slots: opts.slots,
         integrity: opts.integrity,
+        rate_limit: opts.rate_limit,
     };
     let r = match endpoint {
         Endpoint::Connect {
@@ -155,13 +161,16 @@ pub fn run_send<R: Read + AsFd>(
     let (stream, n) = negotiate(endpoint, &opts, Role::Sender)?;
     let peer = n.peer_addr.clone();
     let mut tx: Box<dyn ChunkSender> = select::sender(stream, &n, opts.slots as usize)?;
+    if let Some(r) = n.rate_limit {
+        tracing::debug!("pacing the stream to {r}");
+    }
     let start = Instant::now();
     let mut noop = |_: u64| {};
     let progress: &mut dyn FnMut(u64) = match opts.progress.as_mut() {
         Some(p) => p.as_mut(),
         None => &mut noop,
     };
-    let totals = send_stream(input, tx.as_mut(), protection(&n), progress)?;
+    let totals = send_stream(input, tx.as_mut(), protection(&n), n.rate_limit, progress)?;
     Ok(Report {
         bytes: totals.bytes,
         checksum: totals.checksum,
@@ -169,6 +178,7 @@ pub fn run_send<R: Read + AsFd>(
         transport: tx.describe(),
         peer,
         integrity: n.integrity,
+        rate_limit: n.rate_limit,
     })
 }
 
@@ -204,6 +214,7 @@ pub fn run_recv<W: Write, F: FnOnce() -> Result<W, TransportError>>(
         transport: rx.describe(),
         peer,
         integrity: n.integrity,
+        rate_limit: n.rate_limit,
     })
 }
 

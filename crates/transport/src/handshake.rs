@@ -20,7 +20,7 @@
 
 use crate::error::GoneCause;
 use crate::frame_io::{conn_error, protocol, read_control, write_control};
-use crate::TransportError;
+use crate::{Rate, TransportError};
 use rdpipe_wire::frame::{choose_transport, Chosen};
 use rdpipe_wire::hello::{HELLO_PREFIX_LEN, NONCE_LEN};
 use rdpipe_wire::*;
@@ -43,6 +43,9 @@ pub struct LocalParams {
     pub slots: u32,
     /// `--integrity` / `--encrypt`: the protection this end wants.
     pub integrity: Integrity,
+    /// `--rate-limit`: told to the peer in the hello; the sender paces to the
+    /// lower of the two ends' limits.
+    pub rate_limit: Option<Rate>,
 }
 
 /// The outcome of a successful handshake.
@@ -64,6 +67,9 @@ pub struct Negotiated {
     pub integrity: Integrity,
     /// This session's keys.
     pub keys: SessionKeys,
+    /// The rate the sender paces the stream to: the lower of the two ends'
+    /// `--rate-limit` (the peer's as its authenticated hello carries it).
+    pub rate_limit: Option<Rate>,
 }
 
 /// Fresh random bytes from the OS.
@@ -191,19 +197,21 @@ fn run(
         slots: local.slots,
         nonce: random_bytes::<NONCE_LEN>()?,
         integrity: local.integrity,
+        rate_limit: local.rate_limit.map(Rate::get),
     };
     let our_bytes = ours.encode();
     s.write_all(&our_bytes).map_err(|e| conn_error(peer, e))?;
     let their_bytes = read_hello(s, peer)?;
     let theirs = Hello::decode(&their_bytes).map_err(|e| protocol(peer, e))?;
     tracing::debug!(
-        "hello from {peer}: {:?}, transport {:?}, caps {:#x}, chunk {}, slots {}, {}",
+        "hello from {peer}: {:?}, transport {:?}, caps {:#x}, chunk {}, slots {}, {}, rate limit {:?}",
         theirs.role,
         theirs.transport,
         theirs.caps.0,
         theirs.chunk_size,
         theirs.slots,
-        theirs.integrity.as_str()
+        theirs.integrity.as_str(),
+        theirs.rate_limit
     );
     if theirs.role == local.role {
         return Err(protocol(peer, WireError::SameRole(local.role)));
@@ -301,6 +309,7 @@ fn run(
         return Err(protocol(peer, WireError::BadChunkSize(chunk_size)));
     }
     let integrity = Integrity::negotiate(ours.integrity, theirs.integrity);
+    let rate_limit = Rate::lower(local.rate_limit, theirs.rate_limit.map(Rate::new));
     tracing::debug!(
         "authenticated {peer}; transport {chosen:?}, chunk {chunk_size}, slots {slots}, {}",
         integrity.as_str()
@@ -314,6 +323,7 @@ fn run(
         peer_addr: peer.to_string(),
         integrity,
         keys,
+        rate_limit,
     })
 }
 

@@ -12,6 +12,8 @@
 //! - [`select`]: which transport carries the stream, and the fallback to TCP
 //!   when an end declines RDMA.
 //! - [`pump`]: the send and receive loops: checksum, byte count, end of stream.
+//! - [`rate`] and [`pace`]: `--rate-limit`, the sender's token bucket (applied in
+//!   the send loop, so for every transport).
 //! - [`endpoint`]: what `rdsend` and `rdrecv` run: connect or listen, handshake,
 //!   pick the transport, pump, report.
 #![deny(missing_docs)]
@@ -23,12 +25,15 @@ pub mod frame_io;
 pub mod handshake;
 pub mod listen;
 pub mod output;
+pub mod pace;
 pub mod pump;
+pub mod rate;
 pub mod rdma;
 pub mod select;
 pub mod tcp;
 
 pub use endpoint::{run_recv, run_send, Endpoint, Options, Report};
+pub use rate::Rate;
 
 /// Environment variables that tune an endpoint's data path; rdpipe hands those set
 /// in its own environment to the endpoints it starts on other hosts (ssh does not

@@ -10,6 +10,8 @@
 //! when Done's tag proves the receiver verified exactly what it sent.
 
 use crate::error::GoneCause;
+use crate::pace::{piece, Pacer};
+use crate::Rate;
 use crate::{ChunkReceiver, ChunkSender, Received, TransportError};
 use rdpipe_wire::seal::{Opener, Sealer, SEAL_TAG_LEN};
 use rdpipe_wire::session::EndOf;
@@ -98,14 +100,19 @@ impl Protection<'_> {
 }
 
 /// Sends all of `input`, then end of stream, and waits for the receiver's
-/// confirmation. A pipe on the input is grown to [`PIPE_SIZE`] first. On any failure
-/// the receiver is told (abort), so it never mistakes a partial stream for a whole one.
+/// confirmation. A pipe on the input is grown to [`PIPE_SIZE`] first. With a
+/// `rate_limit`, each chunk read waits for its budget before it goes on the wire
+/// ([`Pacer`], its bucket sized by the transport's buffer: the RDMA slot, or the
+/// TCP frame). On any failure the receiver is told (abort), so it never mistakes a
+/// partial stream for a whole one.
 pub fn send_stream<R: Read + AsFd>(
     input: &mut R,
     tx: &mut dyn ChunkSender,
     prot: Protection<'_>,
+    rate_limit: Option<Rate>,
     progress: Progress<'_>,
 ) -> Result<Totals, TransportError> {
+    let mut pacer: Option<Pacer> = None;
     let mut hasher = prot.hasher();
     let mut sealer = (prot.integrity == Integrity::Encrypt).then(|| Sealer::new(&prot.keys.aead));
     grow_pipe(input);
@@ -116,7 +123,12 @@ pub fn send_stream<R: Read + AsFd>(
                 Some(_) => buf.len() - SEAL_TAG_LEN,
                 None => buf.len(),
             };
+            // Paced: at most 50 ms of the rate at a time (smooth at low rates).
+            let room = rate_limit.map_or(room, |r| piece(r, room));
             let n = fill_available(input, &mut buf[..room])?;
+            if let (Some(r), 1..) = (rate_limit, n) {
+                pacer.get_or_insert_with(|| Pacer::new(r, room)).pace(n);
+            }
             hasher.update(&buf[..n]);
             Ok(match (&mut sealer, n) {
                 (Some(s), 1..) => s.seal(buf, n),

@@ -135,6 +135,7 @@ mod tests {
             slots: 2,
             nonce: [0; rdpipe_wire::hello::NONCE_LEN],
             integrity: rdpipe_wire::Integrity::default(),
+            rate_limit: None,
         };
         Negotiated {
             chosen: Chosen::Rdma,
@@ -145,6 +146,7 @@ mod tests {
             peer_addr: "peer".into(),
             integrity: rdpipe_wire::Integrity::default(),
             keys: rdpipe_wire::SessionKeys::derive(b"test", b""),
+            rate_limit: None,
         }
     }
 

@@ -2,12 +2,16 @@
 //!
 //! Layout (little endian, 56 bytes):
 //! `magic[4] version:u16 role:u8 transport:u8 caps:u32 chunk_size:u32 slots:u32 nonce[32]
-//! integrity:u8 reserved[3]=0`.
+//! integrity:u8 rate_limit[3]`.
+//! `rate_limit` (once `reserved[3]=0`, so a hello without a limit is what earlier
+//! builds send) is the end's `--rate-limit` in bytes per second as `shift:u8
+//! mantissa:u16`, value `mantissa << shift`, all zero for none: see [`encode_rate`].
 //! The magic and version sit in the first six bytes so a reader can check them with
 //! [`Hello::check_prefix`] before it trusts anything else: a future version may change
 //! the rest of the layout, but never those six bytes.
 
 use crate::{WireError, MAX_CHUNK_SIZE, MAX_SLOTS, MIN_CHUNK_SIZE};
+use std::num::NonZeroU64;
 
 /// The four bytes every rdma-pipe connection starts with.
 pub const MAGIC: [u8; 4] = *b"RDPP";
@@ -167,6 +171,36 @@ pub struct Hello {
     pub nonce: [u8; NONCE_LEN],
     /// The protection this end wants.
     pub integrity: Integrity,
+    /// This end's `--rate-limit` in bytes per second, if any (as [`encode_rate`]
+    /// carries it: at most 16 significant bits, rounded down). The sender paces
+    /// the stream to the lower of the two ends' limits.
+    pub rate_limit: Option<NonZeroU64>,
+}
+
+/// The largest shift a rate may have on the wire (`0xFFFF << 48` still fits a u64).
+const MAX_RATE_SHIFT: u8 = 48;
+
+/// A rate limit (bytes per second) in its three hello bytes: `[shift, mantissa
+/// (u16, little endian)]`, value `mantissa << shift` with the smallest shift that
+/// fits, so rates up to 65535 B/s are exact and larger ones are rounded down by
+/// less than 1/32768 (never above what was asked). `None` is all zero.
+pub fn encode_rate(rate: Option<NonZeroU64>) -> [u8; 3] {
+    let Some(r) = rate else { return [0; 3] };
+    let r = r.get();
+    let shift = (64 - r.leading_zeros()).saturating_sub(16) as u8;
+    let m = ((r >> shift) as u16).to_le_bytes();
+    [shift, m[0], m[1]]
+}
+
+/// Reads [`encode_rate`]'s three bytes; a zero mantissa with a non-zero shift, or
+/// a shift past 48, is malformed.
+pub fn decode_rate(b: [u8; 3]) -> Result<Option<NonZeroU64>, WireError> {
+    let (shift, m) = (b[0], u16::from_le_bytes([b[1], b[2]]));
+    match (shift, m) {
+        (0, 0) => Ok(None),
+        (s, m) if s <= MAX_RATE_SHIFT && m != 0 => Ok(NonZeroU64::new(u64::from(m) << s)),
+        _ => Err(WireError::BadRateLimit(b)),
+    }
 }
 
 impl Hello {
@@ -182,6 +216,7 @@ impl Hello {
         b[16..20].copy_from_slice(&self.slots.to_le_bytes());
         b[20..52].copy_from_slice(&self.nonce);
         b[52] = self.integrity.to_byte();
+        b[53..56].copy_from_slice(&encode_rate(self.rate_limit));
         b
     }
 
@@ -218,9 +253,7 @@ impl Hello {
         }
         let mut nonce = [0u8; NONCE_LEN];
         nonce.copy_from_slice(&b[20..52]);
-        if b[53..56] != [0, 0, 0] {
-            return Err(WireError::BadReserved);
-        }
+        let rate_limit = decode_rate([b[53], b[54], b[55]])?;
         Ok(Hello {
             version: PROTOCOL_VERSION,
             role: Role::from_byte(b[6])?,
@@ -230,6 +263,7 @@ impl Hello {
             slots,
             nonce,
             integrity: Integrity::from_byte(b[52])?,
+            rate_limit,
         })
     }
 }
@@ -248,7 +282,34 @@ mod tests {
             slots: 2,
             nonce: [7; NONCE_LEN],
             integrity: Integrity::Mac,
+            rate_limit: None,
         }
+    }
+
+    #[test]
+    fn rates_are_exact_up_to_16_bits_and_rounded_down_beyond() {
+        let rt = |v: u64| decode_rate(encode_rate(NonZeroU64::new(v))).unwrap();
+        assert_eq!(encode_rate(None), [0; 3]);
+        assert_eq!(decode_rate([0; 3]).unwrap(), None);
+        for v in [1u64, 2, 1000, 0xFFFF, 0x10000, 16 << 20, 500 << 20, 3 << 40] {
+            assert_eq!(rt(v), NonZeroU64::new(v), "{v}");
+        }
+        let v = (16 << 20) + 12345;
+        let got = rt(v).unwrap().get();
+        assert!(got <= v && v - got < v >> 15, "{v} -> {got}");
+        let max = rt(u64::MAX).unwrap().get();
+        assert_eq!(max, 0xFFFF << 48);
+        assert!(decode_rate([1, 0, 0]).is_err());
+        assert!(decode_rate([49, 1, 0]).is_err());
+    }
+
+    #[test]
+    fn a_hello_without_a_limit_is_what_earlier_builds_send() {
+        let b = sample().encode();
+        assert_eq!(b[53..56], [0, 0, 0]);
+        let mut h = sample();
+        h.rate_limit = NonZeroU64::new(500 << 20);
+        assert_eq!(Hello::decode(&h.encode()).unwrap(), h);
     }
 
     #[test]

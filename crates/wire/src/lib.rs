@@ -99,6 +99,9 @@ pub enum WireError {
     /// The reserved header bytes were not zero.
     #[error("frame header has non-zero reserved bytes")]
     BadReserved,
+    /// A hello's rate limit bytes that are not a rate (see `hello::encode_rate`).
+    #[error("malformed rate limit bytes {0:02x?} in the hello")]
+    BadRateLimit([u8; 3]),
     /// An integrity byte out of range.
     #[error("invalid integrity byte {0}")]
     BadIntegrity(u8),

@@ -66,8 +66,9 @@ fn any_hello() -> impl Strategy<Value = Hello> {
         1..=MAX_SLOTS,
         any::<[u8; NONCE_LEN]>(),
         0u8..3,
+        proptest::option::of((1u64..=0xFFFF, 0u32..=48).prop_map(|(m, s)| m << s)),
     )
-        .prop_map(|(s, t, caps, chunk_size, slots, nonce, i)| Hello {
+        .prop_map(|(s, t, caps, chunk_size, slots, nonce, i, rate)| Hello {
             version: PROTOCOL_VERSION,
             role: if s { Role::Sender } else { Role::Receiver },
             transport: [TransportPref::Auto, TransportPref::Tcp, TransportPref::Rdma][t as usize],
@@ -76,6 +77,8 @@ fn any_hello() -> impl Strategy<Value = Hello> {
             slots,
             nonce,
             integrity: [Integrity::Checksum, Integrity::Mac, Integrity::Encrypt][i as usize],
+            // Any rate the wire form carries exactly.
+            rate_limit: rate.and_then(std::num::NonZeroU64::new),
         })
 }
 
@@ -98,6 +101,23 @@ proptest! {
     #[test]
     fn hello_roundtrips(h in any_hello()) {
         prop_assert_eq!(Hello::decode(&h.encode()).unwrap(), h);
+    }
+
+    #[test]
+    fn rate_limits_round_down_by_less_than_one_part_in_32768(v in 1u64..) {
+        use rdpipe_wire::hello::{decode_rate, encode_rate};
+        let got = decode_rate(encode_rate(std::num::NonZeroU64::new(v))).unwrap().unwrap().get();
+        prop_assert!(got <= v && v - got <= v >> 15, "{} -> {}", v, got);
+        if v <= 0xFFFF { prop_assert_eq!(got, v); }
+    }
+
+    #[test]
+    fn rate_limit_decoder_never_panics_and_accepts_only_rates(b in any::<[u8; 3]>()) {
+        use rdpipe_wire::hello::{decode_rate, encode_rate};
+        if let Ok(r) = decode_rate(b) {
+            // Whatever it accepts encodes back to the same value.
+            prop_assert_eq!(decode_rate(encode_rate(r)).unwrap(), r);
+        }
     }
 
     #[test]

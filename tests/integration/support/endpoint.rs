@@ -264,5 +264,6 @@ pub fn sender_params() -> rdpipe_transport::handshake::LocalParams {
         chunk_size: 1 << 20,
         slots: 2,
         integrity: rdpipe_wire::Integrity::Mac,
+        rate_limit: None,
     }
 }

@@ -80,6 +80,10 @@ pub struct AgentArgs {
     /// Seconds the authentication handshake may take.
     #[arg(long, default_value_t = 10)]
     pub handshake_timeout: u64,
+    /// `--rate-limit` in bytes per second (each transfer of the segment tells
+    /// its peer; the sender paces).
+    #[arg(long)]
+    pub rate_limit: Option<rdpipe_transport::Rate>,
     /// Seconds to keep retrying a connect.
     #[arg(long, default_value_t = 30)]
     pub connect_timeout: u64,
@@ -174,6 +178,7 @@ fn run(a: AgentArgs) -> bool {
         transport: a.transport,
         integrity: a.integrity,
         handshake_timeout: Duration::from_secs(a.handshake_timeout),
+        rate_limit: a.rate_limit,
         connect_timeout: Duration::from_secs(a.connect_timeout),
         links: [a.input, a.output],
         orders,

@@ -38,6 +38,8 @@ pub struct Transfers {
     pub integrity: Integrity,
     /// `--handshake-timeout`.
     pub handshake_timeout: Duration,
+    /// `--rate-limit`.
+    pub rate_limit: Option<rdpipe_transport::Rate>,
     /// `--connect-timeout`.
     pub connect_timeout: Duration,
     /// How each direction takes part (listen or connect).
@@ -61,6 +63,7 @@ impl Transfers {
             transport: self.transport,
             handshake_timeout: self.handshake_timeout,
             integrity: self.integrity,
+            rate_limit: self.rate_limit,
             progress: Some(self.meter.callback(dir)),
         }
     }

@@ -33,6 +33,7 @@ fn config(cfg: &DoctorConfig, from: &Target, to: &Target, transport: TransportPr
         slots: cfg.slots,
         connect_timeout: cfg.connect_timeout,
         handshake_timeout: 10,
+        rate_limit: None,
         max_sessions: 10,
     }
 }

@@ -101,6 +101,8 @@ pub struct Config {
     pub connect_timeout: u64,
     /// Seconds the authentication handshake may take.
     pub handshake_timeout: u64,
+    /// `--rate-limit`, for every hop (each hop's sender paces).
+    pub rate_limit: Option<rdpipe_transport::Rate>,
     /// SSH sessions per master connection.
     pub max_sessions: u32,
 }
@@ -274,6 +276,9 @@ fn run_inner(
     let p = build_plan(&a, stdin_is_input)?;
     if a.dry_run {
         print!("{}", p.describe(a.max_sessions as usize));
+        if let Some(r) = a.rate_limit {
+            println!("rate limit: {r} on every transfer (each hop's sender paces)");
+        }
         return Ok(None);
     }
     debug!(

@@ -125,6 +125,9 @@ pub fn agent_args(p: &Pipeline, i: usize, a: &Config) -> Vec<String> {
         "--integrity".into(),
         a.integrity.as_str().into(),
     ];
+    if let Some(r) = a.rate_limit {
+        v.extend(["--rate-limit".into(), r.bytes_per_sec().to_string()]);
+    }
     // Only when asked for: the usual command line stays short.
     if a.verbose >= 2 {
         v.extend(["--verbose".into(), a.verbose.min(3).to_string()]);
@@ -419,6 +422,7 @@ mod tests {
             slots: 2,
             connect_timeout: 30,
             handshake_timeout: 10,
+            rate_limit: "16M".parse().ok(),
             max_sessions: 10,
         }
     }
@@ -456,6 +460,7 @@ mod tests {
         assert_eq!((parsed.input, parsed.output), p.links(1));
         assert_eq!(parsed.cmd.as_deref(), Some("cat"));
         assert_eq!(parsed.chunk_size, 1 << 20);
+        assert_eq!(parsed.rate_limit, "16M".parse().ok());
     }
 
     #[test]
