@@ -421,8 +421,9 @@ fn assert_debug_log(r: &Run, data: &[u8]) {
         .lines()
         .filter(|l| l.starts_with("rdpipe: debug: "))
         .collect();
+    let hello = format!("said: HELLO {}", rdpipe_orchestrate::control::PROTOCOL);
     for want in [
-        "said: HELLO 2",
+        hello.as_str(),
         "to CONNECT out 127.0.0.1 ",
         "said: END ok",
         "teardown",
