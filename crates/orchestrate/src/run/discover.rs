@@ -59,10 +59,13 @@ pub fn describe(p: &Pipeline, data_host: &[String], t: TransportPref) -> String 
         if origin == Origin::Loopback {
             continue;
         }
-        let host = p.node_name(h.listener);
+        let host = match h.listener {
+            Node::Segment(i) => p.segments[i].host.label(),
+            Node::Stdin | Node::Stdout => "rdpipe",
+        };
         let note = fabric::plan_note(origin, t, &h.address);
         s += &format!(
-            "  {} -> {}: {host}'s data address: {note}\n",
+            "  {} -> {}: data address of {host}: {note}\n",
             p.node_name(h.from),
             p.node_name(h.to)
         );

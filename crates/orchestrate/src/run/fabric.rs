@@ -156,8 +156,8 @@ pub fn plan_note(origin: Origin, transport: TransportPref, given: &str) -> Strin
         Origin::Loopback => format!("{given} (loopback)"),
         Origin::DataHost => format!("{given} (from --data-host, used as given)"),
         Origin::Ssh if discovers(origin, transport) => format!(
-            "{given} from ssh, unless the agents report RDMA-capable addresses at start \
-             that it is not (then one on a subnet both hosts share)"
+            "{given} (from ssh); RDMA-capable address discovered at start: when the \
+             agents report that {given} is not one, one on a subnet both hosts share"
         ),
         Origin::Ssh => format!("{given} (from ssh; --transport tcp: no discovery)"),
     }
@@ -268,7 +268,7 @@ mod tests {
         assert!(!discovers(Origin::DataHost, TransportPref::Auto));
         assert!(!discovers(Origin::Loopback, TransportPref::Auto));
         let n = plan_note(Origin::Ssh, TransportPref::Auto, "192.168.1.2");
-        assert!(n.contains("RDMA-capable addresses at start"), "{n}");
+        assert!(n.contains("RDMA-capable address discovered at start"), "{n}");
         let n = plan_note(Origin::Ssh, TransportPref::Tcp, "192.168.1.2");
         assert!(n.contains("no discovery"), "{n}");
     }
