@@ -420,7 +420,10 @@ elif [ -z "$sshd_ok" ]; then
 fi
 if [ -n "$sshd_ok" ] && want fabric; then
     echo "== fabric address discovery: rxehost1m's ssh address $MGMT_IP has no RDMA device"
-    RA=(timeout 180 "$PIPE" -v -F "$S/config" --remote-bin "$BIN_DIR" --transport auto)
+    # --connect-timeout 120: under TCG on a loaded host an agent can take more
+    # than the default 30 s to say HELLO.
+    RA=(timeout 300 "$PIPE" -v -F "$S/config" --remote-bin "$BIN_DIR" --transport auto
+        --connect-timeout 120)
     # rxehost1m listens; its agent reports 10.77.0.x (rxe0/rxe1), rxehost0's agent
     # shares that subnet: rxehost0 must connect there, over RDMA, not to $MGMT_IP.
     "${RA[@]}" --json "$W/fab1.json" "rxehost0:< $PIN" "rxehost1m:> $W/fab1.out" \
@@ -446,6 +449,12 @@ if [ -n "$sshd_ok" ] && want fabric; then
         fail "fabric: --data-host override (exit $frc)"
         sed "s/^/    [fab2] /" "$W/fab2.err"
     fi
+    # rdpipe's own ends connect too: stdin -> rxehost1m discovers from this
+    # machine's addresses; rxehost0's address is RDMA-capable already.
+    "${RA[@]}" "rxehost1m:cat" "rxehost0:cat" <"$PIN" >"$W/fab3.out" 2>"$W/fab3.err"
+    check_pipe fab3 3 "$PIN" "$W/fab3.out" $?
+    grep -q "rdpipe stdin -> \[1\] rxehost1m: data address 10\.77\.0\.[12] of rxehost1m (RDMA-capable" "$W/fab3.err" \
+        || { fail "fab3: rdpipe's stdin did not discover rxehost1m's RDMA address"; sed "s/^/    [fab3] /" "$W/fab3.err"; }
 fi
 for f in "$S"/sshd-*.pid; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null; done
 rm -f "$W"/pipe*.out "$W/pipe.in"

@@ -268,7 +268,10 @@ mod tests {
         assert!(!discovers(Origin::DataHost, TransportPref::Auto));
         assert!(!discovers(Origin::Loopback, TransportPref::Auto));
         let n = plan_note(Origin::Ssh, TransportPref::Auto, "192.168.1.2");
-        assert!(n.contains("RDMA-capable address discovered at start"), "{n}");
+        assert!(
+            n.contains("RDMA-capable address discovered at start"),
+            "{n}"
+        );
         let n = plan_note(Origin::Ssh, TransportPref::Tcp, "192.168.1.2");
         assert!(n.contains("no discovery"), "{n}");
     }
