@@ -430,7 +430,7 @@ if [ -n "$sshd_ok" ] && want fabric; then
         </dev/null 2>"$W/fab1.err"
     frc=$?
     check_pipe fab1 1 "$PIN" "$W/fab1.out" "$frc"
-    if grep -q "data address 10\.77\.0\.[12] of rxehost1m (RDMA-capable, instead of $MGMT_IP from ssh)" "$W/fab1.err" \
+    if grep -q "\[2\] rxehost1m: data address 10\.77\.0\.[12] for \[1\] rxehost0 (RDMA-capable, instead of $MGMT_IP from ssh)" "$W/fab1.err" \
         && grep -Eq '"data_address_from": *"discovered"' "$W/fab1.json"; then
         pass "fabric: $(grep -o 'data address .*' "$W/fab1.err" | head -n1)"
     else
@@ -453,7 +453,7 @@ if [ -n "$sshd_ok" ] && want fabric; then
     # machine's addresses; rxehost0's address is RDMA-capable already.
     "${RA[@]}" "rxehost1m:cat" "rxehost0:cat" <"$PIN" >"$W/fab3.out" 2>"$W/fab3.err"
     check_pipe fab3 3 "$PIN" "$W/fab3.out" $?
-    grep -q "rdpipe stdin -> \[1\] rxehost1m: data address 10\.77\.0\.[12] of rxehost1m (RDMA-capable" "$W/fab3.err" \
+    grep -q "\[1\] rxehost1m: data address 10\.77\.0\.[12] for rdpipe (RDMA-capable" "$W/fab3.err" \
         || { fail "fab3: rdpipe's stdin did not discover rxehost1m's RDMA address"; sed "s/^/    [fab3] /" "$W/fab3.err"; }
 fi
 for f in "$S"/sshd-*.pid; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null; done

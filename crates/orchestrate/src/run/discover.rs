@@ -141,10 +141,14 @@ impl Runner {
             if matches!(c, Choice::Switch(_)) {
                 from = "discovered";
             }
+            // (Not `A -> B:`: those lines are the hops' reports.)
+            let connector = match hop.connector() {
+                Node::Segment(_) => self.p.node_name(hop.connector()),
+                Node::Stdin | Node::Stdout => "rdpipe".into(),
+            };
             let line = format!(
-                "{} -> {}: data address {addr} of {listener} ({why})",
-                self.p.node_name(hop.from),
-                self.p.node_name(hop.to)
+                "{}: data address {addr} for {connector} ({why})",
+                self.p.node_name(hop.listener),
             );
             debug!("{line}");
             if self.a.verbose > 0 {

@@ -127,7 +127,7 @@ pub fn address(given: &str, c: &Choice) -> String {
     }
 }
 
-/// `-v`'s words for a decided hop, after `HOP: data address ADDR of HOST`:
+/// `-v`'s words for a decided hop, after `LISTENER: data address ADDR for CONNECTOR`:
 /// the parenthesis saying why.
 pub fn reason(given: &str, listener: &str, connector: &str, c: &Choice) -> String {
     match c {
