@@ -1,6 +1,6 @@
 complete -c rdpipe -s o -l ssh-option -d 'An option for ssh, as for `ssh -o` (repeatable), e.g. `-o Port=2222`. Applies to every host; host-specific settings belong in the ssh configuration' -r
 complete -c rdpipe -s F -l ssh-config -d 'An ssh configuration file instead of ~/.ssh/config, as for `ssh -F`' -r -F
-complete -c rdpipe -l data-host -d 'The address the other hosts use to reach HOST\'s data endpoints, e.g. an IPoIB address (repeatable). Default: HOST\'s HostName in the ssh configuration, else HOST itself' -r
+complete -c rdpipe -l data-host -d 'The address the other hosts use to reach HOST\'s data endpoints, e.g. an IPoIB address (repeatable), used as given. Default: HOST\'s HostName in the ssh configuration, else HOST itself; when that is not one of the RDMA-capable addresses HOST\'s endpoint reports (netdevs of ACTIVE RDMA ports), one of those on a subnet the connecting host shares is used instead (not with --transport tcp; -v says which)' -r
 complete -c rdpipe -l remote-bin -d 'Directory holding rdrecv on the remote hosts (default: found in PATH, else installed by rdpipe itself). rdpipe runs DIR/rdrecv and installs nothing' -r
 complete -c rdpipe -l transport -d 'Transport for the data' -r -f -a "auto\t'RDMA when both ends have an active RDMA device that reaches the peer, else TCP'
 rdma\t'RDMA or fail (exit status 7)'

@@ -127,8 +127,11 @@ pub struct PipeArgs {
     pub ssh_config: Option<PathBuf>,
 
     /// The address the other hosts use to reach HOST's data endpoints, e.g. an
-    /// IPoIB address (repeatable). Default: HOST's HostName in the ssh
-    /// configuration, else HOST itself.
+    /// IPoIB address (repeatable), used as given. Default: HOST's HostName in the
+    /// ssh configuration, else HOST itself; when that is not one of the
+    /// RDMA-capable addresses HOST's endpoint reports (netdevs of ACTIVE RDMA
+    /// ports), one of those on a subnet the connecting host shares is used instead
+    /// (not with --transport tcp; -v says which).
     #[arg(long, value_name = "HOST=ADDR")]
     pub data_host: Vec<String>,
 

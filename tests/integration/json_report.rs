@@ -97,6 +97,9 @@ fn rdpipe_good_run() {
         assert_eq!(h["bytes"], 6, "{h:#}");
         assert_eq!(h["checksum"], xxh3_hex(carried), "{h:#}");
         assert!(h["seconds"].as_f64().is_some() && h["rate_bytes_per_second"].is_number());
+        // Local hops: loopback, never discovered.
+        assert_eq!(h["data_address"], "127.0.0.1", "{h:#}");
+        assert_eq!(h["data_address_from"], "loopback", "{h:#}");
     }
     let segs = v["segments"].as_array().unwrap();
     assert_eq!(segs.len(), 2);

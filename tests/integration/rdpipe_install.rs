@@ -320,10 +320,11 @@ fn self_install_replaces_an_older_agent() {
     assert_eq!(r.code(), Some(1), "{}", r.stderr);
     assert_eq!(
         error_lines(&r),
-        [
-            "rdpipe: error: n2: rdrecv there speaks agent protocol 1, not 2 (install the same \
-          rdma-pipe version there)"
-        ],
+        [format!(
+            "rdpipe: error: n2: rdrecv there speaks agent protocol 1, not {} (install the \
+             same rdma-pipe version there)",
+            rdpipe_orchestrate::control::PROTOCOL
+        )],
         "{}",
         r.stderr
     );

@@ -107,9 +107,24 @@ fn dry_run_prints_the_plan_and_runs_nothing() {
         "[1] h1 -> [2] h2: [2] h2 listens on an ephemeral port, [1] h1 connects to 192.0.2.7",
         "[2] h2 -> [3] local: [2] h2 listens on an ephemeral port, [3] local connects to 192.0.2.7",
         "h1: 1 segment(s) over 1 connection(s)",
+        // Fabric address discovery: it runs for ssh's addresses, at start;
+        // --data-host is used as given.
+        "data addresses:",
+        "rdpipe stdin -> [1] h1: data address of h1: h1 (from ssh); RDMA-capable address \
+         discovered at start",
+        "[1] h1 -> [2] h2: data address of h2: 192.0.2.7 (from --data-host, used as given)",
     ] {
         assert!(t.contains(want), "missing {want:?} in:\n{t}");
     }
+    // --transport tcp: no discovery.
+    let r = run(
+        &a(&["-n", "--transport", "tcp", "h1:cat", "h2:cat"]),
+        None,
+        Duration::from_secs(10),
+    );
+    r.ok();
+    let want = "[1] h1 -> [2] h2: data address of h2: h2 (from ssh; --transport tcp: no discovery)";
+    assert!(r.stdout_str().contains(want), "{}", r.stdout_str());
 }
 
 #[test]
@@ -421,8 +436,9 @@ fn assert_debug_log(r: &Run, data: &[u8]) {
         .lines()
         .filter(|l| l.starts_with("rdpipe: debug: "))
         .collect();
+    let hello = format!("said: HELLO {}", rdpipe_orchestrate::control::PROTOCOL);
     for want in [
-        "said: HELLO 2",
+        hello.as_str(),
         "to CONNECT out 127.0.0.1 ",
         "said: END ok",
         "teardown",

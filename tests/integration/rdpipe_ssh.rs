@@ -488,7 +488,10 @@ fn ssh_progress_and_debug_log_from_remote_agents() {
     assert_eq!(r.stdout_str(), "x\n");
     for want in [
         "rdpipe: debug: starting ssh master ",
-        "rdpipe: debug: [2] said: HELLO 2",
+        &format!(
+            "rdpipe: debug: [2] said: HELLO {}",
+            rdpipe_orchestrate::control::PROTOCOL
+        ),
         "rdpipe: debug: [2] listens on port ",
         "h1: agent h1[1]: debug: control: CONNECT out ",
         "h2: agent h2[2]: debug: ",

@@ -6,7 +6,8 @@
 # (10.77.0.1), the sender's traffic leaves from rxe1 (10.77.0.2).
 # Every check prints a PASS or FAIL line; the script exits 1 on any failure.
 # Arguments (optional) pick sections: sizes noimm chunks wrongkey token senderkill
-# epipe memlock recvkill rdpipe (with rdpipe doctor) ratelimit perf (default: all), and `ring`, only when named
+# epipe memlock recvkill rdpipe (with rdpipe doctor) ratelimit fabric (data-address discovery)
+# perf (default: all), and `ring`, only when named
 # (a measurement, not a check: --slots 2 / 4 / 8).
 # Readiness: rdrecv --announce-fd writes its port into a FIFO, which this
 # script reads (no sleeps).
@@ -316,7 +317,7 @@ rm -f "$W/rkill.out"
 
 fi
 
-if want rdpipe; then
+if want rdpipe || want fabric; then
 echo "== rdpipe over RDMA: two 'hosts' (an sshd on rxe0's and on rxe1's address)"
 PIPE=$(rdma_bin rdpipe) || die "rdpipe not built (cargo build --release)"
 BIN_DIR=$(dirname "$PIPE")
@@ -327,7 +328,15 @@ ssh-keygen -q -t ed25519 -N '' -f "$S/host_key" && ssh-keygen -q -t ed25519 -N '
     || die "ssh-keygen failed"
 cp "$S/id.pub" "$S/authorized_keys"
 sshd_ok=1
-for ip in "$RXE_SERVER_IP" "$RXE_CLIENT_IP"; do
+SSHD_IPS=("$RXE_SERVER_IP" "$RXE_CLIENT_IP")
+# fabric: a "management" address without an RDMA device (on lo, which has no rxe
+# device), where ssh reaches rxehost1 as rxehost1m.
+MGMT_IP=10.88.0.2
+if want fabric; then
+    ip addr add "$MGMT_IP/32" dev lo || die "cannot add $MGMT_IP to lo"
+    SSHD_IPS+=("$MGMT_IP")
+fi
+for ip in "${SSHD_IPS[@]}"; do
     cat >"$S/sshd-$ip.conf" <<EOF
 ListenAddress $ip
 Port 2222
@@ -349,6 +358,8 @@ Host rxehost0
   HostName $RXE_SERVER_IP
 Host rxehost1
   HostName $RXE_CLIENT_IP
+Host rxehost1m
+  HostName $MGMT_IP
 Host *
   Port 2222
   User root
@@ -376,9 +387,9 @@ check_pipe() {
         sed "s/^/    [$name] /" "$W/$name.err"
     fi
 }
-if [ -n "$sshd_ok" ]; then
-    PIN=$W/pipe.in
-    head -c $((8 * CHUNK + 123)) /dev/urandom >"$PIN"
+PIN=$W/pipe.in
+head -c $((8 * CHUNK + 123)) /dev/urandom >"$PIN"
+if [ -n "$sshd_ok" ] && want rdpipe; then
     # rxehost1 reads the file and sends it over RDMA to rxehost0, which writes it.
     "${RP[@]}" "rxehost1:< $PIN" "rxehost0:> $W/pipe1.out" </dev/null 2>"$W/pipe1.err"
     check_pipe pipe1 1 "$PIN" "$W/pipe1.out" $?
@@ -404,8 +415,46 @@ if [ -n "$sshd_ok" ]; then
         fail "rdpipe doctor rxehost1 rxehost0"
         sed 's/^/    [doctor] /' "$W/doctor.out" "$W/doctor.err"
     fi
-else
+elif [ -z "$sshd_ok" ]; then
     fail "rdpipe: the guest's sshd did not start"
+fi
+if [ -n "$sshd_ok" ] && want fabric; then
+    echo "== fabric address discovery: rxehost1m's ssh address $MGMT_IP has no RDMA device"
+    # --connect-timeout 120: under TCG on a loaded host an agent can take more
+    # than the default 30 s to say HELLO.
+    RA=(timeout 300 "$PIPE" -v -F "$S/config" --remote-bin "$BIN_DIR" --transport auto
+        --connect-timeout 120)
+    # rxehost1m listens; its agent reports 10.77.0.x (rxe0/rxe1), rxehost0's agent
+    # shares that subnet: rxehost0 must connect there, over RDMA, not to $MGMT_IP.
+    "${RA[@]}" --json "$W/fab1.json" "rxehost0:< $PIN" "rxehost1m:> $W/fab1.out" \
+        </dev/null 2>"$W/fab1.err"
+    frc=$?
+    check_pipe fab1 1 "$PIN" "$W/fab1.out" "$frc"
+    if grep -q "\[2\] rxehost1m: data address 10\.77\.0\.[12] for \[1\] rxehost0 (RDMA-capable, instead of $MGMT_IP from ssh)" "$W/fab1.err" \
+        && grep -Eq '"data_address_from": *"discovered"' "$W/fab1.json"; then
+        pass "fabric: $(grep -o 'data address .*' "$W/fab1.err" | head -n1)"
+    else
+        fail "fabric: -v or --json does not say the address was discovered"
+        sed "s/^/    [fab1] /" "$W/fab1.err" "$W/fab1.json"
+    fi
+    # The control: with --data-host the management address is used as given, and
+    # auto falls back to TCP there (so the RDMA above came from discovery).
+    "${RA[@]}" --data-host "rxehost1m=$MGMT_IP" "rxehost0:< $PIN" "rxehost1m:> $W/fab2.out" \
+        </dev/null 2>"$W/fab2.err"
+    frc=$?
+    if [ "$frc" = 0 ] && cmp -s "$PIN" "$W/fab2.out" && grep -q -- '-> .*: tcp' "$W/fab2.err" \
+        && ! grep -q 'RDMA-capable, instead of' "$W/fab2.err"; then
+        pass "fabric: --data-host rxehost1m=$MGMT_IP is used as given: $(grep -o -- '-> .*: tcp[^,]*' "$W/fab2.err" | head -n1)"
+    else
+        fail "fabric: --data-host override (exit $frc)"
+        sed "s/^/    [fab2] /" "$W/fab2.err"
+    fi
+    # rdpipe's own ends connect too: stdin -> rxehost1m discovers from this
+    # machine's addresses; rxehost0's address is RDMA-capable already.
+    "${RA[@]}" "rxehost1m:cat" "rxehost0:cat" <"$PIN" >"$W/fab3.out" 2>"$W/fab3.err"
+    check_pipe fab3 3 "$PIN" "$W/fab3.out" $?
+    grep -q "\[1\] rxehost1m: data address 10\.77\.0\.[12] for rdpipe (RDMA-capable" "$W/fab3.err" \
+        || { fail "fab3: rdpipe's stdin did not discover rxehost1m's RDMA address"; sed "s/^/    [fab3] /" "$W/fab3.err"; }
 fi
 for f in "$S"/sshd-*.pid; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null; done
 rm -f "$W"/pipe*.out "$W/pipe.in"

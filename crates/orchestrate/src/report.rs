@@ -175,6 +175,13 @@ pub struct HopReport {
     pub transfer: Transfer,
     /// Both ends reported the same byte count and checksum.
     pub verified: bool,
+    /// The address the connecting end was told to connect to (none when the
+    /// listener never announced its port).
+    pub data_address: Option<String>,
+    /// Where that address came from: `ssh` (HostName, else the name),
+    /// `--data-host`, `loopback`, or `discovered` (an RDMA-capable address the
+    /// agents reported, instead of ssh's).
+    pub data_address_from: Option<&'static str>,
 }
 
 /// A segment of a pipeline in rdpipe's report.

@@ -156,6 +156,14 @@ fn run(a: AgentArgs) -> bool {
         }
     };
     say.send(&FromAgent::Hello { version: PROTOCOL });
+    // The host's RDMA-capable addresses, for rdpipe's data-address discovery
+    // (none asked for with --transport tcp), before any PORT.
+    let fabric = match a.transport {
+        TransportPref::Tcp => vec![],
+        _ => crate::doctor::probe::rdma_networks(),
+    };
+    tracing::debug!("RDMA-capable addresses: {fabric:?}");
+    say.send(&FromAgent::Fabric(fabric));
     tracing::debug!("started: input {:?}, output {:?}", a.input, a.output);
     let meter = Arc::new(Meter::new(&say));
     let (tx, rx) = mpsc::channel();

@@ -18,6 +18,10 @@
 //!
 //! agent → rdpipe, on the agent's stdout:
 //! - `HELLO V`: started, key read (protocol version [`PROTOCOL`]);
+//! - `FABRIC [ADDR/LEN ...]`: right after `HELLO`, the host's RDMA-capable
+//!   addresses (those of the netdevs of ACTIVE RDMA ports, with their prefix
+//!   lengths; none without RDMA libraries or with `--transport tcp`), for
+//!   rdpipe's data-address discovery ([`NetAddr`]);
 //! - `PORT in|out N`: a side started with `listen` is listening on port N;
 //! - `DONE in|out BYTES CHECKSUM SECS TRANSPORT`: a transfer completed, verified;
 //! - `EXIT CODE`, `EXIT signal N`, `EXIT killed`: how the command ended (`killed`:
@@ -32,15 +36,19 @@
 //!
 //! Version 2 (this one) typed the failure kind (version 1 had `FAIL PART CODE
 //! MESSAGE`, and rdpipe recognised some failures by their text) and renamed the
-//! `IN`/`OUT` reports to `DONE in`/`DONE out`.
+//! `IN`/`OUT` reports to `DONE in`/`DONE out`. Version 3 added `FABRIC`, which
+//! rdpipe waits for before it tells a connecting side where to connect.
 
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-/// Version of the control protocol (`HELLO 2`). An agent of another version is
+mod addr;
+pub use addr::NetAddr;
+
+/// Version of the control protocol (`HELLO 3`). An agent of another version is
 /// not used.
-pub const PROTOCOL: u32 = 2;
+pub const PROTOCOL: u32 = 3;
 
 /// How often rdpipe sends `PING` on each agent's control channel.
 pub const PING_EVERY: Duration = Duration::from_secs(5);
@@ -316,6 +324,8 @@ pub enum FromAgent {
         /// The agent's protocol version.
         version: u32,
     },
+    /// `FABRIC [ADDR/LEN ...]`: the host's RDMA-capable addresses.
+    Fabric(Vec<NetAddr>),
     /// `PORT in|out N`.
     Port {
         /// The side listening.
@@ -383,6 +393,10 @@ impl fmt::Display for FromAgent {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             FromAgent::Hello { version } => write!(f, "HELLO {version}"),
+            FromAgent::Fabric(v) => {
+                f.write_str("FABRIC")?;
+                v.iter().try_for_each(|a| write!(f, " {a}"))
+            }
             FromAgent::Port { dir, port } => write!(f, "PORT {} {port}", dir.as_str()),
             FromAgent::Done { dir, report: r } => write!(
                 f,
@@ -432,6 +446,11 @@ impl FromStr for FromAgent {
             "HELLO" => Ok(FromAgent::Hello {
                 version: num(rest, "version")?,
             }),
+            "FABRIC" => rest
+                .split_whitespace()
+                .map(str::parse)
+                .collect::<Result<_, _>>()
+                .map(FromAgent::Fabric),
             "PORT" => {
                 let mut w = rest.split(' ');
                 let dir = field(&mut w, "direction")?.parse()?;

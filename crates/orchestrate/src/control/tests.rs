@@ -26,6 +26,12 @@ fn every_agent_message_round_trips() {
         });
     }
     round_trip_from(FromAgent::Hello { version: PROTOCOL });
+    round_trip_from(FromAgent::Fabric(vec![]));
+    round_trip_from(FromAgent::Fabric(vec![
+        "10.0.0.2/24".parse().unwrap(),
+        "fd00::2/64".parse().unwrap(),
+        "192.168.7.1/32".parse().unwrap(),
+    ]));
     for e in [CmdExit::Code(3), CmdExit::Signal(9), CmdExit::Killed] {
         round_trip_from(FromAgent::Exit(e));
     }
@@ -132,4 +138,15 @@ fn key_lines_round_trip_and_reject_garbage() {
     for bad in ["", "abc", "0102", "zz -", "- - -", "0102 x"] {
         assert!(bad.parse::<KeyLine>().is_err(), "{bad:?}");
     }
+}
+
+#[test]
+fn fabric_lines() {
+    assert_eq!("FABRIC".parse::<FromAgent>(), Ok(FromAgent::Fabric(vec![])));
+    assert_eq!(
+        FromAgent::Fabric(vec!["10.0.0.2/24".parse().unwrap()]).to_string(),
+        "FABRIC 10.0.0.2/24"
+    );
+    assert!("FABRIC 10.0.0.2/40".parse::<FromAgent>().is_err());
+    assert!("FABRIC eth0".parse::<FromAgent>().is_err());
 }

@@ -4,6 +4,7 @@
 //! --doctor-probe [--chunk-size N] [--slots N]` prints it as one JSON document
 //! on stdout (read back over ssh); for `-` rdpipe calls [`collect`] itself.
 
+use crate::control::NetAddr;
 use serde::{Deserialize, Serialize};
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -133,6 +134,46 @@ impl HostProbe {
         v.sort();
         v.dedup();
         v
+    }
+
+    /// The same addresses with their prefix lengths (a GID's address, known
+    /// without one, stands for itself alone), in the order found: what an agent
+    /// reports in its `FABRIC` line.
+    pub fn rdma_networks(&self) -> Vec<NetAddr> {
+        networks(&self.devices)
+    }
+}
+
+fn networks(devices: &[Device]) -> Vec<NetAddr> {
+    let mut v: Vec<NetAddr> = Vec::new();
+    // Device by device: a netdev's own addresses (with their prefixes) first.
+    for d in devices.iter().filter(|d| d.ports.iter().any(|p| p.active)) {
+        let gid_ips = d
+            .ports
+            .iter()
+            .filter(|p| p.active)
+            .flat_map(|p| p.gids.iter().filter_map(|g| g.ip.as_deref()));
+        let found = d.netdevs.iter().flat_map(|n| n.addresses.iter());
+        for a in found.map(String::as_str).chain(gid_ips) {
+            if let Ok(a) = a.parse::<NetAddr>() {
+                if !v.iter().any(|b| b.ip == a.ip) {
+                    v.push(a);
+                }
+            }
+        }
+    }
+    v
+}
+
+/// This host's RDMA-capable addresses ([`HostProbe::rdma_networks`]): none
+/// without the RDMA libraries or an ACTIVE port.
+pub fn rdma_networks() -> Vec<NetAddr> {
+    if rdpipe_verbs::load().is_err() {
+        return vec![];
+    }
+    match rdpipe_verbs::device_details() {
+        Ok(list) => networks(&list.into_iter().flatten().map(device).collect::<Vec<_>>()),
+        Err(_) => vec![],
     }
 }
 
@@ -320,6 +361,44 @@ mod tests {
             ["10.0.0.2/24", "fe80::5054:ff:fe12:3456/64"]
         );
         assert_eq!(strip_prefix_len("10.0.0.2/24"), "10.0.0.2");
+    }
+
+    #[test]
+    fn rdma_networks_of_active_ports_only() {
+        let port = |active: bool, ip: &str| Port {
+            port: 1,
+            state: if active { "ACTIVE" } else { "DOWN" }.into(),
+            active,
+            link_layer: "Ethernet".into(),
+            mtu: None,
+            rate_gbps: None,
+            lanes: None,
+            lane_gbps: None,
+            gids: vec![Gid {
+                index: 1,
+                gid: String::new(),
+                kind: "RoCE v2".into(),
+                netdev: Some("eth1".into()),
+                ip: Some(ip.into()),
+            }],
+        };
+        let dev = |name: &str, active: bool, addrs: &[&str], gid_ip: &str| Device {
+            name: name.into(),
+            transport: "ib".into(),
+            numa_node: None,
+            netdevs: vec![Netdev {
+                name: "eth1".into(),
+                addresses: addrs.iter().map(|a| a.to_string()).collect(),
+            }],
+            ports: vec![port(active, gid_ip)],
+        };
+        let devices = [
+            dev("mlx5_0", true, &["10.0.0.2/24", "fe80::2/64"], "10.0.0.2"),
+            dev("mlx5_1", false, &["10.9.0.2/24"], "10.9.0.2"),
+            dev("rxe0", true, &[], "10.1.0.2"),
+        ];
+        let got: Vec<String> = networks(&devices).iter().map(|a| a.to_string()).collect();
+        assert_eq!(got, ["10.0.0.2/24", "fe80::2/64", "10.1.0.2/32"]);
     }
 
     #[test]

@@ -1,10 +1,10 @@
-//! What the agents say: their control lines (`HELLO`, `PORT` relayed as
-//! `CONNECT`, `DONE`, `EXIT`, `FAIL` turned into a typed [`Cause`], `END`,
+//! What the agents say: their control lines (`HELLO`, `FABRIC`, `PORT` relayed
+//! as `CONNECT`, `DONE`, `EXIT`, `FAIL` turned into a typed [`Cause`], `END`,
 //! `BYTES`, `SIZE`) and their exits.
 
 use super::verdict::Cause;
 use super::Runner;
-use crate::control::{Direction, FailKind, FromAgent, Part, ToAgent, PROTOCOL};
+use crate::control::{Direction, FailKind, FromAgent, Part, PROTOCOL};
 use crate::plan::Node;
 use rdpipe_transport::error::EXIT_ABORTED;
 use tracing::{debug, trace};
@@ -72,6 +72,7 @@ impl Runner {
                     self.fail(Some(me), Cause::AgentVersion { host, version });
                 }
             }
+            FromAgent::Fabric(addrs) => self.fabric_reported(i, addrs).await,
             FromAgent::Port { dir, port } => self.relay_port(i, dir, port).await,
             FromAgent::Done { dir, report } => self.segs[i].reports[dir.index()] = Some(report),
             FromAgent::Exit(e) => self.segs[i].exit = Some(e),
@@ -91,32 +92,16 @@ impl Runner {
         }
     }
 
-    /// Segment `i` listens on `port` for its `dir` transfer: tell the other end.
+    /// Segment `i` listens on `port` for its `dir` transfer: tell the other end
+    /// (once discovery, [`super::discover`], has what it needs).
     async fn relay_port(&mut self, i: usize, dir: Direction, port: u16) {
         let me = Node::Segment(i);
-        let hop = match dir {
-            Direction::In => self.p.hop_into(me),
-            Direction::Out => self.p.hop_from(me),
-        };
-        let Some(hop) = hop.cloned() else { return };
-        let addr = hop.address.clone();
-        match hop.connector() {
-            Node::Stdin => self.start_source(addr, port),
-            Node::Stdout => self.start_sink(addr, port),
-            Node::Segment(j) => {
-                let dir = if hop.to == Node::Segment(j) {
-                    Direction::In
-                } else {
-                    Direction::Out
-                };
-                let order = ToAgent::Connect { dir, addr, port };
-                debug!(
-                    "[{}] listens on port {port}: telling [{}] to {order}",
-                    i + 1,
-                    j + 1
-                );
-                self.send(j, &order).await;
-            }
+        let hop = self.p.hops.iter().position(|h| match dir {
+            Direction::In => h.to == me,
+            Direction::Out => h.from == me,
+        });
+        if let Some(k) = hop {
+            self.relay_hop(k, port).await;
         }
     }
 

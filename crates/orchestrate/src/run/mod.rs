@@ -1,7 +1,7 @@
 //! Running a pipeline: the event loop. It starts the SSH masters, finds or
 //! installs the agent on each host ([`install`]) and starts one agent per
 //! segment ([`spawn`]), relays the agents' `PORT` announcements as `CONNECT`
-//! orders, runs rdpipe's own stdin sender and stdout receiver ([`ends`]), draws
+//! orders (at the address [`discover`] picks), runs rdpipe's own stdin sender and stdout receiver ([`ends`]), draws
 //! the progress line ([`progress`]), tears everything down ([`teardown`]) and
 //! decides the verdict ([`verdict`]).
 //!
@@ -20,7 +20,9 @@
 //! `RUST_LOG`) to the agents, whose log is forwarded like their stderr.
 
 pub mod agents;
+pub mod discover;
 pub mod ends;
+pub mod fabric;
 pub mod install;
 pub mod outcome;
 pub mod progress;
@@ -276,6 +278,7 @@ fn run_inner(
     let p = build_plan(&a, stdin_is_input)?;
     if a.dry_run {
         print!("{}", p.describe(a.max_sessions as usize));
+        print!("{}", discover::describe(&p, &a.data_host, a.transport));
         if let Some(r) = a.rate_limit {
             println!("rate limit: {r} on every transfer (each hop's sender paces)");
         }
@@ -326,6 +329,8 @@ struct Runner {
     sink_bytes: Arc<AtomicU64>,
     /// rdpipe's stdin's size, when it is a regular file.
     stdin_size: Option<u64>,
+    /// Fabric address discovery's state.
+    disc: discover::Discovery,
 }
 
 impl Runner {
@@ -341,6 +346,7 @@ impl Runner {
         let n = p.segments.len();
         let source_done = p.hop_from(Node::Stdin).is_none();
         let sink_done = p.hop_into(Node::Stdout).is_none();
+        let disc = discover::Discovery::new(&p, &a.data_host, a.transport);
         Runner {
             a,
             p,
@@ -362,6 +368,7 @@ impl Runner {
             source_bytes: Arc::new(AtomicU64::new(0)),
             sink_bytes: Arc::new(AtomicU64::new(0)),
             stdin_size: None,
+            disc,
         }
     }
 

@@ -26,7 +26,8 @@ impl Runner {
             .p
             .hops
             .iter()
-            .map(|h| {
+            .zip(&self.disc.told)
+            .map(|(h, told)| {
                 let (sent, received) = (self.sent_report(h.from), self.recv_report(h.to));
                 let (from, from_segment) = end(h.from);
                 let (to, to_segment) = end(h.to);
@@ -37,6 +38,8 @@ impl Runner {
                     to_segment,
                     transfer: sent.or(received).map(transfer).unwrap_or_default(),
                     verified: matches!((sent, received), (Some(s), Some(r)) if s.same_stream(r)),
+                    data_address: told.as_ref().map(|t| t.0.clone()),
+                    data_address_from: told.as_ref().map(|t| t.1),
                 }
             })
             .collect();

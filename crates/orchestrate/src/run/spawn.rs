@@ -138,13 +138,21 @@ pub fn agent_args(p: &Pipeline, i: usize, a: &Config) -> Vec<String> {
     if let Some(f) = &a.log {
         v.extend(["--log".into(), f.clone()]);
     }
-    // Where a listening side listens: the address its peer connects to.
+    // Where a listening side listens: the address its peer connects to, unless
+    // data-address discovery may pick another (then all addresses).
     let me = Node::Segment(i);
+    let discovers = super::discover::discovery_hops(p, &a.data_host, a.transport);
     for (flag, hop) in [
         ("--in-addr", p.hop_into(me)),
         ("--out-addr", p.hop_from(me)),
     ] {
-        if let Some(h) = hop.filter(|h| h.listener == me) {
+        let discovered = |h: &&crate::plan::Hop| {
+            p.hops
+                .iter()
+                .position(|x| x == *h)
+                .is_some_and(|k| discovers[k])
+        };
+        if let Some(h) = hop.filter(|h| h.listener == me && !discovered(h)) {
             v.extend([flag.to_string(), h.address.clone()]);
         }
     }

@@ -1,0 +1,189 @@
+//! Fabric address discovery in the running pipeline: the agents' `FABRIC`
+//! reports (rdpipe's own addresses for its stdin and stdout ends), the `PORT`
+//! announcements held back until both ends of a hop have reported, and the
+//! address each hop's connecting side is told (decided by the pure
+//! [`super::fabric::choose`], said at `-v`, kept for `--json`).
+//!
+//! A hop where discovery runs has its listener bound to all addresses (see
+//! [`super::spawn::agent_args`]), so that whichever address is chosen reaches it.
+
+use super::fabric::{self, Choice, Origin};
+use super::{Runner, TOOL};
+use crate::control::{Direction, NetAddr, ToAgent};
+use crate::plan::{parse_data_host, Node, Pipeline};
+use rdpipe_wire::TransportPref;
+use std::collections::HashMap;
+use std::net::{IpAddr, ToSocketAddrs};
+use tracing::debug;
+
+/// What rdpipe knows for discovery.
+pub(super) struct Discovery {
+    /// Per hop: where its planned address comes from.
+    pub(super) origins: Vec<Origin>,
+    /// Per hop: whether discovery runs for it.
+    pub(super) runs: Vec<bool>,
+    /// Per segment: its host's RDMA-capable addresses, once reported.
+    fabric: Vec<Option<Vec<NetAddr>>>,
+    /// This machine's, once needed (rdpipe's own ends connect from here).
+    local: Option<Vec<NetAddr>>,
+    /// `PORT`s not relayed yet: (hop, port).
+    pending: Vec<(usize, u16)>,
+    /// Per hop: the address its connecting side was told, and where it came
+    /// from (an [`Origin`]'s word, or `discovered`).
+    pub(super) told: Vec<Option<(String, &'static str)>>,
+}
+
+/// The `--data-host` overrides by host (unparsable ones were refused by the plan).
+pub fn overrides(data_host: &[String]) -> HashMap<String, String> {
+    data_host
+        .iter()
+        .filter_map(|d| parse_data_host(d).ok())
+        .collect()
+}
+
+/// Per hop of `p`: whether discovery runs for it.
+pub fn discovery_hops(p: &Pipeline, data_host: &[String], t: TransportPref) -> Vec<bool> {
+    let o = overrides(data_host);
+    p.hops
+        .iter()
+        .map(|h| fabric::discovers(fabric::origin(p, h, &o), t))
+        .collect()
+}
+
+/// `rdpipe -n`'s section on data addresses (empty when no hop crosses hosts).
+pub fn describe(p: &Pipeline, data_host: &[String], t: TransportPref) -> String {
+    let o = overrides(data_host);
+    let mut s = String::new();
+    for h in &p.hops {
+        let origin = fabric::origin(p, h, &o);
+        if origin == Origin::Loopback {
+            continue;
+        }
+        let host = match h.listener {
+            Node::Segment(i) => p.segments[i].host.label(),
+            Node::Stdin | Node::Stdout => "rdpipe",
+        };
+        let note = fabric::plan_note(origin, t, &h.address);
+        s += &format!(
+            "  {} -> {}: data address of {host}: {note}\n",
+            p.node_name(h.from),
+            p.node_name(h.to)
+        );
+    }
+    if s.is_empty() {
+        s
+    } else {
+        format!("data addresses:\n{s}")
+    }
+}
+
+impl Discovery {
+    pub(super) fn new(p: &Pipeline, data_host: &[String], t: TransportPref) -> Discovery {
+        let o = overrides(data_host);
+        let origins: Vec<Origin> = p.hops.iter().map(|h| fabric::origin(p, h, &o)).collect();
+        Discovery {
+            runs: origins.iter().map(|&o| fabric::discovers(o, t)).collect(),
+            origins,
+            fabric: vec![None; p.segments.len()],
+            local: None,
+            pending: Vec::new(),
+            told: vec![None; p.hops.len()],
+        }
+    }
+}
+
+impl Runner {
+    /// Segment `i`'s `FABRIC` line: relay the `PORT`s that waited for it.
+    pub(super) async fn fabric_reported(&mut self, i: usize, addrs: Vec<NetAddr>) {
+        self.disc.fabric[i] = Some(addrs);
+        let pending = std::mem::take(&mut self.disc.pending);
+        for (k, port) in pending {
+            self.relay_hop(k, port).await;
+        }
+    }
+
+    /// The RDMA-capable addresses of `node`'s host, once known.
+    fn fabric_of(&mut self, node: Node) -> Option<Vec<NetAddr>> {
+        match node {
+            Node::Segment(i) => self.disc.fabric[i].clone(),
+            Node::Stdin | Node::Stdout => Some(
+                self.disc
+                    .local
+                    .get_or_insert_with(crate::doctor::probe::rdma_networks)
+                    .clone(),
+            ),
+        }
+    }
+
+    /// Hop `k`'s listener listens on `port`: tell the connecting side where to
+    /// connect, once both ends reported their addresses when discovery runs.
+    pub(super) async fn relay_hop(&mut self, k: usize, port: u16) {
+        let hop = self.p.hops[k].clone();
+        let mut addr = hop.address.clone();
+        let mut from = self.disc.origins[k].as_str();
+        if self.disc.runs[k] {
+            let (Some(there), Some(here)) = (
+                self.fabric_of(hop.listener),
+                self.fabric_of(hop.connector()),
+            ) else {
+                debug!("hop {}: waiting for both ends' FABRIC", k + 1);
+                self.disc.pending.push((k, port));
+                return;
+            };
+            let given: Vec<IpAddr> = (addr.as_str(), 0)
+                .to_socket_addrs()
+                .map(|a| a.map(|a| a.ip()).collect())
+                .unwrap_or_default();
+            let c = fabric::choose(&given, &there, &here);
+            let listener = self.host_name(hop.listener);
+            let why = fabric::reason(&addr, &listener, &self.host_name(hop.connector()), &c);
+            addr = fabric::address(&addr, &c);
+            if matches!(c, Choice::Switch(_)) {
+                from = "discovered";
+            }
+            // (Not `A -> B:`: those lines are the hops' reports.)
+            let connector = match hop.connector() {
+                Node::Segment(_) => self.p.node_name(hop.connector()),
+                Node::Stdin | Node::Stdout => "rdpipe".into(),
+            };
+            let line = format!(
+                "{}: data address {addr} for {connector} ({why})",
+                self.p.node_name(hop.listener),
+            );
+            debug!("{line}");
+            if self.a.verbose > 0 {
+                rdpipe_term::say(TOOL, &line);
+            }
+        }
+        self.disc.told[k] = Some((addr.clone(), from));
+        match hop.connector() {
+            Node::Stdin => self.start_source(addr, port),
+            Node::Stdout => self.start_sink(addr, port),
+            Node::Segment(j) => {
+                let dir = if hop.to == Node::Segment(j) {
+                    Direction::In
+                } else {
+                    Direction::Out
+                };
+                let order = ToAgent::Connect { dir, addr, port };
+                let l = match hop.listener {
+                    Node::Segment(i) => i + 1,
+                    Node::Stdin | Node::Stdout => 0,
+                };
+                debug!(
+                    "[{l}] listens on port {port}: telling [{}] to {order}",
+                    j + 1
+                );
+                self.send(j, &order).await;
+            }
+        }
+    }
+
+    /// A host's label for messages (`rdpipe`'s machine for its own ends).
+    fn host_name(&self, n: Node) -> String {
+        match n {
+            Node::Segment(i) => self.p.segments[i].host.label().to_string(),
+            Node::Stdin | Node::Stdout => "this machine".into(),
+        }
+    }
+}

@@ -1,0 +1,278 @@
+//! Fabric address discovery, the pure part: for one hop, whether the address
+//! the connecting side was going to use (ssh's HostName or the name) should be
+//! replaced by one of the listening host's RDMA-capable addresses, and the
+//! words `-v` and `-n` say about it. No I/O: the agents' `FABRIC` reports and
+//! the resolved addresses come in as values ([`super::discover`] gathers them).
+//!
+//! The rule: when the listening host has RDMA-capable addresses and the given
+//! address is none of them, use the first of them that shares a subnet with one
+//! of the connecting host's RDMA-capable addresses (preferring the given
+//! address's family). Without such a shared subnet the given address stays (a
+//! routed RDMA network needs `--data-host`). `--data-host` is never replaced,
+//! and `--transport tcp` turns discovery off.
+
+use crate::control::NetAddr;
+use crate::plan::{Hop, Host, Pipeline};
+use rdpipe_wire::TransportPref;
+use std::collections::HashMap;
+use std::net::IpAddr;
+
+/// Where a hop's planned data address comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// Both ends on one host (or the listener is local): loopback.
+    Loopback,
+    /// `--data-host HOST=ADDR`: used as given.
+    DataHost,
+    /// ssh's HostName for the listening host, else its name: discovery may
+    /// replace it.
+    Ssh,
+}
+
+impl Origin {
+    /// How `-v` and `-n` name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Origin::Loopback => "loopback",
+            Origin::DataHost => "--data-host",
+            Origin::Ssh => "ssh",
+        }
+    }
+}
+
+/// The origin of `hop`'s address, given the `--data-host` overrides (keyed by
+/// the host as written or its name, as [`super::build_plan`] looks them up).
+pub fn origin(p: &Pipeline, hop: &Hop, overrides: &HashMap<String, String>) -> Origin {
+    let host = |n| match n {
+        crate::plan::Node::Segment(i) => &p.segments[i].host,
+        _ => &Host::Local,
+    };
+    match (host(hop.listener), host(hop.connector())) {
+        (Host::Remote(l), Host::Remote(c)) if l == c => Origin::Loopback,
+        (Host::Remote(l), _) => {
+            if overrides.contains_key(&l.spec) || overrides.contains_key(&l.name) {
+                Origin::DataHost
+            } else {
+                Origin::Ssh
+            }
+        }
+        (Host::Local, _) => Origin::Loopback,
+    }
+}
+
+/// Whether discovery runs for a hop of this origin under `--transport`.
+pub fn discovers(origin: Origin, transport: TransportPref) -> bool {
+    origin == Origin::Ssh && transport != TransportPref::Tcp
+}
+
+/// Why a hop keeps its planned address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Keep {
+    /// It is one of the listening host's RDMA-capable addresses.
+    AlreadyRdma,
+    /// The listening host reported no RDMA-capable address.
+    NoRdmaAtListener,
+    /// The connecting host reported none.
+    NoRdmaAtConnector,
+    /// None of the listening host's RDMA-capable addresses (listed) shares a
+    /// subnet with the connecting host's.
+    NoSharedSubnet(Vec<NetAddr>),
+}
+
+/// The decision for one hop.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Choice {
+    /// Connect to the planned address.
+    Keep(Keep),
+    /// Connect to this RDMA-capable address of the listening host instead.
+    Switch(IpAddr),
+}
+
+/// Decides one hop: `given` is what the planned address resolves to (empty when
+/// it does not resolve), `listener` and `connector` the two hosts'
+/// RDMA-capable addresses.
+pub fn choose(given: &[IpAddr], listener: &[NetAddr], connector: &[NetAddr]) -> Choice {
+    if listener.is_empty() {
+        return Choice::Keep(Keep::NoRdmaAtListener);
+    }
+    if listener.iter().any(|a| given.contains(&a.ip)) {
+        return Choice::Keep(Keep::AlreadyRdma);
+    }
+    if connector.is_empty() {
+        return Choice::Keep(Keep::NoRdmaAtConnector);
+    }
+    let reachable = |a: &&NetAddr| {
+        a.usable_by_peers()
+            && connector
+                .iter()
+                .any(|c| c.usable_by_peers() && c.same_subnet(a))
+    };
+    let same_family = |a: &&NetAddr| given.iter().any(|g| g.is_ipv4() == a.ip.is_ipv4());
+    let best = listener
+        .iter()
+        .filter(reachable)
+        .find(same_family)
+        .or_else(|| listener.iter().find(reachable));
+    match best {
+        Some(a) => Choice::Switch(a.ip),
+        None => Choice::Keep(Keep::NoSharedSubnet(listener.to_vec())),
+    }
+}
+
+/// The address the connecting side is told: the switch's, else `given`.
+pub fn address(given: &str, c: &Choice) -> String {
+    match c {
+        Choice::Switch(ip) => ip.to_string(),
+        Choice::Keep(_) => given.to_string(),
+    }
+}
+
+/// `-v`'s words for a decided hop, after `LISTENER: data address ADDR for CONNECTOR`:
+/// the parenthesis saying why.
+pub fn reason(given: &str, listener: &str, connector: &str, c: &Choice) -> String {
+    match c {
+        Choice::Switch(_) => format!("RDMA-capable, instead of {given} from ssh"),
+        Choice::Keep(Keep::AlreadyRdma) => "from ssh, RDMA-capable".into(),
+        Choice::Keep(Keep::NoRdmaAtListener) => {
+            format!("from ssh; {listener} reported no RDMA-capable address")
+        }
+        Choice::Keep(Keep::NoRdmaAtConnector) => {
+            format!("from ssh; {connector} reported no RDMA-capable address")
+        }
+        Choice::Keep(Keep::NoSharedSubnet(l)) => format!(
+            "from ssh; {listener}'s RDMA-capable {} share no subnet with {connector}'s: \
+             pass --data-host {listener}=ADDR for a routed one",
+            l.iter()
+                .map(|a| a.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+/// `-n`'s line about a hop whose listener is on another host.
+pub fn plan_note(origin: Origin, transport: TransportPref, given: &str) -> String {
+    match origin {
+        Origin::Loopback => format!("{given} (loopback)"),
+        Origin::DataHost => format!("{given} (from --data-host, used as given)"),
+        Origin::Ssh if discovers(origin, transport) => format!(
+            "{given} (from ssh); RDMA-capable address discovered at start: when the \
+             agents report that {given} is not one, one on a subnet both hosts share"
+        ),
+        Origin::Ssh => format!("{given} (from ssh; --transport tcp: no discovery)"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{plan, Node, RemoteHost};
+
+    fn nets(v: &[&str]) -> Vec<NetAddr> {
+        v.iter().map(|s| s.parse().unwrap()).collect()
+    }
+    fn ips(v: &[&str]) -> Vec<IpAddr> {
+        v.iter().map(|s| s.parse().unwrap()).collect()
+    }
+    fn switch(s: &str) -> Choice {
+        Choice::Switch(s.parse().unwrap())
+    }
+
+    #[test]
+    fn management_address_switches_to_the_rdma_subnet() {
+        let h2 = nets(&["10.0.0.2/24", "10.1.0.2/24"]);
+        let h1 = nets(&["10.1.0.1/24"]);
+        assert_eq!(choose(&ips(&["192.168.1.2"]), &h2, &h1), switch("10.1.0.2"));
+        // Unresolvable name: switch all the same.
+        assert_eq!(choose(&[], &h2, &h1), switch("10.1.0.2"));
+        let r = reason("192.168.1.2", "h2", "h1", &switch("10.1.0.2"));
+        assert_eq!(r, "RDMA-capable, instead of 192.168.1.2 from ssh");
+        assert_eq!(address("192.168.1.2", &switch("10.1.0.2")), "10.1.0.2");
+    }
+
+    #[test]
+    fn an_rdma_capable_address_stays() {
+        let h2 = nets(&["10.0.0.2/24"]);
+        let h1 = nets(&["10.0.0.1/24"]);
+        let c = choose(&ips(&["10.0.0.2"]), &h2, &h1);
+        assert_eq!(c, Choice::Keep(Keep::AlreadyRdma));
+        assert_eq!(address("h2.example", &c), "h2.example");
+        // A name resolving to several addresses, one of them RDMA-capable.
+        let c = choose(&ips(&["192.168.1.2", "10.0.0.2"]), &h2, &h1);
+        assert_eq!(c, Choice::Keep(Keep::AlreadyRdma));
+    }
+
+    #[test]
+    fn no_rdma_anywhere_keeps_the_address() {
+        let g = ips(&["192.168.1.2"]);
+        assert_eq!(choose(&g, &[], &[]), Choice::Keep(Keep::NoRdmaAtListener));
+        assert_eq!(
+            choose(&g, &[], &nets(&["10.0.0.1/24"])),
+            Choice::Keep(Keep::NoRdmaAtListener)
+        );
+        assert_eq!(
+            choose(&g, &nets(&["10.0.0.2/24"]), &[]),
+            Choice::Keep(Keep::NoRdmaAtConnector)
+        );
+    }
+
+    #[test]
+    fn no_shared_subnet_keeps_the_address_and_says_so() {
+        let h2 = nets(&["10.0.0.2/24"]);
+        let c = choose(&ips(&["192.168.1.2"]), &h2, &nets(&["10.9.0.1/24"]));
+        assert_eq!(c, Choice::Keep(Keep::NoSharedSubnet(h2)));
+        let r = reason("192.168.1.2", "h2", "h1", &c);
+        assert!(r.contains("10.0.0.2/24 share no subnet with h1's"), "{r}");
+        assert!(r.contains("--data-host h2=ADDR"), "{r}");
+    }
+
+    #[test]
+    fn ipv6_and_the_given_family() {
+        let h2 = nets(&["fd00::2/64", "10.0.0.2/24", "fe80::2/64"]);
+        let h1 = nets(&["10.0.0.1/24", "fd00::1/64", "fe80::1/64"]);
+        assert_eq!(choose(&ips(&["192.168.1.2"]), &h2, &h1), switch("10.0.0.2"));
+        assert_eq!(choose(&ips(&["2001:db8::2"]), &h2, &h1), switch("fd00::2"));
+        // IPv6 only; link-local addresses are never picked (they need a zone).
+        let h2 = nets(&["fe80::2/64", "fd00::2/64"]);
+        let h1 = nets(&["fe80::1/64", "fd00::1/64"]);
+        assert_eq!(choose(&ips(&["2001:db8::2"]), &h2, &h1), switch("fd00::2"));
+        let h2 = nets(&["fe80::2/64"]);
+        let h1 = nets(&["fe80::1/64"]);
+        assert!(matches!(
+            choose(&ips(&["2001:db8::2"]), &h2, &h1),
+            Choice::Keep(Keep::NoSharedSubnet(_))
+        ));
+    }
+
+    #[test]
+    fn origins_overrides_and_transport() {
+        let args: Vec<String> = ["h1:cat", "h2:cat", "h2:cat", "-:cat"]
+            .map(Into::into)
+            .to_vec();
+        let p = plan(&args, true, &|r: &RemoteHost| r.name.clone()).unwrap();
+        let none = HashMap::new();
+        let o: Vec<Origin> = p.hops.iter().map(|h| origin(&p, h, &none)).collect();
+        // stdin -> h1 (h1 listens, rdpipe connects), h1 -> h2, h2 -> h2
+        // (loopback), h2 -> local (h2 listens, the local agent connects).
+        assert_eq!(p.hops[0].to, Node::Segment(0));
+        assert_eq!(
+            o[..4],
+            [Origin::Ssh, Origin::Ssh, Origin::Loopback, Origin::Ssh]
+        );
+        let over = HashMap::from([("h2".to_string(), "10.0.0.2".to_string())]);
+        assert_eq!(origin(&p, &p.hops[1], &over), Origin::DataHost);
+        assert_eq!(origin(&p, &p.hops[0], &over), Origin::Ssh);
+        assert!(discovers(Origin::Ssh, TransportPref::Auto));
+        assert!(discovers(Origin::Ssh, TransportPref::Rdma));
+        assert!(!discovers(Origin::Ssh, TransportPref::Tcp));
+        assert!(!discovers(Origin::DataHost, TransportPref::Auto));
+        assert!(!discovers(Origin::Loopback, TransportPref::Auto));
+        let n = plan_note(Origin::Ssh, TransportPref::Auto, "192.168.1.2");
+        assert!(
+            n.contains("RDMA-capable address discovered at start"),
+            "{n}"
+        );
+        let n = plan_note(Origin::Ssh, TransportPref::Tcp, "192.168.1.2");
+        assert!(n.contains("no discovery"), "{n}");
+    }
+}
