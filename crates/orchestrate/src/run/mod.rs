@@ -30,7 +30,7 @@ pub mod teardown;
 pub mod verdict;
 
 use crate::control::{CmdExit, HopReport, ToAgent, PING_EVERY};
-use crate::plan::{parse_data_host, plan, Host, Node, Pipeline, PlanError, RemoteHost};
+use crate::plan::{parse_data_host, plan_fanout, Host, Node, Pipeline, PlanError, RemoteHost};
 use crate::report::{PipeReport, VerdictReport};
 use crate::ssh::SshConfig;
 use rdpipe_term::progress::Ticker;
@@ -67,6 +67,11 @@ pub const TOOL: &str = "rdpipe";
 pub struct Config {
     /// The `HOST:CMD` arguments.
     pub segments: Vec<String>,
+    /// The `--to HOST:CMD` sinks of a fan-out (chain relay), in order.
+    pub sinks: Vec<String>,
+    /// `--min-ok N`: the run succeeds when at least N sinks succeeded (default:
+    /// all of them).
+    pub min_ok: Option<usize>,
     /// `-n`: print the plan only.
     pub dry_run: bool,
     /// `-v` count: 1 per-hop reports and the bandwidth; 2 (`-vv`) debug log, also
@@ -212,7 +217,7 @@ pub fn build_plan(a: &Config, stdin_is_input: bool) -> Result<Pipeline, PlanErro
         cache.borrow_mut().insert(r.clone(), h.clone());
         h
     };
-    plan(&a.segments, stdin_is_input, &resolve)
+    plan_fanout(&a.segments, &a.sinks, stdin_is_input, &resolve)
 }
 
 fn ssh_config(a: &Config) -> SshConfig {
