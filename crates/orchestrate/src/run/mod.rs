@@ -3,7 +3,7 @@
 //! segment ([`spawn`]), relays the agents' `PORT` announcements as `CONNECT`
 //! orders, runs rdpipe's own stdin sender and stdout receiver ([`ends`]), draws
 //! the progress line ([`progress`]), tears everything down ([`teardown`]) and
-//! decides the verdict ([`verdict`]).
+//! decides the verdict ([`verdict`]; a fan-out's per-host verdicts: [`sinks`]).
 //!
 //! Teardown: on the first failure rdpipe waits [`ROOT_CAUSE_GRACE`] for the root
 //! cause to be reported (failures cascade along the pipeline within milliseconds;
@@ -25,6 +25,7 @@ pub mod install;
 pub mod outcome;
 pub mod progress;
 pub mod record;
+pub mod sinks;
 pub mod spawn;
 pub mod teardown;
 pub mod verdict;
@@ -312,6 +313,9 @@ struct Runner {
     local_pids: Vec<Option<u32>>,
     segs: Vec<SegState>,
     failures: Vec<Finding>,
+    /// `--to` sinks' own failures (command, file): judged at the end against
+    /// `--min-ok` ([`sinks`]), they do not stop the pipeline.
+    sink_failures: Vec<Finding>,
     source_done: bool,
     sink_done: bool,
     source_report: Option<HopReport>,
@@ -352,6 +356,7 @@ impl Runner {
             local_pids: vec![None; n],
             segs: (0..n).map(|_| SegState::default()).collect(),
             failures: Vec::new(),
+            sink_failures: Vec::new(),
             source_done,
             sink_done,
             source_report: None,
