@@ -1,3 +1,5 @@
+complete -c rdpipe -l to -d 'Fan-out: deliver the stream to this sink too (repeatable; HOST:CMD, HOST:\'> FILE\' or HOST:\'>> FILE\'). The sinks form a chain in the order given: each host feeds its command and relays the same bytes to the next, so the source sends each byte once; the chain runs at the slowest sink\'s speed. A failing sink command does not stop the others. The sink\'s command stdout goes to rdpipe\'s stderr, prefixed with its host' -r
+complete -c rdpipe -l min-ok -d 'With --to: succeed when at least N sinks succeeded (default: all)' -r
 complete -c rdpipe -s o -l ssh-option -d 'An option for ssh, as for `ssh -o` (repeatable), e.g. `-o Port=2222`. Applies to every host; host-specific settings belong in the ssh configuration' -r
 complete -c rdpipe -s F -l ssh-config -d 'An ssh configuration file instead of ~/.ssh/config, as for `ssh -F`' -r -F
 complete -c rdpipe -l data-host -d 'The address the other hosts use to reach HOST\'s data endpoints, e.g. an IPoIB address (repeatable). Default: HOST\'s HostName in the ssh configuration, else HOST itself' -r

@@ -185,8 +185,9 @@ pub fn start_sink(a: &AgentArgs, seg: &mut Segment, t: &mut Transfers, shared: &
             }
         }
     } else if let Some(path) = a.write.as_ref().or(a.append.as_ref()) {
+        // Not the segment's `file_target`: the tee reports the file's failures
+        // itself, and a failure of the incoming stream is the transfer's.
         let path = expand_home(path, std::env::var_os("HOME").as_deref());
-        seg.file_target = Some(path.clone());
         file = Some(path.clone());
         let mode = if a.append.is_some() {
             Mode::Append

@@ -219,7 +219,12 @@ impl Runner {
             }
             return;
         }
+        let failed_already = !self.failures.is_empty();
         self.failures.append(&mut self.sink_failures.clone());
+        if failed_already {
+            // The pipeline failed anyway: the summary above says which sinks.
+            return;
+        }
         let failing: Vec<String> = verdicts
             .iter()
             .filter(|(_, v)| !v.ok)
