@@ -14,6 +14,10 @@
 //! A command that stops reading its input early (`head -c 1000`) makes the
 //! incoming transfer fail (the upstream is told "output closed", like SIGPIPE in a
 //! shell pipeline) but is not stopped: its own exit status is still reported.
+//!
+//! A `--to` sink ([`Segment::sink`], see [`super::relay`]) differs: its
+//! command's failure, or its stopping to read, is reported (`EXIT`, `FAIL cmd`)
+//! but stops neither the incoming stream nor the relay to the next sink.
 
 use super::command::{describe_exit, CmdEnd, HeldInput, Shared};
 use super::say::Say;
