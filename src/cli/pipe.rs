@@ -43,6 +43,12 @@ Examples:
   rdpipe --progress host1:'< /data/db.dump' host2:'> /backup/db.dump'
   rdpipe -vv host1:'< /data/db.dump' host2:'zstd -T0 > /backup/db.zst'
 
+  # one ZFS snapshot stream to two backup hosts, sent once (chain relay):
+  rdpipe src:'zfs send -I tank/x@a tank/x@b' --to backup1:'zfs recv pool/x' --to backup2:'zfs recv pool/x'
+
+  # copy an image to every node; pass if at least 3 of 4 got it:
+  rdpipe --min-ok 3 -v head:'< /img/os.img' --to n1:'> /img/os.img' --to n2:'> /img/os.img' --to n3:'> /img/os.img' --to n4:'> /img/os.img'
+
   # show what would run:
   rdpipe -n host1:cat host2:cat";
 
@@ -73,6 +79,13 @@ pub const EXIT_STATUS: &[(&str, &str)] = &[
 ///   HOST:'> FILE'    write the stream to FILE ('>>' appends);
 ///                    mid-pipeline an empty stream goes onward
 ///
+/// One stream to many hosts: `rdpipe [SOURCE...] --to HOST:CMD --to
+/// HOST:CMD ...` sends the source's output (or rdpipe's stdin) once, to
+/// the first sink; each sink's host feeds its command and relays the
+/// same bytes to the next sink (a chain; it runs at the slowest sink's
+/// speed). Each sink's bytes, integrity check and command status are
+/// summarized per host at -v and on any failure.
+///
 /// Only this machine needs rdma-pipe installed: on a host without a
 /// usable rdrecv (not in PATH, or speaking another agent protocol) rdpipe
 /// installs its own binary over SSH into ~/.cache/rdma-pipe/ and reuses
@@ -90,8 +103,23 @@ pub const EXIT_STATUS: &[(&str, &str)] = &[
 #[command(name = "rdpipe", version, verbatim_doc_comment, after_help = EXAMPLES)]
 pub struct PipeArgs {
     /// The pipeline: HOST:CMD segments, in order.
-    #[arg(value_name = "HOST:CMD", required = true)]
+    #[arg(value_name = "HOST:CMD", required_unless_present = "to")]
     pub segments: Vec<String>,
+
+    /// Fan-out: deliver the stream to this sink too (repeatable; HOST:CMD,
+    /// HOST:'> FILE' or HOST:'>> FILE'). The sinks form a chain in the order
+    /// given: each host feeds its command and relays the same bytes to the
+    /// next, so the source sends each byte once; the chain runs at the
+    /// slowest sink's speed. A failing sink command does not stop the others.
+    /// The sink's command stdout goes to rdpipe's stderr, prefixed with its
+    /// host.
+    #[arg(long = "to", value_name = "HOST:CMD")]
+    pub to: Vec<String>,
+
+    /// With --to: succeed when at least N sinks succeeded (default: all).
+    #[arg(long, value_name = "N", requires = "to",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub min_ok: Option<u64>,
 
     /// Print the plan (segments, hosts, who listens, who connects to whom) and run
     /// nothing.
@@ -222,6 +250,8 @@ impl PipeArgs {
                 .filter(|f| !f.trim().is_empty()),
             quiet: self.quiet,
             segments: self.segments,
+            sinks: self.to,
+            min_ok: self.min_ok.map(|n| n as usize),
             dry_run: self.dry_run,
             verbose,
             ssh_options: self.ssh_options,

@@ -15,6 +15,7 @@ mod attacks;
 mod docs;
 mod doctor;
 mod endpoints;
+mod fanout;
 mod faults_endpoints;
 mod faults_pipeline;
 mod json_report;

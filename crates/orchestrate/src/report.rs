@@ -213,6 +213,31 @@ pub struct VerdictReport {
     pub errors: Vec<String>,
 }
 
+/// One `--to` sink of a fan-out, in `rdpipe --json FILE`.
+#[derive(Debug, Clone, Serialize)]
+pub struct SinkReport {
+    /// 1-based position of its segment.
+    pub segment: usize,
+    /// The host as written.
+    pub host: String,
+    /// Its command or `> FILE`.
+    pub action: String,
+    /// Bytes it received (and verified).
+    pub bytes: Option<u64>,
+    /// Their xxh3-64 checksum, 16 hex digits.
+    pub checksum: Option<String>,
+    /// The incoming hop's transport and integrity (`tcp, mac`).
+    pub transport: Option<String>,
+    /// The stream arrived whole, verified, and the same as the source's.
+    pub verified: bool,
+    /// Its command's exit status as a shell reports it.
+    pub exit_status: Option<i32>,
+    /// The sink succeeded (stream verified, command or file too).
+    pub ok: bool,
+    /// What went wrong, if anything.
+    pub problem: Option<String>,
+}
+
 /// `rdpipe --json FILE`.
 #[derive(Debug, Clone, Serialize)]
 pub struct PipeReport {
@@ -224,6 +249,9 @@ pub struct PipeReport {
     pub hops: Vec<HopReport>,
     /// The segments, in order.
     pub segments: Vec<SegmentReport>,
+    /// With `--to`: each sink's verdict, in chain order (absent otherwise).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sinks: Vec<SinkReport>,
     /// The outcome.
     pub verdict: VerdictReport,
     /// The signal that interrupted rdpipe (SIGINT 2, SIGTERM 15, SIGHUP 1), if any.
@@ -240,6 +268,7 @@ impl PipeReport {
             version: VERSION,
             hops: vec![],
             segments: vec![],
+            sinks: vec![],
             verdict: VerdictReport {
                 exit_status,
                 errors,

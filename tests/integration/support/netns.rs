@@ -1,4 +1,4 @@
-//! Three "hosts" in network namespaces (root only), each with its own sshd,
+//! Three (or up to nine) "hosts" in network namespaces (root only), each with its own sshd,
 //! joined by veth pairs to a bridge in a fourth namespace where rdpipe runs.
 //! Namespaces, links and servers are removed by Drop, also when a test fails.
 
@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-/// Three "hosts" in network namespaces `PFX1..PFX3`, each with its own sshd on
+/// Three (or N, [`Netns::start_with`]) "hosts" in network namespaces `PFX1..`, each with its own sshd on
 /// 10.99.0.1N:22, joined by veth pairs to a bridge in a fourth namespace `PFX0`
 /// (10.99.0.1), where rdpipe runs (the orchestrating machine). Aliases `n1`..`n3`
 /// in the generated ssh config. Removed (namespaces, veths, sshds) on drop.
@@ -19,6 +19,8 @@ pub struct Netns {
     pub prefix: String,
     pub dir: Scratch,
     pub config: PathBuf,
+    /// How many hosts (`n1`..`nN`).
+    pub hosts: usize,
     sshds: Vec<Sshd>,
     pub sshd_pids: Vec<u32>,
 }
@@ -29,13 +31,19 @@ fn ip(args: &[&str]) {
 }
 
 impl Netns {
-    /// The name of namespace `n` (0: rdpipe's, 1..=3: the hosts').
+    /// The name of namespace `n` (0: rdpipe's, 1..=hosts: the hosts').
     pub fn ns(&self, n: usize) -> String {
         format!("{}{n}", self.prefix)
     }
 
-    /// Builds the namespaces, links, keys, configuration and sshds.
+    /// Builds the namespaces, links, keys, configuration and sshds (three hosts).
     pub fn start(tag: &str) -> Netns {
+        Netns::start_with(tag, 3)
+    }
+
+    /// [`Netns::start`] with `hosts` hosts `n1`..`nN` (at most 9).
+    pub fn start_with(tag: &str, hosts: usize) -> Netns {
+        assert!((1..=9).contains(&hosts));
         static N: AtomicUsize = AtomicUsize::new(0);
         let n = N.fetch_add(1, Ordering::Relaxed);
         let prefix = format!("rdp{}{tag}{n}x", std::process::id() % 100000);
@@ -44,6 +52,7 @@ impl Netns {
             prefix: prefix.clone(),
             dir,
             config: PathBuf::new(),
+            hosts,
             sshds: Vec::new(),
             sshd_pids: Vec::new(),
         };
@@ -54,7 +63,7 @@ impl Netns {
         ip(&["-n", &ns0, "link", "add", "br0", "type", "bridge"]);
         ip(&["-n", &ns0, "addr", "add", "10.99.0.1/24", "dev", "br0"]);
         ip(&["-n", &ns0, "link", "set", "br0", "up"]);
-        for h in 1..=3 {
+        for h in 1..=hosts {
             let ns = me.ns(h);
             ip(&["netns", "add", &ns]);
             ip(&["-n", &ns, "link", "set", "lo", "up"]);
@@ -80,7 +89,7 @@ impl Netns {
         let keys = Keys::generate(&me.dir);
         let mut known = String::new();
         let mut cfg = String::new();
-        for h in 1..=3 {
+        for h in 1..=hosts {
             let addr = format!("10.99.0.1{h}");
             let conf = sshd_config(&me.dir, &keys, &format!("n{h}"), &addr, 22);
             let log = std::fs::File::create(me.dir.path(&format!("sshd_n{h}.log"))).unwrap();
@@ -116,7 +125,7 @@ impl Netns {
         me.config = me.dir.path("ssh_config");
         std::fs::write(&me.config, cfg).unwrap();
         // Ready when each sshd listens in its namespace.
-        for h in 1..=3 {
+        for h in 1..=hosts {
             let ns = me.ns(h);
             wait_until(
                 format!("sshd listening in {ns}"),
@@ -160,7 +169,7 @@ impl Netns {
     /// leftovers (empty when clean).
     pub fn wait_clean(&self, limit: Duration) -> Vec<(usize, Vec<u32>)> {
         let left = || -> Vec<(usize, Vec<u32>)> {
-            (0..=3)
+            (0..=self.hosts)
                 .map(|n| (n, self.stray_pids(n)))
                 .filter(|(_, v)| !v.is_empty())
                 .collect()
@@ -176,13 +185,13 @@ impl Netns {
 
 impl Drop for Netns {
     fn drop(&mut self) {
-        for n in 0..=3 {
+        for n in 0..=self.hosts {
             for p in self.stray_pids(n) {
                 kill("-9", p);
             }
         }
         self.sshds.clear();
-        for n in 0..=3 {
+        for n in 0..=self.hosts {
             let _ = Command::new("ip")
                 .args(["netns", "del", &self.ns(n)])
                 .stderr(Stdio::null())

@@ -196,6 +196,22 @@ pub fn start(
     with_output: bool,
     shared: &Arc<Shared>,
 ) -> io::Result<Started> {
+    let stdout = if with_output {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    };
+    start_with(cmd, with_input, stdout, shared)
+}
+
+/// [`start`] with the command's stdout given: a `--to` sink's command writes
+/// to the agent's stderr (rdpipe shows it prefixed with the host).
+pub fn start_with(
+    cmd: &str,
+    with_input: bool,
+    stdout: Stdio,
+    shared: &Arc<Shared>,
+) -> io::Result<Started> {
     // The guardian gets the read end of the lifeline; the agent keeps the write
     // end for its whole life, so the guardian sees end of file when it dies.
     let lifeline = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).and_then(|(r, w)| {
@@ -219,11 +235,7 @@ pub fn start(
     } else {
         Stdio::null()
     });
-    c.stdout(if with_output {
-        Stdio::piped()
-    } else {
-        Stdio::null()
-    });
+    c.stdout(stdout);
     let mut child = c.spawn()?;
     tracing::debug!(
         "command started (pid {}, {}): {cmd}",

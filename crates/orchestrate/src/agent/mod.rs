@@ -12,6 +12,8 @@
 //! - [`shell`]: the user's login shell, which runs the command;
 //! - [`file`]: the `< FILE` / `> FILE` actions;
 //! - [`transfers`]: the incoming and outgoing transfer threads;
+//! - [`relay`]: a `--to` sink: the incoming stream teed into the command and
+//!   onward to the next sink;
 //! - [`inbox`]: rdpipe's control lines, the silence watchdog, signals;
 //! - [`say`]: the control lines to rdpipe and the byte-count meter.
 //!
@@ -27,6 +29,7 @@
 pub mod command;
 pub mod file;
 pub mod inbox;
+pub mod relay;
 pub mod say;
 pub mod segment;
 pub mod shell;
@@ -99,6 +102,12 @@ pub struct AgentArgs {
     /// Append the stream to this file (`>> FILE`).
     #[arg(long)]
     pub append: Option<String>,
+    /// A `--to` sink of a fan-out: the incoming stream feeds the command (or
+    /// `> FILE`) and, with an outgoing transfer, is relayed to the next sink; a
+    /// failure of the local part is reported but stops neither (see
+    /// [`relay`]).
+    #[arg(long)]
+    pub sink: bool,
     /// Log level as for rdpipe's `-v` count: 2 debug, 3 trace.
     #[arg(long, default_value_t = 0)]
     pub verbose: u8,
@@ -194,7 +203,9 @@ fn run(a: AgentArgs) -> bool {
         say,
         tx,
     };
-    if let Some(cmd) = &a.cmd {
+    if a.sink {
+        relay::start_sink(&a, &mut seg, &mut t, &shared);
+    } else if let Some(cmd) = &a.cmd {
         let with_input = seg.pending(Direction::In);
         let with_output = seg.pending(Direction::Out);
         match command::start(cmd, with_input, with_output, &shared) {

@@ -14,6 +14,10 @@
 //! A command that stops reading its input early (`head -c 1000`) makes the
 //! incoming transfer fail (the upstream is told "output closed", like SIGPIPE in a
 //! shell pipeline) but is not stopped: its own exit status is still reported.
+//!
+//! A `--to` sink ([`Segment::sink`], see [`super::relay`]) differs: its
+//! command's failure, or its stopping to read, is reported (`EXIT`, `FAIL cmd`)
+//! but stops neither the incoming stream nor the relay to the next sink.
 
 use super::command::{describe_exit, CmdEnd, HeldInput, Shared};
 use super::say::Say;
@@ -66,6 +70,11 @@ pub enum Ev {
     Stop(StopReason),
     /// Preparing a part failed.
     Setup(Part, String),
+    /// A `--to` sink's local part (its `> FILE`) failed; the stream goes on.
+    Local(Part, String),
+    /// A `--to` sink's command stopped reading after this many bytes of the
+    /// stream; the stream goes on.
+    Cut(u64),
 }
 
 /// The segment's state while it runs.
@@ -79,6 +88,13 @@ pub struct Segment {
     has_cmd: bool,
     /// The `> FILE` target, for messages about the incoming transfer.
     pub file_target: Option<String>,
+    /// A `--to` sink: a failure of the command or file is reported but stops
+    /// neither the incoming stream nor the relay to the next sink.
+    pub sink: bool,
+    /// A sink's command stopped reading after this many bytes.
+    cut: Option<u64>,
+    /// A sink's command's failure was reported.
+    local_reported: bool,
     /// The command's stdin, closed after a failure once the command was stopped.
     pub held_input: Option<HeldInput>,
     pending: [bool; 2],
@@ -103,6 +119,9 @@ impl Segment {
             pgid: None,
             has_cmd: false,
             file_target: None,
+            sink: false,
+            cut: None,
+            local_reported: false,
             held_input: None,
             pending,
             pending_exit: false,
@@ -182,6 +201,16 @@ impl Segment {
             let Some(ev) = ev else { break };
             self.handle(ev);
         }
+        if self.ok && self.sink && !self.local_reported {
+            if let Some(n) = self.cut {
+                self.say.send(&FromAgent::fail(
+                    Part::Cmd,
+                    FailKind::Error,
+                    1,
+                    format!("the command stopped reading its input after {n} bytes"),
+                ));
+            }
+        }
         if !self.ok {
             self.kill(Signal::Kill);
         }
@@ -230,6 +259,16 @@ impl Segment {
                     .send(&FromAgent::fail(part, FailKind::Error, 1, msg));
                 self.fail();
             }
+            Ev::Local(part, msg) => {
+                tracing::debug!("{}: {msg} (the stream goes on)", part.as_str());
+                self.local_reported = true;
+                self.say
+                    .send(&FromAgent::fail(part, FailKind::Error, 1, msg));
+            }
+            Ev::Cut(n) => {
+                tracing::debug!("the command stopped reading after {n} bytes");
+                self.cut = Some(n);
+            }
             Ev::Stop(why) => {
                 tracing::debug!("{why}");
                 self.say
@@ -254,6 +293,7 @@ impl Segment {
             Part::In
         };
         let stopped_reading = self.has_cmd
+            && !self.sink
             && self.deadline.is_none()
             && matches!(&e, TransportError::Output(io) if io.kind() == std::io::ErrorKind::BrokenPipe);
         let kind = if stopped_reading {
@@ -314,7 +354,12 @@ impl Segment {
                 1,
                 format!("the command {}", describe_exit(st)),
             ));
-            self.fail();
+            if self.sink {
+                // The stream goes on to the next sink; rdpipe judges this host.
+                self.local_reported = true;
+            } else {
+                self.fail();
+            }
         }
     }
 }

@@ -17,6 +17,8 @@ fn config(cfg: &DoctorConfig, from: &Target, to: &Target, transport: TransportPr
             format!("{}:head -c {} /dev/zero", from.arg, cfg.size),
             format!("{}:> /dev/null", to.arg),
         ],
+        sinks: vec![],
+        min_ok: None,
         dry_run: false,
         verbose: 0,
         quiet: true,

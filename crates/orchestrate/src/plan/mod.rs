@@ -44,7 +44,9 @@
 
 use std::fmt;
 
+mod fanout;
 mod parse;
+pub use fanout::plan_fanout;
 pub use parse::{parse_data_host, parse_segment, quotes_balanced};
 
 /// Where a segment runs.
@@ -202,6 +204,9 @@ pub struct Pipeline {
     pub segments: Vec<Segment>,
     /// The transfers between neighbours (including rdpipe's stdin and stdout).
     pub hops: Vec<Hop>,
+    /// With `--to` sinks: the first sink's index (the segments from it on are
+    /// sinks, each relaying to the next; see `plan/fanout.rs`).
+    pub first_sink: Option<usize>,
 }
 
 /// A malformed argument (exit status 2).
@@ -240,6 +245,12 @@ pub enum PlanError {
         /// The whole argument.
         arg: String,
     },
+    /// A `--to` sink that reads a file.
+    #[error("--to '{0}': a sink receives the stream, it cannot read a file ('< FILE'); put the source before the --to sinks")]
+    SinkReads(String),
+    /// `--to` sinks without a source.
+    #[error("--to sinks need a source: HOST:CMD segments before them, or data on rdpipe's standard input (not a terminal)")]
+    NoSource,
     /// A `--data-host` value that is not `HOST=ADDR`.
     #[error("--data-host '{0}' is not HOST=ADDR")]
     BadDataHost(String),
@@ -263,13 +274,29 @@ pub fn plan(
         .iter()
         .map(|a| parse_segment(a))
         .collect::<Result<Vec<_>, _>>()?;
+    let with_stdin = stdin_is_input && !matches!(segments[0].action, Action::ReadFile(_));
+    let with_stdout = !matches!(
+        segments[segments.len() - 1].action,
+        Action::WriteFile { .. }
+    );
+    Ok(plan_chain(segments, with_stdin, with_stdout, data_addr))
+}
+
+/// The hops of a linear chain of `segments`, from rdpipe's stdin (`with_stdin`)
+/// to its stdout (`with_stdout`).
+fn plan_chain(
+    segments: Vec<Segment>,
+    with_stdin: bool,
+    with_stdout: bool,
+    data_addr: &dyn Fn(&RemoteHost) -> String,
+) -> Pipeline {
     let n = segments.len();
     let mut nodes = Vec::with_capacity(n + 2);
-    if stdin_is_input && !matches!(segments[0].action, Action::ReadFile(_)) {
+    if with_stdin {
         nodes.push(Node::Stdin);
     }
     nodes.extend((0..n).map(Node::Segment));
-    if !matches!(segments[n - 1].action, Action::WriteFile { .. }) {
+    if with_stdout {
         nodes.push(Node::Stdout);
     }
     let host_of = |node: Node| match node {
@@ -308,7 +335,11 @@ pub fn plan(
             }
         })
         .collect();
-    Ok(Pipeline { segments, hops })
+    Pipeline {
+        segments,
+        hops,
+        first_sink: None,
+    }
 }
 
 impl Pipeline {
@@ -404,6 +435,7 @@ impl Pipeline {
                 h.address
             );
         }
+        self.describe_fanout(&mut s);
         let remotes = self.remote_hosts();
         if !remotes.is_empty() {
             let _ = writeln!(s, "ssh connections:");

@@ -82,6 +82,9 @@ impl Runner {
                 code,
                 message,
             } => {
+                if self.sink_failed(i, part, kind, &message) {
+                    return;
+                }
                 self.segs[i].failed = true;
                 let cause = self.failure_cause(i, part, kind, code, message);
                 self.fail(Some(me), cause);

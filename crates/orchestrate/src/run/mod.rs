@@ -3,7 +3,7 @@
 //! segment ([`spawn`]), relays the agents' `PORT` announcements as `CONNECT`
 //! orders (at the address [`discover`] picks), runs rdpipe's own stdin sender and stdout receiver ([`ends`]), draws
 //! the progress line ([`progress`]), tears everything down ([`teardown`]) and
-//! decides the verdict ([`verdict`]).
+//! decides the verdict ([`verdict`]; a fan-out's per-host verdicts: [`sinks`]).
 //!
 //! Teardown: on the first failure rdpipe waits [`ROOT_CAUSE_GRACE`] for the root
 //! cause to be reported (failures cascade along the pipeline within milliseconds;
@@ -27,12 +27,13 @@ pub mod install;
 pub mod outcome;
 pub mod progress;
 pub mod record;
+pub mod sinks;
 pub mod spawn;
 pub mod teardown;
 pub mod verdict;
 
 use crate::control::{CmdExit, HopReport, ToAgent, PING_EVERY};
-use crate::plan::{parse_data_host, plan, Host, Node, Pipeline, PlanError, RemoteHost};
+use crate::plan::{parse_data_host, plan_fanout, Host, Node, Pipeline, PlanError, RemoteHost};
 use crate::report::{PipeReport, VerdictReport};
 use crate::ssh::SshConfig;
 use rdpipe_term::progress::Ticker;
@@ -69,6 +70,11 @@ pub const TOOL: &str = "rdpipe";
 pub struct Config {
     /// The `HOST:CMD` arguments.
     pub segments: Vec<String>,
+    /// The `--to HOST:CMD` sinks of a fan-out (chain relay), in order.
+    pub sinks: Vec<String>,
+    /// `--min-ok N`: the run succeeds when at least N sinks succeeded (default:
+    /// all of them).
+    pub min_ok: Option<usize>,
     /// `-n`: print the plan only.
     pub dry_run: bool,
     /// `-v` count: 1 per-hop reports and the bandwidth; 2 (`-vv`) debug log, also
@@ -216,7 +222,7 @@ pub fn build_plan(a: &Config, stdin_is_input: bool) -> Result<Pipeline, PlanErro
         cache.borrow_mut().insert(r.clone(), h.clone());
         h
     };
-    plan(&a.segments, stdin_is_input, &resolve)
+    plan_fanout(&a.segments, &a.sinks, stdin_is_input, &resolve)
 }
 
 fn ssh_config(a: &Config) -> SshConfig {
@@ -315,6 +321,9 @@ struct Runner {
     local_pids: Vec<Option<u32>>,
     segs: Vec<SegState>,
     failures: Vec<Finding>,
+    /// `--to` sinks' own failures (command, file): judged at the end against
+    /// `--min-ok` ([`sinks`]), they do not stop the pipeline.
+    sink_failures: Vec<Finding>,
     source_done: bool,
     sink_done: bool,
     source_report: Option<HopReport>,
@@ -358,6 +367,7 @@ impl Runner {
             local_pids: vec![None; n],
             segs: (0..n).map(|_| SegState::default()).collect(),
             failures: Vec::new(),
+            sink_failures: Vec::new(),
             source_done,
             sink_done,
             source_report: None,

@@ -13,6 +13,7 @@ impl Runner {
         if self.failures.is_empty() {
             self.check_reports();
         }
+        self.judge_sinks();
         if self.a.verbose > 0 {
             self.say_hop_reports(wall);
         }

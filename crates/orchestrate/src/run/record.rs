@@ -67,6 +67,7 @@ impl Runner {
             version: report::VERSION,
             hops,
             segments,
+            sinks: self.sink_reports(),
             verdict: VerdictReport {
                 exit_status: 0,
                 errors: vec![],

@@ -156,6 +156,9 @@ pub fn agent_args(p: &Pipeline, i: usize, a: &Config) -> Vec<String> {
             v.extend([flag.to_string(), h.address.clone()]);
         }
     }
+    if p.is_sink(i) {
+        v.push("--sink".into());
+    }
     match &seg.action {
         Action::Command(c) => v.extend(["--cmd".into(), c.clone()]),
         Action::ReadFile(f) => v.extend(["--read".into(), f.clone()]),
@@ -414,6 +417,8 @@ mod tests {
     fn config(verbose: u8, quiet: bool, log: Option<&str>) -> Config {
         Config {
             segments: vec!["h1:cat".into(), "h2:cat".into()],
+            sinks: vec![],
+            min_ok: None,
             dry_run: false,
             verbose,
             quiet,

@@ -127,6 +127,15 @@ pub enum Cause {
         /// What it said.
         message: String,
     },
+    /// Fewer `--to` sinks than `--min-ok` (default: all) succeeded.
+    Sinks {
+        /// The failed sinks' hosts, in chain order.
+        failed: Vec<String>,
+        /// How many sinks there are.
+        total: usize,
+        /// How many had to succeed.
+        needed: usize,
+    },
     /// rdpipe got SIGINT, SIGTERM or SIGHUP.
     Interrupted(i32),
     /// Anything else rdpipe itself could not do.
@@ -149,6 +158,7 @@ impl Cause {
             }
             | Cause::Ssh { .. }
             | Cause::Interrupted(_)
+            | Cause::Sinks { .. }
             | Cause::Local(_) => 0,
             Cause::Incomplete { .. }
             | Cause::Transfer { echo: false, .. }
@@ -226,6 +236,16 @@ impl fmt::Display for Cause {
                 write!(f, "interrupted by {}, pipeline stopped", signal_name(*sig))
             }
             Cause::Local(m) => f.write_str(m),
+            Cause::Sinks {
+                failed,
+                total,
+                needed,
+            } => write!(
+                f,
+                "{} of {total} sinks failed ({}); at least {needed} had to succeed (--min-ok N sets how many)",
+                failed.len(),
+                failed.join(", ")
+            ),
         }
     }
 }

@@ -1,0 +1,329 @@
+//! Per-host verdicts of a fan-out's `--to` sinks: what each sink's agent
+//! reported (the incoming hop's bytes and checksum, verified by its MAC or
+//! checksum at the receiver; the command's exit status; a failure of its command
+//! or `> FILE`), judged by the pure [`judge`], printed one line per host at `-v`
+//! and whenever anything failed, and counted against `--min-ok`.
+//!
+//! A sink's local failure is not a pipeline failure by itself: its agent goes on
+//! relaying, so rdpipe keeps such reports apart ([`Runner::sink_failed`]) and
+//! the run fails only when fewer sinks than `--min-ok` (default: all) succeeded.
+
+use super::verdict::{Cause, Finding};
+use super::{Runner, TOOL};
+use crate::control::{CmdExit, Direction, FailKind, HopReport, Part};
+use crate::plan::Node;
+use crate::report::SinkReport;
+
+/// What rdpipe heard about one sink.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SinkFacts {
+    /// `[3] b2`.
+    pub name: String,
+    /// The stream as this sink received (and verified) it.
+    pub received: Option<HopReport>,
+    /// The stream as its upstream neighbour sent it.
+    pub sent: Option<HopReport>,
+    /// The stream as the first sink received it (what every sink must get).
+    pub reference: Option<(u64, u64)>,
+    /// Whether the sink runs a command (else it writes a file).
+    pub is_command: bool,
+    /// Its command's exit.
+    pub exit: Option<CmdExit>,
+    /// Its command's or file's failure, as its agent said it.
+    pub local_failure: Option<String>,
+    /// Its agent ended well (`END ok`).
+    pub ended_ok: bool,
+    /// The next sink, when it relays.
+    pub relays_to: Option<String>,
+}
+
+/// One sink's verdict.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SinkVerdict {
+    /// The sink succeeded: the whole stream verified, and its command or file too.
+    pub ok: bool,
+    /// The stream arrived whole and verified, the same as the source's.
+    pub verified: bool,
+    /// What went wrong, when something did.
+    pub problem: Option<String>,
+    /// The one-line summary (without the tool prefix).
+    pub line: String,
+}
+
+/// Judges one sink.
+pub fn judge(f: &SinkFacts) -> SinkVerdict {
+    let verified = match (&f.received, &f.sent, f.reference) {
+        (Some(r), Some(s), Some(reference)) => {
+            r.same_stream(s) && (r.bytes, r.checksum) == reference
+        }
+        _ => false,
+    };
+    let problem = if let Some(m) = &f.local_failure {
+        Some(m.clone())
+    } else if !verified {
+        Some(match &f.received {
+            None => "the stream did not arrive whole".to_string(),
+            Some(_) => "the stream differs from the source's".to_string(),
+        })
+    } else if f.is_command && f.exit != Some(CmdExit::Code(0)) {
+        Some(match f.exit {
+            None | Some(CmdExit::Killed) => "the command did not finish".to_string(),
+            Some(e) => format!("the command ended with {e}"),
+        })
+    } else if !f.ended_ok {
+        Some("its agent did not end well".to_string())
+    } else {
+        None
+    };
+    let stream = match &f.received {
+        Some(r) if verified => format!(
+            "{} bytes over {} verified, xxh3 {:016x}",
+            r.bytes, r.transport, r.checksum
+        ),
+        Some(r) => format!("{} bytes, xxh3 {:016x}, NOT verified", r.bytes, r.checksum),
+        None => "no verified stream".to_string(),
+    };
+    let local = match (f.is_command, f.exit) {
+        (true, Some(e)) => format!(", command exit {e}"),
+        (true, None) => ", command exit unknown".to_string(),
+        (false, _) => String::new(),
+    };
+    let relay = f
+        .relays_to
+        .as_ref()
+        .map(|n| format!(", relayed to {n}"))
+        .unwrap_or_default();
+    let head = match &problem {
+        None => "ok".to_string(),
+        Some(p) => format!("FAILED ({p})"),
+    };
+    SinkVerdict {
+        ok: problem.is_none(),
+        verified,
+        line: format!("sink {}: {head}: {stream}{local}{relay}", f.name),
+        problem,
+    }
+}
+
+impl Runner {
+    /// Whether a `FAIL` from segment `i` is a sink's own failure (its command or
+    /// file), which does not stop the pipeline: kept apart, judged at the end.
+    pub(super) fn sink_failed(&mut self, i: usize, part: Part, kind: FailKind, msg: &str) -> bool {
+        if !self.p.is_sink(i)
+            || kind == FailKind::Stopped
+            || !matches!(part, Part::Cmd | Part::File)
+        {
+            return false;
+        }
+        let seg = self.seg_desc(i);
+        let finding = Finding {
+            cause: Cause::Segment {
+                seg,
+                message: msg.to_string(),
+            },
+            node: Some(Node::Segment(i)),
+        };
+        self.sink_failures.push(finding);
+        true
+    }
+
+    fn sink_facts(&self, i: usize) -> SinkFacts {
+        let me = Node::Segment(i);
+        let first = self.p.sinks().start;
+        let reference = self
+            .recv_report(Node::Segment(first))
+            .map(|r| (r.bytes, r.checksum));
+        let sent = self.p.hop_into(me).and_then(|h| self.sent_report(h.from));
+        let local_failure =
+            self.sink_failures
+                .iter()
+                .find(|f| f.node == Some(me))
+                .map(|f| match &f.cause {
+                    Cause::Segment { message, .. } => message.clone(),
+                    c => c.to_string(),
+                });
+        SinkFacts {
+            name: self.p.node_name(me),
+            received: self.segs[i].reports[Direction::In.index()].clone(),
+            sent: sent.cloned(),
+            reference,
+            is_command: self.p.segments[i].action.is_command(),
+            exit: self.segs[i].exit,
+            local_failure,
+            ended_ok: self.segs[i].ended == Some(true),
+            relays_to: self
+                .p
+                .relays(i)
+                .then(|| self.p.node_name(Node::Segment(i + 1))),
+        }
+    }
+
+    /// Each sink's verdict, in chain order (none without `--to`).
+    pub(super) fn sink_verdicts(&self) -> Vec<(usize, SinkVerdict)> {
+        self.p
+            .sinks()
+            .map(|i| (i, judge(&self.sink_facts(i))))
+            .collect()
+    }
+
+    /// The `--json` records of the sinks.
+    pub(super) fn sink_reports(&self) -> Vec<SinkReport> {
+        self.sink_verdicts()
+            .into_iter()
+            .map(|(i, v)| {
+                let r = self.segs[i].reports[Direction::In.index()].as_ref();
+                SinkReport {
+                    segment: i + 1,
+                    host: self.p.segments[i].host.label().to_string(),
+                    action: self.p.segments[i].action.to_string(),
+                    bytes: r.map(|r| r.bytes),
+                    checksum: r.map(|r| format!("{:016x}", r.checksum)),
+                    transport: r.map(|r| r.transport.clone()),
+                    verified: v.verified,
+                    exit_status: self.segs[i].exit.and_then(CmdExit::status),
+                    ok: v.ok,
+                    problem: v.problem,
+                }
+            })
+            .collect()
+    }
+
+    /// Prints the per-host summary (at `-v`, or when anything failed) and turns
+    /// the sinks' failures into pipeline failures when fewer than `--min-ok`
+    /// succeeded.
+    pub(super) fn judge_sinks(&mut self) {
+        let verdicts = self.sink_verdicts();
+        if verdicts.is_empty() {
+            return;
+        }
+        let total = verdicts.len();
+        let failed = verdicts.iter().filter(|(_, v)| !v.ok).count();
+        if self.a.verbose > 0 || failed > 0 || !self.failures.is_empty() {
+            for (_, v) in &verdicts {
+                rdpipe_term::say(TOOL, &v.line);
+            }
+        }
+        let needed = self.a.min_ok.unwrap_or(total).min(total);
+        if failed == 0 || self.signal.is_some() {
+            return;
+        }
+        if total - failed >= needed {
+            if !self.a.quiet {
+                rdpipe_term::warn(
+                    TOOL,
+                    format!(
+                        "{failed} of {total} sinks failed; {} succeeded (--min-ok {needed})",
+                        total - failed
+                    ),
+                );
+            }
+            return;
+        }
+        let failed_already = !self.failures.is_empty();
+        self.failures.append(&mut self.sink_failures.clone());
+        if failed_already {
+            // The pipeline failed anyway: the summary above says which sinks.
+            return;
+        }
+        let failing: Vec<String> = verdicts
+            .iter()
+            .filter(|(_, v)| !v.ok)
+            .map(|(i, _)| self.p.segments[*i].host.label().to_string())
+            .collect();
+        self.fail(
+            None,
+            Cause::Sinks {
+                failed: failing,
+                total,
+                needed,
+            },
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hop(bytes: u64, checksum: u64) -> HopReport {
+        HopReport {
+            bytes,
+            checksum,
+            secs: 1.0,
+            transport: "tcp, mac".into(),
+        }
+    }
+
+    fn facts() -> SinkFacts {
+        SinkFacts {
+            name: "[2] b1".into(),
+            received: Some(hop(100, 7)),
+            sent: Some(hop(100, 7)),
+            reference: Some((100, 7)),
+            is_command: true,
+            exit: Some(CmdExit::Code(0)),
+            local_failure: None,
+            ended_ok: true,
+            relays_to: Some("[3] b2".into()),
+        }
+    }
+
+    #[test]
+    fn a_whole_verified_stream_and_a_clean_exit_is_ok() {
+        let v = judge(&facts());
+        assert!(v.ok && v.verified);
+        assert_eq!(
+            v.line,
+            "sink [2] b1: ok: 100 bytes over tcp, mac verified, xxh3 0000000000000007, \
+             command exit 0, relayed to [3] b2"
+        );
+    }
+
+    #[test]
+    fn a_failing_command_names_itself_and_the_stream_still_counts() {
+        let mut f = facts();
+        f.exit = Some(CmdExit::Code(3));
+        f.local_failure = Some("the command exited with status 3".into());
+        let v = judge(&f);
+        assert!(!v.ok && v.verified);
+        assert!(
+            v.line
+                .starts_with("sink [2] b1: FAILED (the command exited with status 3): 100 bytes"),
+            "{}",
+            v.line
+        );
+    }
+
+    #[test]
+    fn a_stream_unlike_the_sources_is_not_verified() {
+        let mut f = facts();
+        f.received = Some(hop(100, 8));
+        f.sent = Some(hop(100, 8));
+        let v = judge(&f);
+        assert!(!v.ok && !v.verified);
+        assert_eq!(
+            v.problem.as_deref(),
+            Some("the stream differs from the source's")
+        );
+        f.received = None;
+        assert_eq!(
+            judge(&f).problem.as_deref(),
+            Some("the stream did not arrive whole")
+        );
+    }
+
+    #[test]
+    fn a_command_that_never_reported_its_exit_fails() {
+        let mut f = facts();
+        f.exit = None;
+        assert!(!judge(&f).ok);
+        f.exit = Some(CmdExit::Killed);
+        assert!(!judge(&f).ok);
+        // A file sink has no exit.
+        f.is_command = false;
+        f.relays_to = None;
+        let v = judge(&f);
+        assert!(v.ok);
+        assert!(v.line.ends_with("xxh3 0000000000000007"), "{}", v.line);
+    }
+}
