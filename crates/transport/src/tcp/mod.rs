@@ -24,6 +24,7 @@ pub use chooser::{
     SETTLE_MIN,
 };
 
+use crate::buf::PageBuf;
 use crate::error::GoneCause;
 use crate::frame_io::{conn_error, read_control_payload, read_header, write_control, write_data};
 use crate::{ChunkReceiver, ChunkSender, Received, TransportError};
@@ -44,7 +45,7 @@ pub const TCP_BUF: usize = 256 << 10;
 const KEEPALIVE_EVERY: Duration = Duration::from_secs(5);
 
 enum Out {
-    Data(Vec<u8>, usize),
+    Data(PageBuf, usize),
     End(StreamEnd),
 }
 
@@ -57,7 +58,7 @@ enum Back {
 /// The sending half over TCP.
 pub struct TcpSender {
     peer: String,
-    free: Receiver<Vec<u8>>,
+    free: Receiver<PageBuf>,
     out: Option<SyncSender<Out>>,
     writer: Option<JoinHandle<io::Result<()>>>,
     back: Receiver<Back>,
@@ -67,7 +68,7 @@ pub struct TcpSender {
     wlock: Arc<Mutex<()>>,
     /// Buffers the caller holds (all of them while it writes inline: the writer
     /// thread then has nothing queued, which keeps the frames in order).
-    spare: Vec<Vec<u8>>,
+    spare: Vec<PageBuf>,
     buffers: usize,
     chooser: Chooser,
 }
@@ -84,7 +85,7 @@ impl TcpSender {
         let (free_tx, free) = channel();
         for _ in 0..slots.max(2) {
             free_tx
-                .send(vec![0u8; chunk_size])
+                .send(PageBuf::new(chunk_size))
                 .expect("receiver is alive");
         }
         let peer_on_loopback = stream.peer_addr().is_ok_and(|a| a.ip().is_loopback());
@@ -316,7 +317,7 @@ impl ChunkSender for TcpSender {
 pub struct TcpReceiver {
     peer: String,
     sock: TcpStream,
-    buf: Vec<u8>,
+    buf: PageBuf,
     /// Payload bytes of the current data frame not read yet.
     left: usize,
     /// The largest data frame the peer may send (the negotiated chunk size).
@@ -330,7 +331,7 @@ impl TcpReceiver {
         TcpReceiver {
             peer,
             sock: stream,
-            buf: vec![0u8; chunk_size.clamp(1, TCP_BUF)],
+            buf: PageBuf::new(chunk_size.clamp(1, TCP_BUF)),
             left: 0,
             max: chunk_size as u32,
         }
