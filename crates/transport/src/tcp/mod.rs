@@ -7,7 +7,9 @@
 //!
 //! Receiver: no thread. The caller reads each frame's payload straight into one
 //! buffer (a frame larger than the buffer in several pieces) and drains it; the
-//! kernel's socket buffer is what overlaps the network with the output.
+//! kernel's socket buffer is what overlaps the network with the output. Each
+//! payload read also takes the next frame's header when it is already queued
+//! ([`lookahead`]), so a data frame costs one read, not two.
 //!
 //! Buffers are at most [`TCP_BUF`] bytes whatever the negotiated chunk size, so
 //! that the data is still in the CPU cache between the copy in, the checksum and
@@ -18,6 +20,7 @@
 //! ([`SendMode`]).
 
 mod chooser;
+mod lookahead;
 
 pub use chooser::{
     SendMode, INLINE_MARGIN, KEEP_PHASES, PHASE_CHUNKS, PHASE_MIN, SEND_MODE_ENV, SETTLE_CHUNKS,
@@ -29,6 +32,7 @@ use crate::error::GoneCause;
 use crate::frame_io::{conn_error, read_control_payload, read_header, write_control, write_data};
 use crate::{ChunkReceiver, ChunkSender, Received, TransportError};
 use chooser::Chooser;
+use lookahead::Lookahead;
 use rdpipe_wire::{AbortReason, Control, FrameKind, StreamEnd, WireError};
 use std::io;
 use std::net::{Shutdown, TcpStream};
@@ -316,7 +320,7 @@ impl ChunkSender for TcpSender {
 /// The receiving half over TCP.
 pub struct TcpReceiver {
     peer: String,
-    sock: TcpStream,
+    sock: Lookahead,
     buf: PageBuf,
     /// Payload bytes of the current data frame not read yet.
     left: usize,
@@ -330,7 +334,7 @@ impl TcpReceiver {
     pub fn new(stream: TcpStream, chunk_size: usize, peer: String) -> Self {
         TcpReceiver {
             peer,
-            sock: stream,
+            sock: Lookahead::new(stream),
             buf: PageBuf::new(chunk_size.clamp(1, TCP_BUF)),
             left: 0,
             max: chunk_size as u32,
@@ -372,7 +376,8 @@ impl ChunkReceiver for TcpReceiver {
             };
         }
         let n = self.left.min(self.buf.len());
-        io::Read::read_exact(&mut self.sock, &mut self.buf[..n])
+        self.sock
+            .read_payload(&mut self.buf[..n])
             .map_err(|e| conn_error(&self.peer, e))?;
         self.left -= n;
         drain(&mut self.buf[..n])?;
@@ -380,11 +385,11 @@ impl ChunkReceiver for TcpReceiver {
     }
 
     fn confirm(&mut self, done: &StreamEnd) -> Result<(), TransportError> {
-        write_control(&mut self.sock, &self.peer, &Control::Done(*done))?;
+        write_control(self.sock.sock(), &self.peer, &Control::Done(*done))?;
         // Wait for the sender to close: our process must not exit (and possibly
         // reset the connection) before the confirmation has reached it.
-        let _ = self.sock.shutdown(Shutdown::Write);
-        let _ = self.sock.set_read_timeout(Some(Duration::from_secs(5)));
+        let _ = self.sock.sock().shutdown(Shutdown::Write);
+        let _ = self.sock.sock().set_read_timeout(Some(Duration::from_secs(5)));
         let mut sink = [0u8; 64];
         while let Ok(n) = io::Read::read(&mut self.sock, &mut sink) {
             if n == 0 {
@@ -396,14 +401,14 @@ impl ChunkReceiver for TcpReceiver {
 
     fn abort(&mut self, reason: &str) {
         let _ = write_control(
-            &mut self.sock,
+            self.sock.sock(),
             &self.peer,
             &Control::Abort {
                 reason: AbortReason::Stream,
                 message: reason.to_string(),
             },
         );
-        let _ = self.sock.shutdown(Shutdown::Both);
+        let _ = self.sock.sock().shutdown(Shutdown::Both);
     }
 
     fn describe(&self) -> String {
