@@ -9,7 +9,7 @@
 //! [`PHASE_CHUNKS`] chunks and [`PHASE_MIN`] each), and every [`KEEP_PHASES`]
 //! phases switches to the other way, lets it settle, times one phase of it, and
 //! keeps the faster (inline only when [`INLINE_MARGIN`] faster). To a peer on
-//! loopback it stays threaded (see [`SendMode::default_for`]).
+//! loopback it writes inline (see [`SendMode::default_for`]).
 //! `RDPIPE_TCP_SEND=threaded|inline|adaptive` pins a way.
 
 use std::time::{Duration, Instant};
@@ -56,12 +56,14 @@ impl SendMode {
         }
     }
 
-    /// The default for a connection: threaded to a peer on loopback (the same
-    /// machine: measured faster there every time, and the adaptive probes' short
-    /// windows misjudge it), adaptive anywhere else.
+    /// The default for a connection: inline to a peer on loopback (the same
+    /// machine: with page-aligned buffers the writer thread no longer pays for
+    /// itself there: the chunk migrating between two cores cost 0.25 CPU s/GB more
+    /// on the sender, and under load it was slower too; see docs/performance.md),
+    /// adaptive anywhere else.
     pub fn default_for(peer_on_loopback: bool) -> SendMode {
         if peer_on_loopback {
-            SendMode::Threaded
+            SendMode::Inline
         } else {
             SendMode::Adaptive
         }

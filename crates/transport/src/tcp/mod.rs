@@ -389,7 +389,10 @@ impl ChunkReceiver for TcpReceiver {
         // Wait for the sender to close: our process must not exit (and possibly
         // reset the connection) before the confirmation has reached it.
         let _ = self.sock.sock().shutdown(Shutdown::Write);
-        let _ = self.sock.sock().set_read_timeout(Some(Duration::from_secs(5)));
+        let _ = self
+            .sock
+            .sock()
+            .set_read_timeout(Some(Duration::from_secs(5)));
         let mut sink = [0u8; 64];
         while let Ok(n) = io::Read::read(&mut self.sock, &mut sink) {
             if n == 0 {
