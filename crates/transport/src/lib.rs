@@ -18,6 +18,7 @@
 //!   pick the transport, pump, report.
 #![deny(missing_docs)]
 
+pub mod buf;
 pub mod connect;
 pub mod endpoint;
 pub mod error;

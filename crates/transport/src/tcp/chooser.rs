@@ -1,15 +1,17 @@
 //! The adaptive TCP sender's chooser: which way the next chunk is written.
 //!
 //! Which is faster, handing each chunk to the writer thread or writing it on the
-//! caller's thread, depends on the path: measured on the same 2-core machine, the
-//! thread wins by 1.1-1.4x over loopback and loses by 1.5-1.9x over a veth pair
+//! caller's thread, depends on the path and the machine: measured on the same
+//! 2-core machine, the thread won by 1.1-1.4x over loopback while the buffers were
+//! misaligned (it hid the slow read; with page-aligned buffers inline costs less
+//! CPU there and was as fast or faster) and lost by 1.5-1.9x over a veth pair
 //! (where the receiving stack's work lands on the writing thread). So the sender
 //! measures instead of guessing ([`SendMode::Adaptive`]): after a warm-up phase
 //! (slow start) it times the way it is using, phase by phase (at least
 //! [`PHASE_CHUNKS`] chunks and [`PHASE_MIN`] each), and every [`KEEP_PHASES`]
 //! phases switches to the other way, lets it settle, times one phase of it, and
 //! keeps the faster (inline only when [`INLINE_MARGIN`] faster). To a peer on
-//! loopback it stays threaded (see [`SendMode::default_for`]).
+//! loopback it writes inline (see [`SendMode::default_for`]).
 //! `RDPIPE_TCP_SEND=threaded|inline|adaptive` pins a way.
 
 use std::time::{Duration, Instant};
@@ -56,12 +58,14 @@ impl SendMode {
         }
     }
 
-    /// The default for a connection: threaded to a peer on loopback (the same
-    /// machine: measured faster there every time, and the adaptive probes' short
-    /// windows misjudge it), adaptive anywhere else.
+    /// The default for a connection: inline to a peer on loopback (the same
+    /// machine: with page-aligned buffers the writer thread no longer pays for
+    /// itself there: the chunk migrating between two cores cost 0.25 CPU s/GB more
+    /// on the sender, and under load it was slower too; see docs/performance.md),
+    /// adaptive anywhere else.
     pub fn default_for(peer_on_loopback: bool) -> SendMode {
         if peer_on_loopback {
-            SendMode::Threaded
+            SendMode::Inline
         } else {
             SendMode::Adaptive
         }

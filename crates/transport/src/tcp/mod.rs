@@ -7,7 +7,9 @@
 //!
 //! Receiver: no thread. The caller reads each frame's payload straight into one
 //! buffer (a frame larger than the buffer in several pieces) and drains it; the
-//! kernel's socket buffer is what overlaps the network with the output.
+//! kernel's socket buffer is what overlaps the network with the output. Each
+//! payload read also takes the next frame's header when it is already queued
+//! ([`lookahead`]), so a data frame costs one read, not two.
 //!
 //! Buffers are at most [`TCP_BUF`] bytes whatever the negotiated chunk size, so
 //! that the data is still in the CPU cache between the copy in, the checksum and
@@ -18,16 +20,19 @@
 //! ([`SendMode`]).
 
 mod chooser;
+mod lookahead;
 
 pub use chooser::{
     SendMode, INLINE_MARGIN, KEEP_PHASES, PHASE_CHUNKS, PHASE_MIN, SEND_MODE_ENV, SETTLE_CHUNKS,
     SETTLE_MIN,
 };
 
+use crate::buf::PageBuf;
 use crate::error::GoneCause;
 use crate::frame_io::{conn_error, read_control_payload, read_header, write_control, write_data};
 use crate::{ChunkReceiver, ChunkSender, Received, TransportError};
 use chooser::Chooser;
+use lookahead::Lookahead;
 use rdpipe_wire::{AbortReason, Control, FrameKind, StreamEnd, WireError};
 use std::io;
 use std::net::{Shutdown, TcpStream};
@@ -44,7 +49,7 @@ pub const TCP_BUF: usize = 256 << 10;
 const KEEPALIVE_EVERY: Duration = Duration::from_secs(5);
 
 enum Out {
-    Data(Vec<u8>, usize),
+    Data(PageBuf, usize),
     End(StreamEnd),
 }
 
@@ -57,7 +62,7 @@ enum Back {
 /// The sending half over TCP.
 pub struct TcpSender {
     peer: String,
-    free: Receiver<Vec<u8>>,
+    free: Receiver<PageBuf>,
     out: Option<SyncSender<Out>>,
     writer: Option<JoinHandle<io::Result<()>>>,
     back: Receiver<Back>,
@@ -67,7 +72,7 @@ pub struct TcpSender {
     wlock: Arc<Mutex<()>>,
     /// Buffers the caller holds (all of them while it writes inline: the writer
     /// thread then has nothing queued, which keeps the frames in order).
-    spare: Vec<Vec<u8>>,
+    spare: Vec<PageBuf>,
     buffers: usize,
     chooser: Chooser,
 }
@@ -84,7 +89,7 @@ impl TcpSender {
         let (free_tx, free) = channel();
         for _ in 0..slots.max(2) {
             free_tx
-                .send(vec![0u8; chunk_size])
+                .send(PageBuf::new(chunk_size))
                 .expect("receiver is alive");
         }
         let peer_on_loopback = stream.peer_addr().is_ok_and(|a| a.ip().is_loopback());
@@ -315,8 +320,8 @@ impl ChunkSender for TcpSender {
 /// The receiving half over TCP.
 pub struct TcpReceiver {
     peer: String,
-    sock: TcpStream,
-    buf: Vec<u8>,
+    sock: Lookahead,
+    buf: PageBuf,
     /// Payload bytes of the current data frame not read yet.
     left: usize,
     /// The largest data frame the peer may send (the negotiated chunk size).
@@ -329,8 +334,8 @@ impl TcpReceiver {
     pub fn new(stream: TcpStream, chunk_size: usize, peer: String) -> Self {
         TcpReceiver {
             peer,
-            sock: stream,
-            buf: vec![0u8; chunk_size.clamp(1, TCP_BUF)],
+            sock: Lookahead::new(stream),
+            buf: PageBuf::new(chunk_size.clamp(1, TCP_BUF)),
             left: 0,
             max: chunk_size as u32,
         }
@@ -371,7 +376,8 @@ impl ChunkReceiver for TcpReceiver {
             };
         }
         let n = self.left.min(self.buf.len());
-        io::Read::read_exact(&mut self.sock, &mut self.buf[..n])
+        self.sock
+            .read_payload(&mut self.buf[..n])
             .map_err(|e| conn_error(&self.peer, e))?;
         self.left -= n;
         drain(&mut self.buf[..n])?;
@@ -379,11 +385,14 @@ impl ChunkReceiver for TcpReceiver {
     }
 
     fn confirm(&mut self, done: &StreamEnd) -> Result<(), TransportError> {
-        write_control(&mut self.sock, &self.peer, &Control::Done(*done))?;
+        write_control(self.sock.sock(), &self.peer, &Control::Done(*done))?;
         // Wait for the sender to close: our process must not exit (and possibly
         // reset the connection) before the confirmation has reached it.
-        let _ = self.sock.shutdown(Shutdown::Write);
-        let _ = self.sock.set_read_timeout(Some(Duration::from_secs(5)));
+        let _ = self.sock.sock().shutdown(Shutdown::Write);
+        let _ = self
+            .sock
+            .sock()
+            .set_read_timeout(Some(Duration::from_secs(5)));
         let mut sink = [0u8; 64];
         while let Ok(n) = io::Read::read(&mut self.sock, &mut sink) {
             if n == 0 {
@@ -395,14 +404,14 @@ impl ChunkReceiver for TcpReceiver {
 
     fn abort(&mut self, reason: &str) {
         let _ = write_control(
-            &mut self.sock,
+            self.sock.sock(),
             &self.peer,
             &Control::Abort {
                 reason: AbortReason::Stream,
                 message: reason.to_string(),
             },
         );
-        let _ = self.sock.shutdown(Shutdown::Both);
+        let _ = self.sock.sock().shutdown(Shutdown::Both);
     }
 
     fn describe(&self) -> String {
