@@ -3,35 +3,16 @@
 //! (rdpipe) a run interrupted by SIGINT. Self-contained: local segments and
 //! loopback transfers, no ssh.
 
+use crate::support::{xxh3_hex, Scratch};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const RDPIPE: &str = env!("CARGO_BIN_EXE_rdpipe");
 const RDSEND: &str = env!("CARGO_BIN_EXE_rdsend");
 const RDRECV: &str = env!("CARGO_BIN_EXE_rdrecv");
-
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(tag: &str) -> Dir {
-        let d = std::env::temp_dir().join(format!("rdpipe-json-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        Dir(d)
-    }
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn read_json(p: &Path) -> Value {
     let text = std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
@@ -62,13 +43,9 @@ fn rdpipe(args: &[&str], input: &[u8]) -> (Option<i32>, Vec<u8>, String) {
     )
 }
 
-fn xxh3_hex(data: &[u8]) -> String {
-    format!("{:016x}", xxhash_rust::xxh3::xxh3_64(data))
-}
-
 #[test]
 fn rdpipe_good_run() {
-    let d = Dir::new("pipe-good");
+    let d = Scratch::new("pipe-good");
     let json = d.path("r.json");
     let (code, out, err) = rdpipe(
         &["--json", json.to_str().unwrap(), "-:cat", "-:rev"],
@@ -117,7 +94,7 @@ fn rdpipe_good_run() {
 
 #[test]
 fn rdpipe_failed_run() {
-    let d = Dir::new("pipe-fail");
+    let d = Scratch::new("pipe-fail");
     let json = d.path("r.json");
     std::fs::write(&json, "stale").unwrap();
     let (code, _, err) = rdpipe(
@@ -150,7 +127,7 @@ fn rdpipe_failed_run() {
 
 #[test]
 fn rdpipe_interrupted_run() {
-    let d = Dir::new("pipe-int");
+    let d = Scratch::new("pipe-int");
     let json = d.path("r.json");
     let marker = d.path("started");
     let cmd = format!("-:touch {} && exec sleep 60", marker.display());
@@ -205,7 +182,7 @@ fn start_rdrecv(args: &[&str], key: &str, out: &Path) -> (std::process::Child, S
 
 #[test]
 fn endpoints_good_run() {
-    let d = Dir::new("ep-good");
+    let d = Scratch::new("ep-good");
     let data: Vec<u8> = (0..1_000_003u32).map(|i| (i * 7 + i / 13) as u8).collect();
     std::fs::write(d.path("in"), &data).unwrap();
     let (rj, sj) = (d.path("recv.json"), d.path("send.json"));
@@ -251,7 +228,7 @@ fn endpoints_good_run() {
 
 #[test]
 fn endpoints_failed_runs() {
-    let d = Dir::new("ep-fail");
+    let d = Scratch::new("ep-fail");
     std::fs::write(d.path("in"), b"some data").unwrap();
     // Keys differ: the sender exits 3 and says so in its report; the receiver
     // warns and keeps waiting for the right sender (one stray connection must

@@ -125,7 +125,7 @@ pub fn host(r: &HostReport) -> (Vec<Problem>, Vec<String>) {
         return (problems, notes);
     }
     memlock(r, p, &mut problems, &mut notes);
-    data_address(r, p, &mut problems);
+    data_address(r, p, &mut problems, &mut notes);
     (problems, notes)
 }
 
@@ -161,7 +161,12 @@ fn memlock(
     }
 }
 
-fn data_address(r: &HostReport, p: &super::probe::HostProbe, problems: &mut Vec<Problem>) {
+fn data_address(
+    r: &HostReport,
+    p: &super::probe::HostProbe,
+    problems: &mut Vec<Problem>,
+    notes: &mut Vec<String>,
+) {
     let (Some(addr), Some(from)) = (&r.data_address, r.data_address_from) else {
         return;
     };
@@ -173,6 +178,20 @@ fn data_address(r: &HostReport, p: &super::probe::HostProbe, problems: &mut Vec<
         .iter()
         .find(|a| !a.contains(':') || !a.starts_with("fe80"))
         .cloned();
+    if from != "--data-host" {
+        if let Some(a) = &suggestion {
+            // A pipeline discovers the RDMA address when the peer shares its
+            // subnet (run/fabric.rs); the pair's RDMA transfer below shows
+            // whether it does.
+            notes.push(format!(
+                "the data address {addr} (from {from}) is not on an RDMA port; pipelines \
+                 use its RDMA address ({a}) instead when the other host shares that subnet \
+                 (--data-host {}={a} makes it certain)",
+                r.host
+            ));
+            return;
+        }
+    }
     let fix = match &suggestion {
         Some(a) => format!(
             "pass --data-host {}={a} (an address on its RDMA port)",
@@ -301,7 +320,19 @@ mod tests {
 
     #[test]
     fn data_address_off_the_rdma_port() {
-        let (p, _) = host(&report(probe(), "192.168.1.2"));
+        // From ssh: discovery takes care of it; a note says so.
+        let (p, notes) = host(&report(probe(), "192.168.1.2"));
+        assert!(p.is_empty(), "{p:?}");
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.contains("use its RDMA address (10.0.0.2)")),
+            "{notes:?}"
+        );
+        // Chosen with --data-host: a problem with the fix.
+        let mut r = report(probe(), "192.168.1.2");
+        r.data_address_from = Some("--data-host");
+        let (p, _) = host(&r);
         assert_eq!(p.len(), 1, "{p:?}");
         assert!(p[0].problem.contains("192.168.1.2"), "{}", p[0]);
         assert_eq!(
