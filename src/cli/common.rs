@@ -78,8 +78,8 @@ impl From<Transport> for TransportPref {
     }
 }
 
-/// Parses a byte size such as `65536`, `64K`, `1M`, `1MiB` (binary units).
-pub fn parse_size(s: &str) -> Result<u32, String> {
+/// Parses a byte count such as `0`, `65536`, `64K`, `1M`, `1GiB` (binary units).
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let digits_end = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, unit) = t.split_at(digits_end);
@@ -93,7 +93,12 @@ pub fn parse_size(s: &str) -> Result<u32, String> {
         "g" | "gb" | "gib" => 1 << 30,
         _ => return Err(format!("unknown unit in '{s}' (use K, M or G)")),
     };
-    let v = n.saturating_mul(mult);
+    Ok(n.saturating_mul(mult))
+}
+
+/// Parses a chunk size: [`parse_bytes`] within 4K..=64M.
+pub fn parse_size(s: &str) -> Result<u32, String> {
+    let v = parse_bytes(s)?;
     if v < MIN_CHUNK_SIZE as u64 || v > MAX_CHUNK_SIZE as u64 {
         return Err(format!(
             "{s} is out of range: the chunk size must be between 4K and 64M"
@@ -102,7 +107,8 @@ pub fn parse_size(s: &str) -> Result<u32, String> {
     Ok(v as u32)
 }
 
-fn parse_slots(s: &str) -> Result<u32, String> {
+/// Parses `--slots`: 1..=MAX_SLOTS.
+pub fn parse_slots(s: &str) -> Result<u32, String> {
     let n: u32 = s
         .parse()
         .map_err(|_| format!("'{s}' is not a number of slots"))?;

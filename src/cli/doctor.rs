@@ -3,10 +3,9 @@
 //! always contains ':', so it cannot be one). The checks live in
 //! `rdpipe_orchestrate::doctor`.
 
-use crate::cli::common::{parse_size, Failure};
+use crate::cli::common::{parse_bytes, parse_size, parse_slots, Failure};
 use clap::Parser;
 use rdpipe_orchestrate::doctor::{self, DoctorConfig};
-use rdpipe_wire::MAX_SLOTS;
 use std::path::PathBuf;
 
 /// Examples for `--help` and the man page.
@@ -34,33 +33,6 @@ pub const EXIT_STATUS: &[(&str, &str)] = &[
     ("2", "Bad arguments."),
 ];
 
-fn parse_count(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let end = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(end);
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("'{s}' is not a size (examples: 0, 64M, 1G)"))?;
-    let mult: u64 = match unit.to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kib" => 1 << 10,
-        "m" | "mib" => 1 << 20,
-        "g" | "gib" => 1 << 30,
-        _ => return Err(format!("unknown unit in '{s}' (use K, M or G)")),
-    };
-    Ok(n.saturating_mul(mult))
-}
-
-fn parse_slots(s: &str) -> Result<u32, String> {
-    let n: u32 = s
-        .parse()
-        .map_err(|_| format!("'{s}' is not a number of slots"))?;
-    if !(1..=MAX_SLOTS).contains(&n) {
-        return Err(format!("{n} slots is out of range 1..={MAX_SLOTS}"));
-    }
-    Ok(n)
-}
-
 /// Check hosts before a transfer: ssh, rdrecv, RDMA devices, limits, rates.
 ///
 /// For each HOST (`-` is this machine, without ssh): whether ssh reaches it,
@@ -87,7 +59,7 @@ pub struct DoctorArgs {
     pub json: bool,
 
     /// Bytes each test transfer moves (0: none), e.g. 64M, 1G.
-    #[arg(long, value_name = "SIZE", default_value = "256M", value_parser = parse_count)]
+    #[arg(long, value_name = "SIZE", default_value = "256M", value_parser = parse_bytes)]
     pub size: u64,
 
     /// An option for ssh, as for `ssh -o` (repeatable).

@@ -1,22 +1,11 @@
 //! `rdpipe`'s flags (clap derive) and its entry point. The work is done by the
 //! `rdpipe-orchestrate` crate; this file only turns flags into its `Config`.
 
-use crate::cli::common::{parse_size, Failure, IntegrityArg, Transport};
+use crate::cli::common::{parse_size, parse_slots, Failure, IntegrityArg, Transport};
 use clap::Parser;
 use rdpipe_orchestrate::report::write_json_atomic;
 use rdpipe_orchestrate::run::{Config, LocalExe};
-use rdpipe_wire::MAX_SLOTS;
 use std::path::PathBuf;
-
-fn parse_slots(s: &str) -> Result<u32, String> {
-    let n: u32 = s
-        .parse()
-        .map_err(|_| format!("'{s}' is not a number of slots"))?;
-    if !(1..=MAX_SLOTS).contains(&n) {
-        return Err(format!("{n} slots is out of range 1..={MAX_SLOTS}"));
-    }
-    Ok(n)
-}
 
 /// Examples for `--help` and the man page.
 pub const EXAMPLES: &str = "\

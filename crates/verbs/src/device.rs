@@ -99,7 +99,18 @@ pub(crate) fn device_name(dev: *mut sys::ibv_device) -> String {
     unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
 }
 
-fn probe(dev: *mut sys::ibv_device) -> Result<DeviceInfo, VerbsError> {
+/// A device opened just long enough to read its attributes and every port's.
+pub(crate) struct Queried {
+    /// Its name (`mlx5_0`, `rxe0`).
+    pub name: String,
+    /// Its transport.
+    pub transport: DeviceTransport,
+    /// Each port (numbered from 1) with its attributes.
+    pub ports: Vec<(u8, sys::ibv_port_attr)>,
+}
+
+/// Opens `dev`, queries it and each of its ports, and closes it again.
+pub(crate) fn query_device(dev: *mut sys::ibv_device) -> Result<Queried, VerbsError> {
     let name = device_name(dev);
     // SAFETY: `dev` is a live entry of the device list, which outlives this call.
     let transport = DeviceTransport::from_raw(unsafe { (*dev).transport_type });
@@ -120,7 +131,7 @@ fn probe(dev: *mut sys::ibv_device) -> Result<DeviceInfo, VerbsError> {
         device: name.clone(),
         source,
     })?;
-    let mut active_ports = Vec::new();
+    let mut ports = Vec::new();
     for port in 1..=attr.phys_port_cnt {
         // SAFETY: plain old data, zero is valid.
         let mut pa: sys::ibv_port_attr = unsafe { std::mem::zeroed() };
@@ -131,13 +142,26 @@ fn probe(dev: *mut sys::ibv_device) -> Result<DeviceInfo, VerbsError> {
             port,
             source,
         })?;
-        if pa.state == sys::ibv_port_state::IBV_PORT_ACTIVE {
-            active_ports.push(port);
-        }
+        ports.push((port, pa));
     }
-    Ok(DeviceInfo {
+    Ok(Queried {
         name,
         transport,
+        ports,
+    })
+}
+
+fn probe(dev: *mut sys::ibv_device) -> Result<DeviceInfo, VerbsError> {
+    let q = query_device(dev)?;
+    let active_ports = q
+        .ports
+        .iter()
+        .filter(|(_, pa)| pa.state == sys::ibv_port_state::IBV_PORT_ACTIVE)
+        .map(|(port, _)| *port)
+        .collect();
+    Ok(DeviceInfo {
+        name: q.name,
+        transport: q.transport,
         active_ports,
     })
 }

@@ -3,9 +3,9 @@
 //! link rate in Gb/s (from `ibv_query_port`), and from sysfs the GID table with
 //! RoCE versions, the network devices and the NUMA node.
 
-use crate::device::{device_name, Context, DeviceList, DeviceTransport};
+use crate::device::{query_device, DeviceList, DeviceTransport};
 use crate::sysfs::{self, GidEntry};
-use crate::{dl, errno, VerbsError};
+use crate::VerbsError;
 use rdma_sys as sys;
 use std::path::Path;
 
@@ -155,47 +155,21 @@ pub struct DeviceDetails {
 }
 
 fn details(dev: *mut sys::ibv_device, root: &Path) -> Result<DeviceDetails, VerbsError> {
-    let name = device_name(dev);
-    // SAFETY: `dev` is a live entry of the device list, which outlives this call.
-    let transport = DeviceTransport::from_raw(unsafe { (*dev).transport_type });
-    // SAFETY: as above; the context is owned by `Context` and closed on drop.
-    let ctx = unsafe { (dl::ibv().ibv_open_device)(dev) };
-    if ctx.is_null() {
-        return Err(VerbsError::OpenDevice {
-            device: name,
-            source: errno(),
-        });
-    }
-    let ctx = Context(ctx);
-    // SAFETY: ibv_device_attr is plain old data; all-zero is a valid value.
-    let mut attr: sys::ibv_device_attr = unsafe { std::mem::zeroed() };
-    // SAFETY: valid context and out pointer.
-    let rc = unsafe { (dl::ibv().ibv_query_device)(ctx.0, &mut attr) };
-    crate::rc_errno(rc).map_err(|source| VerbsError::QueryDevice {
-        device: name.clone(),
-        source,
-    })?;
-    let mut ports = Vec::new();
-    for port in 1..=attr.phys_port_cnt {
-        // SAFETY: plain old data, zero is valid.
-        let mut pa: sys::ibv_port_attr = unsafe { std::mem::zeroed() };
-        // SAFETY: valid context, port number within phys_port_cnt.
-        let rc = unsafe { dl::query_port(dl::loaded(), ctx.0, port, &mut pa) };
-        crate::rc_errno(rc).map_err(|source| VerbsError::QueryPort {
-            device: name.clone(),
-            port,
-            source,
-        })?;
-        ports.push(PortDetails {
-            port,
+    let q = query_device(dev)?;
+    let (name, transport) = (q.name, q.transport);
+    let ports: Vec<PortDetails> = q
+        .ports
+        .iter()
+        .map(|(port, pa)| PortDetails {
+            port: *port,
             state: PortState::from_raw(pa.state),
             link_layer: LinkLayer::from_raw(pa.link_layer),
             active_mtu: mtu_bytes(pa.active_mtu),
             lanes: lanes(pa.active_width),
             lane_gbps: lane_gbps(pa.active_speed),
-            gids: sysfs::gids(root, &name, port, pa.gid_tbl_len.max(0) as u32),
-        });
-    }
+            gids: sysfs::gids(root, &name, *port, pa.gid_tbl_len.max(0) as u32),
+        })
+        .collect();
     let gids: Vec<GidEntry> = ports.iter().flat_map(|p| p.gids.clone()).collect();
     Ok(DeviceDetails {
         netdevs: sysfs::netdevs(root, &name, &gids),

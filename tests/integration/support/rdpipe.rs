@@ -117,6 +117,20 @@ pub fn start(prefix: &[&str], args: &[String], input: Option<Vec<u8>>) -> Starte
 
 impl Started {
     /// Waits at most `limit`, killing rdpipe (and failing the test) past it.
+    /// Interrupts rdpipe with SIGINT (as Ctrl-C does) and expects it to stop
+    /// promptly with status 130.
+    pub fn interrupt(self) -> Run {
+        assert!(Command::new("kill")
+            .args(["-INT", &self.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success());
+        let r = self.finish(Duration::from_secs(10));
+        assert_eq!(r.code(), Some(130), "{}", r.stderr);
+        assert!(r.elapsed < Duration::from_secs(20));
+        r
+    }
+
     pub fn finish(mut self, limit: Duration) -> Run {
         let Some(status) = poll(limit, Duration::from_millis(20), || {
             self.child.try_wait().unwrap()
