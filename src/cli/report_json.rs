@@ -25,6 +25,11 @@ pub fn finish(
     let Some(path) = path else {
         return outcome;
     };
+    let rate_limit = outcome
+        .as_ref()
+        .ok()
+        .and_then(|r| r.rate_limit)
+        .map(|r| r.bytes_per_sec());
     let (transfer, peer, exit_status, errors) = match &outcome {
         Ok(r) => (
             Transfer::done(&r.transport, r.bytes, r.checksum, r.elapsed.as_secs_f64()),
@@ -40,6 +45,7 @@ pub fn finish(
         role,
         peer,
         transfer,
+        rate_limit_bytes_per_second: rate_limit,
         wall_seconds: start.elapsed().as_secs_f64(),
         exit_status,
         errors,

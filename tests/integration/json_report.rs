@@ -60,6 +60,7 @@ fn rdpipe_good_run() {
     assert_eq!(v["verdict"]["errors"].as_array().unwrap().len(), 0);
     assert!(v["wall_seconds"].as_f64().unwrap() > 0.0);
     assert!(v["signal"].is_null());
+    assert!(v["rate_limit_bytes_per_second"].is_null());
     let hops = v["hops"].as_array().unwrap();
     assert_eq!(hops.len(), 3, "stdin -> [1] -> [2] -> stdout: {v:#}");
     assert_eq!(hops[0]["from"], "rdpipe stdin");

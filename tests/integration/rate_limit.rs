@@ -216,9 +216,19 @@ fn rdpipe_paces_every_hop() {
     // their commands on a loaded 2-core machine the lower bound is looser.
     let _turn = timed_turn();
     let data = random_bytes(40 * MIB, 144);
+    let dir = Scratch::new("rate-json");
+    let json = dir.s("run.json");
     assert_paced("rdpipe", 8, 0.90, || {
         let (mut child, out, err) = rdpipe_timed(
-            &["-v", "--rate-limit", "8M", "-:cat", "-:cat"],
+            &[
+                "-v",
+                "--rate-limit",
+                "8M",
+                "--json",
+                &json,
+                "-:cat",
+                "-:cat",
+            ],
             data.clone(),
         );
         let status = wait_bounded(&mut child, Duration::from_secs(60), "rdpipe --rate-limit");
@@ -227,6 +237,11 @@ fn rdpipe_paces_every_hop() {
         assert!(
             stderr.contains("rdpipe: rate limit 8 MiB/s on every hop"),
             "{stderr}"
+        );
+        let report = std::fs::read_to_string(&json).unwrap();
+        assert!(
+            report.contains("\"rate_limit_bytes_per_second\": 8388608"),
+            "{report}"
         );
         assert!(
             t.data == data,

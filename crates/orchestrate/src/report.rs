@@ -151,6 +151,9 @@ pub struct EndpointReport {
     /// The transfer.
     #[serde(flatten)]
     pub transfer: Transfer,
+    /// The rate limit in effect, bytes per second (the lower of both ends'
+    /// `--rate-limit`); absent without one or when the transfer never started.
+    pub rate_limit_bytes_per_second: Option<u64>,
     /// Seconds from start to end of the whole run (connection and handshake too).
     pub wall_seconds: f64,
     /// The tool's exit status.
@@ -254,6 +257,8 @@ pub struct PipeReport {
     pub sinks: Vec<SinkReport>,
     /// The outcome.
     pub verdict: VerdictReport,
+    /// `--rate-limit`, bytes per second, applied by every hop's sender.
+    pub rate_limit_bytes_per_second: Option<u64>,
     /// The signal that interrupted rdpipe (SIGINT 2, SIGTERM 15, SIGHUP 1), if any.
     pub signal: Option<i32>,
     /// Seconds from start to end.
@@ -269,6 +274,7 @@ impl PipeReport {
             hops: vec![],
             segments: vec![],
             sinks: vec![],
+            rate_limit_bytes_per_second: None,
             verdict: VerdictReport {
                 exit_status,
                 errors,

@@ -68,6 +68,7 @@ impl Runner {
             hops,
             segments,
             sinks: self.sink_reports(),
+            rate_limit_bytes_per_second: self.a.rate_limit.map(|r| r.bytes_per_sec()),
             verdict: VerdictReport {
                 exit_status: 0,
                 errors: vec![],
