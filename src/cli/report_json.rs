@@ -32,7 +32,13 @@ pub fn finish(
         .map(|r| r.bytes_per_sec());
     let (transfer, peer, exit_status, errors) = match &outcome {
         Ok(r) => (
-            Transfer::done(&r.transport, r.bytes, r.checksum, r.elapsed.as_secs_f64()),
+            Transfer::done(
+                &r.transport,
+                Some(r.integrity),
+                r.bytes,
+                r.checksum,
+                r.elapsed.as_secs_f64(),
+            ),
             Some(r.peer.clone()),
             0,
             vec![],

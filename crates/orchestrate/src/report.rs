@@ -3,6 +3,7 @@
 //! verdict), and the one way they reach the disk: a temporary file beside the
 //! target, renamed over it once complete, so a reader never sees half a report.
 
+use rdpipe_wire::Integrity;
 use serde::Serialize;
 use std::io::Write;
 use std::path::Path;
@@ -43,22 +44,6 @@ pub fn write_json_atomic<T: Serialize>(path: &Path, value: &T) -> Result<(), Rep
     tmp.as_file().sync_all().map_err(err)?;
     tmp.persist(path).map_err(|e| err(e.error))?;
     Ok(())
-}
-
-/// A hop's description as `-v` shows it (`tcp, mac`,
-/// `rdma (rxe0, write-with-imm), encrypt`) split into the transport's
-/// description and the stream's protection (`mac`), when it names one.
-pub fn protection_part(describe: &str) -> (&str, Option<&str>) {
-    match describe.rsplit_once(", ") {
-        // Outside any parentheses (the device's details use ", " too).
-        Some((t, p))
-            if crate::parse_integrity(p).is_ok()
-                && t.matches('(').count() == t.matches(')').count() =>
-        {
-            (t, Some(p))
-        }
-        _ => (describe, None),
-    }
 }
 
 /// A transport description as `-v` shows it (`tcp`, `rdma (rxe0, write-with-imm)`)
@@ -121,14 +106,19 @@ pub struct Transfer {
 impl Transfer {
     /// A finished transfer: its transport description, byte count, checksum and
     /// duration.
-    pub fn done(describe: &str, bytes: u64, checksum: u64, secs: f64) -> Transfer {
-        let (describe, integrity) = protection_part(describe);
+    pub fn done(
+        describe: &str,
+        integrity: Option<Integrity>,
+        bytes: u64,
+        checksum: u64,
+        secs: f64,
+    ) -> Transfer {
         let (transport, device) = transport_parts(describe);
         Transfer {
             transport: Some(transport),
             device,
             transport_detail: Some(describe.to_string()),
-            integrity: integrity.map(str::to_string),
+            integrity: integrity.map(|i| i.as_str().to_string()),
             bytes: Some(bytes),
             checksum: Some(format!("{checksum:016x}")),
             seconds: Some(secs),
@@ -290,18 +280,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn protection_splits_off() {
-        assert_eq!(protection_part("tcp, mac"), ("tcp", Some("mac")));
-        assert_eq!(
-            protection_part("rdma (rxe0, write-with-imm), encrypt"),
-            ("rdma (rxe0, write-with-imm)", Some("encrypt"))
-        );
-        assert_eq!(protection_part("tcp"), ("tcp", None));
-        assert_eq!(
-            protection_part("rdma (rxe0, write-with-imm)"),
-            ("rdma (rxe0, write-with-imm)", None)
-        );
-        let t = Transfer::done("rdma (rxe0, write), checksum", 1, 2, 1.0);
+    fn a_transfer_names_its_device_and_integrity() {
+        let t = Transfer::done("rdma (rxe0, write)", Some(Integrity::Checksum), 1, 2, 1.0);
         assert_eq!(t.transport.as_deref(), Some("rdma"));
         assert_eq!(t.device.as_deref(), Some("rxe0"));
         assert_eq!(t.integrity.as_deref(), Some("checksum"));

@@ -23,7 +23,7 @@
 //!   lengths; none without RDMA libraries or with `--transport tcp`), for
 //!   rdpipe's data-address discovery ([`NetAddr`]);
 //! - `PORT in|out N`: a side started with `listen` is listening on port N;
-//! - `DONE in|out BYTES CHECKSUM SECS TRANSPORT`: a transfer completed, verified;
+//! - `DONE in|out BYTES CHECKSUM SECS INTEGRITY TRANSPORT`: a transfer completed, verified;
 //! - `EXIT CODE`, `EXIT signal N`, `EXIT killed`: how the command ended (`killed`:
 //!   by the agent, after another failure);
 //! - `FAIL PART KIND CODE MESSAGE`: something failed. PART is `in`, `out`, `cmd`,
@@ -39,6 +39,7 @@
 //! `IN`/`OUT` reports to `DONE in`/`DONE out`. Version 3 added `FABRIC`, which
 //! rdpipe waits for before it tells a connecting side where to connect.
 
+use rdpipe_wire::Integrity;
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
@@ -164,6 +165,8 @@ pub struct HopReport {
     pub secs: f64,
     /// The transport, as `-v` shows it (e.g. `tcp`, `rdma (rxe0, write-with-imm)`).
     pub transport: String,
+    /// How the stream was protected.
+    pub integrity: Integrity,
 }
 
 impl HopReport {
@@ -173,8 +176,14 @@ impl HopReport {
             bytes: r.bytes,
             checksum: r.checksum,
             secs: r.elapsed.as_secs_f64(),
-            transport: format!("{}, {}", r.transport, r.integrity.as_str()),
+            transport: r.transport.clone(),
+            integrity: r.integrity,
         }
+    }
+
+    /// As `-v` shows it: `tcp, mac`.
+    pub fn describe(&self) -> String {
+        format!("{}, {}", self.transport, self.integrity.as_str())
     }
 
     /// Whether two ends saw the same stream (count and checksum).
@@ -400,11 +409,12 @@ impl fmt::Display for FromAgent {
             FromAgent::Port { dir, port } => write!(f, "PORT {} {port}", dir.as_str()),
             FromAgent::Done { dir, report: r } => write!(
                 f,
-                "DONE {} {} {:016x} {:.6} {}",
+                "DONE {} {} {:016x} {:.6} {} {}",
                 dir.as_str(),
                 r.bytes,
                 r.checksum,
                 r.secs,
+                r.integrity.as_str(),
                 one_line(&r.transport)
             ),
             FromAgent::Exit(e) => write!(f, "EXIT {e}"),
@@ -461,7 +471,7 @@ impl FromStr for FromAgent {
                 Ok(FromAgent::Port { dir, port })
             }
             "DONE" => {
-                let mut w = rest.splitn(5, ' ');
+                let mut w = rest.splitn(6, ' ');
                 let dir = field(&mut w, "direction")?.parse()?;
                 let bytes = num(field(&mut w, "bytes")?, "bytes")?;
                 let checksum = u64::from_str_radix(field(&mut w, "checksum")?, 16)
@@ -470,6 +480,8 @@ impl FromStr for FromAgent {
                 if !secs.is_finite() || secs < 0.0 {
                     return Err(ParseError::Field("seconds"));
                 }
+                let integrity = crate::parse_integrity(field(&mut w, "integrity")?)
+                    .map_err(|_| ParseError::Field("integrity"))?;
                 let transport = field(&mut w, "transport")?.to_string();
                 Ok(FromAgent::Done {
                     dir,
@@ -478,6 +490,7 @@ impl FromStr for FromAgent {
                         checksum,
                         secs,
                         transport,
+                        integrity,
                     },
                 })
             }

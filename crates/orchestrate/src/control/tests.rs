@@ -22,6 +22,7 @@ fn every_agent_message_round_trips() {
                 checksum: 0xff,
                 secs: 0.5,
                 transport: "rdma (rxe0, write-with-imm)".into(),
+                integrity: rdpipe_wire::Integrity::Encrypt,
             },
         });
     }
@@ -97,6 +98,7 @@ fn malformed_lines_are_errors() {
         "DONE in 12 ff",
         "DONE in 12 zz 0.5 tcp",
         "DONE in 12 ff NaN tcp",
+        "DONE in 12 ff 0.5 sha1 tcp",
         "EXIT",
         "EXIT signal x",
         "FAIL",

@@ -65,7 +65,7 @@ impl Runner {
                         "{} -> {}: {}, {} bytes in {:.3} s ({gbps:.3} GB/s), xxh3 {:016x}",
                         self.p.node_name(h.from),
                         self.p.node_name(h.to),
-                        r.transport,
+                        r.describe(),
                         r.bytes,
                         r.secs,
                         r.checksum

@@ -10,7 +10,7 @@ use crate::report::{self, PipeReport, SegmentReport, Transfer, VerdictReport};
 use std::time::Duration;
 
 fn transfer(r: &HopReport) -> Transfer {
-    Transfer::done(&r.transport, r.bytes, r.checksum, r.secs)
+    Transfer::done(&r.transport, Some(r.integrity), r.bytes, r.checksum, r.secs)
 }
 
 impl Runner {

@@ -78,7 +78,9 @@ pub fn judge(f: &SinkFacts) -> SinkVerdict {
     let stream = match &f.received {
         Some(r) if verified => format!(
             "{} bytes over {} verified, xxh3 {:016x}",
-            r.bytes, r.transport, r.checksum
+            r.bytes,
+            r.describe(),
+            r.checksum
         ),
         Some(r) => format!("{} bytes, xxh3 {:016x}, NOT verified", r.bytes, r.checksum),
         None => "no verified stream".to_string(),
@@ -178,7 +180,7 @@ impl Runner {
                     action: self.p.segments[i].action.to_string(),
                     bytes: r.map(|r| r.bytes),
                     checksum: r.map(|r| format!("{:016x}", r.checksum)),
-                    transport: r.map(|r| r.transport.clone()),
+                    transport: r.map(HopReport::describe),
                     verified: v.verified,
                     exit_status: self.segs[i].exit.and_then(CmdExit::status),
                     ok: v.ok,
@@ -250,7 +252,8 @@ mod tests {
             bytes,
             checksum,
             secs: 1.0,
-            transport: "tcp, mac".into(),
+            transport: "tcp".into(),
+            integrity: rdpipe_wire::Integrity::Mac,
         }
     }
 
