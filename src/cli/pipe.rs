@@ -147,8 +147,9 @@ pub struct PipeArgs {
     /// IPoIB address (repeatable), used as given. Default: HOST's HostName in the
     /// ssh configuration, else HOST itself; when that is not one of the
     /// RDMA-capable addresses HOST's endpoint reports (netdevs of ACTIVE RDMA
-    /// ports), one of those on a subnet the connecting host shares is used instead
-    /// (not with --transport tcp; -v says which).
+    /// ports), one of those on a subnet the connecting host shares is used instead,
+    /// else one the connecting host routes to over its RDMA-capable addresses and
+    /// that answers (not with --transport tcp; -v says which).
     #[arg(long, value_name = "HOST=ADDR")]
     pub data_host: Vec<String>,
 

@@ -12,6 +12,7 @@
 mod support;
 
 mod attacks;
+mod discovery;
 mod docs;
 mod doctor;
 mod endpoints;

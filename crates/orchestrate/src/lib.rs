@@ -7,6 +7,8 @@
 //! - [`control`]: the typed line protocol between rdpipe and its agents;
 //! - [`report`]: the `--json FILE` reports (endpoint and pipeline), written atomically;
 //! - [`ssh`]: ssh options, data addresses, master connections;
+//! - [`reach`]: probing a listening host's RDMA-capable addresses (discovery's
+//!   "routed and answering" rule);
 //! - [`install`]: self-install of the agent on hosts without a usable rdrecv;
 //! - [`guard`]: the processes that tie an SSH master's life to rdpipe's and a
 //!   command's life to its agent's.
@@ -18,6 +20,7 @@ pub mod doctor;
 pub mod guard;
 pub mod install;
 pub mod plan;
+pub mod reach;
 pub mod report;
 pub mod run;
 pub mod ssh;

@@ -1,11 +1,12 @@
-//! What the agent hears: rdpipe's control lines on stdin (`CONNECT`, `PING`,
-//! `PROGRESS`, end of file), the silence watchdog, and SIGTERM/SIGINT/SIGHUP.
-//! Each ends up as an event for the segment ([`super::segment::Ev`]) or as the
-//! address a waiting transfer connects to.
+//! What the agent hears: rdpipe's control lines on stdin (`CONNECT`, `PROBE`,
+//! `PING`, `PROGRESS`, end of file), the silence watchdog, and
+//! SIGTERM/SIGINT/SIGHUP. Each ends up as an event for the segment
+//! ([`super::segment::Ev`]), as the address a waiting transfer connects to, or
+//! (`PROBE`) as a `REACH` answer.
 
-use super::say::Meter;
+use super::say::{Meter, Say};
 use super::segment::{Ev, StopReason};
-use crate::control::{Direction, ToAgent, CONTROL_SILENCE};
+use crate::control::{Direction, FromAgent, NetAddr, ToAgent, CONTROL_SILENCE};
 use rdpipe_transport::{Endpoint, TransportError};
 use std::io::BufRead;
 use std::sync::mpsc;
@@ -41,11 +42,14 @@ pub fn connect_wait(
 
 /// Starts the threads that listen to rdpipe (the rest of `stdin` after the key
 /// line), watch for its silence and catch signals; all end the segment through
-/// `tx` with a [`StopReason`].
+/// `tx` with a [`StopReason`]. `PROBE` orders are answered on `say`, probing
+/// from `fabric` (this host's RDMA-capable addresses).
 pub fn listen<R: BufRead + Send + 'static>(
     mut stdin: R,
     tx: &mpsc::Sender<Ev>,
     meter: &Arc<Meter>,
+    say: &Say,
+    fabric: Vec<NetAddr>,
 ) -> ConnectOrders {
     // Signals end the segment like a closed control channel does.
     {
@@ -73,6 +77,8 @@ pub fn listen<R: BufRead + Send + 'static>(
     let (out_tx, out_rx) = mpsc::channel();
     let tx = tx.clone();
     let meter = meter.clone();
+    let say = say.clone();
+    let fabric = Arc::new(fabric);
     std::thread::spawn(move || {
         let mut line = String::new();
         loop {
@@ -90,6 +96,16 @@ pub fn listen<R: BufRead + Send + 'static>(
                         Direction::Out => &out_tx,
                     };
                     let _ = to.send((addr, port));
+                }
+                Ok(ToAgent::Probe { dir, port, addrs }) => {
+                    tracing::debug!("control: {}", line.trim_end());
+                    // Off this thread: a silent address takes the probe's time limit.
+                    let (say, fabric) = (say.clone(), fabric.clone());
+                    std::thread::spawn(move || {
+                        let results =
+                            crate::reach::probe(&addrs, port, &fabric, crate::reach::PROBE_TIMEOUT);
+                        say.send(&FromAgent::Reach { dir, results });
+                    });
                 }
                 Ok(ToAgent::Progress) => {
                     tracing::debug!("control: {}", line.trim_end());

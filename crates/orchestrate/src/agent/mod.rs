@@ -172,11 +172,11 @@ fn run(a: AgentArgs) -> bool {
         _ => crate::doctor::probe::rdma_networks(),
     };
     tracing::debug!("RDMA-capable addresses: {fabric:?}");
-    say.send(&FromAgent::Fabric(fabric));
+    say.send(&FromAgent::Fabric(fabric.clone()));
     tracing::debug!("started: input {:?}, output {:?}", a.input, a.output);
     let meter = Arc::new(Meter::new(&say));
     let (tx, rx) = mpsc::channel();
-    let orders = inbox::listen(stdin, &tx, &meter);
+    let orders = inbox::listen(stdin, &tx, &meter, &say, fabric);
     let shared = Arc::new(command::Shared::default());
     let mut seg = Segment::new(
         say.clone(),

@@ -10,6 +10,9 @@
 //!   endpoint can authenticate to another hop's endpoints;
 //! - `CONNECT in|out ADDR PORT`: where to connect the incoming / outgoing transfer,
 //!   for a side started with `connect`;
+//! - `PROBE in|out PORT ADDR...`: before `CONNECT`, when the listening host's
+//!   RDMA-capable addresses share no subnet with this host's: probe each (is the
+//!   route through an RDMA-capable address, does `PORT` accept a connection?);
 //! - `PING`, every [`PING_EVERY`]: rdpipe is alive;
 //! - `PROGRESS` (sent right after the key when rdpipe shows a progress line): report
 //!   byte counts with `SIZE` and `BYTES`.
@@ -23,6 +26,7 @@
 //!   lengths; none without RDMA libraries or with `--transport tcp`), for
 //!   rdpipe's data-address discovery ([`NetAddr`]);
 //! - `PORT in|out N`: a side started with `listen` is listening on port N;
+//! - `REACH in|out ADDR=RESULT...`: the answer to `PROBE` ([`Reach`]);
 //! - `DONE in|out BYTES CHECKSUM SECS INTEGRITY TRANSPORT`: a transfer completed, verified;
 //! - `EXIT CODE`, `EXIT signal N`, `EXIT killed`: how the command ended (`killed`:
 //!   by the agent, after another failure);
@@ -38,6 +42,7 @@
 //! MESSAGE`, and rdpipe recognised some failures by their text) and renamed the
 //! `IN`/`OUT` reports to `DONE in`/`DONE out`. Version 3 added `FABRIC`, which
 //! rdpipe waits for before it tells a connecting side where to connect.
+//! Version 4 added `PROBE` and `REACH` (discovery of a routed RDMA address).
 
 use rdpipe_wire::Integrity;
 use std::fmt;
@@ -45,11 +50,16 @@ use std::str::FromStr;
 use std::time::Duration;
 
 mod addr;
+mod keys;
+mod reach;
 pub use addr::NetAddr;
+pub use keys::{decode_hex, encode_hex, KeyLine};
+pub use reach::Reach;
+use std::net::IpAddr;
 
-/// Version of the control protocol (`HELLO 3`). An agent of another version is
+/// Version of the control protocol (`HELLO 4`). An agent of another version is
 /// not used.
-pub const PROTOCOL: u32 = 3;
+pub const PROTOCOL: u32 = 4;
 
 /// How often rdpipe sends `PING` on each agent's control channel.
 pub const PING_EVERY: Duration = Duration::from_secs(5);
@@ -119,6 +129,16 @@ pub enum ToAgent {
         /// The port.
         port: u16,
     },
+    /// `PROBE in|out PORT ADDR...`: probe these addresses of the listening host
+    /// of the `dir` transfer, which listens on `port`.
+    Probe {
+        /// Which transfer.
+        dir: Direction,
+        /// The listening port.
+        port: u16,
+        /// The addresses, in order of preference.
+        addrs: Vec<IpAddr>,
+    },
     /// `PING`.
     Ping,
     /// `PROGRESS`.
@@ -130,6 +150,10 @@ impl fmt::Display for ToAgent {
         match self {
             ToAgent::Connect { dir, addr, port } => {
                 write!(f, "CONNECT {} {addr} {port}", dir.as_str())
+            }
+            ToAgent::Probe { dir, port, addrs } => {
+                write!(f, "PROBE {} {port}", dir.as_str())?;
+                addrs.iter().try_for_each(|a| write!(f, " {a}"))
             }
             ToAgent::Ping => f.write_str("PING"),
             ToAgent::Progress => f.write_str("PROGRESS"),
@@ -146,6 +170,11 @@ impl FromStr for ToAgent {
                 dir: dir.parse()?,
                 addr: addr.to_string(),
                 port: port.parse().map_err(|_| ParseError::Field("port"))?,
+            }),
+            ["PROBE", dir, port, ref addrs @ ..] => Ok(ToAgent::Probe {
+                dir: dir.parse()?,
+                port: port.parse().map_err(|_| ParseError::Field("port"))?,
+                addrs: reach::parse_addrs(addrs.iter().copied())?,
             }),
             ["PING"] => Ok(ToAgent::Ping),
             ["PROGRESS"] => Ok(ToAgent::Progress),
@@ -342,6 +371,13 @@ pub enum FromAgent {
         /// The port.
         port: u16,
     },
+    /// `REACH in|out ADDR=RESULT...`: the answer to `PROBE`.
+    Reach {
+        /// Which transfer.
+        dir: Direction,
+        /// Each probed address and what was found.
+        results: Vec<(IpAddr, Reach)>,
+    },
     /// `DONE in|out ...`: a transfer completed, verified.
     Done {
         /// Which transfer.
@@ -407,6 +443,10 @@ impl fmt::Display for FromAgent {
                 v.iter().try_for_each(|a| write!(f, " {a}"))
             }
             FromAgent::Port { dir, port } => write!(f, "PORT {} {port}", dir.as_str()),
+            FromAgent::Reach { dir, results } => {
+                write!(f, "REACH {}", dir.as_str())?;
+                results.iter().try_for_each(|r| reach::fmt_result(f, r))
+            }
             FromAgent::Done { dir, report: r } => write!(
                 f,
                 "DONE {} {} {:016x} {:.6} {} {}",
@@ -470,6 +510,13 @@ impl FromStr for FromAgent {
                 }
                 Ok(FromAgent::Port { dir, port })
             }
+            "REACH" => {
+                let (dir, rest) = rest.split_once(' ').unwrap_or((rest, ""));
+                Ok(FromAgent::Reach {
+                    dir: dir.parse()?,
+                    results: reach::parse_results(rest)?,
+                })
+            }
             "DONE" => {
                 let mut w = rest.splitn(6, ' ');
                 let dir = field(&mut w, "direction")?.parse()?;
@@ -526,61 +573,6 @@ impl FromStr for FromAgent {
             _ => Err(ParseError::Unknown),
         }
     }
-}
-
-/// The first line rdpipe sends an agent: the keys of its incoming and outgoing
-/// hops.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KeyLine {
-    /// The incoming hop's key.
-    pub input: Option<Vec<u8>>,
-    /// The outgoing hop's key.
-    pub output: Option<Vec<u8>>,
-}
-
-impl fmt::Display for KeyLine {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let word = |k: &Option<Vec<u8>>| k.as_deref().map(encode_hex).unwrap_or("-".into());
-        write!(f, "{} {}", word(&self.input), word(&self.output))
-    }
-}
-
-impl FromStr for KeyLine {
-    type Err = ParseError;
-    fn from_str(l: &str) -> Result<Self, ParseError> {
-        let word = |w: &str| -> Result<Option<Vec<u8>>, ParseError> {
-            match w {
-                "-" => Ok(None),
-                hex => match decode_hex(hex) {
-                    Some(k) if !k.is_empty() => Ok(Some(k)),
-                    _ => Err(ParseError::Field("key")),
-                },
-            }
-        };
-        match l.split_whitespace().collect::<Vec<_>>()[..] {
-            [i, o] => Ok(KeyLine {
-                input: word(i)?,
-                output: word(o)?,
-            }),
-            _ => Err(ParseError::Field("key line")),
-        }
-    }
-}
-
-/// Decodes lowercase or uppercase hex (the key line).
-pub fn decode_hex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
-}
-
-/// Encodes bytes as lowercase hex (the key line).
-pub fn encode_hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 #[cfg(test)]

@@ -60,6 +60,11 @@ fn every_rdpipe_message_round_trips() {
             addr: "fe80::1".into(),
             port: 7,
         },
+        ToAgent::Probe {
+            dir: Direction::In,
+            port: 4791,
+            addrs: vec!["10.0.0.2".parse().unwrap(), "fd00::2".parse().unwrap()],
+        },
         ToAgent::Ping,
         ToAgent::Progress,
     ] {
@@ -68,6 +73,65 @@ fn every_rdpipe_message_round_trips() {
     assert!("CONNECT sideways h 1".parse::<ToAgent>().is_err());
     assert!("CONNECT in h 99999".parse::<ToAgent>().is_err());
     assert!("NOPE".parse::<ToAgent>().is_err());
+    assert_eq!(
+        "PROBE out 9 10.0.0.2".parse::<ToAgent>(),
+        Ok(ToAgent::Probe {
+            dir: Direction::Out,
+            port: 9,
+            addrs: vec!["10.0.0.2".parse().unwrap()]
+        })
+    );
+    for bad in [
+        "PROBE in 9",
+        "PROBE in 9 host.example",
+        "PROBE in x 10.0.0.2",
+        "PROBE up 9 10.0.0.2",
+    ] {
+        assert!(bad.parse::<ToAgent>().is_err(), "{bad}");
+    }
+}
+
+#[test]
+fn reach_lines() {
+    let via = "192.168.1.1".parse().unwrap();
+    for dir in [Direction::In, Direction::Out] {
+        round_trip_from(FromAgent::Reach {
+            dir,
+            results: vec![
+                ("10.0.0.2".parse().unwrap(), Reach::Answered),
+                ("10.0.1.2".parse().unwrap(), Reach::OffFabric(via)),
+                ("fd00::2".parse().unwrap(), Reach::Refused),
+                ("fd00::3".parse().unwrap(), Reach::Silent),
+                ("10.0.3.2".parse().unwrap(), Reach::Unreachable),
+                (
+                    "10.0.4.2".parse().unwrap(),
+                    Reach::OffFabric("fe80::1".parse().unwrap()),
+                ),
+            ],
+        });
+    }
+    round_trip_from(FromAgent::Reach {
+        dir: Direction::In,
+        results: vec![],
+    });
+    assert_eq!(
+        FromAgent::Reach {
+            dir: Direction::Out,
+            results: vec![("10.0.0.2".parse().unwrap(), Reach::OffFabric(via))],
+        }
+        .to_string(),
+        "REACH out 10.0.0.2=off-fabric@192.168.1.1"
+    );
+    for bad in [
+        "REACH",
+        "REACH up 10.0.0.2=answered",
+        "REACH in 10.0.0.2",
+        "REACH in 10.0.0.2=maybe",
+        "REACH in host=answered",
+        "REACH in 10.0.0.2=off-fabric@nowhere",
+    ] {
+        assert!(bad.parse::<FromAgent>().is_err(), "{bad}");
+    }
 }
 
 #[test]

@@ -181,12 +181,12 @@ fn data_address(
     if from != "--data-host" {
         if let Some(a) = &suggestion {
             // A pipeline discovers the RDMA address when the peer shares its
-            // subnet (run/fabric.rs); the pair's RDMA transfer below shows
-            // whether it does.
+            // subnet or reaches it over its fabric (run/fabric.rs); the pair's
+            // RDMA transfer below shows whether it does.
             notes.push(format!(
                 "the data address {addr} (from {from}) is not on an RDMA port; pipelines \
                  use its RDMA address ({a}) instead when the other host shares that subnet \
-                 (--data-host {}={a} makes it certain)",
+                 or routes to it over its own RDMA port (--data-host {}={a} makes it certain)",
                 r.host
             ));
             return;

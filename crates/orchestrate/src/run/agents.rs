@@ -74,6 +74,7 @@ impl Runner {
             }
             FromAgent::Fabric(addrs) => self.fabric_reported(i, addrs).await,
             FromAgent::Port { dir, port } => self.relay_port(i, dir, port).await,
+            FromAgent::Reach { dir, results } => self.reach_reported(i, dir, results).await,
             FromAgent::Done { dir, report } => self.segs[i].reports[dir.index()] = Some(report),
             FromAgent::Exit(e) => self.segs[i].exit = Some(e),
             FromAgent::Fail {

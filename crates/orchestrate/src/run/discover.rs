@@ -1,15 +1,17 @@
 //! Fabric address discovery in the running pipeline: the agents' `FABRIC`
 //! reports (rdpipe's own addresses for its stdin and stdout ends), the `PORT`
-//! announcements held back until both ends of a hop have reported, and the
-//! address each hop's connecting side is told (decided by the pure
-//! [`super::fabric::choose`], said at `-v`, kept for `--json`).
+//! announcements held back until both ends of a hop have reported, the probes
+//! of a listener's addresses from the connecting side when no subnet is shared
+//! (`PROBE`, answered by `REACH`), and the address each hop's connecting side
+//! is told (decided by the pure [`super::fabric::choose`] and
+//! [`super::fabric::after_probe`], said at `-v`, kept for `--json`).
 //!
 //! A hop where discovery runs has its listener bound to all addresses (see
 //! [`super::spawn::agent_args`]), so that whichever address is chosen reaches it.
 
 use super::fabric::{self, Choice, Origin};
 use super::{Runner, TOOL};
-use crate::control::{Direction, NetAddr, ToAgent};
+use crate::control::{Direction, NetAddr, Reach, ToAgent};
 use crate::plan::{parse_data_host, Node, Pipeline};
 use rdpipe_wire::TransportPref;
 use std::collections::HashMap;
@@ -28,6 +30,8 @@ pub(super) struct Discovery {
     local: Option<Vec<NetAddr>>,
     /// `PORT`s not relayed yet: (hop, port).
     pending: Vec<(usize, u16)>,
+    /// Hops whose connecting agent was told to `PROBE`: (hop, port).
+    probing: Vec<(usize, u16)>,
     /// Per hop: the address its connecting side was told, and where it came
     /// from (an [`Origin`]'s word, or `discovered`).
     pub(super) told: Vec<Option<(String, &'static str)>>,
@@ -87,6 +91,7 @@ impl Discovery {
             fabric: vec![None; p.segments.len()],
             local: None,
             pending: Vec::new(),
+            probing: Vec::new(),
             told: vec![None; p.hops.len()],
         }
     }
@@ -116,45 +121,126 @@ impl Runner {
     }
 
     /// Hop `k`'s listener listens on `port`: tell the connecting side where to
-    /// connect, once both ends reported their addresses when discovery runs.
+    /// connect, once both ends reported their addresses when discovery runs
+    /// (and, without a shared subnet, once the connecting side probed them).
     pub(super) async fn relay_hop(&mut self, k: usize, port: u16) {
         let hop = self.p.hops[k].clone();
-        let mut addr = hop.address.clone();
-        let mut from = self.disc.origins[k].as_str();
-        if self.disc.runs[k] {
-            let (Some(there), Some(here)) = (
-                self.fabric_of(hop.listener),
-                self.fabric_of(hop.connector()),
-            ) else {
-                debug!("hop {}: waiting for both ends' FABRIC", k + 1);
-                self.disc.pending.push((k, port));
-                return;
-            };
-            let given: Vec<IpAddr> = (addr.as_str(), 0)
-                .to_socket_addrs()
-                .map(|a| a.map(|a| a.ip()).collect())
-                .unwrap_or_default();
-            let c = fabric::choose(&given, &there, &here);
-            let listener = self.host_name(hop.listener);
-            let why = fabric::reason(&addr, &listener, &self.host_name(hop.connector()), &c);
-            addr = fabric::address(&addr, &c);
-            if matches!(c, Choice::Switch(_)) {
-                from = "discovered";
+        if !self.disc.runs[k] {
+            let from = self.disc.origins[k].as_str();
+            return self.tell(k, port, hop.address.clone(), from).await;
+        }
+        let (Some(there), Some(here)) = (
+            self.fabric_of(hop.listener),
+            self.fabric_of(hop.connector()),
+        ) else {
+            debug!("hop {}: waiting for both ends' FABRIC", k + 1);
+            self.disc.pending.push((k, port));
+            return;
+        };
+        let given: Vec<IpAddr> = (hop.address.as_str(), 0)
+            .to_socket_addrs()
+            .map(|a| a.map(|a| a.ip()).collect())
+            .unwrap_or_default();
+        match fabric::choose(&given, &there, &here) {
+            Choice::Probe(addrs) => self.probe(k, port, addrs, here).await,
+            c => self.decided(k, port, c).await,
+        }
+    }
+
+    /// No shared subnet for hop `k`: its connecting side probes `addrs` (an
+    /// agent answers with `REACH`; rdpipe's own ends probe from here, with
+    /// `mine`, this machine's RDMA-capable addresses).
+    async fn probe(&mut self, k: usize, port: u16, addrs: Vec<IpAddr>, mine: Vec<NetAddr>) {
+        let hop = &self.p.hops[k];
+        match hop.connector() {
+            Node::Segment(j) => {
+                let dir = if hop.to == Node::Segment(j) {
+                    Direction::In
+                } else {
+                    Direction::Out
+                };
+                let order = ToAgent::Probe { dir, port, addrs };
+                debug!(
+                    "hop {}: no shared subnet: telling [{}] to {order}",
+                    k + 1,
+                    j + 1
+                );
+                self.disc.probing.push((k, port));
+                self.send(j, &order).await;
             }
-            // (Not `A -> B:`: those lines are the hops' reports.)
-            let connector = match hop.connector() {
-                Node::Segment(_) => self.p.node_name(hop.connector()),
-                Node::Stdin | Node::Stdout => "rdpipe".into(),
-            };
-            let line = format!(
-                "{}: data address {addr} for {connector} ({why})",
-                self.p.node_name(hop.listener),
-            );
-            debug!("{line}");
-            if self.a.verbose > 0 {
-                rdpipe_term::say(TOOL, &line);
+            Node::Stdin | Node::Stdout => {
+                debug!(
+                    "hop {}: no shared subnet: probing {addrs:?} from here",
+                    k + 1
+                );
+                let results = tokio::task::spawn_blocking(move || {
+                    crate::reach::probe(&addrs, port, &mine, crate::reach::PROBE_TIMEOUT)
+                })
+                .await
+                .unwrap_or_default();
+                self.decided(k, port, fabric::after_probe(&results)).await;
             }
         }
+    }
+
+    /// Segment `j`'s `REACH` for its `dir` transfer: decide the hop that waited.
+    pub(super) async fn reach_reported(
+        &mut self,
+        j: usize,
+        dir: Direction,
+        results: Vec<(IpAddr, Reach)>,
+    ) {
+        let me = Node::Segment(j);
+        let hop = |k: usize| {
+            let h = &self.p.hops[k];
+            h.connector() == me
+                && match dir {
+                    Direction::In => h.to == me,
+                    Direction::Out => h.from == me,
+                }
+        };
+        let Some(at) = self.disc.probing.iter().position(|&(k, _)| hop(k)) else {
+            debug!("[{}] REACH {} for no probe (ignored)", j + 1, dir.as_str());
+            return;
+        };
+        let (k, port) = self.disc.probing.remove(at);
+        self.decided(k, port, fabric::after_probe(&results)).await;
+    }
+
+    /// Hop `k` decided by discovery (`c`): say so at `-v`, then tell.
+    async fn decided(&mut self, k: usize, port: u16, c: Choice) {
+        let hop = self.p.hops[k].clone();
+        let listener = self.host_name(hop.listener);
+        let why = fabric::reason(
+            &hop.address,
+            &listener,
+            &self.host_name(hop.connector()),
+            &c,
+        );
+        let addr = fabric::address(&hop.address, &c);
+        let from = match c {
+            Choice::Switch(..) => "discovered",
+            _ => self.disc.origins[k].as_str(),
+        };
+        // (Not `A -> B:`: those lines are the hops' reports.)
+        let connector = match hop.connector() {
+            Node::Segment(_) => self.p.node_name(hop.connector()),
+            Node::Stdin | Node::Stdout => "rdpipe".into(),
+        };
+        let line = format!(
+            "{}: data address {addr} for {connector} ({why})",
+            self.p.node_name(hop.listener),
+        );
+        debug!("{line}");
+        if self.a.verbose > 0 {
+            rdpipe_term::say(TOOL, &line);
+        }
+        self.tell(k, port, addr, from).await;
+    }
+
+    /// Tells hop `k`'s connecting side to connect to `addr`:`port`.
+    async fn tell(&mut self, k: usize, port: u16, addr: String, from: &'static str) {
+        let hop = self.p.hops[k].clone();
         self.disc.told[k] = Some((addr.clone(), from));
         match hop.connector() {
             Node::Stdin => self.start_source(addr, port),

@@ -4,14 +4,17 @@
 //! words `-v` and `-n` say about it. No I/O: the agents' `FABRIC` reports and
 //! the resolved addresses come in as values ([`super::discover`] gathers them).
 //!
-//! The rule: when the listening host has RDMA-capable addresses and the given
+//! The rules: when the listening host has RDMA-capable addresses and the given
 //! address is none of them, use the first of them that shares a subnet with one
 //! of the connecting host's RDMA-capable addresses (preferring the given
-//! address's family). Without such a shared subnet the given address stays (a
-//! routed RDMA network needs `--data-host`). `--data-host` is never replaced,
+//! address's family). Without such a shared subnet, the connecting host probes
+//! them ([`Choice::Probe`], `PROBE`/`REACH`, [`crate::reach`]) and the first
+//! that is routed from one of its RDMA-capable addresses and answers on the
+//! listening port is used ([`after_probe`]); when none does, the given address
+//! stays and `-v` says to pass `--data-host`. `--data-host` is never replaced,
 //! and `--transport tcp` turns discovery off.
 
-use crate::control::NetAddr;
+use crate::control::{NetAddr, Reach};
 use crate::plan::{Hop, Host, Pipeline};
 use rdpipe_wire::TransportPref;
 use std::collections::HashMap;
@@ -75,8 +78,22 @@ pub enum Keep {
     /// The connecting host reported none.
     NoRdmaAtConnector,
     /// None of the listening host's RDMA-capable addresses (listed) shares a
-    /// subnet with the connecting host's.
+    /// subnet with the connecting host's, and none can be probed (link-local
+    /// or loopback only).
     NoSharedSubnet(Vec<NetAddr>),
+    /// None shares a subnet, and none probed from the connecting host was
+    /// routed over its fabric and answered (what each probe found).
+    NoneAnswered(Vec<(IpAddr, Reach)>),
+}
+
+/// Which rule picked a discovered address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rule {
+    /// It shares a subnet with one of the connecting host's RDMA-capable addresses.
+    SharedSubnet,
+    /// The connecting host's route to it leaves from an RDMA-capable address,
+    /// and it answered there.
+    Routed,
 }
 
 /// The decision for one hop.
@@ -85,7 +102,11 @@ pub enum Choice {
     /// Connect to the planned address.
     Keep(Keep),
     /// Connect to this RDMA-capable address of the listening host instead.
-    Switch(IpAddr),
+    Switch(IpAddr, Rule),
+    /// Not decided yet: no shared subnet; probe these addresses of the
+    /// listening host (in order of preference) from the connecting host, then
+    /// decide with [`after_probe`].
+    Probe(Vec<IpAddr>),
 }
 
 /// Decides one hop: `given` is what the planned address resolves to (empty when
@@ -113,17 +134,34 @@ pub fn choose(given: &[IpAddr], listener: &[NetAddr], connector: &[NetAddr]) -> 
         .filter(reachable)
         .find(same_family)
         .or_else(|| listener.iter().find(reachable));
-    match best {
-        Some(a) => Choice::Switch(a.ip),
-        None => Choice::Keep(Keep::NoSharedSubnet(listener.to_vec())),
+    if let Some(a) = best {
+        return Choice::Switch(a.ip, Rule::SharedSubnet);
+    }
+    // No shared subnet: the usable ones, the given address's family first.
+    let usable = || listener.iter().filter(|a| a.usable_by_peers());
+    let mut probe: Vec<IpAddr> = usable().filter(same_family).map(|a| a.ip).collect();
+    probe.extend(usable().filter(|a| !same_family(a)).map(|a| a.ip));
+    if probe.is_empty() {
+        Choice::Keep(Keep::NoSharedSubnet(listener.to_vec()))
+    } else {
+        Choice::Probe(probe)
+    }
+}
+
+/// Decides a hop that [`choose`] left to a probe: the first address (in the
+/// order probed) that answered, else the given address stays.
+pub fn after_probe(results: &[(IpAddr, Reach)]) -> Choice {
+    match results.iter().find(|(_, r)| r.answered()) {
+        Some(&(ip, _)) => Choice::Switch(ip, Rule::Routed),
+        None => Choice::Keep(Keep::NoneAnswered(results.to_vec())),
     }
 }
 
 /// The address the connecting side is told: the switch's, else `given`.
 pub fn address(given: &str, c: &Choice) -> String {
     match c {
-        Choice::Switch(ip) => ip.to_string(),
-        Choice::Keep(_) => given.to_string(),
+        Choice::Switch(ip, _) => ip.to_string(),
+        Choice::Keep(_) | Choice::Probe(_) => given.to_string(),
     }
 }
 
@@ -131,7 +169,14 @@ pub fn address(given: &str, c: &Choice) -> String {
 /// the parenthesis saying why.
 pub fn reason(given: &str, listener: &str, connector: &str, c: &Choice) -> String {
     match c {
-        Choice::Switch(_) => format!("RDMA-capable, instead of {given} from ssh"),
+        Choice::Switch(_, Rule::SharedSubnet) => format!("RDMA-capable, instead of {given} from ssh"),
+        Choice::Switch(_, Rule::Routed) => format!(
+            "RDMA-capable, routed from {connector}'s fabric and answering, instead of {given} from ssh"
+        ),
+        Choice::Probe(v) => format!(
+            "from ssh, while {connector} probes {}",
+            v.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(", ")
+        ),
         Choice::Keep(Keep::AlreadyRdma) => "from ssh, RDMA-capable".into(),
         Choice::Keep(Keep::NoRdmaAtListener) => {
             format!("from ssh; {listener} reported no RDMA-capable address")
@@ -140,10 +185,19 @@ pub fn reason(given: &str, listener: &str, connector: &str, c: &Choice) -> Strin
             format!("from ssh; {connector} reported no RDMA-capable address")
         }
         Choice::Keep(Keep::NoSharedSubnet(l)) => format!(
-            "from ssh; {listener}'s RDMA-capable {} share no subnet with {connector}'s: \
-             pass --data-host {listener}=ADDR for a routed one",
+            "from ssh; {listener}'s RDMA-capable {} share no subnet with {connector}'s and \
+             none can be reached from another host: pass --data-host {listener}=ADDR",
             l.iter()
                 .map(|a| a.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        Choice::Keep(Keep::NoneAnswered(r)) => format!(
+            "from ssh; {listener}'s RDMA-capable addresses share no subnet with {connector}'s, \
+             and none was routed over {connector}'s fabric and answered ({}): \
+             pass --data-host {listener}=ADDR for a routed one",
+            r.iter()
+                .map(|(ip, r)| format!("{ip} {r}"))
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
@@ -157,7 +211,8 @@ pub fn plan_note(origin: Origin, transport: TransportPref, given: &str) -> Strin
         Origin::DataHost => format!("{given} (from --data-host, used as given)"),
         Origin::Ssh if discovers(origin, transport) => format!(
             "{given} (from ssh); RDMA-capable address discovered at start: when the \
-             agents report that {given} is not one, one on a subnet both hosts share"
+             agents report that {given} is not one, one on a subnet both hosts share, \
+             else one the connecting host reaches over its fabric and that answers"
         ),
         Origin::Ssh => format!("{given} (from ssh; --transport tcp: no discovery)"),
     }
@@ -175,7 +230,7 @@ mod tests {
         v.iter().map(|s| s.parse().unwrap()).collect()
     }
     fn switch(s: &str) -> Choice {
-        Choice::Switch(s.parse().unwrap())
+        Choice::Switch(s.parse().unwrap(), Rule::SharedSubnet)
     }
 
     #[test]
@@ -217,13 +272,57 @@ mod tests {
     }
 
     #[test]
-    fn no_shared_subnet_keeps_the_address_and_says_so() {
-        let h2 = nets(&["10.0.0.2/24"]);
+    fn no_shared_subnet_probes_from_the_connecting_host() {
+        let h2 = nets(&["fd00::2/64", "10.0.0.2/24", "fe80::2/64", "10.5.0.2/31"]);
         let c = choose(&ips(&["192.168.1.2"]), &h2, &nets(&["10.9.0.1/24"]));
-        assert_eq!(c, Choice::Keep(Keep::NoSharedSubnet(h2)));
+        // The given address's family first; link-local is never probed.
+        assert_eq!(c, Choice::Probe(ips(&["10.0.0.2", "10.5.0.2", "fd00::2"])));
+        assert_eq!(address("192.168.1.2", &c), "192.168.1.2");
         let r = reason("192.168.1.2", "h2", "h1", &c);
-        assert!(r.contains("10.0.0.2/24 share no subnet with h1's"), "{r}");
-        assert!(r.contains("--data-host h2=ADDR"), "{r}");
+        assert!(r.contains("h1 probes 10.0.0.2, 10.5.0.2, fd00::2"), "{r}");
+    }
+
+    #[test]
+    fn the_first_address_that_answered_is_used() {
+        let (a, b, c): (IpAddr, IpAddr, IpAddr) = (
+            "10.0.0.2".parse().unwrap(),
+            "10.5.0.2".parse().unwrap(),
+            "fd00::2".parse().unwrap(),
+        );
+        let via: IpAddr = "192.168.1.1".parse().unwrap();
+        let r = [
+            (a, Reach::OffFabric(via)),
+            (b, Reach::Answered),
+            (c, Reach::Answered),
+        ];
+        let ch = after_probe(&r);
+        assert_eq!(ch, Choice::Switch(b, Rule::Routed));
+        assert_eq!(address("192.168.1.2", &ch), "10.5.0.2");
+        let why = reason("192.168.1.2", "h2", "h1", &ch);
+        assert_eq!(
+            why,
+            "RDMA-capable, routed from h1's fabric and answering, instead of 192.168.1.2 from ssh"
+        );
+    }
+
+    #[test]
+    fn none_answered_keeps_the_address_and_says_what_each_probe_found() {
+        let via: IpAddr = "192.168.1.1".parse().unwrap();
+        let r = [
+            ("10.0.0.2".parse().unwrap(), Reach::OffFabric(via)),
+            ("10.5.0.2".parse().unwrap(), Reach::Silent),
+            ("fd00::2".parse().unwrap(), Reach::Refused),
+        ];
+        let ch = after_probe(&r);
+        assert_eq!(ch, Choice::Keep(Keep::NoneAnswered(r.to_vec())));
+        assert_eq!(address("192.168.1.2", &ch), "192.168.1.2");
+        let why = reason("192.168.1.2", "h2", "h1", &ch);
+        assert!(
+            why.contains("10.0.0.2 off-fabric@192.168.1.1, 10.5.0.2 silent, fd00::2 refused"),
+            "{why}"
+        );
+        assert!(why.contains("--data-host h2=ADDR"), "{why}");
+        assert_eq!(after_probe(&[]), Choice::Keep(Keep::NoneAnswered(vec![])));
     }
 
     #[test]
@@ -238,10 +337,11 @@ mod tests {
         assert_eq!(choose(&ips(&["2001:db8::2"]), &h2, &h1), switch("fd00::2"));
         let h2 = nets(&["fe80::2/64"]);
         let h1 = nets(&["fe80::1/64"]);
-        assert!(matches!(
-            choose(&ips(&["2001:db8::2"]), &h2, &h1),
-            Choice::Keep(Keep::NoSharedSubnet(_))
-        ));
+        let c = choose(&ips(&["2001:db8::2"]), &h2, &h1);
+        assert_eq!(c, Choice::Keep(Keep::NoSharedSubnet(h2)));
+        let r = reason("2001:db8::2", "h2", "h1", &c);
+        assert!(r.contains("fe80::2/64 share no subnet with h1's"), "{r}");
+        assert!(r.contains("--data-host h2=ADDR"), "{r}");
     }
 
     #[test]
