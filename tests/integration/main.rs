@@ -18,6 +18,7 @@ mod doctor;
 mod endpoints;
 mod fanout;
 mod faults_endpoints;
+mod faults_network;
 mod faults_pipeline;
 mod json_report;
 mod no_rdma_core;
