@@ -45,9 +45,12 @@ enum Ev {
 /// Runs `args[0] args[1..]` until it exits (its status is returned) or stdin
 /// reaches end of file or a SIGTERM/SIGINT/SIGHUP arrives (it is then terminated).
 ///
-/// With `--rm CTL` first, the control socket CTL, its `CTL.log` and (when empty)
-/// their directory are removed when the master has ended, so a rdpipe killed with
-/// SIGKILL leaves no files either.
+/// With `--rm CTL` first, the control socket CTL, its `CTL.log`, their
+/// directory (each master has one of its own) and, when that leaves it empty,
+/// the run's directory above it are removed when the master has ended, so a
+/// rdpipe killed with SIGKILL leaves no files either. (rdpipe creates every
+/// master's directory before it starts any master, so the run's directory is
+/// only empty once all are gone.)
 pub fn main<I: IntoIterator<Item = OsString>>(args: I) -> ExitCode {
     let mut args: Vec<OsString> = args.into_iter().collect();
     let mut remove: Option<std::path::PathBuf> = None;
@@ -61,6 +64,9 @@ pub fn main<I: IntoIterator<Item = OsString>>(args: I) -> ExitCode {
         let _ = std::fs::remove_file(ctl.with_extension("log"));
         if let Some(dir) = ctl.parent() {
             let _ = std::fs::remove_dir(dir);
+            if let Some(run) = dir.parent() {
+                let _ = std::fs::remove_dir(run);
+            }
         }
     }
     code

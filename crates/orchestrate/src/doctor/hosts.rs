@@ -271,12 +271,16 @@ pub fn gather(cfg: &DoctorConfig, targets: &[Target], exe: &Path) -> Vec<HostRep
         }
     }
     let probed: Vec<(usize, Probed)> = rt.block_on(async {
+        // A directory per master, all made before any master starts: its guard
+        // removes it when the master ends, and the run's directory once empty.
+        let subs: Vec<_> = (0..remote.len())
+            .map(|n| dir.path().join(format!("d{n}")))
+            .collect();
+        for sub in &subs {
+            let _ = std::fs::create_dir(sub);
+        }
         let mut set = tokio::task::JoinSet::new();
-        for (n, (i, h)) in remote.iter().enumerate() {
-            // A directory per master: its guard removes the directory when the
-            // master ends, which must not pull one from under another master.
-            let sub = dir.path().join(format!("d{n}"));
-            let _ = std::fs::create_dir(&sub);
+        for ((i, h), sub) in remote.iter().zip(&subs) {
             let job = probe_remote(
                 ssh.clone(),
                 h.clone(),

@@ -253,11 +253,22 @@ impl Runner {
                 jobs.push((host.clone(), chunk.to_vec()));
             }
         }
+        // A directory per master, all made before any master starts: a master's
+        // guard removes its own when the master ends, and the run's directory
+        // when that leaves it empty (see `guard::main`).
+        let mut ctls = Vec::new();
+        for n in 0..jobs.len() {
+            let sub = dir.join(format!("m{n}"));
+            if let Err(e) = std::fs::create_dir(&sub) {
+                tracing::warn!("cannot create {}: {e}", sub.display());
+            }
+            ctls.push(sub.join("ctl"));
+        }
         let mut set = tokio::task::JoinSet::new();
         for (n, (host, _)) in jobs.iter().enumerate() {
             let ssh = ssh.clone();
             let host = host.clone();
-            let ctl = dir.join(format!("m{n}"));
+            let ctl = ctls[n].clone();
             let exe = self.exe.exe.clone();
             debug!(
                 "starting ssh master {} for {} ({})",
