@@ -1,7 +1,7 @@
 //! Data-address discovery's second rule, "routed and answering" (issue 14), as
 //! the real agents carry it out: an agent told to `PROBE` a listening agent's
-//! addresses answers `REACH` with what each probe found, and the probe's
-//! the transfer that follows is byte-exact. These hosts have no RDMA device, so
+//! addresses answers `REACH` with what each probe found, and the transfer that
+//! follows is byte-exact. These hosts have no RDMA device, so
 //! every route leaves from an address without one (`off-fabric`) and no probe
 //! connects; the answered case needs an RDMA-capable source address
 //! (crates/orchestrate/src/reach.rs's tests, with sockets on loopback, and the

@@ -29,11 +29,20 @@ pub fn probe(
     std::thread::scope(|s| {
         let probes: Vec<_> = addrs
             .iter()
-            .map(|&ip| (ip, s.spawn(move || probe_one(ip, port, mine, timeout))))
+            .map(|&ip| {
+                let t = std::thread::Builder::new()
+                    .name("probe".into())
+                    .spawn_scoped(s, move || probe_one(ip, port, mine, timeout));
+                (ip, t)
+            })
             .collect();
         probes
             .into_iter()
-            .map(|(ip, h)| (ip, h.join().unwrap_or(Reach::Silent)))
+            .map(|(ip, t)| {
+                // A probe that could not start (no threads left) counts as silent.
+                let r = t.ok().and_then(|h| h.join().ok());
+                (ip, r.unwrap_or(Reach::Silent))
+            })
             .collect()
     })
 }

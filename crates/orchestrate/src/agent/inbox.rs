@@ -6,7 +6,7 @@
 
 use super::say::{Meter, Say};
 use super::segment::{Ev, StopReason};
-use crate::control::{Direction, FromAgent, NetAddr, ToAgent, CONTROL_SILENCE};
+use crate::control::{Direction, FromAgent, NetAddr, Reach, ToAgent, CONTROL_SILENCE};
 use rdpipe_transport::{Endpoint, TransportError};
 use std::io::BufRead;
 use std::sync::mpsc;
@@ -101,11 +101,24 @@ pub fn listen<R: BufRead + Send + 'static>(
                     tracing::debug!("control: {}", line.trim_end());
                     // Off this thread: a silent address takes the probe's time limit.
                     let (say, fabric) = (say.clone(), fabric.clone());
-                    std::thread::spawn(move || {
-                        let results =
-                            crate::reach::probe(&addrs, port, &fabric, crate::reach::PROBE_TIMEOUT);
-                        say.send(&FromAgent::Reach { dir, results });
+                    let asked = addrs.clone();
+                    let t = std::thread::Builder::new().name("probe".into()).spawn({
+                        let say = say.clone();
+                        move || {
+                            let results = crate::reach::probe(
+                                &addrs,
+                                port,
+                                &fabric,
+                                crate::reach::PROBE_TIMEOUT,
+                            );
+                            say.send(&FromAgent::Reach { dir, results });
+                        }
                     });
+                    if t.is_err() {
+                        // Cannot probe: answer at once, every address silent.
+                        let results = asked.into_iter().map(|a| (a, Reach::Silent)).collect();
+                        say.send(&FromAgent::Reach { dir, results });
+                    }
                 }
                 Ok(ToAgent::Progress) => {
                     tracing::debug!("control: {}", line.trim_end());

@@ -61,6 +61,9 @@ use std::net::IpAddr;
 /// not used.
 pub const PROTOCOL: u32 = 4;
 
+/// The most addresses one `PROBE` asks about (and an agent accepts).
+pub const MAX_PROBE: usize = 16;
+
 /// How often rdpipe sends `PING` on each agent's control channel.
 pub const PING_EVERY: Duration = Duration::from_secs(5);
 

@@ -78,12 +78,13 @@ pub(super) fn parse_results(rest: &str) -> Result<Vec<(IpAddr, Reach)>, ParseErr
         .collect()
 }
 
-/// Parses the `ADDR ...` of a `PROBE` line (at least one).
+/// Parses the `ADDR ...` of a `PROBE` line (at least one, at most
+/// [`super::MAX_PROBE`]).
 pub(super) fn parse_addrs<'a>(w: impl Iterator<Item = &'a str>) -> Result<Vec<IpAddr>, ParseError> {
     let v = w
         .map(|a| a.parse().map_err(|_| ParseError::Field("address")))
         .collect::<Result<Vec<IpAddr>, _>>()?;
-    if v.is_empty() {
+    if v.is_empty() || v.len() > super::MAX_PROBE {
         return Err(ParseError::Field("address"));
     }
     Ok(v)

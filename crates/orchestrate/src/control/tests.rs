@@ -86,6 +86,7 @@ fn every_rdpipe_message_round_trips() {
         "PROBE in 9 host.example",
         "PROBE in x 10.0.0.2",
         "PROBE up 9 10.0.0.2",
+        &format!("PROBE in 9{}", " 10.0.0.2".repeat(MAX_PROBE + 1)),
     ] {
         assert!(bad.parse::<ToAgent>().is_err(), "{bad}");
     }

@@ -30,8 +30,9 @@ pub(super) struct Discovery {
     local: Option<Vec<NetAddr>>,
     /// `PORT`s not relayed yet: (hop, port).
     pending: Vec<(usize, u16)>,
-    /// Hops whose connecting agent was told to `PROBE`: (hop, port).
-    probing: Vec<(usize, u16)>,
+    /// Hops being probed from their connecting side: (hop, port, the
+    /// addresses asked about, in order).
+    probing: Vec<(usize, u16, Vec<IpAddr>)>,
     /// Per hop: the address its connecting side was told, and where it came
     /// from (an [`Origin`]'s word, or `discovered`).
     pub(super) told: Vec<Option<(String, &'static str)>>,
@@ -125,6 +126,14 @@ impl Runner {
     /// (and, without a shared subnet, once the connecting side probed them).
     pub(super) async fn relay_hop(&mut self, k: usize, port: u16) {
         let hop = self.p.hops[k].clone();
+        let busy = self.disc.told[k].is_some()
+            || self.disc.pending.iter().any(|&(h, _)| h == k)
+            || self.disc.probing.iter().any(|(h, ..)| *h == k);
+        if busy {
+            // A second PORT for one hop (only a misbehaving agent sends one).
+            debug!("hop {}: PORT again (ignored)", k + 1);
+            return;
+        }
         if !self.disc.runs[k] {
             let from = self.disc.origins[k].as_str();
             return self.tell(k, port, hop.address.clone(), from).await;
@@ -148,9 +157,11 @@ impl Runner {
     }
 
     /// No shared subnet for hop `k`: its connecting side probes `addrs` (an
-    /// agent answers with `REACH`; rdpipe's own ends probe from here, with
-    /// `mine`, this machine's RDMA-capable addresses).
+    /// agent answers with `REACH`; rdpipe's own ends probe from here, off the
+    /// event loop, with `mine`, this machine's RDMA-capable addresses, and the
+    /// result comes back as an event).
     async fn probe(&mut self, k: usize, port: u16, addrs: Vec<IpAddr>, mine: Vec<NetAddr>) {
+        self.disc.probing.push((k, port, addrs.clone()));
         let hop = &self.p.hops[k];
         match hop.connector() {
             Node::Segment(j) => {
@@ -165,7 +176,6 @@ impl Runner {
                     k + 1,
                     j + 1
                 );
-                self.disc.probing.push((k, port));
                 self.send(j, &order).await;
             }
             Node::Stdin | Node::Stdout => {
@@ -173,12 +183,11 @@ impl Runner {
                     "hop {}: no shared subnet: probing {addrs:?} from here",
                     k + 1
                 );
-                let results = tokio::task::spawn_blocking(move || {
-                    crate::reach::probe(&addrs, port, &mine, crate::reach::PROBE_TIMEOUT)
-                })
-                .await
-                .unwrap_or_default();
-                self.decided(k, port, fabric::after_probe(&results)).await;
+                let tx = self.tx.clone();
+                tokio::task::spawn_blocking(move || {
+                    let r = crate::reach::probe(&addrs, port, &mine, crate::reach::PROBE_TIMEOUT);
+                    let _ = tx.send(super::Event::Reached(k, r));
+                });
             }
         }
     }
@@ -199,12 +208,27 @@ impl Runner {
                     Direction::Out => h.from == me,
                 }
         };
-        let Some(at) = self.disc.probing.iter().position(|&(k, _)| hop(k)) else {
-            debug!("[{}] REACH {} for no probe (ignored)", j + 1, dir.as_str());
+        match self.disc.probing.iter().find(|(k, ..)| hop(*k)) {
+            Some(&(k, ..)) => self.probed(k, results).await,
+            None => debug!("[{}] REACH {} for no probe (ignored)", j + 1, dir.as_str()),
+        }
+    }
+
+    /// Hop `k`'s probe found `results`: decide it, on the addresses asked about
+    /// only, in the order asked (one not answered for counts as silent).
+    pub(super) async fn probed(&mut self, k: usize, results: Vec<(IpAddr, Reach)>) {
+        let Some(at) = self.disc.probing.iter().position(|(h, ..)| *h == k) else {
             return;
         };
-        let (k, port) = self.disc.probing.remove(at);
-        self.decided(k, port, fabric::after_probe(&results)).await;
+        let (k, port, asked) = self.disc.probing.remove(at);
+        let found: Vec<(IpAddr, Reach)> = asked
+            .into_iter()
+            .map(|ip| {
+                let r = results.iter().find(|(a, _)| *a == ip).map(|(_, r)| *r);
+                (ip, r.unwrap_or(Reach::Silent))
+            })
+            .collect();
+        self.decided(k, port, fabric::after_probe(&found)).await;
     }
 
     /// Hop `k` decided by discovery (`c`): say so at `-v`, then tell.

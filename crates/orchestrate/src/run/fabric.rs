@@ -138,9 +138,18 @@ pub fn choose(given: &[IpAddr], listener: &[NetAddr], connector: &[NetAddr]) -> 
         return Choice::Switch(a.ip, Rule::SharedSubnet);
     }
     // No shared subnet: the usable ones, the given address's family first.
+    // At most MAX_PROBE of them, each once (a host's report is not trusted
+    // to be short).
     let usable = || listener.iter().filter(|a| a.usable_by_peers());
-    let mut probe: Vec<IpAddr> = usable().filter(same_family).map(|a| a.ip).collect();
-    probe.extend(usable().filter(|a| !same_family(a)).map(|a| a.ip));
+    let mut probe: Vec<IpAddr> = Vec::new();
+    for a in usable()
+        .filter(same_family)
+        .chain(usable().filter(|a| !same_family(a)))
+    {
+        if !probe.contains(&a.ip) && probe.len() < crate::control::MAX_PROBE {
+            probe.push(a.ip);
+        }
+    }
     if probe.is_empty() {
         Choice::Keep(Keep::NoSharedSubnet(listener.to_vec()))
     } else {
@@ -280,6 +289,15 @@ mod tests {
         assert_eq!(address("192.168.1.2", &c), "192.168.1.2");
         let r = reason("192.168.1.2", "h2", "h1", &c);
         assert!(r.contains("h1 probes 10.0.0.2, 10.5.0.2, fd00::2"), "{r}");
+        // A long report with repeats: each address once, at most MAX_PROBE.
+        let many: Vec<NetAddr> = (0..200)
+            .map(|i| format!("10.{}.0.2/31", i % 40).parse().unwrap())
+            .collect();
+        let Choice::Probe(v) = choose(&[], &many, &nets(&["10.99.0.1/24"])) else {
+            panic!("no probe")
+        };
+        assert_eq!(v.len(), crate::control::MAX_PROBE);
+        assert_eq!(v[1], "10.1.0.2".parse::<IpAddr>().unwrap());
     }
 
     #[test]

@@ -169,6 +169,8 @@ enum Event {
     Source(Result<Report, TransportError>),
     /// rdpipe's stdout receiver ended.
     Sink(Result<Report, TransportError>),
+    /// rdpipe's own probe for hop `k` ([`discover`]) found this.
+    Reached(usize, Vec<(std::net::IpAddr, crate::control::Reach)>),
 }
 
 /// What rdpipe knows about one segment's agent.
@@ -588,6 +590,7 @@ impl Runner {
             Event::Exited(i, code, text) => self.agent_exited(i, code, text),
             Event::Source(r) => self.source_ended(r),
             Event::Sink(r) => self.sink_ended(r),
+            Event::Reached(k, r) => self.probed(k, r).await,
         }
     }
 
