@@ -47,9 +47,9 @@ use std::time::Duration;
 mod addr;
 pub use addr::NetAddr;
 
-/// Version of the control protocol (`HELLO 3`). An agent of another version is
-/// not used.
-pub const PROTOCOL: u32 = 3;
+/// Version of the control protocol (`HELLO 4`). An agent of another version is
+/// not used. 4: the agent takes `--relay` (a relay-only segment).
+pub const PROTOCOL: u32 = 4;
 
 /// How often rdpipe sends `PING` on each agent's control channel.
 pub const PING_EVERY: Duration = Duration::from_secs(5);
