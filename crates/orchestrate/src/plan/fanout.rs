@@ -224,6 +224,15 @@ mod tests {
     }
 
     #[test]
+    fn a_relay_only_segment_may_be_part_of_the_source() {
+        // a:'< f' gw: --to b:'> f': gw forwards, b is the only sink.
+        let p = plan_fanout(&v(&["a:< f", "gw:"]), &v(&["b:> f"]), false, &addr).unwrap();
+        assert_eq!(p.segments[1].action, Action::Relay);
+        assert!(!p.is_sink(1) && p.is_sink(2) && !p.relays(1));
+        assert_eq!(p.hops.len(), 2);
+    }
+
+    #[test]
     fn without_sinks_it_is_a_plain_pipeline() {
         let p = plan_fanout(&v(&["a:cat", "b:rev"]), &[], false, &addr).unwrap();
         assert_eq!(p.first_sink, None);
