@@ -67,6 +67,8 @@ pub const EXIT_STATUS: &[(&str, &str)] = &[
 ///                    received, verified and discarded
 ///   HOST:'> FILE'    write the stream to FILE ('>>' appends);
 ///                    mid-pipeline an empty stream goes onward
+///   HOST:            (empty command) relay only: HOST forwards the
+///                    stream to the next hop, no shell, no command
 ///
 /// One stream to many hosts: `rdpipe [SOURCE...] --to HOST:CMD --to
 /// HOST:CMD ...` sends the source's output (or rdpipe's stdin) once, to

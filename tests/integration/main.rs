@@ -27,3 +27,4 @@ mod rdpipe_install;
 mod rdpipe_local;
 mod rdpipe_netns;
 mod rdpipe_ssh;
+mod relay_only;

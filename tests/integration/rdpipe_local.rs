@@ -51,8 +51,6 @@ fn local_data_verbose() {
 fn malformed_arguments_exit_2_with_one_line() {
     for (arg, msg) in [
         (":cat", "rdpipe: error: empty host in ':cat'"),
-        ("h1:", "rdpipe: error: empty command in 'h1:'"),
-        ("h1:   ", "rdpipe: error: empty command in 'h1:   '"),
         (
             "h1:echo 'oops",
             "rdpipe: error: unbalanced quotes in 'h1:echo 'oops'",
@@ -81,6 +79,52 @@ fn malformed_arguments_exit_2_with_one_line() {
     assert_eq!(r.code(), Some(2));
     let r = run(&a(&[]), None, Duration::from_secs(10));
     assert_eq!(r.code(), Some(2));
+    // An empty command is relay only, which a --to sink cannot be.
+    let r = run(
+        &a(&["h0:cat", "--to", "h1:", "--to", "h2:cat"]),
+        None,
+        Duration::from_secs(10),
+    );
+    assert_eq!(r.code(), Some(2), "{}", r.stderr);
+    assert!(
+        r.stderr
+            .starts_with("rdpipe: error: --to 'h1:': a sink needs a command or '> FILE'"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(r.stderr.lines().count(), 1, "{}", r.stderr);
+}
+
+#[test]
+fn empty_command_is_a_relay_in_the_plan_and_runs_locally() {
+    let r = run(
+        &a(&["-n", "h0:< f", "h1:   ", "h2:> g"]),
+        None,
+        Duration::from_secs(10),
+    );
+    r.ok();
+    assert!(
+        r.stdout_str().contains(
+            "[2] h1               relay only: forwards the stream unchanged, no command  (ssh h1)"
+        ),
+        "{}",
+        r.stdout_str()
+    );
+    // Local relays: stdin -> relay -> cat -> relay -> stdout, byte-exact.
+    let data = random_bytes(8 << 20, 9);
+    let r = run(
+        &a(&["-v", "-:", "-:cat", "-:"]),
+        Some(data.clone()),
+        Duration::from_secs(60),
+    );
+    r.ok();
+    assert!(r.stdout == data);
+    assert!(
+        r.stderr
+            .contains("rdpipe: [1] local: relay only: 8388608 bytes from rdpipe stdin forwarded to [2] local (the same stream), no command"),
+        "{}",
+        r.stderr
+    );
 }
 
 #[test]

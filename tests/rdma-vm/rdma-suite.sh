@@ -7,6 +7,8 @@
 # Every check prints a PASS or FAIL line; the script exits 1 on any failure.
 # Arguments (optional) pick sections: sizes noimm chunks wrongkey token senderkill
 # epipe memlock recvkill rdpipe (with rdpipe doctor) ratelimit fabric (data-address discovery)
+# fanout (a --to chain relay and a relay-only segment over RDMA) relaycpu (the relay
+# host's CPU s/GB against rdrecv | rdsend; tests/rdma-vm/suite-fanout.sh)
 # perf (default: all), and `ring`, only when named
 # (a measurement, not a check: --slots 2 / 4 / 8).
 # Readiness: rdrecv --announce-fd writes its port into a FIFO, which this
@@ -317,7 +319,7 @@ rm -f "$W/rkill.out"
 
 fi
 
-if want rdpipe || want fabric; then
+if want rdpipe || want fabric || want fanout || want relaycpu; then
 echo "== rdpipe over RDMA: two 'hosts' (an sshd on rxe0's and on rxe1's address)"
 PIPE=$(rdma_bin rdpipe) || die "rdpipe not built (cargo build --release)"
 BIN_DIR=$(dirname "$PIPE")
@@ -456,6 +458,8 @@ if [ -n "$sshd_ok" ] && want fabric; then
     grep -q "\[1\] rxehost1m: data address 10\.77\.0\.[12] for rdpipe (RDMA-capable" "$W/fab3.err" \
         || { fail "fab3: rdpipe's stdin did not discover rxehost1m's RDMA address"; sed "s/^/    [fab3] /" "$W/fab3.err"; }
 fi
+# fanout, relaycpu: the chain relay and the relay-only segment over RDMA.
+. "$(dirname "$0")/suite-fanout.sh"
 for f in "$S"/sshd-*.pid; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null; done
 rm -f "$W"/pipe*.out "$W/pipe.in"
 fi

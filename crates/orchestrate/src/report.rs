@@ -184,8 +184,11 @@ pub struct SegmentReport {
     pub segment: usize,
     /// The host label (`local` for `-:` segments).
     pub host: String,
-    /// The command, or `< FILE` / `> FILE`.
+    /// The command, or `< FILE` / `> FILE`; empty for a relay-only segment.
     pub action: String,
+    /// A relay-only segment (`HOST:`): it forwarded its incoming stream, ran no
+    /// command (its bytes are its hops').
+    pub relay: bool,
     /// The command's status as a shell reports it (128+N for signal N); none when
     /// it did not end by itself or there is no command.
     pub exit_status: Option<i32>,

@@ -14,6 +14,8 @@
 //! - [`transfers`]: the incoming and outgoing transfer threads;
 //! - [`relay`]: a `--to` sink: the incoming stream teed into the command and
 //!   onward to the next sink;
+//! - [`passthrough`]: a relay-only segment (`HOST:`): the incoming stream
+//!   forwarded to the outgoing transfer, no command;
 //! - [`inbox`]: rdpipe's control lines, the silence watchdog, signals;
 //! - [`say`]: the control lines to rdpipe and the byte-count meter.
 //!
@@ -29,6 +31,7 @@
 pub mod command;
 pub mod file;
 pub mod inbox;
+pub mod passthrough;
 pub mod relay;
 pub mod say;
 pub mod segment;
@@ -50,7 +53,7 @@ use transfers::Transfers;
 /// The agent's command line (hidden; written by rdpipe).
 #[derive(Debug, clap::Parser)]
 #[command(name = "rdrecv --agent", about = "rdpipe endpoint agent (internal)")]
-#[command(group(clap::ArgGroup::new("action").required(true).args(["cmd", "read", "write", "append"])))]
+#[command(group(clap::ArgGroup::new("action").required(true).args(["cmd", "read", "write", "append", "relay"])))]
 pub struct AgentArgs {
     /// Label for messages.
     #[arg(long, default_value = "agent")]
@@ -102,6 +105,10 @@ pub struct AgentArgs {
     /// Append the stream to this file (`>> FILE`).
     #[arg(long)]
     pub append: Option<String>,
+    /// Relay only (`HOST:`, an empty command): forward the incoming stream to
+    /// the outgoing transfer, no command (see [`passthrough`]).
+    #[arg(long)]
+    pub relay: bool,
     /// A `--to` sink of a fan-out: the incoming stream feeds the command (or
     /// `> FILE`) and, with an outgoing transfer, is relayed to the next sink; a
     /// failure of the local part is reported but stops neither (see
@@ -203,7 +210,9 @@ fn run(a: AgentArgs) -> bool {
         say,
         tx,
     };
-    if a.sink {
+    if a.relay {
+        passthrough::start(&mut seg, &mut t);
+    } else if a.sink {
         relay::start_sink(&a, &mut seg, &mut t, &shared);
     } else if let Some(cmd) = &a.cmd {
         let with_input = seg.pending(Direction::In);

@@ -42,7 +42,8 @@
 //! MESSAGE`, and rdpipe recognised some failures by their text) and renamed the
 //! `IN`/`OUT` reports to `DONE in`/`DONE out`. Version 3 added `FABRIC`, which
 //! rdpipe waits for before it tells a connecting side where to connect.
-//! Version 4 added `PROBE` and `REACH` (discovery of a routed RDMA address).
+//! Version 4 added `PROBE` and `REACH` (discovery of a routed RDMA address)
+//! and the agent's `--relay` (a relay-only segment).
 
 use rdpipe_wire::Integrity;
 use std::fmt;

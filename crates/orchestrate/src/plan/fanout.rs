@@ -39,8 +39,10 @@ pub fn plan_fanout(
     let first_sink = segments.len();
     for arg in sinks {
         let seg = super::parse_segment(arg)?;
-        if matches!(seg.action, Action::ReadFile(_)) {
-            return Err(PlanError::SinkReads(arg.clone()));
+        match seg.action {
+            Action::ReadFile(_) => return Err(PlanError::SinkReads(arg.clone())),
+            Action::Relay => return Err(PlanError::SinkRelays(arg.clone())),
+            _ => {}
         }
         segments.push(seg);
     }
@@ -49,6 +51,9 @@ pub fn plan_fanout(
         .is_some_and(|s| matches!(s.action, Action::ReadFile(_)));
     if first_sink == 0 && !stdin_is_input {
         return Err(PlanError::NoSource);
+    }
+    if first_sink > 0 && segments[0].action == Action::Relay && !stdin_is_input {
+        return Err(PlanError::RelayWithoutInput(sources[0].clone()));
     }
     let mut p = plan_chain(
         segments,
@@ -209,10 +214,22 @@ mod tests {
         let e = plan_fanout(&v(&["a:cat"]), &v(&["nocolon"]), false, &addr).unwrap_err();
         assert_eq!(e, PlanError::NoColon("nocolon".into()));
         let e = plan_fanout(&v(&["a:cat"]), &v(&["b:"]), false, &addr).unwrap_err();
-        assert_eq!(e, PlanError::EmptyCommand("b:".into()));
+        assert_eq!(e, PlanError::SinkRelays("b:".into()));
+        assert!(e.to_string().contains("a sink needs a command"));
+        let e = plan_fanout(&v(&["a:"]), &v(&["b:cat"]), false, &addr).unwrap_err();
+        assert_eq!(e, PlanError::RelayWithoutInput("a:".into()));
         for e in [PlanError::NoSource, PlanError::SinkReads("b:< f".into())] {
             assert!(!e.to_string().contains('\n'));
         }
+    }
+
+    #[test]
+    fn a_relay_only_segment_may_be_part_of_the_source() {
+        // a:'< f' gw: --to b:'> f': gw forwards, b is the only sink.
+        let p = plan_fanout(&v(&["a:< f", "gw:"]), &v(&["b:> f"]), false, &addr).unwrap();
+        assert_eq!(p.segments[1].action, Action::Relay);
+        assert!(!p.is_sink(1) && p.is_sink(2) && !p.relays(1));
+        assert_eq!(p.hops.len(), 2);
     }
 
     #[test]

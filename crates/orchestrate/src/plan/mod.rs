@@ -18,6 +18,12 @@
 //! - `HOST:'> FILE'`, `HOST:'>> FILE'`: the segment writes the stream into `FILE`
 //!   (truncating or appending). In the middle of a pipeline an empty stream is sent
 //!   onward; at the end nothing comes back to rdpipe's standard output.
+//! - `HOST:` (an empty or blank command): relay only. The segment's agent
+//!   forwards the stream it receives, as it arrives, to the next hop's transfer:
+//!   no shell, no command, no pipe (see `agent/passthrough.rs`). Its outgoing
+//!   stream ends cleanly only once the incoming one verified. It needs an input
+//!   (a segment before it, or rdpipe's standard input) and cannot be a `--to`
+//!   sink.
 //!
 //! `FILE` is taken literally (one pair of surrounding quotes is removed; a leading
 //! `~/` means the home directory on that host); relative paths are relative to the
@@ -110,6 +116,9 @@ pub enum Action {
         /// `>>`.
         append: bool,
     },
+    /// `HOST:` (empty command): forward the incoming stream to the next hop,
+    /// unchanged, without a command.
+    Relay,
 }
 
 impl Action {
@@ -127,6 +136,8 @@ impl fmt::Display for Action {
             Action::WriteFile { path, append } => {
                 write!(f, "{} {path}", if *append { ">>" } else { ">" })
             }
+            // What follows the `:` (the argument as written, trimmed).
+            Action::Relay => Ok(()),
         }
     }
 }
@@ -231,9 +242,12 @@ pub enum PlanError {
         /// What is wrong.
         why: &'static str,
     },
-    /// Empty command.
-    #[error("empty command in '{0}'")]
-    EmptyCommand(String),
+    /// A relay-only segment (`HOST:`) with nothing to relay.
+    #[error("'{0}' relays its input to the next segment, but it has none (rdpipe's standard input is a terminal): put a segment before it or give data on standard input, or write a command after the ':'")]
+    RelayWithoutInput(String),
+    /// A `--to` sink with an empty command.
+    #[error("--to '{0}': a sink needs a command or '> FILE' after the ':' (an empty command means relay only, which only a plain pipeline's segment can be)")]
+    SinkRelays(String),
     /// Unbalanced quotes or a trailing backslash.
     #[error("unbalanced quotes in '{0}'")]
     Unbalanced(String),
@@ -275,6 +289,9 @@ pub fn plan(
         .map(|a| parse_segment(a))
         .collect::<Result<Vec<_>, _>>()?;
     let with_stdin = stdin_is_input && !matches!(segments[0].action, Action::ReadFile(_));
+    if segments[0].action == Action::Relay && !with_stdin {
+        return Err(PlanError::RelayWithoutInput(args[0].clone()));
+    }
     let with_stdout = !matches!(
         segments[segments.len() - 1].action,
         Action::WriteFile { .. }
@@ -416,6 +433,7 @@ impl Pipeline {
                     "{} file {path:?}",
                     if *append { "append to" } else { "write" }
                 ),
+                Action::Relay => "relay only: forwards the stream unchanged, no command".into(),
             };
             let _ = writeln!(s, "  [{}] {:<16} {what}  ({how})", i + 1, seg.host.label());
         }

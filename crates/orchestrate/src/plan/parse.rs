@@ -117,7 +117,10 @@ pub fn parse_segment(arg: &str) -> Result<Segment, PlanError> {
     };
     let cmd = cmd.trim();
     if cmd.is_empty() {
-        return Err(PlanError::EmptyCommand(arg.to_string()));
+        return Ok(Segment {
+            host,
+            action: Action::Relay,
+        });
     }
     if !quotes_balanced(cmd) {
         return Err(PlanError::Unbalanced(arg.to_string()));

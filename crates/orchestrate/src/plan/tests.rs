@@ -73,14 +73,6 @@ fn rejects_malformed() {
         parse_segment(":cat"),
         Err(PlanError::EmptyHost(":cat".into()))
     );
-    assert_eq!(
-        parse_segment("h:"),
-        Err(PlanError::EmptyCommand("h:".into()))
-    );
-    assert_eq!(
-        parse_segment("h:   "),
-        Err(PlanError::EmptyCommand("h:   ".into()))
-    );
     assert_eq!(parse_segment("cat"), Err(PlanError::NoColon("cat".into())));
     assert_eq!(
         parse_segment("h:echo 'oops"),
@@ -237,4 +229,45 @@ fn data_host_values() {
     );
     assert!(parse_data_host("h1").is_err());
     assert!(parse_data_host("=x").is_err());
+}
+
+#[test]
+fn empty_command_is_relay_only() {
+    for arg in ["h:", "h:   ", "h:\t", "[u@h:2222]:", "-:"] {
+        assert_eq!(parse_segment(arg).unwrap().action, Action::Relay, "{arg}");
+    }
+    let p = plan(&args(&["a:< f", "b:", "c:> g"]), false, &addr).unwrap();
+    assert_eq!(p.segments[1].action, Action::Relay);
+    assert_eq!(p.hops.len(), 2);
+    assert_eq!(p.links(1), (Link::Listen, Link::Connect));
+    let text = p.describe(10);
+    assert!(
+        text.contains(
+            "[2] b                relay only: forwards the stream unchanged, no command  (ssh b)"
+        ),
+        "{text}"
+    );
+    // First (fed by rdpipe's stdin) and last (to rdpipe's stdout).
+    let p = plan(&args(&["b:", "c:cat"]), true, &addr).unwrap();
+    assert_eq!(p.hops[0].from, Node::Stdin);
+    let p = plan(&args(&["a:< f", "b:"]), false, &addr).unwrap();
+    assert_eq!(p.hops[1].to, Node::Stdout);
+    assert_eq!(p.hops[1].listener, Node::Segment(1));
+    // Alone: stdin through b to stdout.
+    let p = plan(&args(&["b:"]), true, &addr).unwrap();
+    assert_eq!(p.hops.len(), 2);
+    // Next to a segment on the same host: loopback.
+    let p = plan(&args(&["a:< f", "a:", "c:> g"]), false, &addr).unwrap();
+    assert_eq!(p.hops[0].address, "127.0.0.1");
+    // Nothing to relay: a one-line error naming the segment and the fix.
+    for a in [&["b:", "c:cat"][..], &["b:"][..], &["-:   ", "c:cat"][..]] {
+        let e = plan(&args(a), false, &addr).unwrap_err();
+        assert_eq!(e, PlanError::RelayWithoutInput(a[0].into()));
+        let msg = e.to_string();
+        assert!(
+            msg.contains(a[0]) && msg.contains("put a segment before it"),
+            "{msg}"
+        );
+        assert!(!msg.contains('\n'));
+    }
 }

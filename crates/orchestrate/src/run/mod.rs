@@ -399,7 +399,10 @@ impl Runner {
 
     fn seg_desc(&self, i: usize) -> String {
         let s = &self.p.segments[i];
-        format!("{} [{}] '{}'", s.host.label(), i + 1, s.action)
+        match s.action {
+            crate::plan::Action::Relay => format!("{} [{}] (relay only)", s.host.label(), i + 1),
+            _ => format!("{} [{}] '{}'", s.host.label(), i + 1, s.action),
+        }
     }
 
     /// Nothing was or will be started: every part counts as done.

@@ -73,6 +73,7 @@ impl Runner {
                 );
             }
         }
+        self.say_relays();
         let last = self
             .p
             .hops
@@ -86,6 +87,36 @@ impl Runner {
         };
         rdpipe_term::say(TOOL, format!("{:.3} s in all", wall.as_secs_f64()));
         rdpipe_term::line(&format!("Bandwidth {gbps:.3} GB/s\n"));
+    }
+
+    /// `-v`: what each relay-only segment (`HOST:`) forwarded.
+    fn say_relays(&self) {
+        for (i, seg) in self.p.segments.iter().enumerate() {
+            if seg.action != crate::plan::Action::Relay {
+                continue;
+            }
+            let me = Node::Segment(i);
+            let (from, to) = (self.p.hop_into(me), self.p.hop_from(me));
+            let name = |h: Option<Node>| h.map(|n| self.p.node_name(n)).unwrap_or_default();
+            let what = match (self.recv_report(me), self.sent_report(me)) {
+                (Some(r), Some(s)) => format!(
+                    "{} bytes from {} forwarded to {} ({}), no command",
+                    r.bytes,
+                    name(from.map(|h| h.from)),
+                    name(to.map(|h| h.to)),
+                    if r.same_stream(s) {
+                        "the same stream"
+                    } else {
+                        "NOT the same stream"
+                    }
+                ),
+                _ => "did not finish".to_string(),
+            };
+            rdpipe_term::say(
+                TOOL,
+                format!("{}: relay only: {what}", self.p.node_name(me)),
+            );
+        }
     }
 
     /// The report of the transfer sent by `from`.

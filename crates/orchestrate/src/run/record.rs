@@ -53,6 +53,7 @@ impl Runner {
                 segment: i + 1,
                 host: seg.host.label().to_string(),
                 action: seg.action.to_string(),
+                relay: seg.action == crate::plan::Action::Relay,
                 exit_status: st.exit.and_then(CmdExit::status),
                 signal: match st.exit {
                     Some(CmdExit::Signal(s)) => Some(s),

@@ -166,6 +166,7 @@ pub fn agent_args(p: &Pipeline, i: usize, a: &Config) -> Vec<String> {
             if *append { "--append" } else { "--write" }.into(),
             path.clone(),
         ]),
+        Action::Relay => v.push("--relay".into()),
     }
     v
 }

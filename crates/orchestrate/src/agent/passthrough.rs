@@ -1,0 +1,219 @@
+//! A relay-only segment (`HOST:`, an empty command): the agent forwards the
+//! stream it receives straight to its outgoing transfer, with no shell, no
+//! command and no pipe. The receiving thread hands each verified-as-it-goes
+//! buffer to the sending thread through a short in-process queue
+//! ([`DEPTH`] buffers, recycled), so the relay costs one copy in and one copy out
+//! of the queue and no system call of its own beyond an eventfd doorbell.
+//!
+//! The doorbell is an eventfd in semaphore mode counting the queued buffers: it
+//! is what the sender polls ([`rdpipe_transport::pump::fill_available`]) to tell
+//! whether more input is ready right now, exactly as it would poll a pipe.
+//!
+//! As for a `--to` sink's relay ([`super::relay`]), the outgoing stream ends
+//! cleanly only once the incoming one verified (the receiver's flush): an
+//! incoming stream that fails, is cut short or altered ends the queue
+//! unverified, and the outgoing transfer turns that into an abort
+//! ([`CmdEnd::Poisoned`]), so nothing downstream ever takes a partial stream for
+//! a whole one (no `> FILE` is published). A downstream that goes away makes the
+//! incoming transfer fail in turn (the queue is closed, "output closed").
+
+use super::command::CmdEnd;
+use super::segment::Segment;
+use super::transfers::Transfers;
+use crate::control::{Direction, Part};
+use rustix::event::{eventfd, EventfdFlags};
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, SyncSender};
+use std::sync::Arc;
+
+/// Buffers queued between the receiving and the sending thread.
+pub const DEPTH: usize = 4;
+
+/// The sending thread's side: the outgoing transfer's input.
+pub struct ForwardInput {
+    queue: Receiver<Vec<u8>>,
+    /// Emptied buffers go back to the receiving side.
+    spent: SyncSender<Vec<u8>>,
+    current: Vec<u8>,
+    pos: usize,
+    bell: Arc<OwnedFd>,
+    verified: Arc<AtomicBool>,
+}
+
+impl Read for ForwardInput {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        if self.pos == self.current.len() {
+            match self.queue.recv() {
+                Ok(next) => {
+                    // One buffer taken: count it off the doorbell (always rung
+                    // right after the buffer was queued, so this never waits long).
+                    let mut n = [0u8; 8];
+                    rustix::io::read(&*self.bell, &mut n)?;
+                    let done = std::mem::replace(&mut self.current, next);
+                    let _ = self.spent.try_send(done);
+                    self.pos = 0;
+                }
+                Err(_) if self.verified.load(Ordering::SeqCst) => return Ok(0),
+                // The incoming stream did not verify: abort downstream.
+                Err(_) => return Err(io::Error::other(CmdEnd::Poisoned)),
+            }
+        }
+        let n = buf.len().min(self.current.len() - self.pos);
+        buf[..n].copy_from_slice(&self.current[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
+    }
+}
+
+impl AsFd for ForwardInput {
+    /// The doorbell: readable while a buffer is queued.
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.bell.as_fd()
+    }
+}
+
+/// The receiving thread's side: the incoming transfer's output.
+pub struct ForwardOutput {
+    queue: SyncSender<Vec<u8>>,
+    spent: Receiver<Vec<u8>>,
+    bell: Arc<OwnedFd>,
+    verified: Arc<AtomicBool>,
+}
+
+impl Write for ForwardOutput {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let mut v = self.spent.try_recv().unwrap_or_default();
+        v.clear();
+        v.extend_from_slice(buf);
+        self.queue.send(v).map_err(|_| {
+            io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "the outgoing transfer ended before the stream did",
+            )
+        })?;
+        rustix::io::write(&*self.bell, &1u64.to_ne_bytes())?;
+        Ok(buf.len())
+    }
+
+    /// Called once the incoming stream verified whole: the outgoing stream may
+    /// now end cleanly.
+    fn flush(&mut self) -> io::Result<()> {
+        self.verified.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+/// The two ends of the forwarding queue.
+pub fn forward_queue() -> io::Result<(ForwardOutput, ForwardInput)> {
+    let bell = Arc::new(eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::SEMAPHORE)?);
+    let (qtx, qrx) = mpsc::sync_channel(DEPTH);
+    let (stx, srx) = mpsc::sync_channel(DEPTH + 1);
+    let verified = Arc::new(AtomicBool::new(false));
+    Ok((
+        ForwardOutput {
+            queue: qtx,
+            spent: srx,
+            bell: bell.clone(),
+            verified: verified.clone(),
+        },
+        ForwardInput {
+            queue: qrx,
+            spent: stx,
+            current: Vec::new(),
+            pos: 0,
+            bell,
+            verified,
+        },
+    ))
+}
+
+/// Starts a relay-only segment: the outgoing transfer from the queue, and the
+/// incoming transfer into it.
+pub fn start(seg: &mut Segment, t: &mut Transfers) {
+    let (output, input) = match forward_queue() {
+        Ok(q) => q,
+        Err(e) => {
+            for dir in [Direction::In, Direction::Out] {
+                seg.drop_transfer(dir);
+            }
+            seg.setup_failed(Part::Agent, format!("cannot create the relay queue: {e}"));
+            return;
+        }
+    };
+    if seg.pending(Direction::Out) {
+        t.spawn_send(input);
+    }
+    if seg.pending(Direction::In) {
+        t.spawn_recv(Box::new(move || Ok(Box::new(output) as _)), None);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ready(i: &ForwardInput) -> bool {
+        let mut fds = [rustix::event::PollFd::new(i, rustix::event::PollFlags::IN)];
+        rustix::event::poll(&mut fds, 0).unwrap() > 0
+    }
+
+    #[test]
+    fn forwards_in_order_and_ends_only_when_verified() {
+        let (mut out, mut input) = forward_queue().unwrap();
+        assert!(!ready(&input));
+        let writer = std::thread::spawn(move || {
+            for k in 0..100u32 {
+                out.write_all(&vec![k as u8; 1000 + k as usize]).unwrap();
+            }
+            out.flush().unwrap();
+        });
+        let mut got = Vec::new();
+        input.read_to_end(&mut got).unwrap();
+        writer.join().unwrap();
+        let want: Vec<u8> = (0..100u32)
+            .flat_map(|k| vec![k as u8; 1000 + k as usize])
+            .collect();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn the_doorbell_counts_queued_buffers() {
+        let (mut out, mut input) = forward_queue().unwrap();
+        out.write_all(b"abc").unwrap();
+        out.write_all(b"de").unwrap();
+        assert!(ready(&input));
+        let mut b = [0u8; 2];
+        assert_eq!(input.read(&mut b).unwrap(), 2);
+        assert!(ready(&input), "one buffer still queued");
+        assert_eq!(input.read(&mut b).unwrap(), 1);
+        assert_eq!(input.read(&mut b).unwrap(), 2);
+        assert!(!ready(&input));
+    }
+
+    #[test]
+    fn an_unverified_end_poisons_the_outgoing_stream() {
+        let (mut out, mut input) = forward_queue().unwrap();
+        out.write_all(b"partial").unwrap();
+        drop(out); // the incoming transfer failed: no flush
+        let mut got = Vec::new();
+        let e = input.read_to_end(&mut got).unwrap_err();
+        assert!(CmdEnd::is_poisoned(&e), "{e}");
+        assert_eq!(got, b"partial");
+    }
+
+    #[test]
+    fn a_gone_sender_fails_the_incoming_stream() {
+        let (mut out, input) = forward_queue().unwrap();
+        drop(input);
+        let e = out.write_all(b"x").unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::BrokenPipe);
+    }
+}

@@ -1,0 +1,144 @@
+# Sourced by rdma-suite.sh inside its rdpipe block (sshds on rxe0's and rxe1's
+# addresses, ssh config $S/config, $PIPE and $BIN_DIR):
+#   fanout    a --to chain relay over RDMA between the rxe "hosts", byte-exact
+#             on every sink, -v naming rdma for every hop; and the relay-only
+#             segment (rxehost1:'< f' rxehost0: rxehost1:'> g') over RDMA.
+#   relaycpu  the relay host's CPU seconds per GB: the relay-only agent, an
+#             agent relaying through `cat`, and a standalone `rdrecv | rdsend`,
+#             all over the same two RDMA hops (rxe1 -> rxe0 -> rxe1). Emulated
+#             guest: compare ratios only.
+# ("${RP[@]}" above has the default 30 s agent start-up; these use 120 s.)
+
+# --connect-timeout 120: under TCG on a loaded host an agent can take more than
+# the default 30 s to say HELLO.
+RF=(timeout 600 "$PIPE" -v -F "$S/config" --remote-bin "$BIN_DIR" --transport rdma --connect-timeout 120)
+
+# check_hops NAME N: N '-> ...: rdma (' hop lines in NAME's -v, no agent left.
+check_hops() {
+    local name=$1 want=$2 n
+    n=$(grep -c -- '-> .*: rdma (' "$W/$name.err")
+    [ "$n" = "$want" ] || { echo "    $n of $want hops report rdma"; return 1; }
+    if pgrep -f -- '--agent' >/dev/null; then echo "    agents left: $(pgrep -af -- '--agent')"; return 1; fi
+}
+
+if [ -n "$sshd_ok" ] && want fanout; then
+    echo "== fan-out chain relay and a relay-only segment over RDMA"
+    FIN=$W/fan.in
+    head -c $((32 * CHUNK + 77)) /dev/urandom >"$FIN"
+    chmod 644 "$FIN"
+    sum=$(sha256sum <"$FIN" | cut -d' ' -f1)
+    # Consecutive sinks alternate hosts, so every hop crosses rxe0 <-> rxe1.
+    "${RF[@]}" "rxehost1:< $FIN" --to "rxehost0:> $W/fanA" --to "rxehost1:> $W/fanB" \
+        --to "rxehost0:cat > $W/fanC" </dev/null 2>"$W/fan1.err"
+    rc=$? ok=1
+    [ "$rc" = 0 ] || { ok=; echo "    rdpipe exit $rc"; }
+    for f in fanA fanB fanC; do
+        got=$(sha256sum <"$W/$f" 2>/dev/null | cut -d' ' -f1) || got=missing
+        echo "    $f: sha256 $got (source $sum)"
+        [ "$got" = "$sum" ] || { ok=; echo "    $f differs from the source"; }
+    done
+    check_hops fan1 3 || ok=
+    [ "$(grep -c '^rdpipe: sink \[[0-9]\] rxehost[01]: ok: .* over rdma' "$W/fan1.err")" = 3 ] \
+        || { ok=; echo "    not every sink line says ok over rdma"; }
+    if [ -n "$ok" ]; then
+        pass "fanout: $(stat -c %s "$FIN") bytes to 3 sinks by chain relay, byte-exact, every hop $(grep -o -- ': rdma ([^)]*)' "$W/fan1.err" | head -n1 | sed 's/^: //')"
+    else
+        fail "fanout: chain relay over rdma"
+        sed "s/^/    [fan1] /" "$W/fan1.err"
+    fi
+    # The relay-only segment: rxehost0 forwards, no command, both hops RDMA.
+    "${RF[@]}" "rxehost1:< $FIN" "rxehost0:" "rxehost1:> $W/fan2.out" </dev/null 2>"$W/fan2.err"
+    rc=$? ok=1
+    [ "$rc" = 0 ] || { ok=; echo "    rdpipe exit $rc"; }
+    cmp -s "$FIN" "$W/fan2.out" || { ok=; echo "    output differs from input"; }
+    check_hops fan2 2 || ok=
+    grep -q "^rdpipe: \[2\] rxehost0: relay only: $(stat -c %s "$FIN") bytes from \[1\] rxehost1 forwarded to \[3\] rxehost1 (the same stream), no command" "$W/fan2.err" \
+        || { ok=; echo "    no 'relay only' line"; }
+    if [ -n "$ok" ]; then
+        pass "fanout: relay-only segment rxehost0: byte-exact over rdma both ways"
+    else
+        fail "fanout: relay-only segment over rdma"
+        sed "s/^/    [fan2] /" "$W/fan2.err"
+    fi
+    rm -f "$W"/fanA "$W"/fanB "$W"/fanC "$W"/fan2.out "$FIN"
+fi
+
+if [ -n "$sshd_ok" ] && want relaycpu; then
+    echo "== relay CPU per GB over RDMA (rxe1 -> rxe0 -> rxe1): relay-only agent, agent + cat, rdrecv | rdsend"
+    CIN=$W/cpu.in
+    CSIZE=$((128 * CHUNK))
+    head -c "$CSIZE" /dev/zero >"$CIN"
+    chmod 644 "$CIN"
+    # A --remote-bin whose rdrecv records its CPU time (bash `times`: the
+    # agent and every process it waited for) when it is the middle segment's.
+    WB=$W/wrapbin
+    mkdir -p "$WB"
+    cat >"$WB/rdrecv" <<EOF
+#!/bin/bash
+# rdpipe closes the ssh session once the agent said END: that SIGHUP must not
+# kill this wrapper before it wrote the times (the agent handles its own).
+trap '' HUP
+"$BIN_DIR/rdrecv" "\$@"
+rc=\$?
+# Not in a pipeline: a subshell's times start from zero.
+case " \$* " in *" --label rxehost0\[2\] "*) times >"$W/cpu.times" ;; esac
+exit \$rc
+EOF
+    chmod 755 "$WB/rdrecv"
+    RC=(timeout 600 "$PIPE" -v -F "$S/config" --remote-bin "$WB" --transport rdma --connect-timeout 120)
+    # secs_of 'AmB.CDEs CmD.EFs': user+sys seconds.
+    secs_of() { awk '{ s = 0; for (i = 1; i <= 2; i++) { split($i, p, "m"); sub("s", "", p[2]); s += p[1] * 60 + p[2] } printf "%.3f", s }' <<<"$1"; }
+    per_gb() { awk -v s="$1" -v b="$CSIZE" 'BEGIN { printf "%.3f", s / (b / 1e9) }'; }
+    cpu_ok=1
+    for mid in "" "cat"; do
+        name=cpu${mid:-relay}
+        rm -f "$W/cpu.times"
+        "${RC[@]}" "rxehost1:< $CIN" "rxehost0:$mid" "rxehost1:> /dev/null" </dev/null 2>"$W/$name.err"
+        rc=$?
+        if [ "$rc" != 0 ] || [ ! -s "$W/cpu.times" ] || ! check_hops "$name" 2; then
+            cpu_ok=
+            echo "    rdpipe exit $rc; times: $(cat "$W/cpu.times" 2>/dev/null)"
+            sed "s/^/    [$name] /" "$W/$name.err"
+            continue
+        fi
+        t=$(secs_of "$(tail -n1 "$W/cpu.times")")
+        declare "cpu_${mid:-relay}=$(per_gb "$t")"
+        echo "    rxehost0:${mid}: the middle agent used $t s CPU for $CSIZE bytes"
+    done
+    # The standalone baseline on the same hops: rdsend (rxe1) -> [rdrecv | rdsend]
+    # (listening on rxe0's address) -> rdrecv (rxe1's address).
+    rm -f "$W/c3.fifo" "$W/c2.fifo"
+    mkfifo "$W/c3.fifo" "$W/c2.fifo"
+    timeout 300 "$RECV" -v --transport rdma --announce-fd 3 0 "$KEY" \
+        3>"$W/c3.fifo" 2>"$W/c3.err" >/dev/null &
+    p3=$!
+    read -r _ port3 <"$W/c3.fifo"
+    bash -c '"$1" -v --transport rdma --announce-fd 3 0 "$3" 3>"$4" 2>"$5.recv" \
+        | "$2" -v --transport rdma "$6" "$7" "$3" 2>"$5.send"; times >"$5.times"' \
+        _ "$RECV" "$SEND" "$KEY" "$W/c2.fifo" "$W/c2" "$RXE_CLIENT_IP" "$port3" &
+    p2=$!
+    read -r _ port2 <"$W/c2.fifo"
+    timeout 300 "$SEND" -v --transport rdma "$RXE_SERVER_IP" "$port2" "$KEY" "$CIN" 2>"$W/c1.err"
+    rc1=$?
+    wait "$p2"
+    wait "$p3"
+    rc3=$?
+    if [ "$rc1" = 0 ] && [ "$rc3" = 0 ] && [ -s "$W/c2.times" ] \
+        && grep -q 'over rdma' "$W/c2.recv" && grep -q 'over rdma' "$W/c2.send"; then
+        t=$(secs_of "$(tail -n1 "$W/c2.times")")
+        cpu_pipe=$(per_gb "$t")
+        echo "    rdrecv | rdsend: $t s CPU for $CSIZE bytes"
+    else
+        cpu_ok=
+        echo "    standalone chain: rdsend exit $rc1, last rdrecv exit $rc3"
+        for f in c1.err c2.recv c2.send c3.err; do sed "s/^/    [$f] /" "$W/$f"; done
+    fi
+    if [ -n "$cpu_ok" ]; then
+        echo "relay CPU: relay-only agent ${cpu_relay} s/GB; agent + cat ${cpu_cat} s/GB; rdrecv | rdsend ${cpu_pipe} s/GB"
+        echo "relay CPU ratio: relay-only $(awk -v a="$cpu_relay" -v b="$cpu_pipe" 'BEGIN { printf "%.2f", a / b }') of rdrecv | rdsend; agent + cat $(awk -v a="$cpu_cat" -v b="$cpu_pipe" 'BEGIN { printf "%.2f", a / b }')"
+        pass "relaycpu measured (emulated guest: compare ratios, not absolute figures)"
+    else
+        fail "relaycpu: a run failed"
+    fi
+    rm -f "$CIN"
+fi
