@@ -18,6 +18,7 @@ mod endpoints;
 mod fanout;
 mod faults_endpoints;
 mod faults_pipeline;
+mod file_io;
 mod json_report;
 mod no_rdma_core;
 mod rate_limit;
