@@ -1,6 +1,8 @@
 //! Regular files on either end of rdsend → rdrecv: the sender reading FILE or a
 //! stdin redirected from one (odd sizes, empty, part-read, growing and shrinking
-//! while read, non-regular inputs), on tmpfs and on a disk-backed directory.
+//! while read, non-regular inputs), on tmpfs and on a disk-backed directory; the
+//! receiver writing FILE with `--direct` (O_DIRECT), also through rdpipe's
+//! `> FILE`, and its fallback on a filesystem that refuses O_DIRECT (ramfs).
 
 use crate::support::*;
 use std::fs::File;
@@ -37,16 +39,6 @@ impl Dir {
     }
     pub fn s(&self, name: &str) -> String {
         self.path(name).to_string_lossy().into_owned()
-    }
-    /// Whether an output file's temporary inside has data (the stream is flowing).
-    pub fn temp_has_data(&self) -> bool {
-        std::fs::read_dir(&self.0)
-            .unwrap()
-            .filter_map(|e| e.ok())
-            .any(|e| {
-                e.file_name().to_string_lossy().contains(".rdpipe-")
-                    && e.metadata().map(|m| m.len() > 0).unwrap_or(false)
-            })
     }
 }
 
@@ -257,4 +249,119 @@ fn a_file_that_shrinks_while_read_sends_a_verified_prefix_with_a_warning() {
         out.len()
     );
     assert!(out == orig[..out.len()], "not a prefix of the file");
+}
+
+/// rdsend (FILE, or the bytes through a pipe on stdin) → `rdrecv -v --direct` `dst`.
+fn recv_direct(dst: &str, data: &[u8], through_pipe: bool, src: &Path) -> (Finished, Finished) {
+    let r = Receiver::start(&["-v", "--direct", "k", dst], &[], None);
+    let port = r.port.to_string();
+    let s = if through_pipe {
+        send(&["127.0.0.1", &port, "k"], &[], Some(data))
+    } else {
+        std::fs::write(src, data).unwrap();
+        send(
+            &["127.0.0.1", &port, "k", &src.to_string_lossy()],
+            &[],
+            None,
+        )
+    };
+    (s, r.finish())
+}
+
+#[test]
+fn receiver_direct_writes_odd_sizes_byte_exact_on_disk_and_tmpfs() {
+    let sizes = [0, 1, 4095, 4097, MIB + 1, 3 * MIB + 12345];
+    for dir in file_dirs("direct") {
+        for (i, &len) in sizes.iter().enumerate() {
+            let data = random_bytes(len, 500 + i as u64);
+            for through_pipe in [false, true] {
+                let dst = dir.s("out");
+                let (s, r) = recv_direct(&dst, &data, through_pipe, &dir.path("in"));
+                s.expect_code(0);
+                r.expect_code(0);
+                assert!(
+                    !r.stderr.contains("not O_DIRECT"),
+                    "{}: O_DIRECT refused: {}",
+                    dir.0.display(),
+                    r.stderr
+                );
+                assert!(
+                    read(Path::new(&dst)) == data,
+                    "{dst}: {len} bytes (through a pipe: {through_pipe}) differ"
+                );
+                let left: Vec<_> = std::fs::read_dir(&dir.0)
+                    .unwrap()
+                    .filter_map(|e| e.ok())
+                    .filter(|e| e.file_name().to_string_lossy().contains(".rdpipe-"))
+                    .collect();
+                assert!(left.is_empty(), "temporary files left: {left:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn direct_needs_a_file() {
+    let out = Command::new(bin("rdrecv"))
+        .args(["--direct", "0", "k"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--direct"));
+}
+
+/// A ramfs mounted on a scratch directory (ramfs has no O_DIRECT), unmounted on drop.
+struct Ramfs(Scratch);
+
+impl Ramfs {
+    fn mount() -> Option<Ramfs> {
+        let s = Scratch::new("ramfs");
+        let ok = Command::new("mount")
+            .args(["-t", "ramfs", "rdpt-ramfs"])
+            .arg(&s.0)
+            .status()
+            .is_ok_and(|st| st.success());
+        ok.then_some(Ramfs(s))
+    }
+}
+
+impl Drop for Ramfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0 .0).status();
+    }
+}
+
+#[test]
+fn direct_on_a_filesystem_that_refuses_it_writes_the_same_bytes_with_a_note() {
+    if !is_root() {
+        skip(&test_name(), "needs root (mounting a ramfs)");
+        return;
+    }
+    let Some(fs) = Ramfs::mount() else {
+        skip(&test_name(), "cannot mount a ramfs here");
+        return;
+    };
+    let data = random_bytes(2 * MIB + 333, 9);
+    let dst = fs.0.s("out");
+    let (s, r) = recv_direct(&dst, &data, false, &fs.0.path("in"));
+    s.expect_code(0);
+    r.expect_code(0).expect_stderr(
+        "writing through the page cache, not O_DIRECT: its filesystem refuses O_DIRECT",
+    );
+    assert!(read(Path::new(&dst)) == data, "ramfs output differs");
+}
+
+#[test]
+fn rdpipe_direct_writes_a_file_segment_byte_exact() {
+    for dir in file_dirs("pdirect") {
+        let data = random_bytes(5 * MIB + 4321, 11);
+        let dst = dir.s("out");
+        let r = run(
+            &["-v".to_string(), "--direct".into(), format!("-:> {dst}")],
+            Some(data.clone()),
+            Duration::from_secs(60),
+        );
+        r.ok();
+        assert!(read(Path::new(&dst)) == data, "{dst} differs");
+    }
 }
