@@ -76,11 +76,6 @@ impl Direct {
         })
     }
 
-    /// Whether writes still bypass the page cache.
-    pub fn active(&self) -> bool {
-        self.on
-    }
-
     /// Takes some of `buf` (see [`Write::write`]).
     pub fn write(&mut self, file: &mut File, buf: &[u8]) -> io::Result<usize> {
         if !self.on {
