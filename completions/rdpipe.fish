@@ -22,5 +22,6 @@ complete -c rdpipe -s q -l quiet -d 'No progress line (unless --progress is give
 complete -c rdpipe -l progress -d 'Show a live progress line on stderr: bytes arrived at the end of the pipeline, rate, elapsed time; when the source is a `< FILE` segment or a regular file on stdin, the source\'s bytes sent, rate, percentage and ETA. On by default when stderr is a terminal'
 complete -c rdpipe -l no-install -d 'Do not install rdpipe\'s own binary on hosts without a usable rdrecv: such a host fails the pipeline (exit 127 when rdrecv is missing). By default rdpipe copies itself over the SSH connection into ~/.cache/rdma-pipe/VERSION-HASH/ there (checked by checksum, reused by later runs) when rdrecv is not in PATH or speaks another agent protocol, after checking the host\'s architecture and glibc version'
 complete -c rdpipe -l encrypt -d 'Encrypt every hop (AES-256-GCM, keys from each hop\'s handshake)'
+complete -c rdpipe -l direct -d 'Write the `> FILE` and `>> FILE` segments with O_DIRECT, past the page cache (as `rdrecv --direct`): for big sequential streams to fast disks. A filesystem that refuses it is written the usual way (-v notes it); `--to` sinks of a fan-out are always written the usual way'
 complete -c rdpipe -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c rdpipe -s V -l version -d 'Print version'

@@ -216,6 +216,13 @@ pub struct PipeArgs {
     #[arg(long, value_name = "N", default_value_t = 10,
           value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub max_sessions: u32,
+
+    /// Write the `> FILE` and `>> FILE` segments with O_DIRECT, past the page
+    /// cache (as `rdrecv --direct`): for big sequential streams to fast disks. A
+    /// filesystem that refuses it is written the usual way (-v notes it); `--to`
+    /// sinks of a fan-out are always written the usual way.
+    #[arg(long)]
+    pub direct: bool,
 }
 
 /// `RDPIPE_DEBUG` (set and not empty or `0`): the older spelling of `-vv`.
@@ -259,6 +266,7 @@ impl PipeArgs {
             handshake_timeout: self.handshake_timeout,
             rate_limit: self.rate_limit,
             max_sessions: self.max_sessions,
+            direct: self.direct,
         }
     }
 }

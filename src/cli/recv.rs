@@ -33,6 +33,14 @@ pub struct RecvArgs {
     /// leaves the old content).
     pub file: Option<PathBuf>,
 
+    /// Write FILE with O_DIRECT, past the page cache: for big sequential streams to
+    /// fast disks, where caching what was written only evicts other data. The tail
+    /// that is not a multiple of 4 KiB goes through the page cache; on a filesystem
+    /// that refuses O_DIRECT (ramfs, some network filesystems) FILE is written the
+    /// usual way, which -v notes.
+    #[arg(long, requires = "file")]
+    pub direct: bool,
+
     /// Once listening, write `PORT <n>` and a newline to this file descriptor.
     #[arg(long, value_name = "FD")]
     pub announce_fd: Option<u32>,
@@ -80,12 +88,26 @@ fn recv(args: RecvArgs) -> Result<rdpipe_transport::Report, Failure> {
     };
     let opts = args.common.options(key, TOOL, None);
     let file = args.file.clone();
+    let (direct, verbose) = (args.direct, args.common.verbose > 0);
     // FILE is replaced only once the stream was verified (see
     // rdpipe_transport::output): a failed stream leaves the old content.
     let open = move || -> Result<Box<dyn Write + Send>, TransportError> {
         match &file {
             Some(p) => OutputFile::open(p, Mode::Replace)
-                .map(|f| Box::new(f) as Box<dyn Write + Send>)
+                .map(|mut f| {
+                    if direct {
+                        if let (Err(why), true) = (f.use_direct(), verbose) {
+                            super::common::say(
+                                TOOL,
+                                format!(
+                                    "{}: writing through the page cache, not O_DIRECT: {why}",
+                                    p.display()
+                                ),
+                            );
+                        }
+                    }
+                    Box::new(f) as Box<dyn Write + Send>
+                })
                 .map_err(|e| TransportError::Io {
                     context: "cannot create the output file",
                     source: std::io::Error::new(e.kind(), format!("{}: {e}", p.display())),

@@ -5,6 +5,7 @@ use clap::Parser;
 use rdpipe_orchestrate::report::Role;
 use rdpipe_transport::error::EXIT_FAILURE;
 use rdpipe_transport::{run_send, Endpoint};
+use std::io::Seek;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -99,11 +100,13 @@ fn send(args: SendArgs) -> Result<rdpipe_transport::Report, Failure> {
         None => stdin_file()?,
     };
     // A regular file (FILE, or stdin redirected from one) has a size: show % and ETA.
+    // What is left of it from the current offset (a shell may hand over stdin
+    // part-read) is what the stream should carry, unless the file changes meanwhile.
     let total = input
         .metadata()
         .ok()
         .filter(|m| m.is_file())
-        .map(|m| m.len());
+        .map(|m| m.len().saturating_sub(input.stream_position().unwrap_or(0)));
     let endpoint = Endpoint::Connect {
         host,
         port,
@@ -117,6 +120,21 @@ fn send(args: SendArgs) -> Result<rdpipe_transport::Report, Failure> {
         );
     }
     let r = run_send(endpoint, opts, &mut input)?;
+    // The stream is what was read (verified end to end); a file that grew or shrank
+    // meanwhile is worth a word, since the copy is not its final content.
+    if let Some(t) = total.filter(|&t| t != r.bytes && !args.common.quiet) {
+        let name = args
+            .file
+            .as_ref()
+            .map_or_else(|| "standard input".to_string(), |p| p.display().to_string());
+        rdpipe_term::warn(
+            TOOL,
+            format!(
+                "{name} changed size while it was read: sent {} bytes, it had {t} at the start",
+                r.bytes
+            ),
+        );
+    }
     if args.common.verbose > 0 {
         report(TOOL, "sent", &r, args.common.rate_limit);
     }

@@ -20,6 +20,7 @@ mod fanout;
 mod faults_endpoints;
 mod faults_network;
 mod faults_pipeline;
+mod file_io;
 mod json_report;
 mod no_rdma_core;
 mod rate_limit;

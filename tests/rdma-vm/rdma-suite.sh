@@ -7,10 +7,10 @@
 # Every check prints a PASS or FAIL line; the script exits 1 on any failure.
 # Arguments (optional) pick sections: sizes noimm chunks wrongkey token senderkill
 # epipe memlock recvkill rdpipe (with rdpipe doctor) ratelimit fabric (data-address discovery)
-# fanout (a --to chain relay and a relay-only segment over RDMA) relaycpu (the relay
-# host's CPU s/GB against rdrecv | rdsend; tests/rdma-vm/suite-fanout.sh)
-# perf (default: all), and `ring`, only when named
-# (a measurement, not a check: --slots 2 / 4 / 8).
+# fanout (a --to chain relay and a relay-only segment over RDMA; tests/rdma-vm/suite-fanout.sh)
+# perf (default: all), and `ring`, `syscalls` and `relaycpu`, only when named
+# (measurements, not checks: --slots 2 / 4 / 8; system calls per chunk; the relay
+# host's CPU s/GB against rdrecv | rdsend).
 # Readiness: rdrecv --announce-fd writes its port into a FIFO, which this
 # script reads (no sleeps).
 set -uo pipefail
@@ -487,6 +487,47 @@ for round in 1 2 3; do
 done
 echo "ring best: slots 2 ${best[2]:-?} MB/s, 4 ${best[4]:-?} MB/s, 8 ${best[8]:-?} MB/s"
 rm -f "$BIG"
+fi
+
+# System calls per chunk on each side of a busy RDMA stream (issue 15: "no more
+# than one read or write per chunk plus at most one wait per chunk"): only when
+# asked for by name. A file -> /dev/null at 1 MiB chunks, each side under
+# `strace -f -c`; 16 and 256 MiB, so that the difference divided by the 240 extra
+# chunks is the per-chunk cost without start-up and teardown (loading the verbs
+# libraries alone is hundreds of calls). The tables go to $RDMA_VM_OUT.
+if [ ${#ONLY[@]} -gt 0 ] && want syscalls; then
+echo "== system calls per 1 MiB chunk over rdma (strace -f -c; 256 MiB minus 16 MiB runs)"
+if ! command -v strace >/dev/null; then
+    fail "syscalls: strace is not installed (apt-get install strace on the host: the guest runs the host's /)"
+else
+for mib in 16 256; do
+    head -c $((mib * CHUNK)) /dev/zero >"$W/in.sc$mib"
+    chmod 644 "$W/in.sc$mib"
+    xfer "sc$mib" "$W/in.sc$mib" "strace -f -c -o $W/sc$mib.recv.strace" "--transport rdma" \
+        "strace -f -c -o $W/sc$mib.send.strace" "--transport rdma" /dev/null
+    if [ "$RRC" != 0 ] || [ "$SRC" != 0 ]; then
+        fail "syscalls: the $mib MiB transfer failed (rdrecv $RRC, rdsend $SRC)"
+        show "sc$mib"
+    fi
+    cp "$W/sc$mib".*.strace "${RDMA_VM_OUT:-$W}/" 2>/dev/null
+    rm -f "$W/in.sc$mib"
+done
+# per_chunk SIDE: calls per chunk of each system call (>= 0.01), and in all.
+per_chunk() {
+    awk -v n=240 'FNR == 1 { f++ }
+        /^-/ || /% time/ || NF < 4 { next }
+        { name = $NF; c = $4; if (name == "total") name = "(all)"; v[name] += (f == 1 ? -c : c) }
+        END { for (k in v) if (v[k] / n >= 0.01) printf "%8.2f  %s\n", v[k] / n, k }' \
+        "$W/sc16.$1.strace" "$W/sc256.$1.strace" | sort -rn
+}
+for side in send recv; do
+    if [ -s "$W/sc16.$side.strace" ] && [ -s "$W/sc256.$side.strace" ]; then
+        echo "-- rd$side: calls per chunk"
+        per_chunk "$side"
+    fi
+done
+pass "system calls per chunk measured (see above)"
+fi
 fi
 
 if want ratelimit; then

@@ -3,7 +3,7 @@
 #   fanout    a --to chain relay over RDMA between the rxe "hosts", byte-exact
 #             on every sink, -v naming rdma for every hop; and the relay-only
 #             segment (rxehost1:'< f' rxehost0: rxehost1:'> g') over RDMA.
-#   relaycpu  the relay host's CPU seconds per GB: the relay-only agent, an
+#   relaycpu  (only when named) the relay host's CPU seconds per GB: the relay-only agent, an
 #             agent relaying through `cat`, and a standalone `rdrecv | rdsend`,
 #             all over the same two RDMA hops (rxe1 -> rxe0 -> rxe1). Emulated
 #             guest: compare ratios only.
@@ -63,7 +63,7 @@ if [ -n "$sshd_ok" ] && want fanout; then
     rm -f "$W"/fanA "$W"/fanB "$W"/fanC "$W"/fan2.out "$FIN"
 fi
 
-if [ -n "$sshd_ok" ] && want relaycpu; then
+if [ -n "$sshd_ok" ] && [ ${#ONLY[@]} -gt 0 ] && want relaycpu; then
     echo "== relay CPU per GB over RDMA (rxe1 -> rxe0 -> rxe1): relay-only agent, agent + cat, rdrecv | rdsend"
     CIN=$W/cpu.in
     CSIZE=$((128 * CHUNK))

@@ -20,6 +20,7 @@
 
 pub mod buf;
 pub mod connect;
+pub mod direct;
 pub mod endpoint;
 pub mod error;
 pub mod frame_io;

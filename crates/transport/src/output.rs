@@ -18,10 +18,15 @@
 //! once, after the stream was verified and before it confirms it to the sender:
 //! that flush publishes the file (rename, or keep the appended bytes).
 //!
+//! With [`OutputFile::use_direct`] (`--direct`) the file is written with
+//! `O_DIRECT` ([`crate::direct`]); the temporary file, the rename and the undo
+//! stay the same.
+//!
 //! A process that is about to exit on a signal (rdrecv on Ctrl-C) runs no
 //! destructors: it calls [`undo_pending`] first, which undoes every output file
 //! not yet published, as dropping it would.
 
+use crate::direct::{Direct, Fallback};
 use std::fs::{File, OpenOptions};
 use std::io::{self, Seek, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -56,6 +61,8 @@ pub struct OutputFile {
     state: State,
     /// Its entry in [`PENDING`] while it has something to undo.
     pending: Option<u64>,
+    /// `O_DIRECT` writing, when asked for and possible.
+    direct: Option<Direct>,
 }
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
@@ -135,6 +142,7 @@ impl OutputFile {
                 file,
                 state: State::Direct,
                 pending: None,
+                direct: None,
             });
         }
         match mode {
@@ -146,6 +154,7 @@ impl OutputFile {
                     file,
                     state: State::Appending { start },
                     pending,
+                    direct: None,
                 })
             }
             Mode::Replace => {
@@ -165,13 +174,30 @@ impl OutputFile {
                     file,
                     state: State::Replacing { tmp, target },
                     pending,
+                    direct: None,
                 })
             }
         }
     }
 
+    /// Writes the stream with `O_DIRECT` from here on (`--direct`; call before
+    /// the first write). When that cannot be, says why; the file is then written
+    /// through the page cache as usual, with the same bytes.
+    pub fn use_direct(&mut self) -> Result<(), Fallback> {
+        let at = match self.state {
+            State::Replacing { .. } => 0,
+            State::Appending { start } => start,
+            State::Direct | State::Done => return Err(Fallback::NotRegular),
+        };
+        self.direct = Some(Direct::enable(&self.file, at)?);
+        Ok(())
+    }
+
     /// Publishes the verified stream (see the module doc). Called by `flush`.
     fn publish(&mut self) -> io::Result<()> {
+        if let Some(d) = &mut self.direct {
+            d.finish(&mut self.file)?;
+        }
         self.file.flush()?;
         unregister(self.pending.take());
         match std::mem::replace(&mut self.state, State::Done) {
@@ -189,7 +215,10 @@ impl OutputFile {
 
 impl Write for OutputFile {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.file.write(buf)
+        match &mut self.direct {
+            Some(d) => d.write(&mut self.file, buf),
+            None => self.file.write(buf),
+        }
     }
 
     /// The receive loop's one flush, after verification: publishes the file.

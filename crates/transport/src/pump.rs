@@ -71,6 +71,23 @@ pub fn grow_pipe<F: AsFd>(fd: &F) {
     }
 }
 
+/// Declares a regular-file input as read once from start to end
+/// (`POSIX_FADV_SEQUENTIAL`), which doubles the kernel's read-ahead window for
+/// it; anything else (a pipe, a socket, a terminal, a refusal) is left as it is.
+///
+/// The fill itself stays one large `read` straight into the page-aligned slot:
+/// measured against `mmap` + copy and `O_DIRECT` (docs/performance.md, "Reading
+/// a regular file"), a cold file on a virtio disk read at 2.4 GB/s without the
+/// advice and 3.5 GB/s with it, as fast as `mmap` and 5× `O_DIRECT`'s one
+/// synchronous request at a time; a page-cached one costs the same either way.
+pub fn advise_sequential<F: AsFd>(fd: &F) {
+    if rustix::fs::fstat(fd).is_ok_and(|st| {
+        rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile
+    }) {
+        let _ = rustix::fs::fadvise(fd, 0, 0, rustix::fs::Advice::Sequential);
+    }
+}
+
 /// What a finished loop reports.
 #[derive(Debug, Clone, Copy)]
 pub struct Totals {
@@ -100,7 +117,8 @@ impl Protection<'_> {
 }
 
 /// Sends all of `input`, then end of stream, and waits for the receiver's
-/// confirmation. A pipe on the input is grown to [`PIPE_SIZE`] first. With a
+/// confirmation. A pipe on the input is grown to [`PIPE_SIZE`] first, a regular
+/// file is declared sequential ([`advise_sequential`]). With a
 /// `rate_limit`, each chunk read waits for its budget before it goes on the wire
 /// ([`Pacer`], its bucket sized by the transport's buffer: the RDMA slot, or the
 /// TCP frame). On any failure the receiver is told (abort), so it never mistakes a
@@ -116,6 +134,7 @@ pub fn send_stream<R: Read + AsFd>(
     let mut hasher = prot.hasher();
     let mut sealer = (prot.integrity == Integrity::Encrypt).then(|| Sealer::new(&prot.keys.aead));
     grow_pipe(input);
+    advise_sequential(input);
     loop {
         let r = tx.send_chunk(&mut |buf| {
             // Under --encrypt the tag goes after the data, in the same buffer.

@@ -51,7 +51,7 @@ pub use mem::{MemoryRegion, ProtectionDomain};
 pub use port::{
     device_details, lane_gbps, lanes, mtu_bytes, DeviceDetails, LinkLayer, PortDetails, PortState,
 };
-pub use qp::{QpCaps, QueuePair, RemoteBuf};
+pub use qp::{QpCaps, QueuePair, RemoteBuf, Signal};
 
 use std::io;
 

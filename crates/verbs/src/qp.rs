@@ -61,6 +61,15 @@ impl Drop for QueuePair {
     }
 }
 
+/// Whether a send-queue request reports its successful completion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signal {
+    /// A work completion when it is done (`IBV_SEND_SIGNALED`).
+    Completion,
+    /// None unless it fails (the QP's `sq_sig_all` is 0).
+    Quiet,
+}
+
 impl QueuePair {
     /// Creates an RC QP on `id` (bound or resolved; for a listener's connect request
     /// use the new id) using `cq` for both queues. Every queue is sized explicitly.
@@ -137,16 +146,21 @@ impl QueuePair {
         unsafe { self.post_recv_raw(wr_id, &mut sge) }
     }
 
-    /// Posts a signaled SEND of `mr[range]`.
+    /// Posts a SEND of `mr[range]`: signaled (it completes with a work
+    /// completion) or not. An unsignaled SEND completes silently, known done only
+    /// when a later signaled request of this QP completes (an RC send queue
+    /// completes in order); a failed one still reports its error.
     pub fn post_send(
         &self,
         wr_id: u64,
         mr: &MemoryRegion,
         range: Range<usize>,
+        signal: Signal,
     ) -> Result<(), VerbsError> {
         let mut sge = self.sge(mr, &range)?;
+        let op = sys::ibv_wr_opcode::IBV_WR_SEND;
         // SAFETY: as in post_recv.
-        unsafe { self.post_send_raw(wr_id, &mut sge, sys::ibv_wr_opcode::IBV_WR_SEND, None, None) }
+        unsafe { self.post_send_raw(wr_id, &mut sge, op, None, None, signal) }
     }
 
     /// Posts a signaled RDMA WRITE of `mr[range]` to `remote`, with immediate data
@@ -166,7 +180,7 @@ impl QueuePair {
             sys::ibv_wr_opcode::IBV_WR_RDMA_WRITE
         };
         // SAFETY: as in post_recv; the remote side is protected by its rkey.
-        unsafe { self.post_send_raw(wr_id, &mut sge, op, Some(remote), imm) }
+        unsafe { self.post_send_raw(wr_id, &mut sge, op, Some(remote), imm, Signal::Completion) }
     }
 
     /// Posts one receive WR with one SGE.
@@ -188,7 +202,7 @@ impl QueuePair {
         rc_errno(rc).map_err(VerbsError::PostRecv)
     }
 
-    /// Posts one signaled send-queue WR (SEND, WRITE or WRITE_WITH_IMM).
+    /// Posts one send-queue WR (SEND, WRITE or WRITE_WITH_IMM).
     ///
     /// # Safety
     /// `sge` must name memory registered in this QP's PD that stays alive, and is
@@ -201,6 +215,7 @@ impl QueuePair {
         opcode: sys::ibv_wr_opcode::Type,
         remote: Option<RemoteBuf>,
         imm: Option<u32>,
+        signal: Signal,
     ) -> Result<(), VerbsError> {
         // SAFETY: ibv_send_wr is plain old data (pointers, integers and unions of
         // those); all-zero is a valid "nothing set" value.
@@ -210,7 +225,10 @@ impl QueuePair {
         wr.sg_list = sge;
         wr.num_sge = if sge.length == 0 { 0 } else { 1 };
         wr.opcode = opcode;
-        wr.send_flags = sys::ibv_send_flags::IBV_SEND_SIGNALED.0;
+        wr.send_flags = match signal {
+            Signal::Completion => sys::ibv_send_flags::IBV_SEND_SIGNALED.0,
+            Signal::Quiet => 0,
+        };
         if let Some(imm) = imm {
             wr.imm_data_invalidated_rkey_union.imm_data = imm.to_be();
         }

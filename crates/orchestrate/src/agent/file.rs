@@ -49,8 +49,9 @@ pub fn start_read(path: &str, seg: &mut Segment, t: &mut Transfers) {
     }
 }
 
-/// Starts a `> FILE` (or, with `append`, `>> FILE`) segment.
-pub fn start_write(path: &str, append: bool, seg: &mut Segment, t: &mut Transfers) {
+/// Starts a `> FILE` (or, with `append`, `>> FILE`) segment; with `direct`,
+/// written with O_DIRECT where the filesystem allows it.
+pub fn start_write(path: &str, append: bool, direct: bool, seg: &mut Segment, t: &mut Transfers) {
     let path = home_path(path);
     seg.file_target = Some(path.clone());
     let target = path.clone();
@@ -58,8 +59,14 @@ pub fn start_write(path: &str, append: bool, seg: &mut Segment, t: &mut Transfer
     // Published (renamed over FILE, or the appended bytes kept) only once the
     // stream was verified; see rdpipe_transport::output.
     let open = move || {
-        OutputFile::open(std::path::Path::new(&target), mode)
-            .map_err(|e| io::Error::new(e.kind(), format!("cannot open: {e}")))
+        let mut f = OutputFile::open(std::path::Path::new(&target), mode)
+            .map_err(|e| io::Error::new(e.kind(), format!("cannot open: {e}")))?;
+        if direct {
+            if let Err(why) = f.use_direct() {
+                tracing::info!("{target}: writing through the page cache, not O_DIRECT: {why}");
+            }
+        }
+        Ok::<_, io::Error>(f)
     };
     if seg.pending(Direction::In) {
         t.spawn_recv(

@@ -109,6 +109,9 @@ pub struct AgentArgs {
     /// the outgoing transfer, no command (see [`passthrough`]).
     #[arg(long)]
     pub relay: bool,
+    /// Write `--write`/`--append`'s file with O_DIRECT (rdpipe's `--direct`).
+    #[arg(long)]
+    pub direct: bool,
     /// A `--to` sink of a fan-out: the incoming stream feeds the command (or
     /// `> FILE`) and, with an outgoing transfer, is relayed to the next sink; a
     /// failure of the local part is reported but stops neither (see
@@ -234,7 +237,7 @@ fn run(a: AgentArgs) -> bool {
     } else if let Some(path) = &a.read {
         file::start_read(path, &mut seg, &mut t);
     } else if let Some(path) = a.write.as_ref().or(a.append.as_ref()) {
-        file::start_write(path, a.append.is_some(), &mut seg, &mut t);
+        file::start_write(path, a.append.is_some(), a.direct, &mut seg, &mut t);
     }
     drop(t);
     seg.run(rx)

@@ -37,6 +37,7 @@ fn config(cfg: &DoctorConfig, from: &Target, to: &Target, transport: TransportPr
         handshake_timeout: 10,
         rate_limit: None,
         max_sessions: 10,
+        direct: false,
     }
 }
 

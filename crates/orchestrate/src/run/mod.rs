@@ -113,6 +113,8 @@ pub struct Config {
     pub rate_limit: Option<rdpipe_transport::Rate>,
     /// SSH sessions per master connection.
     pub max_sessions: u32,
+    /// `--direct`: `> FILE` segments are written with O_DIRECT.
+    pub direct: bool,
 }
 
 /// Where rdpipe finds the programs it runs locally.

@@ -135,6 +135,9 @@ pub fn agent_args(p: &Pipeline, i: usize, a: &Config) -> Vec<String> {
     if a.quiet {
         v.push("--quiet".into());
     }
+    if a.direct && matches!(seg.action, Action::WriteFile { .. }) {
+        v.push("--direct".into());
+    }
     if let Some(f) = &a.log {
         v.extend(["--log".into(), f.clone()]);
     }
@@ -449,6 +452,7 @@ mod tests {
             handshake_timeout: 10,
             rate_limit: "16M".parse().ok(),
             max_sessions: 10,
+            direct: false,
         }
     }
 

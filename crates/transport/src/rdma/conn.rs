@@ -11,7 +11,7 @@ use crate::frame_io::{protocol, read_control, write_control};
 use crate::TransportError;
 use rdpipe_verbs::{
     CmEventKind, CmId, Completion, CompletionChannel, CompletionQueue, EventChannel, MemoryRegion,
-    ProtectionDomain, QueuePair,
+    ProtectionDomain, QueuePair, Signal,
 };
 use rdpipe_wire::rdma::RDMA_MSG_LEN;
 use rdpipe_wire::{AbortReason, Control, RdmaMsg, WireError};
@@ -67,6 +67,12 @@ pub(super) struct Conn {
     pub(super) n_send: usize,
     /// Message buffers whose SEND has completed.
     pub(super) send_free: Vec<usize>,
+    /// Buffers of Credit SENDs posted unsignaled since the last signaled SEND:
+    /// free once a later signaled SEND completes (see [`Conn::send_msg`]).
+    quiet: Vec<usize>,
+    /// For each buffer whose SEND was signaled: the quiet ones before it, freed
+    /// with it.
+    covers: Vec<Vec<usize>>,
     cm: CmParts,
     pub(super) tcp: TcpStream,
     tcp_closed: bool,
@@ -92,6 +98,8 @@ impl Conn {
             v,
             n_send,
             send_free: (0..n_send).collect(),
+            quiet: Vec::new(),
+            covers: vec![Vec::new(); n_send],
             cm,
             tcp,
             tcp_closed: false,
@@ -112,6 +120,12 @@ impl Conn {
     }
 
     /// Posts a SEND of `m`, waiting for a free message buffer if needed.
+    ///
+    /// A Credit goes unsignaled unless it takes the last free buffer: the
+    /// receiver of a busy stream would otherwise wake once for the data notice
+    /// and once more for its credit's completion (which on RC waits for the
+    /// peer's ACK), two waits per chunk; so one completion stands for up to
+    /// `n_send` credits. Everything else (Done, End, data notices) is signaled.
     pub(super) fn send_msg(
         &mut self,
         m: RdmaMsg,
@@ -127,10 +141,19 @@ impl Conn {
         };
         let range = i * RDMA_MSG_LEN..(i + 1) * RDMA_MSG_LEN;
         self.v.send_msgs.as_mut_slice()[range.clone()].copy_from_slice(&m.encode());
+        let signal = match m {
+            RdmaMsg::Credit { .. } if !self.send_free.is_empty() => Signal::Quiet,
+            _ => Signal::Completion,
+        };
         self.v
             .qp
-            .post_send(wr_id(WR_SEND, i), &self.v.send_msgs, range)
-            .map_err(|e| RdmaError::from(e).into())
+            .post_send(wr_id(WR_SEND, i), &self.v.send_msgs, range, signal)
+            .map_err(|e| TransportError::from(RdmaError::from(e)))?;
+        match signal {
+            Signal::Quiet => self.quiet.push(i),
+            Signal::Completion => self.covers[i] = std::mem::take(&mut self.quiet),
+        }
+        Ok(())
     }
 
     /// Handles what is common to both halves (failed completions, our SENDs
@@ -155,6 +178,9 @@ impl Conn {
         }
         let (kind, i) = wr_split(c.wr_id);
         if kind == WR_SEND {
+            if let Some(quiet) = self.covers.get_mut(i) {
+                self.send_free.append(quiet);
+            }
             self.send_free.push(i);
             return Ok(());
         }
