@@ -25,3 +25,4 @@ mod rdpipe_install;
 mod rdpipe_local;
 mod rdpipe_netns;
 mod rdpipe_ssh;
+mod relink;

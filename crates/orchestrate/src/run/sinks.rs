@@ -35,6 +35,11 @@ pub struct SinkFacts {
     pub ended_ok: bool,
     /// The next sink, when it relays.
     pub relays_to: Option<String>,
+    /// Its agent died mid-stream (vanished without `END`, not in teardown).
+    pub died: bool,
+    /// The nearest relay upstream of it whose agent died (`[3] b2`): the
+    /// stream it lost.
+    pub dead_relay: Option<String>,
 }
 
 /// One sink's verdict.
@@ -58,12 +63,17 @@ pub fn judge(f: &SinkFacts) -> SinkVerdict {
         }
         _ => false,
     };
-    let problem = if let Some(m) = &f.local_failure {
+    let problem = if f.died {
+        Some("its agent died mid-stream".to_string())
+    } else if let Some(m) = &f.local_failure {
         Some(m.clone())
     } else if !verified {
-        Some(match &f.received {
-            None => "the stream did not arrive whole".to_string(),
-            Some(_) => "the stream differs from the source's".to_string(),
+        Some(match (&f.received, &f.dead_relay) {
+            (None, Some(dead)) => {
+                format!("the stream did not arrive whole: relay {dead} died upstream")
+            }
+            (None, None) => "the stream did not arrive whole".to_string(),
+            (Some(_), _) => "the stream differs from the source's".to_string(),
         })
     } else if f.is_command && f.exit != Some(CmdExit::Code(0)) {
         Some(match f.exit {
@@ -129,6 +139,21 @@ impl Runner {
         true
     }
 
+    /// Whether segment `i`'s agent died mid-stream (a root cause, not
+    /// teardown's collateral).
+    fn agent_died(&self, i: usize) -> bool {
+        self.failures.iter().any(|f| {
+            f.node == Some(Node::Segment(i))
+                && matches!(
+                    f.cause,
+                    Cause::Died {
+                        teardown: false,
+                        ..
+                    }
+                )
+        })
+    }
+
     fn sink_facts(&self, i: usize) -> SinkFacts {
         let me = Node::Segment(i);
         let first = self.p.sinks().start;
@@ -144,7 +169,15 @@ impl Runner {
                     Cause::Segment { message, .. } => message.clone(),
                     c => c.to_string(),
                 });
+        let dead_relay = self
+            .p
+            .sinks()
+            .filter(|&k| k < i && self.p.relays(k) && self.agent_died(k))
+            .last()
+            .map(|k| self.p.node_name(Node::Segment(k)));
         SinkFacts {
+            died: self.agent_died(i),
+            dead_relay,
             name: self.p.node_name(me),
             received: self.segs[i].reports[Direction::In.index()].clone(),
             sent: sent.cloned(),
@@ -268,6 +301,8 @@ mod tests {
             local_failure: None,
             ended_ok: true,
             relays_to: Some("[3] b2".into()),
+            died: false,
+            dead_relay: None,
         }
     }
 
@@ -328,5 +363,24 @@ mod tests {
         let v = judge(&f);
         assert!(v.ok);
         assert!(v.line.ends_with("xxh3 0000000000000007"), "{}", v.line);
+    }
+
+    #[test]
+    fn a_dead_relay_and_the_sinks_it_cut_off_say_so() {
+        let mut f = facts();
+        f.died = true;
+        f.received = None;
+        let v = judge(&f);
+        assert!(!v.ok);
+        assert_eq!(v.problem.as_deref(), Some("its agent died mid-stream"));
+        let mut f = facts();
+        f.received = None;
+        f.dead_relay = Some("[2] b1".into());
+        f.relays_to = None;
+        assert_eq!(
+            judge(&f).line,
+            "sink [2] b1: FAILED (the stream did not arrive whole: relay [2] b1 died \
+             upstream): no verified stream, command exit 0"
+        );
     }
 }
