@@ -14,6 +14,8 @@
 //! - [`transfers`]: the incoming and outgoing transfer threads;
 //! - [`relay`]: a `--to` sink: the incoming stream teed into the command and
 //!   onward to the next sink;
+//! - [`replay`]: a relay's bounded replay window (for re-linking a chain
+//!   around a dead sink);
 //! - [`inbox`]: rdpipe's control lines, the silence watchdog, signals;
 //! - [`say`]: the control lines to rdpipe and the byte-count meter.
 //!
@@ -30,6 +32,7 @@ pub mod command;
 pub mod file;
 pub mod inbox;
 pub mod relay;
+pub mod replay;
 pub mod say;
 pub mod segment;
 pub mod shell;
