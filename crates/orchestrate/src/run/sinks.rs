@@ -172,8 +172,8 @@ impl Runner {
         let dead_relay = self
             .p
             .sinks()
-            .filter(|&k| k < i && self.p.relays(k) && self.agent_died(k))
-            .last()
+            .rev()
+            .find(|&k| k < i && self.p.relays(k) && self.agent_died(k))
             .map(|k| self.p.node_name(Node::Segment(k)));
         SinkFacts {
             died: self.agent_died(i),
