@@ -29,3 +29,4 @@ mod rdpipe_local;
 mod rdpipe_netns;
 mod rdpipe_ssh;
 mod relay_only;
+mod relink;

@@ -12,6 +12,9 @@
 //! ([`CmdEnd::Poisoned`]), so no sink downstream ever takes a partial stream for a
 //! whole one.
 //!
+//! A relay that breaks (the next sink or its host died: the outgoing transfer
+//! fails and says so) is dropped; the sink's own copy goes on.
+//!
 //! The tee writes each received buffer into the local part, then into the relay
 //! pipe, both blocking: the chain runs at the speed of its slowest sink.
 
@@ -118,7 +121,11 @@ impl Write for Tee {
             }
         }
         if let Some(r) = self.relay.as_mut() {
-            r.pipe.write_all(buf)?;
+            if r.pipe.write_all(buf).is_err() {
+                // The outgoing transfer ended (the next sink died; it reports
+                // that itself): the local part goes on without the relay.
+                self.relay = None;
+            }
         }
         self.bytes += buf.len() as u64;
         Ok(buf.len())

@@ -17,7 +17,9 @@
 //!
 //! A `--to` sink ([`Segment::sink`], see [`super::relay`]) differs: its
 //! command's failure, or its stopping to read, is reported (`EXIT`, `FAIL cmd`)
-//! but stops neither the incoming stream nor the relay to the next sink.
+//! but stops neither the incoming stream nor the relay to the next sink; and
+//! its relay breaking (the next sink died) is reported (`FAIL out`) but does
+//! not stop its own copy.
 
 use super::command::{describe_exit, CmdEnd, HeldInput, Shared};
 use super::say::Say;
@@ -249,7 +251,13 @@ impl Segment {
                 };
                 self.say
                     .send(&FromAgent::fail(Part::Out, kind, e.exit_code(), &e));
-                self.fail();
+                if self.sink {
+                    // The next sink (or its host) is gone: our own copy goes on
+                    // (the tee drops the relay); the sinks after it fail alone.
+                    tracing::debug!("the relay to the next sink broke; the local part goes on");
+                } else {
+                    self.fail();
+                }
             }
             Ev::Exit(st) => self.exited(st),
             Ev::Setup(part, msg) => {

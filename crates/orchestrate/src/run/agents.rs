@@ -2,7 +2,7 @@
 //! as `CONNECT`, `DONE`, `EXIT`, `FAIL` turned into a typed [`Cause`], `END`,
 //! `BYTES`, `SIZE`) and their exits.
 
-use super::verdict::Cause;
+use super::verdict::{Cause, Finding};
 use super::Runner;
 use crate::control::{Direction, FailKind, FromAgent, Part, PROTOCOL};
 use crate::plan::Node;
@@ -20,8 +20,10 @@ impl Runner {
         if ended == Some(true) {
             let missing =
                 |d: Direction, hop: Option<_>| hop.is_some() && st.reports[d.index()].is_none();
+            // A sink whose relay broke said so (FAIL out): no report due.
+            let out_due = !st.relay_broke;
             if missing(Direction::In, self.p.hop_into(me))
-                || missing(Direction::Out, self.p.hop_from(me))
+                || (out_due && missing(Direction::Out, self.p.hop_from(me)))
             {
                 self.fail(Some(me), Cause::Incomplete { seg });
             }
@@ -38,6 +40,30 @@ impl Runner {
                 version: None,
             },
             (_, false) => Cause::NotStarted { seg, how },
+            // A `--to` sink's agent that dies costs the sinks after it their
+            // stream (their verdicts say so), not the pipeline: judged with
+            // the sinks ([`super::sinks`]).
+            (_, true) if self.signal.is_none() && !self.closing && self.p.is_sink(i) => {
+                self.sink_failures.push(Finding {
+                    cause: Cause::Died {
+                        seg,
+                        how,
+                        teardown: false,
+                    },
+                    node: Some(me),
+                });
+                // The sinks after it have lost their stream: stop them (their
+                // agents may still wait for a connection from it).
+                for j in i + 1..self.p.sinks().end {
+                    debug!(
+                        "[{}] lost its stream with [{}]: closing its channel",
+                        j + 1,
+                        i + 1
+                    );
+                    self.stdins[j] = None;
+                }
+                return;
+            }
             // Before teardown, an agent that vanishes is a root cause.
             (_, true) if self.signal.is_none() => Cause::Died {
                 seg,
@@ -83,7 +109,7 @@ impl Runner {
                 code,
                 message,
             } => {
-                if self.sink_failed(i, part, kind, &message) {
+                if self.sink_failed(i, part, kind, code, &message) {
                     return;
                 }
                 self.segs[i].failed = true;
@@ -109,7 +135,14 @@ impl Runner {
         }
     }
 
-    fn failure_cause(&self, i: usize, part: Part, kind: FailKind, code: u8, msg: String) -> Cause {
+    pub(super) fn failure_cause(
+        &self,
+        i: usize,
+        part: Part,
+        kind: FailKind,
+        code: u8,
+        msg: String,
+    ) -> Cause {
         let seg = self.seg_desc(i);
         let me = Node::Segment(i);
         let echo = kind == FailKind::Echo || code == EXIT_ABORTED;

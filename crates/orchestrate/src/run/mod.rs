@@ -3,7 +3,8 @@
 //! segment ([`spawn`]), relays the agents' `PORT` announcements as `CONNECT`
 //! orders (at the address [`discover`] picks), runs rdpipe's own stdin sender and stdout receiver ([`ends`]), draws
 //! the progress line ([`progress`]), tears everything down ([`teardown`]) and
-//! decides the verdict ([`verdict`]; a fan-out's per-host verdicts: [`sinks`]).
+//! decides the verdict ([`verdict`]; a fan-out's per-host verdicts: [`sinks`],
+//! re-linking around a dead relay: [`relink`]).
 //!
 //! Teardown: on the first failure rdpipe waits [`ROOT_CAUSE_GRACE`] for the root
 //! cause to be reported (failures cascade along the pipeline within milliseconds;
@@ -27,6 +28,7 @@ pub mod install;
 pub mod outcome;
 pub mod progress;
 pub mod record;
+pub mod relink;
 pub mod sinks;
 pub mod spawn;
 pub mod teardown;
@@ -186,6 +188,8 @@ struct SegState {
     exit: Option<CmdExit>,
     /// A `FAIL` line was heard.
     failed: bool,
+    /// A `--to` sink's relay to the next sink broke (its own copy goes on).
+    relay_broke: bool,
     /// `DONE in` / `DONE out`.
     reports: [Option<HopReport>; 2],
     /// `BYTES in` / `BYTES out`: running counts.

@@ -7,6 +7,9 @@
 //! A sink's local failure is not a pipeline failure by itself: its agent goes on
 //! relaying, so rdpipe keeps such reports apart ([`Runner::sink_failed`]) and
 //! the run fails only when fewer sinks than `--min-ok` (default: all) succeeded.
+//! So are the failures along the chain: a transfer between two sinks, or a
+//! sink's agent that dies (the sinks before it finish their copies; rdpipe
+//! stops the ones after it, and their verdicts name the dead relay).
 
 use super::verdict::{Cause, Finding};
 use super::{Runner, TOOL};
@@ -35,6 +38,13 @@ pub struct SinkFacts {
     pub ended_ok: bool,
     /// The next sink, when it relays.
     pub relays_to: Option<String>,
+    /// Its agent died mid-stream (vanished without `END`, not in teardown).
+    pub died: bool,
+    /// The nearest relay upstream of it whose agent died (`[3] b2`): the
+    /// stream it lost.
+    pub dead_relay: Option<String>,
+    /// Its relay to the next sink broke (that sink or its host died).
+    pub relay_broke: bool,
 }
 
 /// One sink's verdict.
@@ -58,12 +68,17 @@ pub fn judge(f: &SinkFacts) -> SinkVerdict {
         }
         _ => false,
     };
-    let problem = if let Some(m) = &f.local_failure {
+    let problem = if f.died {
+        Some("its agent died mid-stream".to_string())
+    } else if let Some(m) = &f.local_failure {
         Some(m.clone())
     } else if !verified {
-        Some(match &f.received {
-            None => "the stream did not arrive whole".to_string(),
-            Some(_) => "the stream differs from the source's".to_string(),
+        Some(match (&f.received, &f.dead_relay) {
+            (None, Some(dead)) => {
+                format!("the stream did not arrive whole: relay {dead} died upstream")
+            }
+            (None, None) => "the stream did not arrive whole".to_string(),
+            (Some(_), _) => "the stream differs from the source's".to_string(),
         })
     } else if f.is_command && f.exit != Some(CmdExit::Code(0)) {
         Some(match f.exit {
@@ -93,7 +108,10 @@ pub fn judge(f: &SinkFacts) -> SinkVerdict {
     let relay = f
         .relays_to
         .as_ref()
-        .map(|n| format!(", relayed to {n}"))
+        .map(|n| match f.relay_broke {
+            true => format!(", relay to {n} broke"),
+            false => format!(", relayed to {n}"),
+        })
         .unwrap_or_default();
     let head = match &problem {
         None => "ok".to_string(),
@@ -110,23 +128,61 @@ pub fn judge(f: &SinkFacts) -> SinkVerdict {
 impl Runner {
     /// Whether a `FAIL` from segment `i` is a sink's own failure (its command or
     /// file), which does not stop the pipeline: kept apart, judged at the end.
-    pub(super) fn sink_failed(&mut self, i: usize, part: Part, kind: FailKind, msg: &str) -> bool {
+    ///
+    /// So is a failure of a transfer between two sinks (a sink's relay out, or
+    /// its incoming stream from the sink before it): it costs the sinks from
+    /// there on their stream (their verdicts say so), not the ones before.
+    pub(super) fn sink_failed(
+        &mut self,
+        i: usize,
+        part: Part,
+        kind: FailKind,
+        code: u8,
+        msg: &str,
+    ) -> bool {
+        let chain_transfer = match part {
+            Part::In => i > self.p.sinks().start,
+            Part::Out => self.p.relays(i),
+            _ => false,
+        };
+        // Stopped by rdpipe because a relay before it died (see agents.rs).
+        let cut_off = (self.p.sinks().start..i).any(|k| self.agent_died(k));
         if !self.p.is_sink(i)
-            || kind == FailKind::Stopped
-            || !matches!(part, Part::Cmd | Part::File)
+            || (kind == FailKind::Stopped && !cut_off)
+            || !(matches!(part, Part::Cmd | Part::File) || chain_transfer || cut_off)
         {
             return false;
         }
-        let seg = self.seg_desc(i);
-        let finding = Finding {
-            cause: Cause::Segment {
-                seg,
+        let cause = match part {
+            Part::In | Part::Out | Part::Agent => {
+                self.failure_cause(i, part, kind, code, msg.to_string())
+            }
+            _ => Cause::Segment {
+                seg: self.seg_desc(i),
                 message: msg.to_string(),
             },
-            node: Some(Node::Segment(i)),
         };
-        self.sink_failures.push(finding);
+        self.segs[i].relay_broke |= part == Part::Out;
+        self.sink_failures.push(Finding {
+            cause,
+            node: Some(Node::Segment(i)),
+        });
         true
+    }
+
+    /// Whether segment `i`'s agent died mid-stream (a root cause, not
+    /// teardown's collateral).
+    fn agent_died(&self, i: usize) -> bool {
+        self.failures.iter().chain(&self.sink_failures).any(|f| {
+            f.node == Some(Node::Segment(i))
+                && matches!(
+                    f.cause,
+                    Cause::Died {
+                        teardown: false,
+                        ..
+                    }
+                )
+        })
     }
 
     fn sink_facts(&self, i: usize) -> SinkFacts {
@@ -136,15 +192,20 @@ impl Runner {
             .recv_report(Node::Segment(first))
             .map(|r| (r.bytes, r.checksum));
         let sent = self.p.hop_into(me).and_then(|h| self.sent_report(h.from));
-        let local_failure =
-            self.sink_failures
-                .iter()
-                .find(|f| f.node == Some(me))
-                .map(|f| match &f.cause {
-                    Cause::Segment { message, .. } => message.clone(),
-                    c => c.to_string(),
-                });
+        let local_failure = self.sink_failures.iter().find_map(|f| match &f.cause {
+            Cause::Segment { message, .. } if f.node == Some(me) => Some(message.clone()),
+            _ => None,
+        });
+        let dead_relay = self
+            .p
+            .sinks()
+            .rev()
+            .find(|&k| k < i && self.p.relays(k) && self.agent_died(k))
+            .map(|k| self.p.node_name(Node::Segment(k)));
         SinkFacts {
+            relay_broke: self.segs[i].relay_broke,
+            died: self.agent_died(i),
+            dead_relay,
             name: self.p.node_name(me),
             received: self.segs[i].reports[Direction::In.index()].clone(),
             sent: sent.cloned(),
@@ -268,6 +329,9 @@ mod tests {
             local_failure: None,
             ended_ok: true,
             relays_to: Some("[3] b2".into()),
+            died: false,
+            dead_relay: None,
+            relay_broke: false,
         }
     }
 
@@ -328,5 +392,30 @@ mod tests {
         let v = judge(&f);
         assert!(v.ok);
         assert!(v.line.ends_with("xxh3 0000000000000007"), "{}", v.line);
+    }
+
+    #[test]
+    fn a_dead_relay_and_the_sinks_it_cut_off_say_so() {
+        let mut f = facts();
+        f.died = true;
+        f.received = None;
+        let v = judge(&f);
+        assert!(!v.ok);
+        assert_eq!(v.problem.as_deref(), Some("its agent died mid-stream"));
+        let mut f = facts();
+        f.received = None;
+        f.dead_relay = Some("[2] b1".into());
+        f.relays_to = None;
+        assert_eq!(
+            judge(&f).line,
+            "sink [2] b1: FAILED (the stream did not arrive whole: relay [2] b1 died \
+             upstream): no verified stream, command exit 0"
+        );
+        // The sink before the dead one: its own copy is whole.
+        let mut f = facts();
+        f.relay_broke = true;
+        let v = judge(&f);
+        assert!(v.ok, "{}", v.line);
+        assert!(v.line.ends_with(", relay to [3] b2 broke"), "{}", v.line);
     }
 }

@@ -1,0 +1,189 @@
+//! A relay host of a fan-out (`rdpipe --to ...` chain) that dies mid-stream
+//! (root only, network-namespace hosts with their own sshd; SKIPPED
+//! otherwise): the sink before it still gets its whole copy, the ones after
+//! it fail clearly and promptly (no hang, no published `> FILE`, the summary
+//! names the dead host), and nothing is left running on any host.
+
+use crate::support::*;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// `n2`'s sink agent (its `rdrecv --agent ... --sink` process): the relay.
+fn relay_agent(net: &Netns, h: usize) -> Option<u32> {
+    net.stray_pids(h).into_iter().find(|p| {
+        std::fs::read(format!("/proc/{p}/cmdline"))
+            .map(|c| {
+                let c = String::from_utf8_lossy(&c).replace('\0', " ");
+                c.contains("--agent") && c.contains("--sink")
+            })
+            .unwrap_or(false)
+    })
+}
+
+/// The length of `path`, or 0.
+fn len(path: &Path) -> u64 {
+    std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
+}
+
+/// Three `> FILE` sinks n1 -> n2 -> n3 fed from a `< FILE` on n1, paced by
+/// `--rate-limit`; the middle relay (n2) is killed with `how` once n2's file
+/// (its temporary, not yet published) has data. Returns the run.
+fn kill_middle(net: &Netns, extra: &[&str], how: &str) -> (Run, Vec<u8>) {
+    let d = &net.dir;
+    let data = random_bytes(48 << 20, 16);
+    std::fs::write(d.path("src"), &data).unwrap();
+    let mut a = net.base_args();
+    a.extend(extra.iter().map(|s| s.to_string()));
+    a.extend([
+        "--rate-limit".into(),
+        "8M".into(),
+        "--json".into(),
+        d.s("report.json"),
+        format!("n1:< {}", d.s("src")),
+        "--to".into(),
+        format!("n1:> {}", d.s("o1")),
+        "--to".into(),
+        format!("n2:> {}", d.s("o2")),
+        "--to".into(),
+        format!("n3:> {}", d.s("o3")),
+    ]);
+    let p = net.exec_prefix();
+    let p: Vec<&str> = p.iter().map(|s| s.as_str()).collect();
+    let s = start(&p, &a, None);
+    // Readiness: n2's copy (a temporary beside o2 until it is published) has
+    // data, so the stream is flowing through n2.
+    let pid = wait_until("n2's agent receiving", Duration::from_secs(30), || {
+        let growing = d
+            .names()
+            .iter()
+            .any(|n| n != "o2" && n.contains("o2") && len(&d.path(n)) > 0);
+        growing.then(|| relay_agent(net, 2)).flatten()
+    });
+    match how {
+        "agent" => kill("-9", pid),
+        _ => {
+            // The whole ssh session: every process of n2 but its sshd listener.
+            for p in net.stray_pids(2) {
+                kill("-9", p);
+            }
+        }
+    }
+    let killed = Instant::now();
+    let mut s = s;
+    let ended = poll(Duration::from_secs(40), Duration::from_millis(50), || {
+        s.child.try_wait().unwrap()
+    });
+    if ended.is_none() {
+        for h in 0..=3 {
+            eprintln!("left on n{h}:\n{}", ps(&net.stray_pids(h)));
+        }
+    }
+    let r = s.finish(Duration::from_secs(20));
+    eprintln!(
+        "rdpipe ended {:.1} s after the kill",
+        killed.elapsed().as_secs_f64()
+    );
+    (r, data)
+}
+
+fn assert_clean(net: &Netns) {
+    let left = net.wait_clean(Duration::from_secs(8));
+    let pids: Vec<u32> = left.iter().flat_map(|(_, v)| v.clone()).collect();
+    assert!(
+        left.is_empty(),
+        "processes left over: {left:?}\n{}",
+        ps(&pids)
+    );
+}
+
+/// The middle relay dies (`how`): the sink before it still gets its whole
+/// copy (published, byte-exact; its summary line says its relay broke); rdpipe
+/// fails with errors that name n2, the summary says n2's agent died and n3
+/// lost the stream to it, n3's file is not published (nor its temporary
+/// left), the `--json` report says the same, and nothing is left running on
+/// any host. With `--min-ok 1` the same run succeeds with a warning.
+fn dead_relay_fails_clearly(tag: &str, how: &str) {
+    let net = Netns::start(tag);
+    let d = &net.dir;
+    let (r, data) = kill_middle(&net, &[], how);
+    assert_eq!(r.code(), Some(1), "{}", r.stderr);
+    assert!(r.elapsed < Duration::from_secs(45), "{:?}", r.elapsed);
+    let sum = xxh3_hex(&data);
+    assert_eq!(xxh3_hex(&std::fs::read(d.path("o1")).unwrap()), sum);
+    let line = |start: &str| r.stderr.lines().find(|l| l.starts_with(start));
+    let first = line("rdpipe: sink [2] n1: ok: ").unwrap_or_else(|| panic!("{}", r.stderr));
+    assert!(
+        first.contains(&sum) && first.ends_with("relay to [3] n2 broke"),
+        "{first}"
+    );
+    assert!(
+        line("rdpipe: sink [3] n2: FAILED (its agent died mid-stream)").is_some(),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        line("rdpipe: sink [4] n3: FAILED (the stream did not arrive whole: relay [3] n2 died upstream)").is_some(),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        r.stderr
+            .lines()
+            .any(|l| l.starts_with("rdpipe: error: n2 [3]") && l.contains("the agent died")),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        r.stderr
+            .contains("rdpipe: error: 2 of 3 sinks failed (n2, n3)"),
+        "{}",
+        r.stderr
+    );
+    let names = d.names();
+    assert!(
+        !names.iter().any(|n| n.contains("o3")) && !names.contains(&"o2".to_string()),
+        "{names:?}"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.path("report.json")).unwrap()).unwrap();
+    let sinks = v["sinks"].as_array().expect("sinks in the report");
+    assert_eq!(sinks[0]["ok"], true);
+    assert_eq!(sinks[1]["host"], "n2");
+    assert_eq!(sinks[1]["ok"], false);
+    assert_eq!(sinks[1]["problem"], "its agent died mid-stream");
+    assert_eq!(sinks[2]["ok"], false);
+    assert!(sinks[2]["problem"]
+        .as_str()
+        .is_some_and(|p| p.contains("relay [3] n2 died")));
+    assert_clean(&net);
+    // --min-ok 1: n1's copy is enough. (The killed agent left its temporary
+    // file: remove it, it is the next run's readiness signal.)
+    for n in d.names() {
+        if n.starts_with(".o2.") || n == "o1" {
+            std::fs::remove_file(d.path(&n)).unwrap();
+        }
+    }
+    let (r, _) = kill_middle(&net, &["--min-ok", "1"], how);
+    assert_eq!(r.code(), Some(0), "{}", r.stderr);
+    assert_eq!(xxh3_hex(&std::fs::read(d.path("o1")).unwrap()), sum);
+    assert!(
+        r.stderr
+            .contains("rdpipe: warning: 2 of 3 sinks failed; 1 succeeded (--min-ok 1)"),
+        "{}",
+        r.stderr
+    );
+    assert_clean(&net);
+}
+
+#[test]
+fn relay_agent_killed_mid_stream_fails_clearly() {
+    need_root!("network namespaces");
+    dead_relay_fails_clearly("ra", "agent");
+}
+
+#[test]
+fn relay_ssh_session_killed_mid_stream_fails_clearly() {
+    need_root!("network namespaces");
+    dead_relay_fails_clearly("rs", "session");
+}
