@@ -8,29 +8,6 @@ use crate::support::*;
 
 use std::time::Duration;
 
-fn go(net: &Netns, extra: &[String], input: Option<Vec<u8>>, limit: u64) -> Run {
-    let p = net.exec_prefix();
-    let p: Vec<&str> = p.iter().map(|s| s.as_str()).collect();
-    let mut a = net.base_args();
-    a.extend(extra.iter().cloned());
-    start(&p, &a, input).finish(Duration::from_secs(limit))
-}
-
-fn assert_clean(net: &Netns) {
-    let left = net.wait_clean(Duration::from_secs(8));
-    let pids: Vec<u32> = left.iter().flat_map(|(_, v)| v.clone()).collect();
-    assert!(
-        left.is_empty(),
-        "processes left over: {left:?}\n{}",
-        ps(&pids)
-    );
-}
-
-fn file_sum(path: &std::path::Path) -> String {
-    let data = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    xxh3_hex(&data)
-}
-
 /// rdpipe's stdin to `hosts` sinks, each writing its own file (every other one
 /// through a command), all byte-exact; -v names every sink ok with the
 /// source's checksum.
@@ -48,7 +25,7 @@ fn sinks_byte_exact(tag: &str, hosts: usize, size: usize) {
             format!("n{h}:cat > {out}")
         });
     }
-    let r = go(&net, &a, Some(data.clone()), 240);
+    let r = net.rdpipe(&a, Some(data.clone()), 240);
     r.ok();
     assert!(r.stdout.is_empty());
     eprintln!(
@@ -57,7 +34,7 @@ fn sinks_byte_exact(tag: &str, hosts: usize, size: usize) {
         r.elapsed.as_secs_f64()
     );
     for h in 1..=hosts {
-        let got = file_sum(&net.dir.path(&format!("out{h}")));
+        let got = file_xxh3(&net.dir.path(&format!("out{h}")));
         eprintln!("sink n{h}: xxh3 {got} (source {sum})");
         assert_eq!(got, sum, "n{h}'s copy differs");
         let line = format!("rdpipe: sink [{h}] n{h}: ok: {} bytes over tcp", data.len());
@@ -81,7 +58,7 @@ fn sinks_byte_exact(tag: &str, hosts: usize, size: usize) {
     let hops = v["hops"].as_array().unwrap();
     assert_eq!(hops.len(), hosts);
     assert_eq!(hops[0]["from"], "rdpipe stdin");
-    assert_clean(&net);
+    net.assert_clean();
 }
 
 #[test]
@@ -119,10 +96,10 @@ fn fanout_failing_sink_does_not_stop_the_others() {
     };
     // The middle sink's command fails: it still relays, the others finish
     // byte-exact, the status is its command's, and the summary names it.
-    let r = go(&net, &sinks(&[]), None, 120);
+    let r = net.rdpipe(&sinks(&[]), None, 120);
     assert_eq!(r.code(), Some(4), "{}", r.stderr);
-    assert_eq!(file_sum(&d.path("o2")), sum);
-    assert_eq!(file_sum(&d.path("o1")), sum);
+    assert_eq!(file_xxh3(&d.path("o2")), sum);
+    assert_eq!(file_xxh3(&d.path("o1")), sum);
     assert!(
         r.stderr.lines().any(|l| l.starts_with(
             "rdpipe: sink [3] n3: FAILED (the command exited with status 4): 67108864 bytes over tcp"
@@ -142,19 +119,19 @@ fn fanout_failing_sink_does_not_stop_the_others() {
         "{}",
         r.stderr
     );
-    assert_clean(&net);
+    net.assert_clean();
     // --min-ok 2: the same run succeeds, with a warning.
     std::fs::remove_file(d.path("o1")).unwrap();
-    let r = go(&net, &sinks(&["--min-ok", "2"]), None, 120);
+    let r = net.rdpipe(&sinks(&["--min-ok", "2"]), None, 120);
     r.ok();
-    assert_eq!(file_sum(&d.path("o1")), sum);
+    assert_eq!(file_xxh3(&d.path("o1")), sum);
     assert!(
         r.stderr
             .contains("rdpipe: warning: 1 of 3 sinks failed; 2 succeeded (--min-ok 2)"),
         "{}",
         r.stderr
     );
-    assert_clean(&net);
+    net.assert_clean();
 }
 
 #[test]
@@ -179,7 +156,7 @@ fn fanout_sigint_mid_stream_leaves_nothing() {
     wait_for(&format!("cat >/dev/null # {mark}"), Duration::from_secs(20));
     std::thread::sleep(Duration::from_millis(700));
     s.interrupt();
-    assert_clean(&net);
+    net.assert_clean();
 }
 
 /// `eth0`'s transmitted bytes in host namespace `h`.
@@ -205,10 +182,10 @@ fn fanout_source_host_sends_each_byte_once() {
         a.extend(["--to".into(), format!("n{h}:> /dev/null")]);
     }
     let before = tx_bytes(&net, 1);
-    go(&net, &a, None, 120).ok();
+    net.rdpipe(&a, None, 120).ok();
     let sent = tx_bytes(&net, 1) - before;
     let ratio = sent as f64 / size as f64;
     eprintln!("fan-out to 3 sinks: the source host sent {sent} bytes for a {size}-byte stream ({ratio:.3} per byte)");
     assert!(ratio < 1.1, "{ratio:.3} bytes sent per byte of stream");
-    assert_clean(&net);
+    net.assert_clean();
 }

@@ -13,35 +13,18 @@ fn args(net: &Netns, extra: &[&str]) -> Vec<String> {
     v
 }
 
-fn go(net: &Netns, extra: &[&str], input: Option<Vec<u8>>, limit: u64) -> Run {
-    let p = net.exec_prefix();
-    let p: Vec<&str> = p.iter().map(|s| s.as_str()).collect();
-    start(&p, &args(net, extra), input).finish(Duration::from_secs(limit))
-}
-
-fn assert_clean(net: &Netns) {
-    let left = net.wait_clean(Duration::from_secs(8));
-    let pids: Vec<u32> = left.iter().flat_map(|(_, v)| v.clone()).collect();
-    assert!(
-        left.is_empty(),
-        "processes left over: {left:?}\n{}",
-        ps(&pids)
-    );
-}
-
 #[test]
 fn netns_hello_olleh() {
     need_root!("network namespaces");
     let net = Netns::start("a");
-    let r = go(
-        &net,
+    let r = net.rdpipe(
         &["n1:tr [:lower:] [:upper:]", "n2:rev"],
         Some(b"hello\n".to_vec()),
         60,
     );
     r.ok();
     assert_eq!(r.stdout_str(), "OLLEH\n");
-    assert_clean(&net);
+    net.assert_clean();
 }
 
 #[test]
@@ -51,8 +34,7 @@ fn netns_64mib_three_hosts_tee_checksums() {
     let data = random_bytes(64 << 20, 64);
     let sum = xxh3_hex(&data);
     let tee = net.dir.s("tee");
-    let r = go(
-        &net,
+    let r = net.rdpipe(
         &["-v", "n1:cat", &format!("n2:tee {tee}"), "n3:cat"],
         Some(data.clone()),
         240,
@@ -87,7 +69,7 @@ fn netns_64mib_three_hosts_tee_checksums() {
         "{}",
         r.stderr
     );
-    assert_clean(&net);
+    net.assert_clean();
 }
 
 #[test]
@@ -96,8 +78,7 @@ fn netns_file_operators() {
     let net = Netns::start("c");
     let d = &net.dir;
     std::fs::write(d.path("in"), "abc\n").unwrap();
-    go(
-        &net,
+    net.rdpipe(
         &[
             &format!("n1:< {}", d.s("in")),
             "n2:tr a-z A-Z",
@@ -108,8 +89,7 @@ fn netns_file_operators() {
     )
     .ok();
     assert_eq!(std::fs::read_to_string(d.path("out")).unwrap(), "ABC\n");
-    let r = go(
-        &net,
+    let r = net.rdpipe(
         &[
             "n1:cat",
             &format!("n2:> {}", d.s("mid")),
@@ -122,7 +102,7 @@ fn netns_file_operators() {
     r.ok();
     assert_eq!(r.stdout_str(), "cba\n");
     assert_eq!(std::fs::read_to_string(d.path("mid")).unwrap(), "xyz\n");
-    assert_clean(&net);
+    net.assert_clean();
 }
 
 #[test]
@@ -132,8 +112,7 @@ fn netns_repeated_host_and_more_than_max_sessions() {
     // tac twice is the identity for data that ends with a newline.
     let mut data = random_bytes(2 << 20, 5);
     *data.last_mut().unwrap() = b'\n';
-    let r = go(
-        &net,
+    let r = net.rdpipe(
         &["n1:cat", "n2:tac", "n1:tac", "n3:cat"],
         Some(data.clone()),
         60,
@@ -144,10 +123,10 @@ fn netns_repeated_host_and_more_than_max_sessions() {
     let mut a = vec!["n1:cat"];
     a.extend(std::iter::repeat_n("n2:cat", 12));
     a.push("n3:cat");
-    let r = go(&net, &a, Some(data.clone()), 120);
+    let r = net.rdpipe(&a, Some(data.clone()), 120);
     r.ok();
     assert!(r.stdout == data);
-    assert_clean(&net);
+    net.assert_clean();
 }
 
 #[test]
@@ -175,15 +154,14 @@ fn netns_two_pipelines_at_once() {
     ra.ok();
     rb.ok();
     assert!(ra.stdout == d1 && rb.stdout == d2);
-    assert_clean(&net);
+    net.assert_clean();
 }
 
 #[test]
 fn netns_failing_middle_command() {
     need_root!("network namespaces");
     let net = Netns::start("f");
-    let r = go(
-        &net,
+    let r = net.rdpipe(
         &["n1:cat", "n2:head -c 1000 >/dev/null; exit 5", "n3:cat"],
         Some(random_bytes(8 << 20, 9)),
         30,
@@ -197,7 +175,7 @@ fn netns_failing_middle_command() {
         r.stderr
     );
     assert!(r.stdout.is_empty());
-    assert_clean(&net);
+    net.assert_clean();
 }
 
 #[test]
@@ -222,7 +200,7 @@ fn netns_sigint_mid_stream_leaves_nothing() {
     wait_for(&format!("^yes {mark}"), Duration::from_secs(20));
     std::thread::sleep(Duration::from_millis(700));
     s.interrupt();
-    assert_clean(&net);
+    net.assert_clean();
 }
 
 #[test]
@@ -251,7 +229,7 @@ fn netns_missing_remote_tool() {
         "{}",
         r.stderr
     );
-    assert_clean(&net);
+    net.assert_clean();
 }
 
 #[test]
@@ -265,8 +243,7 @@ fn netns_data_host_override_is_used() {
         .status()
         .unwrap()
         .success());
-    let r = go(
-        &net,
+    let r = net.rdpipe(
         &["-v", "--data-host", "n2=10.99.0.22", "n1:cat", "n2:rev"],
         Some(b"abc\n".to_vec()),
         60,
@@ -274,8 +251,7 @@ fn netns_data_host_override_is_used() {
     r.ok();
     assert_eq!(r.stdout_str(), "cba\n");
     // An address nobody has: the hop into n2 fails, naming it, within the bound.
-    let r = go(
-        &net,
+    let r = net.rdpipe(
         &[
             "--connect-timeout",
             "2",
@@ -289,5 +265,5 @@ fn netns_data_host_override_is_used() {
     );
     assert_eq!(r.code(), Some(1), "{}", r.stderr);
     assert!(r.stderr.contains("10.99.0.99"), "{}", r.stderr);
-    assert_clean(&net);
+    net.assert_clean();
 }

@@ -8,29 +8,6 @@ use crate::support::*;
 
 use std::time::Duration;
 
-fn go(net: &Netns, extra: &[String], input: Option<Vec<u8>>, limit: u64) -> Run {
-    let p = net.exec_prefix();
-    let p: Vec<&str> = p.iter().map(|s| s.as_str()).collect();
-    let mut a = net.base_args();
-    a.extend(extra.iter().cloned());
-    start(&p, &a, input).finish(Duration::from_secs(limit))
-}
-
-fn assert_clean(net: &Netns) {
-    let left = net.wait_clean(Duration::from_secs(8));
-    let pids: Vec<u32> = left.iter().flat_map(|(_, v)| v.clone()).collect();
-    assert!(
-        left.is_empty(),
-        "processes left over: {left:?}\n{}",
-        ps(&pids)
-    );
-}
-
-fn file_sum(path: &std::path::Path) -> String {
-    let data = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    xxh3_hex(&data)
-}
-
 /// The relay-only agent in host namespace `h` (its argv has `--agent` and
 /// `--relay`), if it runs.
 fn relay_agent(net: &Netns, h: usize) -> Option<u32> {
@@ -104,7 +81,7 @@ fn relay_only_is_byte_exact_and_runs_no_command() {
     let r = s.finish(Duration::from_secs(120));
     r.ok();
     assert!(samples >= 10, "only {samples} samples of the relay agent");
-    assert_eq!(file_sum(&d.path("out")), sum, "n3's copy differs");
+    assert_eq!(file_xxh3(&d.path("out")), sum, "n3's copy differs");
     let line = format!(
         "rdpipe: [2] n2: relay only: {size} bytes from [1] n1 forwarded to [3] n3 (the same stream), no command"
     );
@@ -138,7 +115,7 @@ fn relay_only_is_byte_exact_and_runs_no_command() {
             && h["checksum"] == sum.as_str()),
         "{hops:#?}"
     );
-    assert_clean(&net);
+    net.assert_clean();
 }
 
 #[test]
@@ -154,7 +131,7 @@ fn relay_only_upstream_failure_publishes_nothing() {
         "n2:".into(),
         format!("n3:> {}", d.s("out")),
     ];
-    let r = go(&net, &a, None, 120);
+    let r = net.rdpipe(&a, None, 120);
     assert_eq!(r.code(), Some(3), "{}", r.stderr);
     assert_eq!(std::fs::read(d.path("out")).unwrap(), b"old contents\n");
     assert!(
@@ -164,7 +141,7 @@ fn relay_only_upstream_failure_publishes_nothing() {
         "{}",
         r.stderr
     );
-    assert_clean(&net);
+    net.assert_clean();
     // The same with the relay's incoming stream cut by a truncated sender:
     // the upstream agent killed mid-stream.
     let mark = format!("RELAYCUT{}", std::process::id());
@@ -194,7 +171,7 @@ fn relay_only_upstream_failure_publishes_nothing() {
     let r = s.finish(Duration::from_secs(60));
     assert_ne!(r.code(), Some(0), "{}", r.stderr);
     assert_eq!(std::fs::read(d.path("out")).unwrap(), b"old contents\n");
-    assert_clean(&net);
+    net.assert_clean();
 }
 
 #[test]
@@ -206,30 +183,23 @@ fn relay_only_first_last_same_host_and_blank() {
     let sum = xxh3_hex(&data);
     std::fs::write(d.path("src"), &data).unwrap();
     // First: fed by rdpipe's stdin.
-    go(
-        &net,
+    net.rdpipe(
         &["n2:".into(), format!("n3:> {}", d.s("o1"))],
         Some(data.clone()),
         120,
     )
     .ok();
-    assert_eq!(file_sum(&d.path("o1")), sum);
+    assert_eq!(file_xxh3(&d.path("o1")), sum);
     // Last: into rdpipe's stdout.
-    let r = go(
-        &net,
-        &[format!("n1:< {}", d.s("src")), "n2:".into()],
-        None,
-        120,
-    );
+    let r = net.rdpipe(&[format!("n1:< {}", d.s("src")), "n2:".into()], None, 120);
     r.ok();
     assert_eq!(xxh3_hex(&r.stdout), sum);
     // Alone, blank (whitespace only): stdin through n2 to stdout.
-    let r = go(&net, &["n2:   ".into()], Some(data.clone()), 120);
+    let r = net.rdpipe(&["n2:   "], Some(data.clone()), 120);
     r.ok();
     assert_eq!(xxh3_hex(&r.stdout), sum);
     // On the same host as both neighbours (loopback hops), then onward.
-    let r = go(
-        &net,
+    let r = net.rdpipe(
         &[
             "-v".into(),
             format!("n1:< {}", d.s("src")),
@@ -242,7 +212,7 @@ fn relay_only_first_last_same_host_and_blank() {
         120,
     );
     r.ok();
-    assert_eq!(file_sum(&d.path("o2")), sum);
+    assert_eq!(file_xxh3(&d.path("o2")), sum);
     assert!(
         r.stderr
             .contains("rdpipe: [2] n1: relay only: 67108864 bytes")
@@ -251,7 +221,7 @@ fn relay_only_first_last_same_host_and_blank() {
         "{}",
         r.stderr
     );
-    assert_clean(&net);
+    net.assert_clean();
 }
 
 #[test]
@@ -277,5 +247,5 @@ fn relay_only_sigint_mid_stream_leaves_nothing() {
     );
     let r = s.interrupt();
     assert_eq!(r.code(), Some(130), "{}", r.stderr);
-    assert_clean(&net);
+    net.assert_clean();
 }

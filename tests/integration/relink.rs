@@ -87,16 +87,6 @@ fn kill_middle(net: &Netns, extra: &[&str], how: &str) -> (Run, Vec<u8>) {
     (r, data)
 }
 
-fn assert_clean(net: &Netns) {
-    let left = net.wait_clean(Duration::from_secs(8));
-    let pids: Vec<u32> = left.iter().flat_map(|(_, v)| v.clone()).collect();
-    assert!(
-        left.is_empty(),
-        "processes left over: {left:?}\n{}",
-        ps(&pids)
-    );
-}
-
 /// The middle relay dies (`how`): the sink before it still gets its whole
 /// copy (published, byte-exact; its summary line says its relay broke); rdpipe
 /// fails with errors that name n2, the summary says n2's agent died and n3
@@ -156,7 +146,7 @@ fn dead_relay_fails_clearly(tag: &str, how: &str) {
     assert!(sinks[2]["problem"]
         .as_str()
         .is_some_and(|p| p.contains("relay [3] n2 died")));
-    assert_clean(&net);
+    net.assert_clean();
     // --min-ok 1: n1's copy is enough. (The killed agent left its temporary
     // file: remove it, it is the next run's readiness signal.)
     for n in d.names() {
@@ -173,7 +163,7 @@ fn dead_relay_fails_clearly(tag: &str, how: &str) {
         "{}",
         r.stderr
     );
-    assert_clean(&net);
+    net.assert_clean();
 }
 
 #[test]

@@ -27,6 +27,12 @@ pub fn xxh3_hex(data: &[u8]) -> String {
     format!("{:016x}", xxhash_rust::xxh3::xxh3_64(data))
 }
 
+/// xxh3-64 of a file's content (panics, naming it, when it cannot be read).
+pub fn file_xxh3(path: &std::path::Path) -> String {
+    let data = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    xxh3_hex(&data)
+}
+
 /// A seeded xorshift generator for picking random fault points. The seed comes
 /// from `RDPIPE_FAULT_SEED` when set (to replay a failure), else from the clock,
 /// and is printed either way.

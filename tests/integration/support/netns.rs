@@ -2,8 +2,9 @@
 //! joined by veth pairs to a bridge in a fourth namespace where rdpipe runs.
 //! Namespaces, links and servers are removed by Drop, also when a test fails.
 
-use super::procs::{kill, poll, wait_until};
+use super::procs::{kill, poll, ps, wait_until};
 use super::rdpipe::base_args;
+use super::rdpipe::{start, Run};
 use super::scratch::Scratch;
 use super::ssh::{sh, sshd_config, Keys, Sshd};
 use std::path::PathBuf;
@@ -163,6 +164,27 @@ impl Netns {
             .filter_map(|p| p.parse().ok())
             .filter(|p| !self.sshd_pids.contains(p))
             .collect()
+    }
+
+    /// rdpipe run on host 0 with this network's ssh options and `extra`,
+    /// finished (killed past `limit` seconds).
+    pub fn rdpipe<S: AsRef<str>>(&self, extra: &[S], input: Option<Vec<u8>>, limit: u64) -> Run {
+        let p = self.exec_prefix();
+        let p: Vec<&str> = p.iter().map(|s| s.as_str()).collect();
+        let mut a = self.base_args();
+        a.extend(extra.iter().map(|s| s.as_ref().to_string()));
+        start(&p, &a, input).finish(Duration::from_secs(limit))
+    }
+
+    /// No process of any pipeline left on any host (within 8 s).
+    pub fn assert_clean(&self) {
+        let left = self.wait_clean(Duration::from_secs(8));
+        let pids: Vec<u32> = left.iter().flat_map(|(_, v)| v.clone()).collect();
+        assert!(
+            left.is_empty(),
+            "processes left over: {left:?}\n{}",
+            ps(&pids)
+        );
     }
 
     /// Waits until every namespace holds nothing but its sshd; returns the
