@@ -21,6 +21,7 @@
 //! `RUST_LOG`) to the agents, whose log is forwarded like their stderr.
 
 pub mod agents;
+pub mod config;
 pub mod discover;
 pub mod ends;
 pub mod fabric;
@@ -40,7 +41,6 @@ use crate::report::{PipeReport, VerdictReport};
 use crate::ssh::SshConfig;
 use rdpipe_term::progress::Ticker;
 use rdpipe_transport::{Report, TransportError};
-use rdpipe_wire::{Integrity, TransportPref};
 use spawn::Writer;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -54,6 +54,8 @@ use tokio::sync::mpsc;
 use tracing::{debug, trace};
 use verdict::{Cause, Finding, Verdict};
 
+pub use config::{Config, LocalExe, RunError};
+
 /// How long rdpipe collects failure reports after the first one before it closes
 /// the agents' control channels.
 pub const ROOT_CAUSE_GRACE: Duration = Duration::from_millis(1000);
@@ -65,103 +67,6 @@ pub const TEARDOWN_WAIT: Duration = Duration::from_secs(3);
 
 /// The name on rdpipe's messages.
 pub const TOOL: &str = "rdpipe";
-
-/// Everything rdpipe was asked to do (built from the command line by the
-/// `rdma-pipe` crate's `cli::pipe`).
-#[derive(Debug, Clone)]
-pub struct Config {
-    /// The `HOST:CMD` arguments.
-    pub segments: Vec<String>,
-    /// The `--to HOST:CMD` sinks of a fan-out (chain relay), in order.
-    pub sinks: Vec<String>,
-    /// `--min-ok N`: the run succeeds when at least N sinks succeeded (default:
-    /// all of them).
-    pub min_ok: Option<usize>,
-    /// `-n`: print the plan only.
-    pub dry_run: bool,
-    /// `-v` count: 1 per-hop reports and the bandwidth; 2 (`-vv`) debug log, also
-    /// from the agents; 3 trace.
-    pub verbose: u8,
-    /// `-q`: no warnings (from the agents either); errors are still printed.
-    pub quiet: bool,
-    /// Draw the progress line (`--progress`, or stderr is a terminal and no `-q`).
-    pub progress: bool,
-    /// A log filter for the agents (rdpipe's `RUST_LOG`), overriding `verbose`.
-    pub log: Option<String>,
-    /// `-o` options for ssh.
-    pub ssh_options: Vec<String>,
-    /// `-F` file for ssh.
-    pub ssh_config: Option<PathBuf>,
-    /// `--data-host HOST=ADDR` values.
-    pub data_host: Vec<String>,
-    /// `--remote-bin DIR`.
-    pub remote_bin: Option<String>,
-    /// Install rdpipe's own binary as the agent on hosts without a usable rdrecv
-    /// (not with `--no-install`; never with `--remote-bin`).
-    pub install: bool,
-    /// `--transport`.
-    pub transport: TransportPref,
-    /// `--integrity` / `--encrypt`, for every hop.
-    pub integrity: Integrity,
-    /// Chunk size in bytes.
-    pub chunk_size: u32,
-    /// Buffers in flight.
-    pub slots: u32,
-    /// Seconds to keep trying to connect.
-    pub connect_timeout: u64,
-    /// Seconds the authentication handshake may take.
-    pub handshake_timeout: u64,
-    /// `--rate-limit`, for every hop (each hop's sender paces).
-    pub rate_limit: Option<rdpipe_transport::Rate>,
-    /// SSH sessions per master connection.
-    pub max_sessions: u32,
-    /// `--direct`: `> FILE` segments are written with O_DIRECT.
-    pub direct: bool,
-}
-
-/// Where rdpipe finds the programs it runs locally.
-#[derive(Debug, Clone)]
-pub struct LocalExe {
-    /// Run as `EXE --agent ...` for local segments and `EXE --ssh-guard ...` for
-    /// masters (normally rdpipe itself).
-    pub exe: PathBuf,
-}
-
-/// Why rdpipe failed.
-#[derive(Debug, thiserror::Error)]
-pub enum RunError {
-    /// The arguments do not make a pipeline.
-    #[error(transparent)]
-    Plan(#[from] PlanError),
-    /// The async runtime could not start.
-    #[error("cannot start the runtime: {0}")]
-    Runtime(#[source] std::io::Error),
-    /// No directory for the ssh control sockets.
-    #[error("cannot create a control directory: {0}")]
-    ControlDir(#[source] std::io::Error),
-    /// The pipeline ran and failed: the verdict's lines and status.
-    #[error("{}", .0.lines.join("; "))]
-    Failed(Verdict),
-}
-
-impl RunError {
-    /// rdpipe's exit status.
-    pub fn exit_code(&self) -> u8 {
-        match self {
-            RunError::Plan(_) => verdict::EXIT_USAGE,
-            RunError::Runtime(_) | RunError::ControlDir(_) => verdict::EXIT_FAILED,
-            RunError::Failed(v) => v.status,
-        }
-    }
-
-    /// The error lines to print (none for a quiet failure such as a closed stdout).
-    pub fn messages(&self) -> Vec<String> {
-        match self {
-            RunError::Failed(v) => v.lines.clone(),
-            other => vec![other.to_string()],
-        }
-    }
-}
 
 /// Something the event loop hears.
 enum Event {
