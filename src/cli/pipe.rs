@@ -220,7 +220,7 @@ pub struct PipeArgs {
     /// Write the `> FILE` and `>> FILE` segments with O_DIRECT, past the page
     /// cache (as `rdrecv --direct`): for big sequential streams to fast disks. A
     /// filesystem that refuses it is written the usual way (-v notes it); `--to`
-    /// sinks of a fan-out are always written the usual way.
+    /// sinks' `> FILE` too.
     #[arg(long)]
     pub direct: bool,
 }

@@ -363,5 +363,21 @@ fn rdpipe_direct_writes_a_file_segment_byte_exact() {
         );
         r.ok();
         assert!(read(Path::new(&dst)) == data, "{dst} differs");
+        // `--to` sinks' `> FILE` too (a relaying sink and the last one).
+        let (a, b) = (dir.s("a"), dir.s("b"));
+        let r = run(
+            &[
+                "--direct".to_string(),
+                "--to".into(),
+                format!("-:> {a}"),
+                "--to".into(),
+                format!("-:> {b}"),
+            ],
+            Some(data.clone()),
+            Duration::from_secs(60),
+        );
+        r.ok();
+        assert!(read(Path::new(&a)) == data, "{a} differs");
+        assert!(read(Path::new(&b)) == data, "{b} differs");
     }
 }

@@ -209,12 +209,22 @@ pub fn start_sink(a: &AgentArgs, seg: &mut Segment, t: &mut Transfers, shared: &
         return;
     }
     let held = seg.held_input.clone();
+    let direct = a.direct;
     t.spawn_recv(
         Box::new(move || {
             let local: Option<Box<dyn Write + Send>> = match local {
                 Local::Cmd(h) => Some(Box::new(h)),
                 Local::File(path, mode) => match OutputFile::open(Path::new(&path), mode) {
-                    Ok(f) => Some(Box::new(f)),
+                    Ok(mut f) => {
+                        if direct {
+                            if let Err(why) = f.use_direct() {
+                                tracing::info!(
+                                    "{path}: writing through the page cache, not O_DIRECT: {why}"
+                                );
+                            }
+                        }
+                        Some(Box::new(f))
+                    }
                     Err(e) => {
                         let _ = tx.send(Ev::Local(Part::File, format!("{path}: cannot open: {e}")));
                         None
