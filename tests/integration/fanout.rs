@@ -138,20 +138,19 @@ fn fanout_failing_sink_does_not_stop_the_others() {
 fn fanout_sigint_mid_stream_leaves_nothing() {
     need_root!("network namespaces");
     let net = Netns::start("fd");
-    let p = net.exec_prefix();
-    let p: Vec<&str> = p.iter().map(|s| s.as_str()).collect();
     let mark = format!("FANMARK{}", std::process::id());
-    let mut a = net.base_args();
-    a.extend([
-        format!("n1:yes {mark}"),
-        "--to".into(),
-        format!("n2:cat >/dev/null # {mark}"),
-        "--to".into(),
-        "n3:cat >/dev/null".into(),
-        "--to".into(),
-        "n1:wc -c".into(),
-    ]);
-    let s = start(&p, &a, None);
+    let s = net.start_rdpipe(
+        &[
+            format!("n1:yes {mark}"),
+            "--to".into(),
+            format!("n2:cat >/dev/null # {mark}"),
+            "--to".into(),
+            "n3:cat >/dev/null".into(),
+            "--to".into(),
+            "n1:wc -c".into(),
+        ],
+        None,
+    );
     wait_for(&format!("^yes {mark}"), Duration::from_secs(20));
     wait_for(&format!("cat >/dev/null # {mark}"), Duration::from_secs(20));
     std::thread::sleep(Duration::from_millis(700));

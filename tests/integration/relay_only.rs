@@ -55,11 +55,7 @@ fn relay_only_is_byte_exact_and_runs_no_command() {
         "n2:".into(),
         format!("n3:> {}", d.s("out")),
     ];
-    let p = net.exec_prefix();
-    let p: Vec<&str> = p.iter().map(|s| s.as_str()).collect();
-    let mut args = net.base_args();
-    args.extend(a);
-    let s = start(&p, &args, None);
+    let s = net.start_rdpipe(&a, None);
     let agent = wait_until(
         "the relay-only agent on n2",
         Duration::from_secs(30),
@@ -150,11 +146,7 @@ fn relay_only_upstream_failure_publishes_nothing() {
         "n2:".into(),
         format!("n3:> {}", d.s("out")),
     ];
-    let p = net.exec_prefix();
-    let p: Vec<&str> = p.iter().map(|s| s.as_str()).collect();
-    let mut args = net.base_args();
-    args.extend(a);
-    let s = start(&p, &args, None);
+    let s = net.start_rdpipe(&a, None);
     let yes = wait_for(&format!("^yes {mark}"), Duration::from_secs(20));
     wait_until(
         "the relay-only agent on n2",
@@ -229,15 +221,14 @@ fn relay_only_sigint_mid_stream_leaves_nothing() {
     need_root!("network namespaces");
     let net = Netns::start("rd");
     let mark = format!("RELAYMARK{}", std::process::id());
-    let p = net.exec_prefix();
-    let p: Vec<&str> = p.iter().map(|s| s.as_str()).collect();
-    let mut a = net.base_args();
-    a.extend([
-        format!("n1:yes {mark}"),
-        "n2:".into(),
-        format!("n3:cat >/dev/null # {mark}"),
-    ]);
-    let s = start(&p, &a, None);
+    let s = net.start_rdpipe(
+        &[
+            format!("n1:yes {mark}"),
+            "n2:".into(),
+            format!("n3:cat >/dev/null # {mark}"),
+        ],
+        None,
+    );
     wait_for(&format!("^yes {mark}"), Duration::from_secs(20));
     wait_for(&format!("cat >/dev/null # {mark}"), Duration::from_secs(20));
     wait_until(

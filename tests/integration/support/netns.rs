@@ -4,7 +4,7 @@
 
 use super::procs::{kill, poll, ps, wait_until};
 use super::rdpipe::base_args;
-use super::rdpipe::{start, Run};
+use super::rdpipe::{start, Run, Started};
 use super::scratch::Scratch;
 use super::ssh::{sh, sshd_config, Keys, Sshd};
 use std::path::PathBuf;
@@ -166,14 +166,19 @@ impl Netns {
             .collect()
     }
 
-    /// rdpipe run on host 0 with this network's ssh options and `extra`,
-    /// finished (killed past `limit` seconds).
-    pub fn rdpipe<S: AsRef<str>>(&self, extra: &[S], input: Option<Vec<u8>>, limit: u64) -> Run {
+    /// rdpipe started on host 0 with this network's ssh options and `extra`.
+    pub fn start_rdpipe<S: AsRef<str>>(&self, extra: &[S], input: Option<Vec<u8>>) -> Started {
         let p = self.exec_prefix();
         let p: Vec<&str> = p.iter().map(|s| s.as_str()).collect();
         let mut a = self.base_args();
         a.extend(extra.iter().map(|s| s.as_ref().to_string()));
-        start(&p, &a, input).finish(Duration::from_secs(limit))
+        start(&p, &a, input)
+    }
+
+    /// The same, finished (killed past `limit` seconds).
+    pub fn rdpipe<S: AsRef<str>>(&self, extra: &[S], input: Option<Vec<u8>>, limit: u64) -> Run {
+        self.start_rdpipe(extra, input)
+            .finish(Duration::from_secs(limit))
     }
 
     /// No process of any pipeline left on any host (within 8 s).
