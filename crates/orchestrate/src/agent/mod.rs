@@ -16,8 +16,6 @@
 //!   onward to the next sink;
 //! - [`passthrough`]: a relay-only segment (`HOST:`): the incoming stream
 //!   forwarded to the outgoing transfer, no command;
-//! - [`replay`]: a relay's bounded replay window (for re-linking a chain
-//!   around a dead sink);
 //! - [`inbox`]: rdpipe's control lines, the silence watchdog, signals;
 //! - [`say`]: the control lines to rdpipe and the byte-count meter.
 //!
@@ -35,7 +33,6 @@ pub mod file;
 pub mod inbox;
 pub mod passthrough;
 pub mod relay;
-pub mod replay;
 pub mod say;
 pub mod segment;
 pub mod shell;

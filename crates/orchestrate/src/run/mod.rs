@@ -3,8 +3,7 @@
 //! segment ([`spawn`]), relays the agents' `PORT` announcements as `CONNECT`
 //! orders (at the address [`discover`] picks), runs rdpipe's own stdin sender and stdout receiver ([`ends`]), draws
 //! the progress line ([`progress`]), tears everything down ([`teardown`]) and
-//! decides the verdict ([`verdict`]; a fan-out's per-host verdicts: [`sinks`],
-//! re-linking around a dead relay: [`relink`]).
+//! decides the verdict ([`verdict`]; a fan-out's per-host verdicts: [`sinks`]).
 //!
 //! Teardown: on the first failure rdpipe waits [`ROOT_CAUSE_GRACE`] for the root
 //! cause to be reported (failures cascade along the pipeline within milliseconds;
@@ -29,7 +28,6 @@ pub mod install;
 pub mod outcome;
 pub mod progress;
 pub mod record;
-pub mod relink;
 pub mod sinks;
 pub mod spawn;
 pub mod teardown;
