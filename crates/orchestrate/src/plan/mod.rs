@@ -206,6 +206,19 @@ impl Hop {
             self.from
         }
     }
+
+    /// Which of `node`'s transfers this hop is (`in` when it ends there, `out`
+    /// when it starts there), if it touches `node` at all.
+    pub fn side_of(&self, node: Node) -> Option<crate::control::Direction> {
+        use crate::control::Direction;
+        if self.to == node {
+            Some(Direction::In)
+        } else if self.from == node {
+            Some(Direction::Out)
+        } else {
+            None
+        }
+    }
 }
 
 /// The whole pipeline, decided before anything runs.

@@ -126,10 +126,7 @@ impl Runner {
     /// (once discovery, [`super::discover`], has what it needs).
     async fn relay_port(&mut self, i: usize, dir: Direction, port: u16) {
         let me = Node::Segment(i);
-        let hop = self.p.hops.iter().position(|h| match dir {
-            Direction::In => h.to == me,
-            Direction::Out => h.from == me,
-        });
+        let hop = self.p.hops.iter().position(|h| h.side_of(me) == Some(dir));
         if let Some(k) = hop {
             self.relay_hop(k, port).await;
         }

@@ -165,11 +165,7 @@ impl Runner {
         let hop = &self.p.hops[k];
         match hop.connector() {
             Node::Segment(j) => {
-                let dir = if hop.to == Node::Segment(j) {
-                    Direction::In
-                } else {
-                    Direction::Out
-                };
+                let dir = hop.side_of(Node::Segment(j)).unwrap_or(Direction::Out);
                 let order = ToAgent::Probe { dir, port, addrs };
                 debug!(
                     "hop {}: no shared subnet: telling [{}] to {order}",
@@ -202,11 +198,7 @@ impl Runner {
         let me = Node::Segment(j);
         let hop = |k: usize| {
             let h = &self.p.hops[k];
-            h.connector() == me
-                && match dir {
-                    Direction::In => h.to == me,
-                    Direction::Out => h.from == me,
-                }
+            h.connector() == me && h.side_of(me) == Some(dir)
         };
         match self.disc.probing.iter().find(|(k, ..)| hop(*k)) {
             Some(&(k, ..)) => self.probed(k, results).await,
@@ -270,11 +262,7 @@ impl Runner {
             Node::Stdin => self.start_source(addr, port),
             Node::Stdout => self.start_sink(addr, port),
             Node::Segment(j) => {
-                let dir = if hop.to == Node::Segment(j) {
-                    Direction::In
-                } else {
-                    Direction::Out
-                };
+                let dir = hop.side_of(Node::Segment(j)).unwrap_or(Direction::Out);
                 let order = ToAgent::Connect { dir, addr, port };
                 let l = match hop.listener {
                     Node::Segment(i) => i + 1,
