@@ -82,7 +82,7 @@ _rdpipe() {
                     return 0
                     ;;
                 --integrity)
-                    COMPREPLY=($(compgen -W "checksum mac" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "auto checksum mac encrypt" -- "${cur}"))
                     return 0
                     ;;
                 --rate-limit)

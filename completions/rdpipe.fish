@@ -11,8 +11,10 @@ complete -c rdpipe -l chunk-size -d 'Bytes per chunk, e.g. 256K, 1M' -r
 complete -c rdpipe -l slots -d 'Buffers in flight per transfer' -r
 complete -c rdpipe -l connect-timeout -d 'Seconds to keep trying to connect (ssh and data connections)' -r
 complete -c rdpipe -l handshake-timeout -d 'Seconds the authentication handshake of each transfer may take' -r
-complete -c rdpipe -l integrity -d 'How each hop\'s integrity is checked (see docs/security.md)' -r -f -a "checksum\t'xxh3 checksum only: catches accidents, not an attacker on the path (for trusted fabrics; the fastest)'
-mac\t'Keyed BLAKE3 MAC over the whole stream: nobody without the session keys can alter, reorder, drop or truncate data unnoticed (the default)'"
+complete -c rdpipe -l integrity -d 'How each hop is protected (`auto`: `encrypt` where rdpipe\'s host has AES instructions, else `mac`; see docs/security.md)' -r -f -a "auto\t'`encrypt` where this CPU has AES instructions (it then costs less CPU than `mac`), `mac` where it has not'
+checksum\t'xxh3 checksum only: catches accidents, not an attacker on the path (for trusted fabrics; the fastest)'
+mac\t'Keyed BLAKE3 MAC over the whole stream: nobody without the session keys can alter, reorder, drop or truncate data unnoticed'
+encrypt\t'AES-256-GCM on every chunk: what `mac` guarantees, and nobody on the path can read the data (the same as `--encrypt`)'"
 complete -c rdpipe -l rate-limit -d 'Move at most RATE bytes per second through every hop, as `pv -L`: e.g. 500M, 1.5G/s, 64KiB/s (K, M, G, T are 1024-based; `B` and `/s` optional). Each hop\'s sender paces (the endpoints on the hosts and rdpipe\'s own)' -r
 complete -c rdpipe -l json -d 'Write a JSON report of the run to FILE at the end, also when it fails or is interrupted: per hop the transport, bytes, checksum, seconds and rate; per segment the host, command and exit status or signal; the verdict' -r -F
 complete -c rdpipe -l max-sessions -d 'SSH sessions per master connection (sshd\'s MaxSessions, 10 by default); a host with more segments gets more connections' -r
@@ -21,7 +23,7 @@ complete -c rdpipe -s v -l verbose -d 'Print each hop\'s transport, byte count a
 complete -c rdpipe -s q -l quiet -d 'No progress line (unless --progress is given) and no warnings (from any host); errors are still printed'
 complete -c rdpipe -l progress -d 'Show a live progress line on stderr: bytes arrived at the end of the pipeline, rate, elapsed time; when the source is a `< FILE` segment or a regular file on stdin, the source\'s bytes sent, rate, percentage and ETA. On by default when stderr is a terminal'
 complete -c rdpipe -l no-install -d 'Do not install rdpipe\'s own binary on hosts without a usable rdrecv: such a host fails the pipeline (exit 127 when rdrecv is missing). By default rdpipe copies itself over the SSH connection into ~/.cache/rdma-pipe/VERSION-HASH/ there (checked by checksum, reused by later runs) when rdrecv is not in PATH or speaks another agent protocol, after checking the host\'s architecture and glibc version'
-complete -c rdpipe -l encrypt -d 'Encrypt every hop (AES-256-GCM, keys from each hop\'s handshake)'
+complete -c rdpipe -l encrypt -d 'Encrypt every hop (AES-256-GCM, keys from each hop\'s handshake), even where rdpipe\'s host has no AES instructions'
 complete -c rdpipe -l direct -d 'Write the `> FILE` and `>> FILE` segments with O_DIRECT, past the page cache (as `rdrecv --direct`): for big sequential streams to fast disks. A filesystem that refuses it is written the usual way (-v notes it); `--to` sinks\' `> FILE` too'
 complete -c rdpipe -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c rdpipe -s V -l version -d 'Print version'

@@ -54,7 +54,7 @@ _rdrecv() {
                     return 0
                     ;;
                 --integrity)
-                    COMPREPLY=($(compgen -W "checksum mac" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "auto checksum mac encrypt" -- "${cur}"))
                     return 0
                     ;;
                 --rate-limit)

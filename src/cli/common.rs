@@ -154,19 +154,26 @@ pub fn generate_key() -> Result<String, Failure> {
 /// `--integrity`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
 pub enum IntegrityArg {
+    /// `encrypt` where this CPU has AES instructions (it then costs less CPU
+    /// than `mac`), `mac` where it has not.
+    #[default]
+    Auto,
     /// xxh3 checksum only: catches accidents, not an attacker on the path (for
     /// trusted fabrics; the fastest).
     Checksum,
     /// Keyed BLAKE3 MAC over the whole stream: nobody without the session keys
-    /// can alter, reorder, drop or truncate data unnoticed (the default).
-    #[default]
+    /// can alter, reorder, drop or truncate data unnoticed.
     Mac,
+    /// AES-256-GCM on every chunk: what `mac` guarantees, and nobody on the path
+    /// can read the data (the same as `--encrypt`).
+    Encrypt,
 }
 
 /// The protection these flags ask for: `--encrypt` wins over `--integrity`.
 pub fn integrity(arg: IntegrityArg, encrypt: bool) -> Integrity {
     match (encrypt, arg) {
-        (true, _) => Integrity::Encrypt,
+        (true, _) | (false, IntegrityArg::Encrypt) => Integrity::Encrypt,
+        (false, IntegrityArg::Auto) => Integrity::preferred(),
         (false, IntegrityArg::Mac) => Integrity::Mac,
         (false, IntegrityArg::Checksum) => Integrity::Checksum,
     }
@@ -198,13 +205,13 @@ pub struct CommonArgs {
     #[arg(long, value_name = "SECS", default_value = "10", value_parser = parse_handshake_secs)]
     pub handshake_timeout: Duration,
 
-    /// How the stream's integrity is checked (the stronger of the two ends'
-    /// choices is used; see docs/security.md).
-    #[arg(long, value_enum, default_value_t = IntegrityArg::Mac)]
+    /// How the stream is protected (the stronger of the two ends' choices is
+    /// used; see docs/security.md).
+    #[arg(long, value_enum, default_value_t = IntegrityArg::Auto)]
     pub integrity: IntegrityArg,
 
-    /// Encrypt the stream (AES-256-GCM, keys from the handshake); either end
-    /// asking for it is enough.
+    /// Encrypt the stream (AES-256-GCM, keys from the handshake), even on a CPU
+    /// without AES instructions; either end asking for it is enough.
     #[arg(long)]
     pub encrypt: bool,
 
@@ -346,4 +353,22 @@ pub fn stdin_file() -> Result<std::fs::File, Failure> {
         .try_clone_to_owned()
         .map(std::fs::File::from)
         .map_err(|e| fail(EXIT_FAILURE, format!("cannot use standard input: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integrity_flags_map_to_the_protection_asked_for() {
+        use IntegrityArg::*;
+        assert_eq!(integrity(Auto, false), Integrity::preferred());
+        assert_eq!(integrity(Checksum, false), Integrity::Checksum);
+        assert_eq!(integrity(Mac, false), Integrity::Mac);
+        assert_eq!(integrity(Encrypt, false), Integrity::Encrypt);
+        for arg in [Auto, Checksum, Mac, Encrypt] {
+            assert_eq!(integrity(arg, true), Integrity::Encrypt, "{arg:?}");
+        }
+        assert_eq!(IntegrityArg::default(), Auto);
+    }
 }

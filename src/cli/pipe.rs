@@ -191,11 +191,13 @@ pub struct PipeArgs {
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub handshake_timeout: u64,
 
-    /// How each hop's integrity is checked (see docs/security.md).
-    #[arg(long, value_enum, default_value_t = IntegrityArg::Mac)]
+    /// How each hop is protected (`auto`: `encrypt` where rdpipe's host has AES
+    /// instructions, else `mac`; see docs/security.md).
+    #[arg(long, value_enum, default_value_t = IntegrityArg::Auto)]
     pub integrity: IntegrityArg,
 
-    /// Encrypt every hop (AES-256-GCM, keys from each hop's handshake).
+    /// Encrypt every hop (AES-256-GCM, keys from each hop's handshake), even
+    /// where rdpipe's host has no AES instructions.
     #[arg(long)]
     pub encrypt: bool,
 

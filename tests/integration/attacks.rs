@@ -77,45 +77,64 @@ fn frame(kind: FrameKind, payload: &[u8]) -> Vec<u8> {
 
 #[test]
 fn a_relay_that_rewrites_data_and_fixes_the_checksum_is_caught_by_both_ends() {
-    let dir = Scratch::new("relay");
-    let out = dir.path("out.txt");
-    let data = [b"PAY ALICE 100\n".repeat(1000), random_bytes(1 << 20, 9)].concat();
-    let r = Receiver::start(&[KEY, out.to_str().unwrap()], &[], None);
-    // The attacker rewrites PAY ALICE to PAY MALLO in every data frame and,
-    // knowing the stream, recomputes the (unkeyed) checksum in End; the End tag
-    // it cannot compute.
-    let mut seen = Vec::new();
-    let (port, _, h) = relay(r.port, move |h, mut p| {
-        match h.kind {
-            FrameKind::Data => {
-                for i in 0..p.len().saturating_sub(8) {
-                    if &p[i..i + 9] == b"PAY ALICE" {
-                        p[i + 4..i + 9].copy_from_slice(b"MALLO");
+    // Under the MAC (plaintext on the wire) and under the default (encrypted
+    // on this CPU when it has AES instructions, else the MAC again).
+    for flags in [&["--integrity", "mac"][..], &[][..]] {
+        let dir = Scratch::new("relay");
+        let out = dir.path("out.txt");
+        let data = [b"PAY ALICE 100\n".repeat(1000), random_bytes(1 << 20, 9)].concat();
+        let mut rargs = vec![KEY, out.to_str().unwrap()];
+        rargs.extend_from_slice(flags);
+        let r = Receiver::start(&rargs, &[], None);
+        // The attacker rewrites PAY ALICE to PAY MALLO in every data frame (or,
+        // where it cannot find it, flips a byte) and, knowing the stream,
+        // recomputes the (unkeyed) checksum in End; the End tag it cannot
+        // compute.
+        let mut seen = Vec::new();
+        let (port, _, h) = relay(r.port, move |h, mut p| {
+            match h.kind {
+                FrameKind::Data => {
+                    let mut found = false;
+                    for i in 0..p.len().saturating_sub(8) {
+                        if &p[i..i + 9] == b"PAY ALICE" {
+                            p[i + 4..i + 9].copy_from_slice(b"MALLO");
+                            found = true;
+                        }
                     }
+                    if !found && !p.is_empty() {
+                        p[0] ^= 1;
+                    }
+                    seen.extend_from_slice(&p);
                 }
-                seen.extend_from_slice(&p);
+                FrameKind::End => {
+                    let sum = xxhash_rust::xxh3::xxh3_64(&seen);
+                    p[8..16].copy_from_slice(&sum.to_le_bytes());
+                }
+                _ => {}
             }
-            FrameKind::End => {
-                let sum = xxhash_rust::xxh3::xxh3_64(&seen);
-                p[8..16].copy_from_slice(&sum.to_le_bytes());
-            }
-            _ => {}
-        }
-        frame(h.kind, &p)
-    });
-    let s = send(&["127.0.0.1", &port.to_string(), KEY], &[], Some(&data));
-    let f = r.finish();
-    h.join().unwrap();
-    f.expect_code(9).expect_stderr("integrity check");
-    assert_ne!(s.status.code(), Some(0), "the sender reported success");
-    assert!(
-        !out.exists(),
-        "the altered stream was written to the output file"
-    );
-    assert!(
-        std::fs::read_dir(dir.path("")).unwrap().next().is_none(),
-        "a temporary file was left"
-    );
+            frame(h.kind, &p)
+        });
+        let port = port.to_string();
+        let mut sargs = vec!["127.0.0.1", &port, KEY];
+        sargs.extend_from_slice(flags);
+        let s = send(&sargs, &[], Some(&data));
+        let f = r.finish();
+        h.join().unwrap();
+        f.expect_code(9).expect_stderr("integrity check");
+        assert_ne!(
+            s.status.code(),
+            Some(0),
+            "{flags:?}: the sender reported success"
+        );
+        assert!(
+            !out.exists(),
+            "{flags:?}: the altered stream was written to the output file"
+        );
+        assert!(
+            std::fs::read_dir(dir.path("")).unwrap().next().is_none(),
+            "{flags:?}: a temporary file was left"
+        );
+    }
 }
 
 #[test]
@@ -167,7 +186,15 @@ fn a_relay_that_drops_the_end_and_echoes_it_as_done_is_caught() {
 #[test]
 fn with_encrypt_a_passive_tap_sees_no_plaintext() {
     let secret = b"TOP-SECRET-PAYLOAD-".repeat(20000);
-    for (flags, visible) in [(&[][..], true), (&["--encrypt"][..], false)] {
+    // The default encrypts where this CPU has AES instructions.
+    let default_visible = rdpipe_wire::Integrity::preferred() != rdpipe_wire::Integrity::Encrypt;
+    for (flags, visible) in [
+        (&["--integrity", "mac"][..], true),
+        (&["--integrity", "checksum"][..], true),
+        (&[][..], default_visible),
+        (&["--encrypt"][..], false),
+        (&["--integrity", "encrypt"][..], false),
+    ] {
         let mut args = vec![KEY];
         args.extend_from_slice(flags);
         let r = Receiver::start(&args, &[], None);

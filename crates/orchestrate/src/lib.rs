@@ -37,13 +37,15 @@ pub fn parse_transport(s: &str) -> Result<TransportPref, String> {
     }
 }
 
-/// Parses `checksum`, `mac` or `encrypt` (the agent's `--integrity`).
+/// Parses `auto` (this host's [`Integrity::preferred`]), `checksum`, `mac` or
+/// `encrypt` (the agent's `--integrity`).
 pub fn parse_integrity(s: &str) -> Result<Integrity, String> {
     match s {
+        "auto" => Ok(Integrity::preferred()),
         "checksum" => Ok(Integrity::Checksum),
         "mac" => Ok(Integrity::Mac),
         "encrypt" => Ok(Integrity::Encrypt),
-        _ => Err(format!("'{s}' is not checksum, mac or encrypt")),
+        _ => Err(format!("'{s}' is not auto, checksum, mac or encrypt")),
     }
 }
 

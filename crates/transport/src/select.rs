@@ -134,7 +134,7 @@ mod tests {
             chunk_size: 1 << 20,
             slots: 2,
             nonce: [0; rdpipe_wire::hello::NONCE_LEN],
-            integrity: rdpipe_wire::Integrity::default(),
+            integrity: rdpipe_wire::Integrity::Mac,
             rate_limit: None,
         };
         Negotiated {
@@ -144,7 +144,7 @@ mod tests {
             local: hello(Role::Receiver, local),
             peer: hello(Role::Sender, peer),
             peer_addr: "peer".into(),
-            integrity: rdpipe_wire::Integrity::default(),
+            integrity: rdpipe_wire::Integrity::Mac,
             keys: rdpipe_wire::SessionKeys::derive(b"test", b""),
             rate_limit: None,
         }

@@ -87,18 +87,18 @@ impl TransportPref {
 }
 
 /// How the stream is protected (`--integrity`, `--encrypt`). Each end says what
-/// it wants in its hello; the stronger of the two is used.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
+/// it wants in its hello; the stronger of the two is used. The default is
+/// [`Integrity::preferred`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Integrity {
     /// xxh3-64 checksum only: catches accidents, not an attacker who can change
     /// the data (End and Done are still authenticated).
     Checksum,
-    /// The default: a keyed BLAKE3 MAC over the whole stream, checked before the
-    /// receiver declares the stream good.
-    #[default]
+    /// A keyed BLAKE3 MAC over the whole stream, checked before the receiver
+    /// declares the stream good (the default on CPUs without AES instructions).
     Mac,
-    /// `--encrypt`: every chunk sealed with AES-256-GCM (confidentiality and
-    /// integrity; the MAC is then not needed).
+    /// Every chunk sealed with AES-256-GCM: confidentiality and integrity (the
+    /// MAC is then not needed). The default where the CPU has AES instructions.
     Encrypt,
 }
 
@@ -116,6 +116,17 @@ impl Integrity {
             1 => Ok(Integrity::Mac),
             2 => Ok(Integrity::Encrypt),
             other => Err(WireError::BadIntegrity(other)),
+        }
+    }
+    /// The default protection on this CPU: [`Integrity::Encrypt`] where it has
+    /// AES and carry-less multiply instructions (AES-256-GCM then costs less
+    /// CPU per byte than the BLAKE3 MAC: docs/performance.md), else
+    /// [`Integrity::Mac`] (software AES is several times slower than BLAKE3).
+    pub fn preferred() -> Integrity {
+        if crate::seal::aes_in_hardware() {
+            Integrity::Encrypt
+        } else {
+            Integrity::Mac
         }
     }
     /// What two ends that asked for `a` and `b` use: the stronger.
@@ -284,6 +295,20 @@ mod tests {
             integrity: Integrity::Mac,
             rate_limit: None,
         }
+    }
+
+    #[test]
+    fn preferred_follows_the_cpu_and_the_stronger_mode_wins() {
+        let want = if crate::seal::aes_in_hardware() {
+            Integrity::Encrypt
+        } else {
+            Integrity::Mac
+        };
+        assert_eq!(Integrity::preferred(), want);
+        use Integrity::*;
+        assert_eq!(Integrity::negotiate(Mac, Encrypt), Encrypt);
+        assert_eq!(Integrity::negotiate(Checksum, Mac), Mac);
+        assert_eq!(Integrity::negotiate(Checksum, Checksum), Checksum);
     }
 
     #[test]

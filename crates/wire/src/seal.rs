@@ -23,6 +23,25 @@ fn nonce(n: u64) -> Nonce {
     Nonce::assume_unique_for_key(b)
 }
 
+/// Whether this CPU runs AES-GCM in hardware (AES and carry-less multiply
+/// instructions), as ring's fast paths need.
+pub fn aes_in_hardware() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("aes")
+            && std::arch::is_x86_feature_detected!("pclmulqdq")
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        std::arch::is_aarch64_feature_detected!("aes")
+            && std::arch::is_aarch64_feature_detected!("pmull")
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        false
+    }
+}
+
 /// Seals chunks in order.
 pub struct Sealer {
     key: LessSafeKey,

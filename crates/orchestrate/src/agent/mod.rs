@@ -80,8 +80,8 @@ pub struct AgentArgs {
     /// auto, tcp or rdma.
     #[arg(long, default_value = "auto", value_parser = crate::parse_transport)]
     pub transport: TransportPref,
-    /// checksum, mac or encrypt.
-    #[arg(long, default_value = "mac", value_parser = crate::parse_integrity)]
+    /// auto, checksum, mac or encrypt (rdpipe always says which).
+    #[arg(long, default_value = "auto", value_parser = crate::parse_integrity)]
     pub integrity: Integrity,
     /// Seconds the authentication handshake may take.
     #[arg(long, default_value_t = 10)]
