@@ -26,6 +26,7 @@ mod no_rdma_core;
 mod rate_limit;
 mod rdpipe_install;
 mod rdpipe_local;
+mod rdpipe_messages;
 mod rdpipe_netns;
 mod rdpipe_ssh;
 mod relay_only;

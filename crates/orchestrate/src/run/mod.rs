@@ -39,6 +39,7 @@ use crate::report::{PipeReport, VerdictReport};
 use crate::ssh::SshConfig;
 use rdpipe_term::progress::Ticker;
 use rdpipe_transport::{Report, TransportError};
+use rdpipe_wire::Integrity;
 use spawn::Writer;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -196,6 +197,15 @@ fn run_inner(
     if a.dry_run {
         print!("{}", p.describe(a.max_sessions as usize));
         print!("{}", discover::describe(&p, &a.data_host, a.transport));
+        println!(
+            "protection: {} on every transfer ({})",
+            a.integrity.as_str(),
+            match a.integrity {
+                Integrity::Encrypt => "AES-256-GCM on every chunk",
+                Integrity::Mac => "keyed BLAKE3 MAC over the stream; readable on the wire",
+                Integrity::Checksum => "xxh3 only: no defence against an attacker on the path",
+            }
+        );
         if let Some(r) = a.rate_limit {
             println!("rate limit: {r} on every transfer (each hop's sender paces)");
         }
