@@ -96,6 +96,17 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
     Ok(n.saturating_mul(mult))
 }
 
+/// Parses `--replay-window`: [`parse_bytes`] up to 16G.
+pub fn parse_window(s: &str) -> Result<usize, String> {
+    let v = parse_bytes(s)?;
+    match usize::try_from(v) {
+        Ok(v) if v <= 16 << 30 => Ok(v),
+        _ => Err(format!(
+            "{s} is out of range: the replay window is at most 16G"
+        )),
+    }
+}
+
 /// Parses a chunk size: [`parse_bytes`] within 4K..=64M.
 pub fn parse_size(s: &str) -> Result<u32, String> {
     let v = parse_bytes(s)?;

@@ -161,6 +161,14 @@ pub fn agent_args(p: &Pipeline, i: usize, a: &Config) -> Vec<String> {
     }
     if p.is_sink(i) {
         v.push("--sink".into());
+        if chain_hops(p, i, a) {
+            if p.relays(i) {
+                v.extend(["--replay-window".into(), a.replay_window.to_string()]);
+            }
+            if i > p.sinks().start {
+                v.push("--chain-in".into());
+            }
+        }
     }
     match &seg.action {
         Action::Command(c) => v.extend(["--cmd".into(), c.clone()]),
@@ -172,6 +180,12 @@ pub fn agent_args(p: &Pipeline, i: usize, a: &Config) -> Vec<String> {
         Action::Relay => v.push("--relay".into()),
     }
     v
+}
+
+/// Whether segment `i` has a chain hop (one between two sinks) that re-links
+/// around a dead relay: not without `--replay-window`.
+fn chain_hops(p: &Pipeline, i: usize, a: &Config) -> bool {
+    a.replay_window > 0 && (p.relays(i) || (p.is_sink(i) && i > p.sinks().start))
 }
 
 /// Starts a local agent (`EXE ARGS`), its stderr piped when `pipe_stderr`.
@@ -337,6 +351,7 @@ impl Runner {
             let keys = KeyLine {
                 input: self.hop_key(me, Direction::In),
                 output: self.hop_key(me, Direction::Out),
+                chain: chain_hops(&self.p, i, &self.a).then(|| self.chain_secret.clone()),
             };
             let mut key_line = format!("{keys}\n");
             if self.progress.is_some() {
@@ -434,6 +449,7 @@ mod tests {
             segments: vec!["h1:cat".into(), "h2:cat".into()],
             sinks: vec![],
             min_ok: None,
+            replay_window: 0,
             dry_run: false,
             verbose,
             quiet,
