@@ -130,7 +130,6 @@ fn relinked(
     let proxy = cutting_proxy(port_rx.recv().unwrap(), cut, flip);
     let mut file = tempfile::tempfile().unwrap();
     file.write_all(data).unwrap();
-    let mut file = std::fs::File::from(file);
     std::io::Seek::rewind(&mut file).unwrap();
     let mut relink = move |_at: u64| {
         let port = relink_rx.recv_timeout(Duration::from_secs(10)).ok()?;

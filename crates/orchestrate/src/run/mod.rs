@@ -206,6 +206,9 @@ fn run_inner(
         if let Some(r) = a.rate_limit {
             println!("rate limit: {r} on every transfer (each hop's sender paces)");
         }
+        if p.sinks().len() > 2 {
+            println!("{}", relink::describe(a.replay_window));
+        }
         return Ok(None);
     }
     debug!(

@@ -85,6 +85,21 @@ pub fn relink(p: &Pipeline, died: &dyn Fn(usize) -> bool, dead: usize, window: u
     }
 }
 
+/// The `-n` line about re-linking a chain of three sinks or more, with a
+/// `window`-byte replay window per relay.
+pub fn describe(window: usize) -> String {
+    match window {
+        0 => "re-link: off (--replay-window 0): a relay host that dies costs the sinks \
+              after it their stream"
+            .to_string(),
+        w => format!(
+            "re-link: a relay host that dies is bypassed: the relay before it resends to the \
+             sink after it from its last {} (--replay-window; that much memory per relay)",
+            rdpipe_term::progress::human_bytes(w as u64)
+        ),
+    }
+}
+
 /// A re-link under way or done, as the sink it feeds knows it.
 #[derive(Debug, Clone)]
 pub struct Relinked {
@@ -219,6 +234,12 @@ mod tests {
         let p = chain(3);
         assert_eq!(relink(&p, &|k| k == 3, 3, 1), Relink::NothingDownstream);
         assert_eq!(relink(&p, &|k| k >= 2, 2, 1), Relink::NothingDownstream);
+    }
+
+    #[test]
+    fn the_plan_line_states_the_window() {
+        assert!(describe(32 << 20).contains("its last 32.00 MiB (--replay-window"));
+        assert!(describe(0).starts_with("re-link: off"));
     }
 
     #[test]

@@ -119,6 +119,7 @@ pub fn judge(f: &SinkFacts) -> SinkVerdict {
         .relays_to
         .as_ref()
         .map(|n| match (&f.relinked_to, f.relay_broke) {
+            _ if f.died => format!(", relay to {n} cut"),
             (Some(to), true) => format!(", relay to {n} broke, re-link to {to} failed"),
             (Some(to), false) => format!(", relayed to {to} (re-linked around {n})"),
             (None, true) => format!(", relay to {n} broke"),
@@ -457,5 +458,44 @@ mod tests {
         let v = judge(&f);
         assert!(v.ok, "{}", v.line);
         assert!(v.line.ends_with(", relay to [3] b2 broke"), "{}", v.line);
+    }
+
+    #[test]
+    fn a_relink_around_a_dead_relay_says_so_or_why_it_failed() {
+        // The relay before the dead one re-linked to the sink after it.
+        let mut f = facts();
+        f.relinked_to = Some("[4] b3".into());
+        let v = judge(&f);
+        assert!(v.ok);
+        assert!(
+            v.line
+                .ends_with(", relayed to [4] b3 (re-linked around [3] b2)"),
+            "{}",
+            v.line
+        );
+        f.relay_broke = true;
+        assert!(judge(&f)
+            .line
+            .ends_with(", relay to [3] b2 broke, re-link to [4] b3 failed"));
+        // The dead relay itself.
+        let mut f = facts();
+        f.died = true;
+        f.received = None;
+        assert!(judge(&f).line.ends_with(", relay to [3] b2 cut"));
+        // The sink after it, whose resume was refused.
+        let mut f = facts();
+        f.received = None;
+        f.relays_to = None;
+        f.dead_relay = Some("[3] b2".into());
+        f.relink_failure = Some("cannot resume the stream at byte 5: ...".into());
+        let v = judge(&f);
+        assert!(!v.ok);
+        assert_eq!(
+            v.problem.as_deref(),
+            Some(
+                "the stream did not arrive whole: relay [3] b2 died upstream and the re-link \
+                 around it failed: cannot resume the stream at byte 5: ..."
+            )
+        );
     }
 }
