@@ -184,10 +184,16 @@ fn relay_ssh_session_killed_mid_stream_fails_clearly() {
 
 /// A chain n1 -> n2 -> n3 of a 256 MiB stream whose last sink's command holds
 /// its input until the file `GO` exists, so the whole chain backs up behind
-/// it; once n2 has taken 8 MiB (the stream is surely mid-way: it cannot end
-/// while n3 holds it), n2's agent is SIGKILLed, then `GO` is made. Returns
-/// the run and the stream.
-fn kill_relay_behind_a_held_sink(net: &Netns, extra: &[&str]) -> (Run, Vec<u8>) {
+/// it; once n2 has taken 4 MiB (the stream is surely mid-way: it cannot end
+/// while n3 holds it), host `victim`'s sink agent is SIGKILLed (`how`:
+/// "agent"), or its whole ssh session ("session"), then `GO` is made.
+/// Returns the run and the stream.
+fn kill_behind_a_held_sink(
+    net: &Netns,
+    extra: &[&str],
+    victim: usize,
+    how: &str,
+) -> (Run, Vec<u8>) {
     let d = &net.dir;
     let data = random_bytes(256 << 20, 23);
     std::fs::write(d.path("src"), &data).unwrap();
@@ -208,15 +214,22 @@ fn kill_relay_behind_a_held_sink(net: &Netns, extra: &[&str]) -> (Run, Vec<u8>) 
         ),
     ]);
     let s = net.start_rdpipe(&a, None);
-    // Readiness: n2's copy (a temporary beside o2) holds 8 MiB.
-    let pid = wait_until("n2's agent holding 8 MiB", Duration::from_secs(60), || {
+    // Readiness: n2's copy (a temporary beside o2) holds 4 MiB.
+    let pid = wait_until("n2's agent holding 4 MiB", Duration::from_secs(60), || {
         let taken = d
             .names()
             .iter()
-            .any(|n| n != "o2" && n.contains("o2") && len(&d.path(n)) >= 8 << 20);
-        taken.then(|| relay_agent(net, 2)).flatten()
+            .any(|n| n != "o2" && n.contains("o2") && len(&d.path(n)) >= 4 << 20);
+        taken.then(|| relay_agent(net, victim)).flatten()
     });
-    kill("-9", pid);
+    match how {
+        "agent" => kill("-9", pid),
+        _ => {
+            for p in net.stray_pids(victim) {
+                kill("-9", p);
+            }
+        }
+    }
     std::fs::write(d.path("GO"), b"").unwrap();
     let r = s.finish(Duration::from_secs(120));
     (r, data)
@@ -227,12 +240,10 @@ fn kill_relay_behind_a_held_sink(net: &Netns, extra: &[&str]) -> (Run, Vec<u8>) 
 /// so: n1 relayed to n3 around n2, n3 verified the whole stream over the
 /// re-link), n2 is reported failed, `--min-ok 2` makes the run succeed with a
 /// warning, the `--json` report agrees, nothing is left running.
-#[test]
-fn relay_killed_mid_stream_the_chain_relinks_around_it() {
-    need_root!("network namespaces");
-    let net = Netns::start("rl");
+fn relinks_around(tag: &str, how: &str) {
+    let net = Netns::start(tag);
     let d = &net.dir;
-    let (r, data) = kill_relay_behind_a_held_sink(&net, &["--min-ok", "2"]);
+    let (r, data) = kill_behind_a_held_sink(&net, &["--min-ok", "2"], 2, how);
     eprintln!("{}", r.stderr);
     assert_eq!(r.code(), Some(0), "{}", r.stderr);
     let sum = xxh3_hex(&data);
@@ -272,6 +283,51 @@ fn relay_killed_mid_stream_the_chain_relinks_around_it() {
     net.assert_clean();
 }
 
+#[test]
+fn relay_agent_killed_mid_stream_the_chain_relinks_around_it() {
+    need_root!("network namespaces");
+    relinks_around("rl", "agent");
+}
+
+#[test]
+fn relay_session_killed_mid_stream_the_chain_relinks_around_it() {
+    need_root!("network namespaces");
+    relinks_around("rk", "session");
+}
+
+/// The last sink dies: nothing is left downstream to re-link to, rdpipe
+/// tells the relay before it at once (`UNLINK`), whose own copy completes
+/// without waiting for a re-link; the run ends promptly and fails (the dead
+/// sink), nothing is left running.
+#[test]
+fn last_sink_killed_the_relay_before_it_does_not_wait() {
+    need_root!("network namespaces");
+    let net = Netns::start("rz");
+    let d = &net.dir;
+    let (r, data) = kill_behind_a_held_sink(&net, &[], 3, "agent");
+    eprintln!("{}", r.stderr);
+    assert_eq!(r.code(), Some(1), "{}", r.stderr);
+    assert!(r.elapsed < Duration::from_secs(25), "{:?}", r.elapsed);
+    let sum = xxh3_hex(&data);
+    assert_eq!(file_xxh3(&d.path("o1")), sum);
+    assert_eq!(file_xxh3(&d.path("o2")), sum);
+    assert!(
+        r.stderr
+            .lines()
+            .any(|l| l.starts_with("rdpipe: sink [3] n2: ok: ")
+                && l.ends_with("relay to [4] n3 broke")),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        r.stderr
+            .contains("rdpipe: sink [4] n3: FAILED (its agent died mid-stream)"),
+        "{}",
+        r.stderr
+    );
+    net.assert_clean();
+}
+
 /// The same with a replay window far smaller than what the chain held behind
 /// n3: n1 cannot resend what n3 missed, so n3 fails with one line that says
 /// so and how to fix it; n1's own copy is whole, the run fails, nothing is
@@ -281,7 +337,7 @@ fn relay_killed_beyond_the_replay_window_fails_clearly() {
     need_root!("network namespaces");
     let net = Netns::start("rw");
     let d = &net.dir;
-    let (r, data) = kill_relay_behind_a_held_sink(&net, &["--replay-window", "64K"]);
+    let (r, data) = kill_behind_a_held_sink(&net, &["--replay-window", "4K"], 2, "agent");
     eprintln!("{}", r.stderr);
     assert_eq!(r.code(), Some(1), "{}", r.stderr);
     assert_eq!(file_xxh3(&d.path("o1")), xxh3_hex(&data));
