@@ -358,3 +358,17 @@ pub fn stdin_file() -> Result<std::fs::File, Failure> {
         .map(std::fs::File::from)
         .map_err(|e| fail(EXIT_FAILURE, format!("cannot use standard input: {e}")))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replay_windows_parse_with_units_up_to_16g() {
+        assert_eq!(parse_window("0"), Ok(0));
+        assert_eq!(parse_window("32M"), Ok(32 << 20));
+        assert_eq!(parse_window("16G"), Ok(16 << 30));
+        assert!(parse_window("17G").unwrap_err().contains("at most 16G"));
+        assert!(parse_window("lots").is_err());
+    }
+}

@@ -526,6 +526,29 @@ mod tests {
     }
 
     #[test]
+    fn chain_sinks_get_their_relink_roles() {
+        use crate::plan::plan_fanout;
+        let mut a = config(0, false, None);
+        a.replay_window = 1 << 20;
+        let sinks = ["b1:cat", "b2:cat", "b3:cat"].map(String::from);
+        let p = plan_fanout(&["s:cat".to_string()], &sinks, false, &|r| r.name.clone()).unwrap();
+        let roles = |a: &Config, i: usize| {
+            let v = agent_args(&p, i, a);
+            let w = v
+                .iter()
+                .position(|x| x == "--replay-window")
+                .map(|k| v[k + 1].clone());
+            (w, v.iter().any(|x| x == "--chain-in"), chain_hops(&p, i, a))
+        };
+        assert_eq!(roles(&a, 0), (None, false, false));
+        assert_eq!(roles(&a, 1), (Some("1048576".into()), false, true));
+        assert_eq!(roles(&a, 2), (Some("1048576".into()), true, true));
+        assert_eq!(roles(&a, 3), (None, true, true));
+        a.replay_window = 0;
+        assert_eq!(roles(&a, 2), (None, false, false));
+    }
+
+    #[test]
     fn quoting() {
         assert_eq!(sh_quote("rdrecv"), "rdrecv");
         assert_eq!(sh_quote("a b"), "'a b'");
