@@ -10,8 +10,8 @@
 //! hashed into the outgoing stream's MAC) is recorded, so the window's end is
 //! always the number of stream bytes the sender has taken.
 //!
-//! Memory: at most [`ReplayWindow::capacity`] bytes per relay (default
-//! [`DEFAULT_REPLAY_WINDOW`], rdpipe's `--replay-window`), allocated as the
+//! Memory: at most the window's capacity per relay (rdpipe's
+//! `--replay-window`, default 32 MiB), allocated as the
 //! stream passes (a short stream costs only its length), plus one copy of the
 //! bytes to resend while a re-link resends them. The window is ordinary
 //! pageable memory, not registered for RDMA: it does not count against
@@ -20,9 +20,6 @@
 use rdpipe_wire::resume::ResumeReply;
 use std::io::{self, Read};
 use std::os::fd::{AsFd, BorrowedFd};
-
-/// The default window: 32 MiB per relay.
-pub const DEFAULT_REPLAY_WINDOW: usize = 32 << 20;
 
 /// The requested offset has left the window (or was never sent).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,11 +51,6 @@ impl ReplayWindow {
             buf: Vec::new(),
             end: 0,
         }
-    }
-
-    /// The most it will hold (its memory cost, in bytes).
-    pub fn capacity(&self) -> usize {
-        self.cap
     }
 
     /// The stream offsets it holds: `start..end`.
@@ -238,7 +230,7 @@ mod tests {
 
     #[test]
     fn memory_grows_with_the_stream_up_to_the_capacity() {
-        let mut w = ReplayWindow::new(DEFAULT_REPLAY_WINDOW);
+        let mut w = ReplayWindow::new(32 << 20);
         w.push(&stream(10));
         assert_eq!(w.buf.len(), 10);
         assert_eq!(replay(&w, 0), stream(10));
