@@ -3,7 +3,8 @@
 //! segment ([`spawn`]), relays the agents' `PORT` announcements as `CONNECT`
 //! orders (at the address [`discover`] picks), runs rdpipe's own stdin sender and stdout receiver ([`ends`]), draws
 //! the progress line ([`progress`]), tears everything down ([`teardown`]) and
-//! decides the verdict ([`verdict`]; a fan-out's per-host verdicts: [`sinks`]).
+//! decides the verdict ([`verdict`]; a fan-out's per-host verdicts: [`sinks`];
+//! re-linking its chain around a dead relay host: [`relink`]).
 //!
 //! Teardown: on the first failure rdpipe waits [`ROOT_CAUSE_GRACE`] for the root
 //! cause to be reported (failures cascade along the pipeline within milliseconds;
