@@ -96,6 +96,17 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
     Ok(n.saturating_mul(mult))
 }
 
+/// Parses `--replay-window`: [`parse_bytes`] up to 16G.
+pub fn parse_window(s: &str) -> Result<usize, String> {
+    let v = parse_bytes(s)?;
+    match usize::try_from(v) {
+        Ok(v) if v <= 16 << 30 => Ok(v),
+        _ => Err(format!(
+            "{s} is out of range: the replay window is at most 16G"
+        )),
+    }
+}
+
 /// Parses a chunk size: [`parse_bytes`] within 4K..=64M.
 pub fn parse_size(s: &str) -> Result<u32, String> {
     let v = parse_bytes(s)?;
@@ -370,5 +381,14 @@ mod tests {
             assert_eq!(integrity(arg, true), Integrity::Encrypt, "{arg:?}");
         }
         assert_eq!(IntegrityArg::default(), Auto);
+    }
+
+    #[test]
+    fn replay_windows_parse_with_units_up_to_16g() {
+        assert_eq!(parse_window("0"), Ok(0));
+        assert_eq!(parse_window("32M"), Ok(32 << 20));
+        assert_eq!(parse_window("16G"), Ok(16 << 30));
+        assert!(parse_window("17G").unwrap_err().contains("at most 16G"));
+        assert!(parse_window("lots").is_err());
     }
 }

@@ -112,6 +112,16 @@ pub struct PipeArgs {
           value_parser = clap::value_parser!(u64).range(1..))]
     pub min_ok: Option<u64>,
 
+    /// With --to: each relaying sink keeps the last SIZE bytes it relayed
+    /// (ordinary memory, allocated as the stream passes), so that when the
+    /// next sink's host dies the chain re-links around it: the relay connects
+    /// straight to the sink after it, which resumes where it was, byte-exact
+    /// and verified. A sink further behind than that fails with a message
+    /// saying so. 0 turns re-linking off (the sinks after a dead one fail).
+    #[arg(long, value_name = "SIZE", default_value = "32M",
+          value_parser = crate::cli::common::parse_window)]
+    pub replay_window: usize,
+
     /// Print the plan (segments, hosts, who listens, who connects to whom) and run
     /// nothing.
     #[arg(short = 'n', long)]
@@ -253,6 +263,7 @@ impl PipeArgs {
             segments: self.segments,
             sinks: self.to,
             min_ok: self.min_ok.map(|n| n as usize),
+            replay_window: self.replay_window,
             dry_run: self.dry_run,
             verbose,
             ssh_options: self.ssh_options,

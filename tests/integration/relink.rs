@@ -1,8 +1,12 @@
 //! A relay host of a fan-out (`rdpipe --to ...` chain) that dies mid-stream
 //! (root only, network-namespace hosts with their own sshd; SKIPPED
-//! otherwise): the sink before it still gets its whole copy, the ones after
-//! it fail clearly and promptly (no hang, no published `> FILE`, the summary
-//! names the dead host), and nothing is left running on any host.
+//! otherwise): the chain re-links around it and the sink after it still gets
+//! the whole stream, byte-exact and verified; when the bytes it misses have
+//! left the upstream relay's replay window, or re-linking is off
+//! (`--replay-window 0`), the sink before it still gets its whole copy, the
+//! ones after it fail clearly and promptly (no hang, no published `> FILE`,
+//! the summary names the dead host and why), and nothing is left running on
+//! any host.
 
 use crate::support::*;
 
@@ -96,7 +100,7 @@ fn kill_middle(net: &Netns, extra: &[&str], how: &str) -> (Run, Vec<u8>) {
 fn dead_relay_fails_clearly(tag: &str, how: &str) {
     let net = Netns::start(tag);
     let d = &net.dir;
-    let (r, data) = kill_middle(&net, &[], how);
+    let (r, data) = kill_middle(&net, &["--replay-window", "0"], how);
     assert_eq!(r.code(), Some(1), "{}", r.stderr);
     assert!(r.elapsed < Duration::from_secs(45), "{:?}", r.elapsed);
     let sum = xxh3_hex(&data);
@@ -154,7 +158,7 @@ fn dead_relay_fails_clearly(tag: &str, how: &str) {
             std::fs::remove_file(d.path(&n)).unwrap();
         }
     }
-    let (r, _) = kill_middle(&net, &["--min-ok", "1"], how);
+    let (r, _) = kill_middle(&net, &["--replay-window", "0", "--min-ok", "1"], how);
     assert_eq!(r.code(), Some(0), "{}", r.stderr);
     assert_eq!(xxh3_hex(&std::fs::read(d.path("o1")).unwrap()), sum);
     assert!(
@@ -176,4 +180,181 @@ fn relay_agent_killed_mid_stream_fails_clearly() {
 fn relay_ssh_session_killed_mid_stream_fails_clearly() {
     need_root!("network namespaces");
     dead_relay_fails_clearly("rs", "session");
+}
+
+/// A chain n1 -> n2 -> n3 of a 256 MiB stream whose last sink's command holds
+/// its input until the file `GO` exists, so the whole chain backs up behind
+/// it; once n2 has taken 4 MiB (the stream is surely mid-way: it cannot end
+/// while n3 holds it), host `victim`'s sink agent is SIGKILLed (`how`:
+/// "agent"), or its whole ssh session ("session"), then `GO` is made.
+/// Returns the run and the stream.
+fn kill_behind_a_held_sink(
+    net: &Netns,
+    extra: &[&str],
+    victim: usize,
+    how: &str,
+) -> (Run, Vec<u8>) {
+    let d = &net.dir;
+    let data = random_bytes(256 << 20, 23);
+    std::fs::write(d.path("src"), &data).unwrap();
+    let mut a: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+    a.extend([
+        "--json".into(),
+        d.s("report.json"),
+        format!("n1:< {}", d.s("src")),
+        "--to".into(),
+        format!("n1:> {}", d.s("o1")),
+        "--to".into(),
+        format!("n2:> {}", d.s("o2")),
+        "--to".into(),
+        format!(
+            "n3:while [ ! -e {go} ]; do sleep 0.05; done; cat > {o3}",
+            go = d.s("GO"),
+            o3 = d.s("o3")
+        ),
+    ]);
+    let s = net.start_rdpipe(&a, None);
+    // Readiness: n2's copy (a temporary beside o2) holds 4 MiB.
+    let pid = wait_until("n2's agent holding 4 MiB", Duration::from_secs(60), || {
+        let taken = d
+            .names()
+            .iter()
+            .any(|n| n != "o2" && n.contains("o2") && len(&d.path(n)) >= 4 << 20);
+        taken.then(|| relay_agent(net, victim)).flatten()
+    });
+    match how {
+        "agent" => kill("-9", pid),
+        _ => {
+            for p in net.stray_pids(victim) {
+                kill("-9", p);
+            }
+        }
+    }
+    std::fs::write(d.path("GO"), b"").unwrap();
+    let r = s.finish(Duration::from_secs(120));
+    (r, data)
+}
+
+/// The relay dies mid-stream: n1 re-links straight to n3, which resumes
+/// where it was; n1 and n3 get the stream byte-exact (their summary lines say
+/// so: n1 relayed to n3 around n2, n3 verified the whole stream over the
+/// re-link), n2 is reported failed, `--min-ok 2` makes the run succeed with a
+/// warning, the `--json` report agrees, nothing is left running.
+fn relinks_around(tag: &str, how: &str) {
+    let net = Netns::start(tag);
+    let d = &net.dir;
+    let (r, data) = kill_behind_a_held_sink(&net, &["--min-ok", "2"], 2, how);
+    eprintln!("{}", r.stderr);
+    assert_eq!(r.code(), Some(0), "{}", r.stderr);
+    let sum = xxh3_hex(&data);
+    assert_eq!(file_xxh3(&d.path("o1")), sum);
+    assert_eq!(file_xxh3(&d.path("o3")), sum);
+    let line = |start: &str| {
+        r.stderr
+            .lines()
+            .find(|l| l.starts_with(start))
+            .unwrap_or_else(|| panic!("no line {start:?} in\n{}", r.stderr))
+    };
+    let first = line("rdpipe: sink [2] n1: ok: ");
+    assert!(
+        first.contains(&sum) && first.ends_with("relayed to [4] n3 (re-linked around [3] n2)"),
+        "{first}"
+    );
+    line("rdpipe: sink [3] n2: FAILED (its agent died mid-stream)");
+    let last = line("rdpipe: sink [4] n3: ok: 268435456 bytes over tcp, re-linked at byte ");
+    assert!(
+        last.contains(&format!("mac verified, xxh3 {sum}")),
+        "{last}"
+    );
+    assert!(
+        r.stderr
+            .contains("rdpipe: warning: 1 of 3 sinks failed; 2 succeeded (--min-ok 2)"),
+        "{}",
+        r.stderr
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.path("report.json")).unwrap()).unwrap();
+    let sinks = v["sinks"].as_array().expect("sinks in the report");
+    assert_eq!(sinks[0]["ok"], true);
+    assert_eq!(sinks[1]["ok"], false);
+    assert_eq!(sinks[2]["ok"], true);
+    assert_eq!(sinks[2]["verified"], true);
+    assert_eq!(sinks[2]["bytes"], 256u64 << 20);
+    net.assert_clean();
+}
+
+#[test]
+fn relay_agent_killed_mid_stream_the_chain_relinks_around_it() {
+    need_root!("network namespaces");
+    relinks_around("rl", "agent");
+}
+
+#[test]
+fn relay_session_killed_mid_stream_the_chain_relinks_around_it() {
+    need_root!("network namespaces");
+    relinks_around("rk", "session");
+}
+
+/// The last sink dies: nothing is left downstream to re-link to, rdpipe
+/// tells the relay before it at once (`UNLINK`), whose own copy completes
+/// without waiting for a re-link; the run ends promptly and fails (the dead
+/// sink), nothing is left running.
+#[test]
+fn last_sink_killed_the_relay_before_it_does_not_wait() {
+    need_root!("network namespaces");
+    let net = Netns::start("rz");
+    let d = &net.dir;
+    let (r, data) = kill_behind_a_held_sink(&net, &[], 3, "agent");
+    eprintln!("{}", r.stderr);
+    assert_eq!(r.code(), Some(1), "{}", r.stderr);
+    assert!(r.elapsed < Duration::from_secs(25), "{:?}", r.elapsed);
+    let sum = xxh3_hex(&data);
+    assert_eq!(file_xxh3(&d.path("o1")), sum);
+    assert_eq!(file_xxh3(&d.path("o2")), sum);
+    assert!(
+        r.stderr
+            .lines()
+            .any(|l| l.starts_with("rdpipe: sink [3] n2: ok: ")
+                && l.ends_with("relay to [4] n3 broke")),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        r.stderr
+            .contains("rdpipe: sink [4] n3: FAILED (its agent died mid-stream)"),
+        "{}",
+        r.stderr
+    );
+    net.assert_clean();
+}
+
+/// The same with a replay window far smaller than what the chain held behind
+/// n3: n1 cannot resend what n3 missed, so n3 fails with one line that says
+/// so and how to fix it; n1's own copy is whole, the run fails, nothing is
+/// left running.
+#[test]
+fn relay_killed_beyond_the_replay_window_fails_clearly() {
+    need_root!("network namespaces");
+    let net = Netns::start("rw");
+    let d = &net.dir;
+    let (r, data) = kill_behind_a_held_sink(&net, &["--replay-window", "4K"], 2, "agent");
+    eprintln!("{}", r.stderr);
+    assert_eq!(r.code(), Some(1), "{}", r.stderr);
+    assert_eq!(file_xxh3(&d.path("o1")), xxh3_hex(&data));
+    let last = r
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("rdpipe: sink [4] n3: FAILED (the stream did not arrive whole: relay [3] n2 died upstream and the re-link around it failed: cannot resume the stream at byte "))
+        .unwrap_or_else(|| panic!("{}", r.stderr));
+    assert!(
+        last.contains("(a larger --replay-window keeps more)"),
+        "{last}"
+    );
+    assert!(
+        r.stderr
+            .contains("rdpipe: error: 2 of 3 sinks failed (n2, n3)"),
+        "{}",
+        r.stderr
+    );
+    net.assert_clean();
 }

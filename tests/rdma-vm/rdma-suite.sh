@@ -8,6 +8,7 @@
 # Arguments (optional) pick sections: sizes noimm chunks wrongkey token senderkill
 # epipe memlock recvkill rdpipe (with rdpipe doctor) ratelimit fabric (data-address discovery)
 # fanout (a --to chain relay and a relay-only segment over RDMA; tests/rdma-vm/suite-fanout.sh)
+# relink (a dead relay of an RDMA chain re-linked around; tests/rdma-vm/suite-relink.sh)
 # perf (default: all), and `ring`, `syscalls` and `relaycpu`, only when named
 # (measurements, not checks: --slots 2 / 4 / 8; system calls per chunk; the relay
 # host's CPU s/GB against rdrecv | rdsend).
@@ -319,7 +320,7 @@ rm -f "$W/rkill.out"
 
 fi
 
-if want rdpipe || want fabric || want fanout || want relaycpu; then
+if want rdpipe || want fabric || want fanout || want relaycpu || want relink; then
 echo "== rdpipe over RDMA: two 'hosts' (an sshd on rxe0's and on rxe1's address)"
 PIPE=$(rdma_bin rdpipe) || die "rdpipe not built (cargo build --release)"
 BIN_DIR=$(dirname "$PIPE")
@@ -460,6 +461,8 @@ if [ -n "$sshd_ok" ] && want fabric; then
 fi
 # fanout, relaycpu: the chain relay and the relay-only segment over RDMA.
 . "$(dirname "$0")/suite-fanout.sh"
+# relink: a dead relay of an RDMA chain.
+. "$(dirname "$0")/suite-relink.sh"
 for f in "$S"/sshd-*.pid; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null; done
 rm -f "$W"/pipe*.out "$W/pipe.in"
 fi

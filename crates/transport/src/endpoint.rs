@@ -94,7 +94,7 @@ impl Report {
 
 /// A transport mismatch on a host that cannot load the RDMA libraries (while this
 /// end allowed RDMA) becomes [`TransportError::RdmaLibraries`]: what to install.
-fn explain_mismatch(e: TransportError, pref: TransportPref) -> TransportError {
+pub(crate) fn explain_mismatch(e: TransportError, pref: TransportPref) -> TransportError {
     match e {
         TransportError::TransportMismatch(m) if pref != TransportPref::Tcp => {
             match rdpipe_verbs::load() {
@@ -106,14 +106,14 @@ fn explain_mismatch(e: TransportError, pref: TransportPref) -> TransportError {
     }
 }
 
-fn protection(n: &Negotiated) -> Protection<'_> {
+pub(crate) fn protection(n: &Negotiated) -> Protection<'_> {
     Protection {
         integrity: n.integrity,
         keys: &n.keys,
     }
 }
 
-fn negotiate(
+pub(crate) fn negotiate(
     endpoint: Endpoint,
     opts: &Options,
     role: Role,

@@ -154,6 +154,20 @@ pub enum TransportError {
         /// Bytes received (or sent) so far.
         bytes: u64,
     },
+    /// A re-linked chain sink asked to resume at a byte that has left the
+    /// upstream relay's replay window ([`crate::replay`]).
+    #[error(
+        "cannot resume the stream at byte {offset}: the upstream relay's replay window \
+         holds bytes {start}..{end} only (a larger --replay-window keeps more)"
+    )]
+    BeyondWindow {
+        /// The resume offset asked for.
+        offset: u64,
+        /// The window's first byte.
+        start: u64,
+        /// The byte just past the window's last.
+        end: u64,
+    },
     /// The peer abandoned the stream and said why.
     #[error("peer aborted the stream: {0}")]
     PeerAborted(String),
@@ -179,7 +193,8 @@ impl TransportError {
             Truncated { .. }
             | LengthMismatch { .. }
             | ChecksumMismatch { .. }
-            | PeerGone { .. } => EXIT_INCOMPLETE,
+            | PeerGone { .. }
+            | BeyondWindow { .. } => EXIT_INCOMPLETE,
             PeerAborted(_) | Output(_) => EXIT_ABORTED,
             Tampered { .. } => EXIT_TAMPERED,
             Accept(_) | Announce(_) | SocketOption(_) | Rdma(_) | Input(_) | Io { .. } => {

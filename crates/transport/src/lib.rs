@@ -16,9 +16,13 @@
 //!   the send loop, so for every transport).
 //! - [`endpoint`]: what `rdsend` and `rdrecv` run: connect or listen, handshake,
 //!   pick the transport, pump, report.
+//! - [`chain`] and [`replay`]: a fan-out chain's hops between sinks, which
+//!   re-link around a dead relay host (the upstream relay's bounded replay
+//!   window, the resume exchange, one stream MAC across both connections).
 #![deny(missing_docs)]
 
 pub mod buf;
+pub mod chain;
 pub mod connect;
 pub mod direct;
 pub mod endpoint;
@@ -31,6 +35,7 @@ pub mod pace;
 pub mod pump;
 pub mod rate;
 pub mod rdma;
+pub mod replay;
 pub mod select;
 pub mod tcp;
 

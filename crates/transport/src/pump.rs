@@ -107,7 +107,9 @@ pub struct Protection<'a> {
 }
 
 impl Protection<'_> {
-    fn hasher(&self) -> StreamHasher {
+    /// A fresh stream hasher for this protection (keyed with the session's
+    /// stream-MAC key under `--integrity mac`).
+    pub fn hasher(&self) -> StreamHasher {
         match self.integrity {
             Integrity::Mac => StreamHasher::keyed(&self.keys.stream_mac),
             // Checksum: no MAC; Encrypt: every chunk is authenticated already.
@@ -130,8 +132,26 @@ pub fn send_stream<R: Read + AsFd>(
     rate_limit: Option<Rate>,
     progress: Progress<'_>,
 ) -> Result<Totals, TransportError> {
-    let mut pacer: Option<Pacer> = None;
     let mut hasher = prot.hasher();
+    send_stream_with(input, tx, prot, &mut hasher, &[], rate_limit, progress)
+}
+
+/// [`send_stream`] with the caller's `hasher`, which may already hold the
+/// stream's first bytes (a re-linked chain hop, [`crate::chain`]): End then
+/// covers the whole stream. `replay` goes out first, neither read from `input`
+/// nor hashed again (those bytes were hashed when first read), then the rest of
+/// `input`. On failure `hasher` holds every byte read from `input` so far.
+pub fn send_stream_with<R: Read + AsFd>(
+    input: &mut R,
+    tx: &mut dyn ChunkSender,
+    prot: Protection<'_>,
+    hasher: &mut StreamHasher,
+    replay: &[u8],
+    rate_limit: Option<Rate>,
+    progress: Progress<'_>,
+) -> Result<Totals, TransportError> {
+    let mut replay = replay;
+    let mut pacer: Option<Pacer> = None;
     let mut sealer = (prot.integrity == Integrity::Encrypt).then(|| Sealer::new(&prot.keys.aead));
     grow_pipe(input);
     advise_sequential(input);
@@ -144,11 +164,19 @@ pub fn send_stream<R: Read + AsFd>(
             };
             // Paced: at most 50 ms of the rate at a time (smooth at low rates).
             let room = rate_limit.map_or(room, |r| piece(r, room));
-            let n = fill_available(input, &mut buf[..room])?;
+            let n = if replay.is_empty() {
+                let n = fill_available(input, &mut buf[..room])?;
+                hasher.update(&buf[..n]);
+                n
+            } else {
+                let n = room.min(replay.len());
+                buf[..n].copy_from_slice(&replay[..n]);
+                replay = &replay[n..];
+                n
+            };
             if let (Some(r), 1..) = (rate_limit, n) {
                 pacer.get_or_insert_with(|| Pacer::new(r, room)).pace(n);
             }
-            hasher.update(&buf[..n]);
             Ok(match (&mut sealer, n) {
                 (Some(s), 1..) => s.seal(buf, n),
                 _ => n,
@@ -210,6 +238,20 @@ pub fn recv_stream<W: Write>(
     progress: Progress<'_>,
 ) -> Result<Totals, TransportError> {
     let mut hasher = prot.hasher();
+    recv_stream_with(rx, output, prot, &mut hasher, progress)
+}
+
+/// [`recv_stream`] with the caller's `hasher`, which may already hold the
+/// stream's first bytes (a re-linked chain hop, [`crate::chain`]): End must
+/// then cover the whole stream. After a [`TransportError::Truncated`],
+/// `hasher` holds exactly the bytes written to `output`.
+pub fn recv_stream_with<W: Write>(
+    rx: &mut dyn ChunkReceiver,
+    output: &mut W,
+    prot: Protection<'_>,
+    hasher: &mut StreamHasher,
+    progress: Progress<'_>,
+) -> Result<Totals, TransportError> {
     let mut opener = (prot.integrity == Integrity::Encrypt).then(|| Opener::new(&prot.keys.aead));
     loop {
         let r = rx.recv_chunk(&mut |data| {

@@ -19,6 +19,9 @@
 //!    read from the network is validated against limits before anything is
 //!    allocated.
 //!
+//! Re-linking a fan-out chain around a dead relay (the resume request and its
+//! answer) is in [`resume`].
+//!
 //! The RDMA transport's own formats (SEND messages, immediate data, the rdma_cm
 //! private data of connect and accept) are in [`rdma`].
 #![deny(missing_docs)]
@@ -27,6 +30,7 @@ pub mod checksum;
 pub mod frame;
 pub mod hello;
 pub mod rdma;
+pub mod resume;
 pub mod seal;
 pub mod session;
 
@@ -34,6 +38,7 @@ pub use checksum::StreamHasher;
 pub use frame::{AbortReason, Control, FrameHeader, FrameKind, StreamEnd, FRAME_HEADER_LEN};
 pub use hello::{Caps, Hello, Integrity, Role, TransportPref, HELLO_LEN, MAGIC, PROTOCOL_VERSION};
 pub use rdma::{RdmaMsg, RingInfo};
+pub use resume::{ResumeReply, ResumeRequest, ResumeVerdict};
 pub use session::{Pake, SessionKeys, TAG_LEN};
 
 /// Largest chunk (data frame payload, RDMA slot) any endpoint accepts. Bounds every
@@ -140,4 +145,32 @@ pub enum WireError {
     /// A connect request without the one-time token.
     #[error("wrong RDMA connect token")]
     WrongToken,
+    /// A re-link message without its magic.
+    #[error("not a chain re-link message (magic {0:02x?})")]
+    BadResumeMagic([u8; 4]),
+    /// A re-link message whose tag does not verify: altered, or not from the
+    /// authenticated peer of this connection.
+    #[error("chain re-link message failed authentication (altered or forged)")]
+    ResumeForged,
+    /// A re-link answer's verdict byte out of range.
+    #[error("invalid re-link verdict byte {0}")]
+    BadResumeVerdict(u8),
+    /// A re-link answer whose verdict contradicts its own offset and window.
+    #[error("re-link answer for offset {offset} contradicts its window {start}..{end}")]
+    BadResumeWindow {
+        /// The offset it answers.
+        offset: u64,
+        /// Its window's start.
+        start: u64,
+        /// Its window's end.
+        end: u64,
+    },
+    /// A re-link answer for another offset than the one asked for.
+    #[error("re-link answer resumes at byte {got}, but byte {asked} was asked for")]
+    ResumeOffsetMismatch {
+        /// The offset asked for.
+        asked: u64,
+        /// The offset answered.
+        got: u64,
+    },
 }

@@ -10,7 +10,9 @@
 //!   receiver's Accept, so a tampered hello, PAKE message or Accept fails here;
 //! - `stream mac`: the keyed BLAKE3 MAC of the stream ([`crate::checksum`]);
 //! - `end` / `done`: the tags that authenticate End and Done;
-//! - `aead`: the AES-256-GCM key of `--encrypt` ([`crate::seal`]).
+//! - `aead`: the AES-256-GCM key of `--encrypt` ([`crate::seal`]);
+//! - `resume S` / `resume R`: the tags of a chain re-link's answer and
+//!   request ([`crate::resume`]).
 //!
 //! Every comparison of a tag is constant-time.
 
@@ -87,6 +89,8 @@ pub struct SessionKeys {
     done: [u8; KEY_LEN],
     /// The AEAD key (sender to receiver).
     pub aead: [u8; KEY_LEN],
+    resume_sender: [u8; KEY_LEN],
+    resume_receiver: [u8; KEY_LEN],
 }
 
 impl std::fmt::Debug for SessionKeys {
@@ -104,7 +108,7 @@ fn hmac(key: &[u8], parts: &[&[u8]]) -> Hmac<Sha256> {
     m
 }
 
-fn tag(key: &[u8], parts: &[&[u8]]) -> [u8; TAG_LEN] {
+pub(crate) fn tag(key: &[u8], parts: &[&[u8]]) -> [u8; TAG_LEN] {
     hmac(key, parts).finalize().into_bytes().into()
 }
 
@@ -127,7 +131,27 @@ impl SessionKeys {
             end: key(b"end"),
             done: key(b"done"),
             aead: key(b"aead s->r"),
+            resume_sender: key(b"resume S"),
+            resume_receiver: key(b"resume R"),
         }
+    }
+
+    fn resume_key(&self, role: Role) -> &[u8; KEY_LEN] {
+        match role {
+            Role::Sender => &self.resume_sender,
+            Role::Receiver => &self.resume_receiver,
+        }
+    }
+
+    /// The tag of a re-link message sent by the end playing `role` (the
+    /// receiver's request, the sender's answer) over its encoded body.
+    pub fn resume_tag(&self, role: Role, body: &[u8]) -> [u8; TAG_LEN] {
+        tag(self.resume_key(role), &[b"resume", body])
+    }
+
+    /// Checks (constant-time) the tag of a re-link message from `role`.
+    pub fn verify_resume(&self, role: Role, body: &[u8], t: &[u8; TAG_LEN]) -> bool {
+        verify(self.resume_key(role), &[b"resume", body], t)
     }
 
     fn confirm_key(&self, role: Role) -> &[u8; KEY_LEN] {

@@ -1,8 +1,9 @@
 //! What the agent hears: rdpipe's control lines on stdin (`CONNECT`, `PROBE`,
-//! `PING`, `PROGRESS`, end of file), the silence watchdog, and
-//! SIGTERM/SIGINT/SIGHUP. Each ends up as an event for the segment
-//! ([`super::segment::Ev`]), as the address a waiting transfer connects to, or
-//! (`PROBE`) as a `REACH` answer.
+//! `PING`, `PROGRESS`, `RELINK`, `UNLINK`, end of file), the silence watchdog,
+//! and SIGTERM/SIGINT/SIGHUP. Each ends up as an event for the segment
+//! ([`super::segment::Ev`]), as the address a waiting transfer connects to, as
+//! a re-link order for a fan-out sink's chain hop, or (`PROBE`) as a `REACH`
+//! answer.
 
 use super::say::{Meter, Say};
 use super::segment::{Ev, StopReason};
@@ -19,7 +20,14 @@ pub struct ConnectOrders {
     pub input: mpsc::Receiver<(String, u16)>,
     /// `CONNECT out ...`.
     pub output: mpsc::Receiver<(String, u16)>,
+    /// `RELINK in KEY`: the re-link hop's key.
+    pub relink_in: mpsc::Receiver<Vec<u8>>,
+    /// `RELINK out ADDR PORT KEY`, or `UNLINK` (`None`).
+    pub relink_out: mpsc::Receiver<Option<RelinkTo>>,
 }
+
+/// Where a relay's re-link hop connects: address, port, key.
+pub type RelinkTo = (String, u16, Vec<u8>);
 
 /// Waits for the `CONNECT` order on `rx`: the endpoint to connect to.
 pub fn connect_wait(
@@ -75,6 +83,8 @@ pub fn listen<R: BufRead + Send + 'static>(
     }
     let (in_tx, in_rx) = mpsc::channel();
     let (out_tx, out_rx) = mpsc::channel();
+    let (relink_in_tx, relink_in_rx) = mpsc::channel();
+    let (relink_out_tx, relink_out_rx) = mpsc::channel();
     let tx = tx.clone();
     let meter = meter.clone();
     let say = say.clone();
@@ -124,6 +134,19 @@ pub fn listen<R: BufRead + Send + 'static>(
                     tracing::debug!("control: {}", line.trim_end());
                     meter.start();
                 }
+                // (The key is not logged.)
+                Ok(ToAgent::RelinkIn { key }) => {
+                    tracing::debug!("control: RELINK in");
+                    let _ = relink_in_tx.send(key);
+                }
+                Ok(ToAgent::RelinkOut { addr, port, key }) => {
+                    tracing::debug!("control: RELINK out {addr} {port}");
+                    let _ = relink_out_tx.send(Some((addr, port, key)));
+                }
+                Ok(ToAgent::Unlink) => {
+                    tracing::debug!("control: UNLINK");
+                    let _ = relink_out_tx.send(None);
+                }
                 Err(e) => tracing::debug!("control: {e}: {}", line.trim_end()),
             }
         }
@@ -132,5 +155,7 @@ pub fn listen<R: BufRead + Send + 'static>(
     ConnectOrders {
         input: in_rx,
         output: out_rx,
+        relink_in: relink_in_rx,
+        relink_out: relink_out_rx,
     }
 }

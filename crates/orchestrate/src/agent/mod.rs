@@ -118,6 +118,15 @@ pub struct AgentArgs {
     /// [`relay`]).
     #[arg(long)]
     pub sink: bool,
+    /// A `--to` sink that relays: keep the last BYTES of the relayed stream
+    /// so that the chain can re-link around the next sink if it dies
+    /// (rdpipe's `--replay-window`; 0: no re-link).
+    #[arg(long, value_name = "BYTES", default_value_t = 0)]
+    pub replay_window: usize,
+    /// A `--to` sink fed by another sink: its incoming hop is a chain hop
+    /// (keyed with the chain's secret) that re-links when its relay dies.
+    #[arg(long)]
+    pub chain_in: bool,
     /// Log level as for rdpipe's `-v` count: 2 debug, 3 trace.
     #[arg(long, default_value_t = 0)]
     pub verbose: u8,
@@ -212,6 +221,11 @@ fn run(a: AgentArgs) -> bool {
         meter,
         say,
         tx,
+        chain: keys.chain.map(|secret| transfers::ChainPart {
+            secret,
+            window: a.replay_window,
+            chain_in: a.chain_in,
+        }),
     };
     if a.relay {
         passthrough::start(&mut seg, &mut t);

@@ -2,13 +2,22 @@
 //! (`run_recv` / `run_send` from the transport crate), listening and announcing
 //! `PORT` or waiting for rdpipe's `CONNECT`, and reports its outcome as an
 //! [`Ev::Done`] event.
+//!
+//! A fan-out sink's hops between sinks ([`ChainPart`]) run as chain hops
+//! (`rdpipe_transport::chain`): a relay with a replay window keeps its
+//! outgoing stream's last bytes and, when the next sink is lost, waits (at
+//! most `--connect-timeout`) for rdpipe's `RELINK out` or `UNLINK`; a sink
+//! whose incoming stream is cut short waits as long for `RELINK in`, listens
+//! anew (`RELINK PORT`) and resumes where it was.
 
 use super::command::HeldInput;
-use super::inbox::{connect_wait, ConnectOrders};
+use super::inbox::{connect_wait, ConnectOrders, RelinkTo};
 use super::say::{Meter, Say};
 use super::segment::Ev;
 use crate::control::{Direction, FromAgent};
 use crate::plan::Link;
+use rdpipe_transport::chain::{run_recv_chain, run_send_chain, Chain};
+use rdpipe_transport::replay::Recorded;
 use rdpipe_transport::{run_recv, run_send, Endpoint, Options, TransportError};
 use rdpipe_wire::{Integrity, TransportPref};
 use std::io::{Read, Write};
@@ -21,6 +30,22 @@ use std::time::Duration;
 pub type OutputFactory = Box<dyn FnOnce() -> Result<Box<dyn Write + Send>, TransportError> + Send>;
 
 type EndpointFactory = Box<dyn FnOnce() -> Result<Endpoint, TransportError> + Send>;
+
+/// Where a lost chain hop re-links (`rdpipe_transport::chain::Relink`).
+type RelinkFn = Box<dyn FnMut(u64) -> Option<(Endpoint, Vec<u8>)> + Send>;
+
+/// A fan-out sink's part in the chain (rdpipe's chain secret on the key line,
+/// `--replay-window`, `--chain-in`).
+pub struct ChainPart {
+    /// The chain's secret: keys the stream MAC of the hops between sinks.
+    pub secret: Vec<u8>,
+    /// The relay's replay window in bytes (0: its outgoing hop does not
+    /// re-link).
+    pub window: usize,
+    /// The incoming hop comes from another sink: it is a chain hop and
+    /// re-links.
+    pub chain_in: bool,
+}
 
 /// What every transfer of the segment shares.
 pub struct Transfers {
@@ -52,6 +77,8 @@ pub struct Transfers {
     pub say: Say,
     /// The segment's events.
     pub tx: mpsc::Sender<Ev>,
+    /// A fan-out sink's chain hops, when it has any.
+    pub chain: Option<ChainPart>,
 }
 
 impl Transfers {
@@ -104,14 +131,87 @@ impl Transfers {
         }
     }
 
+    /// How a sink's incoming chain hop re-links: waits for `RELINK in`, then
+    /// listens anew (announced as `RELINK PORT`); `None` when the chain has no
+    /// such hop here.
+    fn relink_in(&mut self) -> Option<(Vec<u8>, RelinkFn)> {
+        let c = self.chain.as_ref().filter(|c| c.chain_in)?;
+        let (dummy_tx, dummy) = mpsc::channel();
+        drop(dummy_tx);
+        let rx = std::mem::replace(&mut self.orders.relink_in, dummy);
+        let (say, timeout) = (self.say.clone(), self.connect_timeout);
+        let bind = self.addrs[Direction::In.index()]
+            .clone()
+            .filter(|a| a.parse::<std::net::IpAddr>().is_ok());
+        Some((
+            c.secret.clone(),
+            Box::new(move |at: u64| {
+                tracing::info!("incoming stream lost at byte {at}: waiting for rdpipe's RELINK");
+                let key = rx.recv_timeout(timeout).ok()?;
+                let say = say.clone();
+                let announce: rdpipe_transport::endpoint::Announce = Box::new(move |port| {
+                    say.send(&FromAgent::RelinkPort(port));
+                    Ok(())
+                });
+                Some((
+                    Endpoint::Listen {
+                        bind: bind.clone(),
+                        port: 0,
+                        announce: Some(announce),
+                    },
+                    key,
+                ))
+            }),
+        ))
+    }
+
+    /// How a relay's outgoing chain hop re-links: waits for `RELINK out` (or
+    /// `UNLINK`); `None` when it keeps no replay window.
+    fn relink_out(&mut self) -> Option<(Vec<u8>, usize, RelinkFn)> {
+        let c = self.chain.as_ref().filter(|c| c.window > 0)?;
+        let (dummy_tx, dummy) = mpsc::channel();
+        drop(dummy_tx);
+        let rx: mpsc::Receiver<Option<RelinkTo>> =
+            std::mem::replace(&mut self.orders.relink_out, dummy);
+        let timeout = self.connect_timeout;
+        Some((
+            c.secret.clone(),
+            c.window,
+            Box::new(move |at: u64| {
+                tracing::info!(
+                    "the relay to the next sink was lost at byte {at}: waiting for rdpipe's RELINK"
+                );
+                let (host, port, key) = rx.recv_timeout(timeout).ok()??;
+                Some((
+                    Endpoint::Connect {
+                        host,
+                        port,
+                        timeout,
+                    },
+                    key,
+                ))
+            }),
+        ))
+    }
+
     /// Starts the incoming transfer into `output`; `held` (the command's stdin) is
     /// closed once the stream was verified whole.
     pub fn spawn_recv(&mut self, output: OutputFactory, held: Option<HeldInput>) {
         let ep = self.endpoint(Direction::In);
         let o = self.options(Direction::In);
         let tx = self.tx.clone();
+        let chain = self.relink_in();
         std::thread::spawn(move || {
-            let r = ep().and_then(|ep| run_recv(ep, o, output));
+            let r = ep().and_then(|ep| match chain {
+                Some((secret, mut relink)) => {
+                    let chain = Chain {
+                        secret: &secret,
+                        relink: &mut relink,
+                    };
+                    run_recv_chain(ep, o, output, chain)
+                }
+                None => run_recv(ep, o, output),
+            });
             if r.is_ok() {
                 // Verified whole: now the command may see end of file.
                 if let Some(h) = held {
@@ -127,8 +227,18 @@ impl Transfers {
         let ep = self.endpoint(Direction::Out);
         let o = self.options(Direction::Out);
         let tx = self.tx.clone();
+        let chain = self.relink_out();
         std::thread::spawn(move || {
-            let r = ep().and_then(|ep| run_send(ep, o, &mut input));
+            let r = ep().and_then(|ep| match chain {
+                Some((secret, window, mut relink)) => {
+                    let chain = Chain {
+                        secret: &secret,
+                        relink: &mut relink,
+                    };
+                    run_send_chain(ep, o, &mut Recorded::new(input, window), chain)
+                }
+                None => run_send(ep, o, &mut input),
+            });
             let _ = tx.send(Ev::Done(Direction::Out, r));
         });
     }

@@ -1,5 +1,6 @@
 //! The first line rdpipe sends an agent: the keys of the segment's two hops
-//! ([`KeyLine`]), as hex, never on argv or in the environment.
+//! and, for a fan-out sink, the chain's secret ([`KeyLine`]), as hex, never on
+//! argv or in the environment.
 
 use super::ParseError;
 use std::fmt;
@@ -13,12 +14,20 @@ pub struct KeyLine {
     pub input: Option<Vec<u8>>,
     /// The outgoing hop's key.
     pub output: Option<Vec<u8>>,
+    /// A fan-out sink's chain secret (the same on every sink): keys the stream
+    /// MAC of the hops between sinks (`rdpipe_transport::chain`). A third word
+    /// on the line, absent otherwise.
+    pub chain: Option<Vec<u8>>,
 }
 
 impl fmt::Display for KeyLine {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let word = |k: &Option<Vec<u8>>| k.as_deref().map(encode_hex).unwrap_or("-".into());
-        write!(f, "{} {}", word(&self.input), word(&self.output))
+        write!(f, "{} {}", word(&self.input), word(&self.output))?;
+        match &self.chain {
+            Some(c) => write!(f, " {}", encode_hex(c)),
+            None => Ok(()),
+        }
     }
 }
 
@@ -28,19 +37,30 @@ impl FromStr for KeyLine {
         let word = |w: &str| -> Result<Option<Vec<u8>>, ParseError> {
             match w {
                 "-" => Ok(None),
-                hex => match decode_hex(hex) {
-                    Some(k) if !k.is_empty() => Ok(Some(k)),
-                    _ => Err(ParseError::Field("key")),
-                },
+                hex => parse_key(hex).map(Some),
             }
         };
         match l.split_whitespace().collect::<Vec<_>>()[..] {
             [i, o] => Ok(KeyLine {
                 input: word(i)?,
                 output: word(o)?,
+                chain: None,
+            }),
+            [i, o, c] => Ok(KeyLine {
+                input: word(i)?,
+                output: word(o)?,
+                chain: Some(parse_key(c)?),
             }),
             _ => Err(ParseError::Field("key line")),
         }
+    }
+}
+
+/// A key as hex: not empty.
+pub fn parse_key(hex: &str) -> Result<Vec<u8>, ParseError> {
+    match decode_hex(hex) {
+        Some(k) if !k.is_empty() => Ok(k),
+        _ => Err(ParseError::Field("key")),
     }
 }
 

@@ -15,7 +15,14 @@
 //!   route through an RDMA-capable address, does `PORT` accept a connection?);
 //! - `PING`, every [`PING_EVERY`]: rdpipe is alive;
 //! - `PROGRESS` (sent right after the key when rdpipe shows a progress line): report
-//!   byte counts with `SIZE` and `BYTES`.
+//!   byte counts with `SIZE` and `BYTES`;
+//! - `RELINK in KEY`: a fan-out sink whose upstream relay died: listen anew for
+//!   the re-link hop, whose key is KEY (64 hex digits), and say `RELINK PORT`;
+//! - `RELINK out ADDR PORT KEY`: a relay whose next sink died: connect the
+//!   re-link hop to ADDR PORT with KEY and resend from the offset the sink
+//!   there asks for (see `rdpipe_transport::chain`);
+//! - `UNLINK`: a relay whose next sink died: no re-link is coming (nothing
+//!   downstream is left to feed); its relay ends.
 //!
 //! End of file on the agent's stdin means rdpipe (or the SSH connection) is gone.
 //!
@@ -26,6 +33,7 @@
 //!   lengths; none without RDMA libraries or with `--transport tcp`), for
 //!   rdpipe's data-address discovery ([`NetAddr`]);
 //! - `PORT in|out N`: a side started with `listen` is listening on port N;
+//! - `RELINK N`: the re-link hop (after `RELINK in`) listens on port N;
 //! - `REACH in|out ADDR=RESULT...`: the answer to `PROBE` ([`Reach`]);
 //! - `DONE in|out BYTES CHECKSUM SECS INTEGRITY TRANSPORT`: a transfer completed, verified;
 //! - `EXIT CODE`, `EXIT signal N`, `EXIT killed`: how the command ended (`killed`:
@@ -43,7 +51,9 @@
 //! `IN`/`OUT` reports to `DONE in`/`DONE out`. Version 3 added `FABRIC`, which
 //! rdpipe waits for before it tells a connecting side where to connect.
 //! Version 4 added `PROBE` and `REACH` (discovery of a routed RDMA address)
-//! and the agent's `--relay` (a relay-only segment).
+//! and the agent's `--relay` (a relay-only segment). Version 5 added the
+//! chain re-link: `RELINK`, `UNLINK`, the chain secret on the key line
+//! ([`KeyLine::chain`]) and the agent's `--replay-window` and `--chain-in`.
 
 use rdpipe_wire::Integrity;
 use std::fmt;
@@ -52,15 +62,17 @@ use std::time::Duration;
 
 mod addr;
 mod keys;
+mod part;
 mod reach;
 pub use addr::NetAddr;
 pub use keys::{decode_hex, encode_hex, KeyLine};
+pub use part::{FailKind, Part};
 pub use reach::Reach;
 use std::net::IpAddr;
 
-/// Version of the control protocol (`HELLO 4`). An agent of another version is
+/// Version of the control protocol (`HELLO 5`). An agent of another version is
 /// not used.
-pub const PROTOCOL: u32 = 4;
+pub const PROTOCOL: u32 = 5;
 
 /// The most addresses one `PROBE` asks about (and an agent accepts).
 pub const MAX_PROBE: usize = 16;
@@ -147,6 +159,22 @@ pub enum ToAgent {
     Ping,
     /// `PROGRESS`.
     Progress,
+    /// `RELINK in KEY`: listen anew for the re-link hop.
+    RelinkIn {
+        /// The re-link hop's key.
+        key: Vec<u8>,
+    },
+    /// `RELINK out ADDR PORT KEY`: connect the re-link hop there.
+    RelinkOut {
+        /// The listening sink's address.
+        addr: String,
+        /// Its port.
+        port: u16,
+        /// The re-link hop's key.
+        key: Vec<u8>,
+    },
+    /// `UNLINK`: no re-link is coming for the lost relay.
+    Unlink,
 }
 
 impl fmt::Display for ToAgent {
@@ -161,6 +189,11 @@ impl fmt::Display for ToAgent {
             }
             ToAgent::Ping => f.write_str("PING"),
             ToAgent::Progress => f.write_str("PROGRESS"),
+            ToAgent::RelinkIn { key } => write!(f, "RELINK in {}", encode_hex(key)),
+            ToAgent::RelinkOut { addr, port, key } => {
+                write!(f, "RELINK out {addr} {port} {}", encode_hex(key))
+            }
+            ToAgent::Unlink => f.write_str("UNLINK"),
         }
     }
 }
@@ -182,6 +215,15 @@ impl FromStr for ToAgent {
             }),
             ["PING"] => Ok(ToAgent::Ping),
             ["PROGRESS"] => Ok(ToAgent::Progress),
+            ["RELINK", "in", key] => Ok(ToAgent::RelinkIn {
+                key: keys::parse_key(key)?,
+            }),
+            ["RELINK", "out", addr, port, key] => Ok(ToAgent::RelinkOut {
+                addr: addr.to_string(),
+                port: port.parse().map_err(|_| ParseError::Field("port"))?,
+                key: keys::parse_key(key)?,
+            }),
+            ["UNLINK"] => Ok(ToAgent::Unlink),
             _ => Err(ParseError::Unknown),
         }
     }
@@ -276,88 +318,6 @@ impl FromStr for CmdExit {
     }
 }
 
-/// Which part of a segment failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Part {
-    /// The incoming transfer.
-    In,
-    /// The outgoing transfer.
-    Out,
-    /// The command.
-    Cmd,
-    /// The `< FILE` / `> FILE` action.
-    File,
-    /// The agent itself.
-    Agent,
-}
-
-impl Part {
-    /// The word on the control channel.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Part::In => "in",
-            Part::Out => "out",
-            Part::Cmd => "cmd",
-            Part::File => "file",
-            Part::Agent => "agent",
-        }
-    }
-}
-
-impl FromStr for Part {
-    type Err = ParseError;
-    fn from_str(s: &str) -> Result<Self, ParseError> {
-        Ok(match s {
-            "in" => Part::In,
-            "out" => Part::Out,
-            "cmd" => Part::Cmd,
-            "file" => Part::File,
-            "agent" => Part::Agent,
-            _ => return Err(ParseError::Field("part")),
-        })
-    }
-}
-
-/// What a failure means for the verdict.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FailKind {
-    /// A failure of its own (a command's status, a file, a transfer error).
-    Error,
-    /// The command stopped reading its input before the stream ended (`head -c
-    /// 1000`): its own choice, like SIGPIPE for its producer in a shell pipeline.
-    StoppedReading,
-    /// The outgoing stream was aborted because of a failure reported elsewhere.
-    Echo,
-    /// The agent was stopped from outside: its control channel closed or went
-    /// silent, or it got SIGTERM/SIGINT/SIGHUP.
-    Stopped,
-}
-
-impl FailKind {
-    /// The word on the control channel.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FailKind::Error => "error",
-            FailKind::StoppedReading => "stopped-reading",
-            FailKind::Echo => "echo",
-            FailKind::Stopped => "stopped",
-        }
-    }
-}
-
-impl FromStr for FailKind {
-    type Err = ParseError;
-    fn from_str(s: &str) -> Result<Self, ParseError> {
-        Ok(match s {
-            "error" => FailKind::Error,
-            "stopped-reading" => FailKind::StoppedReading,
-            "echo" => FailKind::Echo,
-            "stopped" => FailKind::Stopped,
-            _ => return Err(ParseError::Field("failure kind")),
-        })
-    }
-}
-
 /// One agent → rdpipe line.
 #[derive(Debug, Clone, PartialEq)]
 pub enum FromAgent {
@@ -416,6 +376,8 @@ pub enum FromAgent {
     },
     /// `SIZE N`.
     Size(u64),
+    /// `RELINK N`: the re-link hop listens on port N.
+    RelinkPort(u16),
 }
 
 impl FromAgent {
@@ -477,6 +439,7 @@ impl fmt::Display for FromAgent {
             FromAgent::End { ok } => f.write_str(if *ok { "END ok" } else { "END fail" }),
             FromAgent::Bytes { dir, bytes } => write!(f, "BYTES {} {bytes}", dir.as_str()),
             FromAgent::Size(n) => write!(f, "SIZE {n}"),
+            FromAgent::RelinkPort(p) => write!(f, "RELINK {p}"),
         }
     }
 }
@@ -574,6 +537,7 @@ impl FromStr for FromAgent {
                 Ok(FromAgent::Bytes { dir, bytes })
             }
             "SIZE" => Ok(FromAgent::Size(num(rest, "size")?)),
+            "RELINK" => Ok(FromAgent::RelinkPort(num(rest, "port")?)),
             _ => Err(ParseError::Unknown),
         }
     }

@@ -199,10 +199,27 @@ fn key_lines_round_trip_and_reject_garbage() {
     let k = KeyLine {
         input: Some(vec![1, 2, 0xff]),
         output: None,
+        chain: None,
     };
     assert_eq!(k.to_string(), "0102ff -");
     assert_eq!(k.to_string().parse::<KeyLine>(), Ok(k));
-    for bad in ["", "abc", "0102", "zz -", "- - -", "0102 x"] {
+    let k = KeyLine {
+        input: None,
+        output: Some(vec![3]),
+        chain: Some(vec![4, 5]),
+    };
+    assert_eq!(k.to_string(), "- 03 0405");
+    assert_eq!(k.to_string().parse::<KeyLine>(), Ok(k));
+    for bad in [
+        "",
+        "abc",
+        "0102",
+        "zz -",
+        "- - -",
+        "0102 x",
+        "- - zz",
+        "- - 01 02",
+    ] {
         assert!(bad.parse::<KeyLine>().is_err(), "{bad:?}");
     }
 }
@@ -216,4 +233,42 @@ fn fabric_lines() {
     );
     assert!("FABRIC 10.0.0.2/40".parse::<FromAgent>().is_err());
     assert!("FABRIC eth0".parse::<FromAgent>().is_err());
+}
+
+#[test]
+fn relink_lines_round_trip() {
+    for m in [
+        ToAgent::RelinkIn { key: vec![1, 0xab] },
+        ToAgent::RelinkOut {
+            addr: "10.0.0.3".into(),
+            port: 4711,
+            key: vec![0xff],
+        },
+        ToAgent::Unlink,
+    ] {
+        assert_eq!(m.to_string().parse::<ToAgent>(), Ok(m.clone()), "{m}");
+    }
+    assert_eq!(
+        ToAgent::RelinkOut {
+            addr: "h".into(),
+            port: 1,
+            key: vec![2]
+        }
+        .to_string(),
+        "RELINK out h 1 02"
+    );
+    for bad in [
+        "RELINK in",
+        "RELINK in zz",
+        "RELINK out h 1",
+        "RELINK out h x 02",
+    ] {
+        assert!(bad.parse::<ToAgent>().is_err(), "{bad:?}");
+    }
+    assert_eq!(
+        "RELINK 4711".parse::<FromAgent>(),
+        Ok(FromAgent::RelinkPort(4711))
+    );
+    assert_eq!(FromAgent::RelinkPort(9).to_string(), "RELINK 9");
+    assert!("RELINK x".parse::<FromAgent>().is_err());
 }

@@ -19,6 +19,7 @@ fn config(cfg: &DoctorConfig, from: &Target, to: &Target, transport: TransportPr
         ],
         sinks: vec![],
         min_ok: None,
+        replay_window: 0,
         dry_run: false,
         verbose: 0,
         quiet: true,

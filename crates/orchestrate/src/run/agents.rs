@@ -10,7 +10,7 @@ use rdpipe_transport::error::EXIT_ABORTED;
 use tracing::{debug, trace};
 
 impl Runner {
-    pub(super) fn agent_exited(&mut self, i: usize, code: Option<i32>, how: String) {
+    pub(super) async fn agent_exited(&mut self, i: usize, code: Option<i32>, how: String) {
         debug!("[{}] agent {how}", i + 1);
         let me = Node::Segment(i);
         let seg = self.seg_desc(i);
@@ -40,9 +40,10 @@ impl Runner {
                 version: None,
             },
             (_, false) => Cause::NotStarted { seg, how },
-            // A `--to` sink's agent that dies costs the sinks after it their
-            // stream (their verdicts say so), not the pipeline: judged with
-            // the sinks ([`super::sinks`]).
+            // A `--to` sink's agent that dies is judged with the sinks
+            // ([`super::sinks`]), not as the pipeline's failure: the chain
+            // re-links around it, or the sinks after it lose their stream
+            // (their verdicts say so).
             (_, true) if self.signal.is_none() && !self.closing && self.p.is_sink(i) => {
                 self.sink_failures.push(Finding {
                     cause: Cause::Died {
@@ -52,15 +53,8 @@ impl Runner {
                     },
                     node: Some(me),
                 });
-                // The sinks after it have lost their stream: stop them (their
-                // agents may still wait for a connection from it).
-                for j in i + 1..self.p.sinks().end {
-                    debug!(
-                        "[{}] lost its stream with [{}]: closing its channel",
-                        j + 1,
-                        i + 1
-                    );
-                    self.stdins[j] = None;
+                for (j, order) in self.sink_died(i) {
+                    self.send(j, &order).await;
                 }
                 return;
             }
@@ -119,6 +113,7 @@ impl Runner {
             FromAgent::End { ok } => self.segs[i].ended = Some(ok),
             FromAgent::Bytes { dir, bytes } => self.segs[i].bytes[dir.index()] = Some(bytes),
             FromAgent::Size(n) => self.segs[i].size = Some(n),
+            FromAgent::RelinkPort(port) => self.relink_port(i, port).await,
         }
     }
 

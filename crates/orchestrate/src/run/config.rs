@@ -17,6 +17,8 @@ pub struct Config {
     /// `--min-ok N`: the run succeeds when at least N sinks succeeded (default:
     /// all of them).
     pub min_ok: Option<usize>,
+    /// `--replay-window`: bytes each relaying sink keeps for a re-link (0: off).
+    pub replay_window: usize,
     /// `-n`: print the plan only.
     pub dry_run: bool,
     /// `-v` count: 1 per-hop reports and the bandwidth; 2 (`-vv`) debug log, also

@@ -3,7 +3,8 @@
 //! segment ([`spawn`]), relays the agents' `PORT` announcements as `CONNECT`
 //! orders (at the address [`discover`] picks), runs rdpipe's own stdin sender and stdout receiver ([`ends`]), draws
 //! the progress line ([`progress`]), tears everything down ([`teardown`]) and
-//! decides the verdict ([`verdict`]; a fan-out's per-host verdicts: [`sinks`]).
+//! decides the verdict ([`verdict`]; a fan-out's per-host verdicts: [`sinks`];
+//! re-linking its chain around a dead relay host: [`relink`]).
 //!
 //! Teardown: on the first failure rdpipe waits [`ROOT_CAUSE_GRACE`] for the root
 //! cause to be reported (failures cascade along the pipeline within milliseconds;
@@ -28,6 +29,7 @@ pub mod install;
 pub mod outcome;
 pub mod progress;
 pub mod record;
+pub mod relink;
 pub mod sinks;
 pub mod spawn;
 pub mod teardown;
@@ -94,6 +96,12 @@ struct SegState {
     failed: bool,
     /// A `--to` sink's relay to the next sink broke (its own copy goes on).
     relay_broke: bool,
+    /// A `--to` sink fed by a re-link around a dead relay ([`relink`]).
+    relinked: Option<relink::Relinked>,
+    /// A relay that re-links to this sink around the dead next one.
+    relinked_to: Option<usize>,
+    /// A re-linked sink's failure to resume (its `FAIL in` message).
+    relink_failure: Option<String>,
     /// `DONE in` / `DONE out`.
     reports: [Option<HopReport>; 2],
     /// `BYTES in` / `BYTES out`: running counts.
@@ -209,6 +217,9 @@ fn run_inner(
         if let Some(r) = a.rate_limit {
             println!("rate limit: {r} on every transfer (each hop's sender paces)");
         }
+        if p.sinks().len() > 2 {
+            println!("{}", relink::describe(a.replay_window));
+        }
         return Ok(None);
     }
     debug!(
@@ -235,6 +246,8 @@ struct Runner {
     exe: LocalExe,
     /// One random key per hop (same order as the plan's hops).
     hop_keys: Vec<Vec<u8>>,
+    /// A fan-out's chain secret (random; keys the chain hops' stream MAC).
+    chain_secret: Vec<u8>,
     tx: mpsc::UnboundedSender<Event>,
     rx: mpsc::UnboundedReceiver<Event>,
     /// Each agent's control channel (its stdin), until teardown closes it.
@@ -272,6 +285,8 @@ impl Runner {
                 k
             })
             .collect();
+        let mut chain_secret = vec![0u8; 32];
+        getrandom::getrandom(&mut chain_secret).expect("the OS random source works");
         let (tx, rx) = mpsc::unbounded_channel();
         let n = p.segments.len();
         let source_done = p.hop_from(Node::Stdin).is_none();
@@ -282,6 +297,7 @@ impl Runner {
             p,
             exe,
             hop_keys,
+            chain_secret,
             tx,
             rx,
             stdins: (0..n).map(|_| None).collect(),
@@ -500,7 +516,10 @@ impl Runner {
 
     async fn send(&mut self, i: usize, m: &ToAgent) {
         if let Some(w) = self.stdins[i].as_mut() {
-            trace!("[{}] sent: {m}", i + 1);
+            if !matches!(m, ToAgent::RelinkIn { .. } | ToAgent::RelinkOut { .. }) {
+                // (Not the re-link orders: they carry a key.)
+                trace!("[{}] sent: {m}", i + 1);
+            }
             let _ = w.write_all(format!("{m}\n").as_bytes()).await;
             let _ = w.flush().await;
         }
@@ -509,7 +528,7 @@ impl Runner {
     async fn handle(&mut self, m: Event) {
         match m {
             Event::Line(i, l) => self.handle_line(i, &l).await,
-            Event::Exited(i, code, text) => self.agent_exited(i, code, text),
+            Event::Exited(i, code, text) => self.agent_exited(i, code, text).await,
             Event::Source(r) => self.source_ended(r),
             Event::Sink(r) => self.sink_ended(r),
             Event::Reached(k, r) => self.probed(k, r).await,

@@ -8,8 +8,9 @@
 //! relaying, so rdpipe keeps such reports apart ([`Runner::sink_failed`]) and
 //! the run fails only when fewer sinks than `--min-ok` (default: all) succeeded.
 //! So are the failures along the chain: a transfer between two sinks, or a
-//! sink's agent that dies (the sinks before it finish their copies; rdpipe
-//! stops the ones after it, and their verdicts name the dead relay).
+//! sink's agent that dies (the sinks before it finish their copies; the chain
+//! re-links around it, [`super::relink`], or rdpipe stops the ones after it,
+//! and their verdicts name the dead relay).
 
 use super::verdict::{Cause, Finding};
 use super::{Runner, TOOL};
@@ -45,6 +46,11 @@ pub struct SinkFacts {
     pub dead_relay: Option<String>,
     /// Its relay to the next sink broke (that sink or its host died).
     pub relay_broke: bool,
+    /// It relays to a later sink than the next, around the dead next one
+    /// (`[4] b3`).
+    pub relinked_to: Option<String>,
+    /// Its re-link around the dead relay failed, and why.
+    pub relink_failure: Option<String>,
 }
 
 /// One sink's verdict.
@@ -74,9 +80,13 @@ pub fn judge(f: &SinkFacts) -> SinkVerdict {
         Some(m.clone())
     } else if !verified {
         Some(match (&f.received, &f.dead_relay) {
-            (None, Some(dead)) => {
-                format!("the stream did not arrive whole: relay {dead} died upstream")
-            }
+            (None, Some(dead)) => match &f.relink_failure {
+                Some(why) => format!(
+                    "the stream did not arrive whole: relay {dead} died upstream and the \
+                     re-link around it failed: {why}"
+                ),
+                None => format!("the stream did not arrive whole: relay {dead} died upstream"),
+            },
             (None, None) => "the stream did not arrive whole".to_string(),
             (Some(_), _) => "the stream differs from the source's".to_string(),
         })
@@ -108,9 +118,12 @@ pub fn judge(f: &SinkFacts) -> SinkVerdict {
     let relay = f
         .relays_to
         .as_ref()
-        .map(|n| match f.relay_broke {
-            true => format!(", relay to {n} broke"),
-            false => format!(", relayed to {n}"),
+        .map(|n| match (&f.relinked_to, f.relay_broke) {
+            _ if f.died => format!(", relay to {n} cut"),
+            (Some(to), true) => format!(", relay to {n} broke, re-link to {to} failed"),
+            (Some(to), false) => format!(", relayed to {to} (re-linked around {n})"),
+            (None, true) => format!(", relay to {n} broke"),
+            (None, false) => format!(", relayed to {n}"),
         })
         .unwrap_or_default();
     let head = match &problem {
@@ -153,8 +166,25 @@ impl Runner {
         {
             return false;
         }
-        let cause = match part {
-            Part::In | Part::Out | Part::Agent => {
+        let relink = match part {
+            Part::In => self.segs[i]
+                .relinked
+                .as_ref()
+                .map(|r| format!("re-link from {}", self.p.node_name(Node::Segment(r.from)))),
+            Part::Out => self.segs[i]
+                .relinked_to
+                .map(|d| format!("re-link to {}", self.p.node_name(Node::Segment(d)))),
+            _ => None,
+        };
+        if part == Part::In && relink.is_some() {
+            self.segs[i].relink_failure = Some(msg.to_string());
+        }
+        let cause = match (part, relink) {
+            (Part::In | Part::Out, Some(what)) => Cause::Transfer {
+                text: format!("{}: {what} failed: {msg}", self.seg_desc(i)),
+                echo: false,
+            },
+            (Part::In | Part::Out | Part::Agent, None) => {
                 self.failure_cause(i, part, kind, code, msg.to_string())
             }
             _ => Cause::Segment {
@@ -172,7 +202,7 @@ impl Runner {
 
     /// Whether segment `i`'s agent died mid-stream (a root cause, not
     /// teardown's collateral).
-    fn agent_died(&self, i: usize) -> bool {
+    pub(super) fn agent_died(&self, i: usize) -> bool {
         self.failures.iter().chain(&self.sink_failures).any(|f| {
             f.node == Some(Node::Segment(i))
                 && matches!(
@@ -191,7 +221,12 @@ impl Runner {
         let reference = self
             .recv_report(Node::Segment(first))
             .map(|r| (r.bytes, r.checksum));
-        let sent = self.p.hop_into(me).and_then(|h| self.sent_report(h.from));
+        // A re-linked sink's stream came, in the end, from the relay that
+        // re-linked to it (its report covers the whole stream).
+        let sent = match &self.segs[i].relinked {
+            Some(r) => self.segs[r.from].reports[Direction::Out.index()].as_ref(),
+            None => self.p.hop_into(me).and_then(|h| self.sent_report(h.from)),
+        };
         let local_failure = self.sink_failures.iter().find_map(|f| match &f.cause {
             Cause::Segment { message, .. } if f.node == Some(me) => Some(message.clone()),
             _ => None,
@@ -203,6 +238,10 @@ impl Runner {
             .find(|&k| k < i && self.p.relays(k) && self.agent_died(k))
             .map(|k| self.p.node_name(Node::Segment(k)));
         SinkFacts {
+            relinked_to: self.segs[i]
+                .relinked_to
+                .map(|d| self.p.node_name(Node::Segment(d))),
+            relink_failure: self.segs[i].relink_failure.clone(),
             relay_broke: self.segs[i].relay_broke,
             died: self.agent_died(i),
             dead_relay,
@@ -332,6 +371,8 @@ mod tests {
             died: false,
             dead_relay: None,
             relay_broke: false,
+            relinked_to: None,
+            relink_failure: None,
         }
     }
 
@@ -417,5 +458,44 @@ mod tests {
         let v = judge(&f);
         assert!(v.ok, "{}", v.line);
         assert!(v.line.ends_with(", relay to [3] b2 broke"), "{}", v.line);
+    }
+
+    #[test]
+    fn a_relink_around_a_dead_relay_says_so_or_why_it_failed() {
+        // The relay before the dead one re-linked to the sink after it.
+        let mut f = facts();
+        f.relinked_to = Some("[4] b3".into());
+        let v = judge(&f);
+        assert!(v.ok);
+        assert!(
+            v.line
+                .ends_with(", relayed to [4] b3 (re-linked around [3] b2)"),
+            "{}",
+            v.line
+        );
+        f.relay_broke = true;
+        assert!(judge(&f)
+            .line
+            .ends_with(", relay to [3] b2 broke, re-link to [4] b3 failed"));
+        // The dead relay itself.
+        let mut f = facts();
+        f.died = true;
+        f.received = None;
+        assert!(judge(&f).line.ends_with(", relay to [3] b2 cut"));
+        // The sink after it, whose resume was refused.
+        let mut f = facts();
+        f.received = None;
+        f.relays_to = None;
+        f.dead_relay = Some("[3] b2".into());
+        f.relink_failure = Some("cannot resume the stream at byte 5: ...".into());
+        let v = judge(&f);
+        assert!(!v.ok);
+        assert_eq!(
+            v.problem.as_deref(),
+            Some(
+                "the stream did not arrive whole: relay [3] b2 died upstream and the re-link \
+                 around it failed: cannot resume the stream at byte 5: ..."
+            )
+        );
     }
 }

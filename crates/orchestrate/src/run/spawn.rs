@@ -161,6 +161,14 @@ pub fn agent_args(p: &Pipeline, i: usize, a: &Config) -> Vec<String> {
     }
     if p.is_sink(i) {
         v.push("--sink".into());
+        if chain_hops(p, i, a) {
+            if p.relays(i) {
+                v.extend(["--replay-window".into(), a.replay_window.to_string()]);
+            }
+            if i > p.sinks().start {
+                v.push("--chain-in".into());
+            }
+        }
     }
     match &seg.action {
         Action::Command(c) => v.extend(["--cmd".into(), c.clone()]),
@@ -172,6 +180,12 @@ pub fn agent_args(p: &Pipeline, i: usize, a: &Config) -> Vec<String> {
         Action::Relay => v.push("--relay".into()),
     }
     v
+}
+
+/// Whether segment `i` has a chain hop (one between two sinks) that re-links
+/// around a dead relay: not without `--replay-window`.
+fn chain_hops(p: &Pipeline, i: usize, a: &Config) -> bool {
+    a.replay_window > 0 && (p.relays(i) || (p.is_sink(i) && i > p.sinks().start))
 }
 
 /// Starts a local agent (`EXE ARGS`), its stderr piped when `pipe_stderr`.
@@ -337,6 +351,7 @@ impl Runner {
             let keys = KeyLine {
                 input: self.hop_key(me, Direction::In),
                 output: self.hop_key(me, Direction::Out),
+                chain: chain_hops(&self.p, i, &self.a).then(|| self.chain_secret.clone()),
             };
             let mut key_line = format!("{keys}\n");
             if self.progress.is_some() {
@@ -434,6 +449,7 @@ mod tests {
             segments: vec!["h1:cat".into(), "h2:cat".into()],
             sinks: vec![],
             min_ok: None,
+            replay_window: 0,
             dry_run: false,
             verbose,
             quiet,
@@ -507,6 +523,29 @@ mod tests {
         let v = agent_args(&p, 1, &config(0, false, Some("debug")));
         let i = v.iter().position(|x| x == "--log").unwrap();
         assert_eq!(v[i + 1], "debug");
+    }
+
+    #[test]
+    fn chain_sinks_get_their_relink_roles() {
+        use crate::plan::plan_fanout;
+        let mut a = config(0, false, None);
+        a.replay_window = 1 << 20;
+        let sinks = ["b1:cat", "b2:cat", "b3:cat"].map(String::from);
+        let p = plan_fanout(&["s:cat".to_string()], &sinks, false, &|r| r.name.clone()).unwrap();
+        let roles = |a: &Config, i: usize| {
+            let v = agent_args(&p, i, a);
+            let w = v
+                .iter()
+                .position(|x| x == "--replay-window")
+                .map(|k| v[k + 1].clone());
+            (w, v.iter().any(|x| x == "--chain-in"), chain_hops(&p, i, a))
+        };
+        assert_eq!(roles(&a, 0), (None, false, false));
+        assert_eq!(roles(&a, 1), (Some("1048576".into()), false, true));
+        assert_eq!(roles(&a, 2), (Some("1048576".into()), true, true));
+        assert_eq!(roles(&a, 3), (None, true, true));
+        a.replay_window = 0;
+        assert_eq!(roles(&a, 2), (None, false, false));
     }
 
     #[test]

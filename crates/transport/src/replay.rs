@@ -1,0 +1,243 @@
+//! A relay's bounded replay window: the most recent bytes of the stream it
+//! read for the next hop of a fan-out chain, kept so that the chain can
+//! re-link around that hop's host if it dies ([`crate::chain`]). The sink
+//! after the dead one says how many bytes of the stream it already holds (its
+//! resume offset, [`rdpipe_wire::resume`]); the relay resends from there when
+//! that offset is still within its window ([`ReplayWindow::since`]) and
+//! refuses otherwise, naming the window.
+//!
+//! [`Recorded`] wraps the relay's input: every byte read from it (and so
+//! hashed into the outgoing stream's MAC) is recorded, so the window's end is
+//! always the number of stream bytes the sender has taken.
+//!
+//! Memory: at most the window's capacity per relay (rdpipe's
+//! `--replay-window`, default 32 MiB), allocated as the
+//! stream passes (a short stream costs only its length), plus one copy of the
+//! bytes to resend while a re-link resends them. The window is ordinary
+//! pageable memory, not registered for RDMA: it does not count against
+//! `ulimit -l` (memlock).
+
+use rdpipe_wire::resume::ResumeReply;
+use std::io::{self, Read};
+use std::os::fd::{AsFd, BorrowedFd};
+
+/// The requested offset has left the window (or was never sent).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutOfWindow {
+    /// The offset asked for.
+    pub offset: u64,
+    /// The window's first byte.
+    pub start: u64,
+    /// The byte just past the last one taken.
+    pub end: u64,
+}
+
+/// The last `capacity` bytes of a stream, by stream offset.
+#[derive(Debug)]
+pub struct ReplayWindow {
+    cap: usize,
+    /// `min(end, cap)` bytes; the byte at stream offset `o` (within the
+    /// window) lives at `o % cap`.
+    buf: Vec<u8>,
+    /// Bytes pushed so far (the stream offset just past the newest byte).
+    end: u64,
+}
+
+impl ReplayWindow {
+    /// A window keeping the last `capacity` bytes (0: none, re-linking off).
+    pub fn new(capacity: usize) -> ReplayWindow {
+        ReplayWindow {
+            cap: capacity,
+            buf: Vec::new(),
+            end: 0,
+        }
+    }
+
+    /// The stream offsets it holds: `start..end`.
+    pub fn range(&self) -> std::ops::Range<u64> {
+        self.end.saturating_sub(self.cap as u64)..self.end
+    }
+
+    /// Records bytes forwarded after everything pushed before.
+    pub fn push(&mut self, data: &[u8]) {
+        let new_end = self.end + data.len() as u64;
+        if self.cap == 0 {
+            self.end = new_end;
+            return;
+        }
+        // Grow (zero-filled) to cover every position the new bytes land on.
+        let want = new_end.min(self.cap as u64) as usize;
+        if self.buf.len() < want {
+            self.buf.resize(want, 0);
+        }
+        // Only the last `cap` bytes can stay; write them, wrapping at most once.
+        let keep = data.len().min(self.cap);
+        let mut data = &data[data.len() - keep..];
+        let mut offset = new_end - keep as u64;
+        while !data.is_empty() {
+            let at = (offset % self.cap as u64) as usize;
+            let n = data.len().min(self.cap - at);
+            self.buf[at..at + n].copy_from_slice(&data[..n]);
+            offset += n as u64;
+            data = &data[n..];
+        }
+        self.end = new_end;
+    }
+
+    /// The bytes from stream offset `offset` to the end, as two slices (the
+    /// second one empty unless they wrap), or why not.
+    pub fn since(&self, offset: u64) -> Result<[&[u8]; 2], OutOfWindow> {
+        let r = self.range();
+        if !(r.start..=r.end).contains(&offset) {
+            return Err(OutOfWindow {
+                offset,
+                start: r.start,
+                end: r.end,
+            });
+        }
+        if offset == self.end {
+            return Ok([&[], &[]]);
+        }
+        let at = (offset % self.cap as u64) as usize;
+        let head = (self.end % self.cap as u64) as usize;
+        // Not yet full, `head` is the end of the bytes (`at` is before it).
+        let head = if self.buf.len() < self.cap {
+            self.buf.len()
+        } else {
+            head
+        };
+        Ok(if at < head {
+            [&self.buf[at..head], &[]]
+        } else {
+            [&self.buf[at..], &self.buf[..head]]
+        })
+    }
+
+    /// The relay's answer to a resume request for `offset`.
+    pub fn answer(&self, offset: u64) -> ResumeReply {
+        let r = self.range();
+        ResumeReply::answer(offset, r.start, r.end)
+    }
+}
+
+/// A relay's input that records every byte read from it into its replay
+/// window.
+pub struct Recorded<R> {
+    inner: R,
+    window: ReplayWindow,
+}
+
+impl<R> Recorded<R> {
+    /// `inner`, recording its last `capacity` bytes.
+    pub fn new(inner: R, capacity: usize) -> Self {
+        Recorded {
+            inner,
+            window: ReplayWindow::new(capacity),
+        }
+    }
+
+    /// The window of what was read so far.
+    pub fn window(&self) -> &ReplayWindow {
+        &self.window
+    }
+}
+
+impl<R: Read> Read for Recorded<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.window.push(&buf[..n]);
+        Ok(n)
+    }
+}
+
+impl<R: AsFd> AsFd for Recorded<R> {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.inner.as_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdpipe_wire::ResumeVerdict;
+
+    /// The stream's bytes `from..to` as the window gives them back.
+    fn replay(w: &ReplayWindow, from: u64) -> Vec<u8> {
+        w.since(from).unwrap().concat()
+    }
+
+    fn stream(n: usize) -> Vec<u8> {
+        (0..n).map(|i| (i * 7 % 251) as u8).collect()
+    }
+
+    #[test]
+    fn it_gives_back_any_suffix_within_the_window_in_any_chunking() {
+        let s = stream(1000);
+        for cap in [1, 7, 64, 100, 999, 1000, 4096] {
+            for chunk in [1, 3, 64, 250, 1000] {
+                let mut w = ReplayWindow::new(cap);
+                for c in s.chunks(chunk) {
+                    w.push(c);
+                }
+                let r = w.range();
+                assert_eq!(r.end, 1000);
+                assert_eq!(r.start, 1000u64.saturating_sub(cap as u64));
+                for from in [r.start, r.start + (r.end - r.start) / 2, r.end] {
+                    assert_eq!(
+                        replay(&w, from),
+                        s[from as usize..],
+                        "cap {cap} chunk {chunk} from {from}"
+                    );
+                }
+                assert!(w.since(r.end + 1).is_err());
+            }
+        }
+    }
+
+    #[test]
+    fn an_offset_before_the_window_is_refused_with_the_window() {
+        let mut w = ReplayWindow::new(100);
+        w.push(&stream(350));
+        assert_eq!(
+            w.since(249),
+            Err(OutOfWindow {
+                offset: 249,
+                start: 250,
+                end: 350
+            })
+        );
+        assert_eq!(w.answer(249).verdict, ResumeVerdict::BeyondWindow);
+        assert_eq!(w.answer(250).verdict, ResumeVerdict::Resume);
+    }
+
+    #[test]
+    fn a_recorded_input_keeps_what_was_read() {
+        let s = stream(5000);
+        let (r, w) = rustix::pipe::pipe().unwrap();
+        let mut w = std::fs::File::from(w);
+        let writer = {
+            let s = s.clone();
+            std::thread::spawn(move || std::io::Write::write_all(&mut w, &s).unwrap())
+        };
+        let mut rec = Recorded::new(std::fs::File::from(r), 1000);
+        let mut got = Vec::new();
+        rec.read_to_end(&mut got).unwrap();
+        writer.join().unwrap();
+        assert_eq!(got, s);
+        assert_eq!(rec.window().range(), 4000..5000);
+        assert_eq!(replay(rec.window(), 4500), s[4500..]);
+    }
+
+    #[test]
+    fn memory_grows_with_the_stream_up_to_the_capacity() {
+        let mut w = ReplayWindow::new(32 << 20);
+        w.push(&stream(10));
+        assert_eq!(w.buf.len(), 10);
+        assert_eq!(replay(&w, 0), stream(10));
+        let mut off = ReplayWindow::new(0);
+        off.push(&stream(10));
+        assert_eq!(off.range(), 10..10);
+        assert_eq!(off.since(10).unwrap().concat(), Vec::<u8>::new());
+        assert!(off.since(9).is_err());
+    }
+}

@@ -1,0 +1,297 @@
+//! Re-linking a fan-out chain around a dead relay: the resuming receiver's
+//! request (how many bytes of the stream it already holds) and the upstream
+//! relay's answer (resuming from there, or refusing because that offset has
+//! left its bounded replay window).
+//!
+//! Both messages cross a connection only after its handshake authenticated
+//! (SPAKE2 and key confirmation, [`crate::session`]), and each carries a tag
+//! under a key of that session that only this message uses
+//! ([`SessionKeys::resume_tag`]; one key per role, so a request cannot be
+//! reflected as an answer or replayed into another connection). An on-path
+//! attacker therefore cannot change the offset (to make the relay skip bytes
+//! or send some twice) or forge a refusal; and the answer repeats the offset
+//! it resumes from, which the receiver checks against the one it asked for
+//! ([`ResumeReply::check`]).
+//!
+//! The offset alone does not prove that the receiver's first `offset` bytes
+//! are the stream's: the dead relay may have mangled them before it died.
+//! That is the whole-stream MAC's job: every hop of a chain keys its stream
+//! MAC with one chain key ([`chain_stream_key`], domain-separated from every
+//! session key), so the receiver's running MAC over the bytes it got before
+//! the re-link and the resumed ones must equal the upstream relay's MAC over
+//! the whole stream at End (see docs/security.md).
+//!
+//! Layouts (integers big-endian):
+//!
+//! - request, [`RESUME_LEN`] bytes: `RSRQ`, offset (u64), tag (32);
+//! - answer, [`RESUME_REPLY_LEN`] bytes: `RSRP`, verdict (u8: 0 resume,
+//!   1 beyond the window), offset (u64), window start (u64), window end (u64),
+//!   tag (32).
+
+use crate::session::{SessionKeys, KEY_LEN, TAG_LEN};
+use crate::{Role, WireError};
+
+/// The request's magic.
+pub const REQUEST_MAGIC: [u8; 4] = *b"RSRQ";
+/// The answer's magic.
+pub const REPLY_MAGIC: [u8; 4] = *b"RSRP";
+/// Length of an encoded [`ResumeRequest`].
+pub const RESUME_LEN: usize = 4 + 8 + TAG_LEN;
+/// Length of an encoded [`ResumeReply`].
+pub const RESUME_REPLY_LEN: usize = 4 + 1 + 3 * 8 + TAG_LEN;
+
+/// The stream-MAC key every hop of a fan-out chain shares, from the chain's
+/// secret (random per pipeline, handed to each sink's agent by rdpipe over
+/// SSH). Its own HMAC label keeps it apart from every per-hop session key.
+pub fn chain_stream_key(chain_secret: &[u8]) -> [u8; KEY_LEN] {
+    crate::session::tag(chain_secret, &[b"rdma-pipe v2 chain stream mac", &[1]])
+}
+
+/// The resuming receiver's request: it holds the stream's first `offset`
+/// bytes and wants the rest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResumeRequest {
+    /// Bytes of the stream the receiver already has.
+    pub offset: u64,
+}
+
+impl ResumeRequest {
+    fn body(&self) -> [u8; 12] {
+        let mut b = [0u8; 12];
+        b[..4].copy_from_slice(&REQUEST_MAGIC);
+        b[4..].copy_from_slice(&self.offset.to_be_bytes());
+        b
+    }
+
+    /// The request, tagged with the receiver's resume key of `keys`.
+    pub fn encode(&self, keys: &SessionKeys) -> [u8; RESUME_LEN] {
+        let body = self.body();
+        let mut out = [0u8; RESUME_LEN];
+        out[..12].copy_from_slice(&body);
+        out[12..].copy_from_slice(&keys.resume_tag(Role::Receiver, &body));
+        out
+    }
+
+    /// Decodes and authenticates a request (the sender's side).
+    pub fn decode(b: &[u8; RESUME_LEN], keys: &SessionKeys) -> Result<ResumeRequest, WireError> {
+        let magic: [u8; 4] = b[..4].try_into().expect("4 bytes");
+        if magic != REQUEST_MAGIC {
+            return Err(WireError::BadResumeMagic(magic));
+        }
+        let tag: [u8; TAG_LEN] = b[12..].try_into().expect("tag length");
+        if !keys.verify_resume(Role::Receiver, &b[..12], &tag) {
+            return Err(WireError::ResumeForged);
+        }
+        Ok(ResumeRequest {
+            offset: u64::from_be_bytes(b[4..12].try_into().expect("8 bytes")),
+        })
+    }
+}
+
+/// What the upstream relay does with a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResumeVerdict {
+    /// It resends the stream from the requested offset.
+    Resume,
+    /// The offset is before its replay window (or past what it ever sent):
+    /// the re-link fails.
+    BeyondWindow,
+}
+
+/// The upstream relay's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResumeReply {
+    /// Resume, or not.
+    pub verdict: ResumeVerdict,
+    /// The offset asked for (and, on resume, the first byte that follows).
+    pub offset: u64,
+    /// The first stream offset still in its replay window.
+    pub window_start: u64,
+    /// The offset just past the last byte it forwarded (the window's end).
+    pub window_end: u64,
+}
+
+impl ResumeReply {
+    /// The answer to a request for `offset` from a relay whose window holds
+    /// `window_start..window_end`: resume when the offset lies within it
+    /// (its end included: nothing to resend yet).
+    pub fn answer(offset: u64, window_start: u64, window_end: u64) -> ResumeReply {
+        let verdict = if (window_start..=window_end).contains(&offset) {
+            ResumeVerdict::Resume
+        } else {
+            ResumeVerdict::BeyondWindow
+        };
+        ResumeReply {
+            verdict,
+            offset,
+            window_start,
+            window_end,
+        }
+    }
+
+    fn body(&self) -> [u8; 29] {
+        let mut b = [0u8; 29];
+        b[..4].copy_from_slice(&REPLY_MAGIC);
+        b[4] = match self.verdict {
+            ResumeVerdict::Resume => 0,
+            ResumeVerdict::BeyondWindow => 1,
+        };
+        b[5..13].copy_from_slice(&self.offset.to_be_bytes());
+        b[13..21].copy_from_slice(&self.window_start.to_be_bytes());
+        b[21..29].copy_from_slice(&self.window_end.to_be_bytes());
+        b
+    }
+
+    /// The answer, tagged with the sender's resume key of `keys`.
+    pub fn encode(&self, keys: &SessionKeys) -> [u8; RESUME_REPLY_LEN] {
+        let body = self.body();
+        let mut out = [0u8; RESUME_REPLY_LEN];
+        out[..29].copy_from_slice(&body);
+        out[29..].copy_from_slice(&keys.resume_tag(Role::Sender, &body));
+        out
+    }
+
+    /// Decodes and authenticates an answer (the receiver's side). An answer
+    /// whose verdict does not follow from its own offset and window is
+    /// malformed.
+    pub fn decode(
+        b: &[u8; RESUME_REPLY_LEN],
+        keys: &SessionKeys,
+    ) -> Result<ResumeReply, WireError> {
+        let magic: [u8; 4] = b[..4].try_into().expect("4 bytes");
+        if magic != REPLY_MAGIC {
+            return Err(WireError::BadResumeMagic(magic));
+        }
+        let tag: [u8; TAG_LEN] = b[29..].try_into().expect("tag length");
+        if !keys.verify_resume(Role::Sender, &b[..29], &tag) {
+            return Err(WireError::ResumeForged);
+        }
+        let u = |r: std::ops::Range<usize>| u64::from_be_bytes(b[r].try_into().expect("8 bytes"));
+        let verdict = match b[4] {
+            0 => ResumeVerdict::Resume,
+            1 => ResumeVerdict::BeyondWindow,
+            v => return Err(WireError::BadResumeVerdict(v)),
+        };
+        let r = ResumeReply {
+            verdict,
+            offset: u(5..13),
+            window_start: u(13..21),
+            window_end: u(21..29),
+        };
+        if r.window_start > r.window_end
+            || ResumeReply::answer(r.offset, r.window_start, r.window_end).verdict != verdict
+        {
+            return Err(WireError::BadResumeWindow {
+                offset: r.offset,
+                start: r.window_start,
+                end: r.window_end,
+            });
+        }
+        Ok(r)
+    }
+
+    /// The receiver's check: the answer is for the offset it asked for.
+    pub fn check(&self, requested: u64) -> Result<(), WireError> {
+        if self.offset == requested {
+            Ok(())
+        } else {
+            Err(WireError::ResumeOffsetMismatch {
+                asked: requested,
+                got: self.offset,
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(secret: &[u8]) -> SessionKeys {
+        SessionKeys::derive(secret, b"transcript")
+    }
+
+    #[test]
+    fn a_request_round_trips_and_resists_tampering() {
+        let k = keys(b"s");
+        let mut b = ResumeRequest { offset: 12345 }.encode(&k);
+        assert_eq!(
+            ResumeRequest::decode(&b, &k),
+            Ok(ResumeRequest { offset: 12345 })
+        );
+        // Another session's keys, or a changed offset: forged.
+        assert_eq!(
+            ResumeRequest::decode(&b, &keys(b"t")),
+            Err(WireError::ResumeForged)
+        );
+        b[11] ^= 1;
+        assert_eq!(ResumeRequest::decode(&b, &k), Err(WireError::ResumeForged));
+        b[0] = b'X';
+        assert!(matches!(
+            ResumeRequest::decode(&b, &k),
+            Err(WireError::BadResumeMagic(_))
+        ));
+    }
+
+    #[test]
+    fn the_answer_follows_the_window() {
+        assert_eq!(
+            ResumeReply::answer(10, 5, 20).verdict,
+            ResumeVerdict::Resume
+        );
+        assert_eq!(
+            ResumeReply::answer(20, 5, 20).verdict,
+            ResumeVerdict::Resume
+        );
+        assert_eq!(
+            ResumeReply::answer(4, 5, 20).verdict,
+            ResumeVerdict::BeyondWindow
+        );
+        // More than the relay ever sent: refused too.
+        assert_eq!(
+            ResumeReply::answer(21, 5, 20).verdict,
+            ResumeVerdict::BeyondWindow
+        );
+    }
+
+    #[test]
+    fn an_answer_round_trips_and_cannot_be_reflected_or_bent() {
+        let k = keys(b"s");
+        let a = ResumeReply::answer(7, 0, 9);
+        let b = a.encode(&k);
+        let got = ResumeReply::decode(&b, &k).unwrap();
+        assert_eq!(got, a);
+        assert!(got.check(7).is_ok());
+        assert_eq!(
+            got.check(8),
+            Err(WireError::ResumeOffsetMismatch { asked: 8, got: 7 })
+        );
+        // A request's tag does not authenticate an answer's body (per-role keys).
+        let body = a.body();
+        let mut forged = [0u8; RESUME_REPLY_LEN];
+        forged[..29].copy_from_slice(&body);
+        forged[29..].copy_from_slice(&k.resume_tag(Role::Receiver, &body));
+        assert_eq!(
+            ResumeReply::decode(&forged, &k),
+            Err(WireError::ResumeForged)
+        );
+        // A well-tagged answer whose verdict contradicts its window.
+        let bent = ResumeReply {
+            verdict: ResumeVerdict::Resume,
+            ..ResumeReply::answer(1, 5, 9)
+        };
+        assert!(matches!(
+            ResumeReply::decode(&bent.encode(&k), &k),
+            Err(WireError::BadResumeWindow { .. })
+        ));
+    }
+
+    #[test]
+    fn the_chain_key_is_not_a_session_key() {
+        let k = keys(b"s");
+        let c = chain_stream_key(b"s");
+        assert_ne!(c, k.stream_mac);
+        assert_eq!(c, chain_stream_key(b"s"));
+        assert_ne!(c, chain_stream_key(b"t"));
+    }
+}
