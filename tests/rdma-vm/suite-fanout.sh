@@ -4,9 +4,10 @@
 #             on every sink, -v naming rdma for every hop; and the relay-only
 #             segment (rxehost1:'< f' rxehost0: rxehost1:'> g') over RDMA.
 #   relaycpu  (only when named) the relay host's CPU seconds per GB: the relay-only agent, an
-#             agent relaying through `cat`, and a standalone `rdrecv | rdsend`,
-#             all over the same two RDMA hops (rxe1 -> rxe0 -> rxe1). Emulated
-#             guest: compare ratios only.
+#             agent relaying through `cat` (agent + cat), as the agent reports
+#             them (USAGE, at -v and in --json), and a standalone
+#             `rdrecv | rdsend` (bash `times`), all over the same two RDMA hops
+#             (rxe1 -> rxe0 -> rxe1). Emulated guest: compare ratios only.
 # ("${RP[@]}" above has the default 30 s agent start-up; these use 120 s.)
 
 # --connect-timeout 120: under TCG on a loaded host an agent can take more than
@@ -69,41 +70,28 @@ if [ -n "$sshd_ok" ] && [ ${#ONLY[@]} -gt 0 ] && want relaycpu; then
     CSIZE=$((128 * CHUNK))
     head -c "$CSIZE" /dev/zero >"$CIN"
     chmod 644 "$CIN"
-    # A --remote-bin whose rdrecv records its CPU time (bash `times`: the
-    # agent and every process it waited for) when it is the middle segment's.
-    WB=$W/wrapbin
-    mkdir -p "$WB"
-    cat >"$WB/rdrecv" <<EOF
-#!/bin/bash
-# rdpipe closes the ssh session once the agent said END: that SIGHUP must not
-# kill this wrapper before it wrote the times (the agent handles its own).
-trap '' HUP
-"$BIN_DIR/rdrecv" "\$@"
-rc=\$?
-# Not in a pipeline: a subshell's times start from zero.
-case " \$* " in *" --label rxehost0\[2\] "*) times >"$W/cpu.times" ;; esac
-exit \$rc
-EOF
-    chmod 755 "$WB/rdrecv"
-    RC=(timeout 600 "$PIPE" -v -F "$S/config" --remote-bin "$WB" --transport rdma --connect-timeout 120)
-    # secs_of 'AmB.CDEs CmD.EFs': user+sys seconds.
+    # The middle agent reports its own CPU (USAGE, shown at -v as
+    # "[2] rxehost0: cpu: agent A s (...), command C s, ..."): A is the agent
+    # process (transfers, relay, hashing), C its command (`cat`).
     secs_of() { awk '{ s = 0; for (i = 1; i <= 2; i++) { split($i, p, "m"); sub("s", "", p[2]); s += p[1] * 60 + p[2] } printf "%.3f", s }' <<<"$1"; }
     per_gb() { awk -v s="$1" -v b="$CSIZE" 'BEGIN { printf "%.3f", s / (b / 1e9) }'; }
     cpu_ok=1
     for mid in "" "cat"; do
         name=cpu${mid:-relay}
-        rm -f "$W/cpu.times"
-        "${RC[@]}" "rxehost1:< $CIN" "rxehost0:$mid" "rxehost1:> /dev/null" </dev/null 2>"$W/$name.err"
+        "${RF[@]}" --json "$W/$name.json" "rxehost1:< $CIN" "rxehost0:$mid" "rxehost1:> /dev/null" </dev/null 2>"$W/$name.err"
         rc=$?
-        if [ "$rc" != 0 ] || [ ! -s "$W/cpu.times" ] || ! check_hops "$name" 2; then
+        line=$(grep '^rdpipe: \[2\] rxehost0: cpu: agent ' "$W/$name.err")
+        if [ "$rc" != 0 ] || [ -z "$line" ] || ! grep -q '"agent_cpu"' "$W/$name.json" || ! check_hops "$name" 2; then
             cpu_ok=
-            echo "    rdpipe exit $rc; times: $(cat "$W/cpu.times" 2>/dev/null)"
+            echo "    rdpipe exit $rc"
             sed "s/^/    [$name] /" "$W/$name.err"
             continue
         fi
-        t=$(secs_of "$(tail -n1 "$W/cpu.times")")
+        a=$(sed 's/.*cpu: agent \([0-9.]*\) s.*/\1/' <<<"$line")
+        c=$(sed 's/.*command \([0-9.]*\) s.*/\1/' <<<"$line")
+        t=$(awk -v a="$a" -v c="$c" 'BEGIN { printf "%.3f", a + c }')
         declare "cpu_${mid:-relay}=$(per_gb "$t")"
-        echo "    rxehost0:${mid}: the middle agent used $t s CPU for $CSIZE bytes"
+        echo "    rxehost0:${mid}: agent $a s + command $c s CPU for $CSIZE bytes ($line)"
     done
     # The standalone baseline on the same hops: rdsend (rxe1) -> [rdrecv | rdsend]
     # (listening on rxe0's address) -> rdrecv (rxe1's address).

@@ -1,7 +1,7 @@
 //! The segment's state machine: which of its parts (incoming transfer, outgoing
 //! transfer, command, set-up failures) are still pending, the first failure that
 //! stops it, and the report of every outcome to rdpipe (`DONE`, `EXIT`, `FAIL`,
-//! `END`).
+//! `USAGE`, `END`).
 //!
 //! On the first failure the segment poisons its outgoing stream (the command's
 //! output ending now is reported downstream as an abort, never as a clean end),
@@ -215,6 +215,9 @@ impl Segment {
         }
         if !self.ok {
             self.kill(Signal::Kill);
+        }
+        if let Some(u) = super::usage::measure() {
+            self.say.send(&FromAgent::Usage(u));
         }
         self.say.send(&FromAgent::End { ok: self.ok });
         if !self.ok {

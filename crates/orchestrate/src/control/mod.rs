@@ -35,6 +35,8 @@
 //!   ([`FailKind`]); CODE is the rdsend/rdrecv exit code of a transfer error (1
 //!   otherwise); MESSAGE is for people only, never parsed;
 //! - `SIZE N`: a `< FILE` segment's file has N bytes (once, after `PROGRESS`);
+//! - `USAGE AU AS CU CS`: right before `END`, the CPU the agent and its command
+//!   used ([`Usage`]);
 //! - `BYTES in|out N`: a running byte count (after `PROGRESS`);
 //! - `END ok` / `END fail`: the last line.
 //!
@@ -43,7 +45,7 @@
 //! `IN`/`OUT` reports to `DONE in`/`DONE out`. Version 3 added `FABRIC`, which
 //! rdpipe waits for before it tells a connecting side where to connect.
 //! Version 4 added `PROBE` and `REACH` (discovery of a routed RDMA address)
-//! and the agent's `--relay` (a relay-only segment).
+//! and the agent's `--relay` (a relay-only segment). Version 5 added `USAGE`.
 
 use rdpipe_wire::Integrity;
 use std::fmt;
@@ -53,14 +55,16 @@ use std::time::Duration;
 mod addr;
 mod keys;
 mod reach;
+mod usage;
 pub use addr::NetAddr;
 pub use keys::{decode_hex, encode_hex, KeyLine};
 pub use reach::Reach;
 use std::net::IpAddr;
+pub use usage::{CpuTimes, Usage};
 
-/// Version of the control protocol (`HELLO 4`). An agent of another version is
+/// Version of the control protocol (`HELLO 5`). An agent of another version is
 /// not used.
-pub const PROTOCOL: u32 = 4;
+pub const PROTOCOL: u32 = 5;
 
 /// The most addresses one `PROBE` asks about (and an agent accepts).
 pub const MAX_PROBE: usize = 16;
@@ -416,6 +420,8 @@ pub enum FromAgent {
     },
     /// `SIZE N`.
     Size(u64),
+    /// `USAGE AU AS CU CS`.
+    Usage(Usage),
 }
 
 impl FromAgent {
@@ -477,6 +483,7 @@ impl fmt::Display for FromAgent {
             FromAgent::End { ok } => f.write_str(if *ok { "END ok" } else { "END fail" }),
             FromAgent::Bytes { dir, bytes } => write!(f, "BYTES {} {bytes}", dir.as_str()),
             FromAgent::Size(n) => write!(f, "SIZE {n}"),
+            FromAgent::Usage(u) => write!(f, "USAGE {u}"),
         }
     }
 }
@@ -574,6 +581,7 @@ impl FromStr for FromAgent {
                 Ok(FromAgent::Bytes { dir, bytes })
             }
             "SIZE" => Ok(FromAgent::Size(num(rest, "size")?)),
+            "USAGE" => Ok(FromAgent::Usage(rest.parse()?)),
             _ => Err(ParseError::Unknown),
         }
     }

@@ -1,6 +1,6 @@
 //! What the agents say: their control lines (`HELLO`, `FABRIC`, `PORT` relayed
 //! as `CONNECT`, `DONE`, `EXIT`, `FAIL` turned into a typed [`Cause`], `END`,
-//! `BYTES`, `SIZE`) and their exits.
+//! `BYTES`, `SIZE`, `USAGE`) and their exits.
 
 use super::verdict::{Cause, Finding};
 use super::Runner;
@@ -119,6 +119,7 @@ impl Runner {
             FromAgent::End { ok } => self.segs[i].ended = Some(ok),
             FromAgent::Bytes { dir, bytes } => self.segs[i].bytes[dir.index()] = Some(bytes),
             FromAgent::Size(n) => self.segs[i].size = Some(n),
+            FromAgent::Usage(u) => self.segs[i].usage = Some(u),
         }
     }
 
