@@ -1,7 +1,9 @@
 //! The agent's CPU use for `USAGE` ([`crate::control::Usage`]): its own and its
 //! waited-for children's user and system time, from `/proc/self/stat` (what
 //! `getrusage(RUSAGE_SELF)` and `getrusage(RUSAGE_CHILDREN)` count, in clock
-//! ticks), read once when the segment ends.
+//! ticks), read once when the segment ends. The children's time counts only
+//! from the segment's start ([`command_since`]): what the agent waited for
+//! before (its start-up probes, such as `ip`) is not its command's.
 
 use crate::control::{CpuTimes, Usage};
 use std::time::Duration;
@@ -11,6 +13,18 @@ use std::time::Duration;
 pub fn measure() -> Option<Usage> {
     let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
     parse_stat(&stat, rustix::param::clock_ticks_per_second())
+}
+
+/// `now` with the children's time since `base` only (all of it without a base).
+pub fn command_since(now: Usage, base: Option<Usage>) -> Usage {
+    let Some(b) = base else { return now };
+    Usage {
+        agent: now.agent,
+        command: CpuTimes {
+            user: now.command.user.saturating_sub(b.command.user),
+            system: now.command.system.saturating_sub(b.command.system),
+        },
+    }
 }
 
 /// `utime stime cutime cstime` (fields 14 to 17) of a `/proc/PID/stat` line, at
@@ -58,6 +72,11 @@ mod tests {
         assert!(parse_stat("4242 (x) S 1 2", 100).is_none());
         assert!(parse_stat("no parenthesis", 100).is_none());
         assert!(parse_stat(line, 0).is_none());
+        let base = parse_stat(&line.replace(" 6 7 ", " 2 7 "), 100);
+        let c = command_since(u, base).command;
+        assert_eq!(c.user, Duration::from_millis(40));
+        assert_eq!(c.system, Duration::ZERO);
+        assert_eq!(command_since(u, None), u);
     }
 
     #[test]
