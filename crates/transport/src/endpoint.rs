@@ -106,14 +106,14 @@ fn explain_mismatch(e: TransportError, pref: TransportPref) -> TransportError {
     }
 }
 
-fn protection(n: &Negotiated) -> Protection<'_> {
+pub(crate) fn protection(n: &Negotiated) -> Protection<'_> {
     Protection {
         integrity: n.integrity,
         keys: &n.keys,
     }
 }
 
-fn negotiate(
+pub(crate) fn negotiate(
     endpoint: Endpoint,
     opts: &Options,
     role: Role,
