@@ -263,7 +263,10 @@ fn relinks_around(tag: &str, how: &str) {
     line("rdpipe: sink [3] n2: FAILED (its agent died mid-stream)");
     let last = line("rdpipe: sink [4] n3: ok: 268435456 bytes over tcp, re-linked at byte ");
     assert!(
-        last.contains(&format!("mac verified, xxh3 {sum}")),
+        last.contains(&format!(
+            "{} verified, xxh3 {sum}",
+            rdpipe_wire::Integrity::preferred().as_str()
+        )),
         "{last}"
     );
     assert!(

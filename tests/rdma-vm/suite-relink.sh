@@ -43,7 +43,7 @@ if [ -n "$sshd_ok" ] && want relink; then
     done
     grep -q '^rdpipe: sink \[2\] rxehost0: ok: .*relayed to \[4\] rxehost0 (re-linked around \[3\] rxehost1)$' "$W/rl.err" \
         || { ok=; echo "    no re-linked relay line"; }
-    grep -q '^rdpipe: sink \[4\] rxehost0: ok: .* over tcp, re-linked at byte [0-9]*, mac verified' "$W/rl.err" \
+    grep -q '^rdpipe: sink \[4\] rxehost0: ok: .* over tcp, re-linked at byte [0-9]*, [a-z]* verified' "$W/rl.err" \
         || { ok=; echo "    no re-linked sink line"; }
     if pgrep -f -- '--agent' >/dev/null; then ok=; echo "    agents left: $(pgrep -af -- '--agent')"; fi
     if [ -n "$ok" ]; then

@@ -198,6 +198,35 @@ pub struct SegmentReport {
     pub stopped: bool,
     /// The segment's endpoint reported success.
     pub ok: bool,
+    /// The CPU its agent process used (every thread: transfers, relay, hashing),
+    /// as the agent measured it when the segment ended; absent from an agent
+    /// that did not end.
+    pub agent_cpu: Option<CpuReport>,
+    /// The CPU its command used (the processes the agent waited for); absent as
+    /// `agent_cpu` is.
+    pub command_cpu: Option<CpuReport>,
+}
+
+/// CPU time, in a segment of rdpipe's report.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct CpuReport {
+    /// User-mode seconds.
+    pub user_seconds: f64,
+    /// Kernel seconds.
+    pub system_seconds: f64,
+    /// User + kernel.
+    pub seconds: f64,
+}
+
+impl CpuReport {
+    /// The report of `t`.
+    pub fn of(t: crate::control::CpuTimes) -> CpuReport {
+        CpuReport {
+            user_seconds: t.user.as_secs_f64(),
+            system_seconds: t.system.as_secs_f64(),
+            seconds: t.total().as_secs_f64(),
+        }
+    }
 }
 
 /// rdpipe's verdict.

@@ -11,6 +11,8 @@
 //!   registered ring, credits back as SENDs), built on `rdpipe-verbs`.
 //! - [`select`]: which transport carries the stream, and the fallback to TCP
 //!   when an end declines RDMA.
+//! - [`relay`]: a relay host's two transfers, zero-copy between two RDMA
+//!   connections on one device, copying otherwise.
 //! - [`pump`]: the send and receive loops: checksum, byte count, end of stream.
 //! - [`rate`] and [`pace`]: `--rate-limit`, the sender's token bucket (applied in
 //!   the send loop, so for every transport).
@@ -35,6 +37,7 @@ pub mod pace;
 pub mod pump;
 pub mod rate;
 pub mod rdma;
+pub mod relay;
 pub mod replay;
 pub mod select;
 pub mod tcp;
@@ -46,7 +49,7 @@ pub use rate::Rate;
 /// in its own environment to the endpoints it starts on other hosts (ssh does not
 /// pass the environment on), so `RDPIPE_TCP_SEND=inline rdpipe ...` means the same
 /// as for rdsend.
-pub const TUNING_ENV: [&str; 2] = [tcp::SEND_MODE_ENV, rdma::NO_IMM_ENV];
+pub const TUNING_ENV: [&str; 3] = [tcp::SEND_MODE_ENV, rdma::NO_IMM_ENV, relay::RELAY_COPY_ENV];
 pub use error::TransportError;
 
 use rdpipe_wire::StreamEnd;

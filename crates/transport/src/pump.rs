@@ -195,6 +195,15 @@ pub fn send_stream_with<R: Read + AsFd>(
             Err(e) => return Err(e),
         }
     }
+    end_stream(tx, prot, hasher)
+}
+
+/// Sends End for what `hasher` saw and checks the receiver's Done against it.
+pub(crate) fn end_stream(
+    tx: &mut dyn ChunkSender,
+    prot: Protection<'_>,
+    hasher: &StreamHasher,
+) -> Result<Totals, TransportError> {
     let (bytes, checksum, mac) = (hasher.bytes(), hasher.digest(), hasher.mac());
     let end = StreamEnd {
         bytes,
@@ -267,83 +276,95 @@ pub fn recv_stream_with<W: Write>(
         });
         match r {
             Ok(Received::Chunk(_)) => progress(hasher.bytes()),
-            Ok(Received::End(end)) => {
-                let got = Totals {
-                    bytes: hasher.bytes(),
-                    checksum: hasher.digest(),
-                };
-                let mac = hasher.mac();
-                let bad = if end.bytes != got.bytes {
-                    Some(TransportError::LengthMismatch {
-                        sent: end.bytes,
-                        received: got.bytes,
-                    })
-                } else if end.checksum != got.checksum {
-                    Some(TransportError::ChecksumMismatch {
-                        bytes: end.bytes,
-                        sent: end.checksum,
-                        received: got.checksum,
-                    })
-                } else if !prot.keys.verify_end(
-                    EndOf::Sender,
-                    got.bytes,
-                    got.checksum,
-                    &mac,
-                    &end.tag,
-                ) {
-                    Some(TransportError::Tampered {
-                        what: "the stream",
-                        bytes: got.bytes,
-                    })
-                } else {
-                    None
-                };
-                if let Some(e) = bad {
-                    rx.abort(&format!("receiver rejected the stream: {e}"));
-                    return Err(e);
-                }
-                if let Err(e) = output.flush() {
-                    let e = TransportError::Output(e);
-                    rx.abort(&format!("receiver's {e}"));
-                    return Err(e);
-                }
-                let done = StreamEnd {
-                    bytes: got.bytes,
-                    checksum: got.checksum,
-                    tag: prot
-                        .keys
-                        .end_tag(EndOf::Receiver, got.bytes, got.checksum, &mac),
-                };
-                rx.confirm(&done)?;
-                return Ok(got);
-            }
-            Err(TransportError::Output(e)) => {
-                let what = if e.kind() == io::ErrorKind::BrokenPipe {
-                    "receiver's output was closed (broken pipe)".to_string()
-                } else {
-                    format!("receiver cannot write its output: {e}")
-                };
-                rx.abort(&format!("{what} after {} bytes", hasher.bytes()));
-                return Err(TransportError::Output(e));
-            }
-            Err(e @ TransportError::Tampered { .. }) => {
-                rx.abort(&format!("receiver rejected the stream: {e}"));
-                return Err(e);
-            }
-            Err(TransportError::PeerGone { cause, .. }) => {
-                return Err(TransportError::Truncated {
-                    bytes: hasher.bytes(),
-                    cause,
-                })
-            }
-            Err(TransportError::Rdma(e)) => {
-                return Err(TransportError::Truncated {
-                    bytes: hasher.bytes(),
-                    cause: GoneCause::Rdma(e),
-                })
-            }
-            Err(e) => return Err(e),
+            Ok(Received::End(end)) => return accept_end(rx, output, prot, hasher, &end),
+            Err(e) => return Err(receive_failed(rx, hasher.bytes(), e)),
         }
+    }
+}
+
+/// The sender's End against what `hasher` saw: on a match, flushes `output` and
+/// confirms (Done); otherwise tells the sender why and fails.
+pub(crate) fn accept_end(
+    rx: &mut dyn ChunkReceiver,
+    output: &mut dyn Write,
+    prot: Protection<'_>,
+    hasher: &StreamHasher,
+    end: &StreamEnd,
+) -> Result<Totals, TransportError> {
+    let got = Totals {
+        bytes: hasher.bytes(),
+        checksum: hasher.digest(),
+    };
+    let mac = hasher.mac();
+    let bad = if end.bytes != got.bytes {
+        Some(TransportError::LengthMismatch {
+            sent: end.bytes,
+            received: got.bytes,
+        })
+    } else if end.checksum != got.checksum {
+        Some(TransportError::ChecksumMismatch {
+            bytes: end.bytes,
+            sent: end.checksum,
+            received: got.checksum,
+        })
+    } else if !prot
+        .keys
+        .verify_end(EndOf::Sender, got.bytes, got.checksum, &mac, &end.tag)
+    {
+        Some(TransportError::Tampered {
+            what: "the stream",
+            bytes: got.bytes,
+        })
+    } else {
+        None
+    };
+    if let Some(e) = bad {
+        rx.abort(&format!("receiver rejected the stream: {e}"));
+        return Err(e);
+    }
+    if let Err(e) = output.flush() {
+        let e = TransportError::Output(e);
+        rx.abort(&format!("receiver's {e}"));
+        return Err(e);
+    }
+    let done = StreamEnd {
+        bytes: got.bytes,
+        checksum: got.checksum,
+        tag: prot
+            .keys
+            .end_tag(EndOf::Receiver, got.bytes, got.checksum, &mac),
+    };
+    rx.confirm(&done)?;
+    Ok(got)
+}
+
+/// What a receive loop's failure after `bytes` bytes means for the user (a
+/// lost peer: a truncated stream), with the sender told where it still can be.
+pub(crate) fn receive_failed(
+    rx: &mut dyn ChunkReceiver,
+    bytes: u64,
+    e: TransportError,
+) -> TransportError {
+    match e {
+        TransportError::Output(e) => {
+            let what = if e.kind() == io::ErrorKind::BrokenPipe {
+                "receiver's output was closed (broken pipe)".to_string()
+            } else {
+                format!("receiver cannot write its output: {e}")
+            };
+            rx.abort(&format!("{what} after {bytes} bytes"));
+            TransportError::Output(e)
+        }
+        e @ TransportError::Tampered { .. } => {
+            rx.abort(&format!("receiver rejected the stream: {e}"));
+            e
+        }
+        TransportError::PeerGone { cause, .. } => TransportError::Truncated { bytes, cause },
+        TransportError::Rdma(e) => TransportError::Truncated {
+            bytes,
+            cause: GoneCause::Rdma(e),
+        },
+        e => e,
     }
 }
 

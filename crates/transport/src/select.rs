@@ -76,6 +76,41 @@ fn tcp_receiver(stream: TcpStream, n: &Negotiated) -> Box<dyn ChunkReceiver> {
     ))
 }
 
+/// A half as built: the RDMA one as itself (a relay may forward from one RDMA
+/// connection to another without copying, [`crate::relay`]), any other behind
+/// the common interface.
+pub enum Half<R, D: ?Sized> {
+    /// RDMA.
+    Rdma(Box<R>),
+    /// TCP (or RDMA's TCP fallback).
+    Other(Box<D>),
+}
+
+/// A built sending half.
+pub type SendHalf = Half<rdma::RdmaSender, dyn ChunkSender>;
+/// A built receiving half.
+pub type RecvHalf = Half<rdma::RdmaReceiver, dyn ChunkReceiver>;
+
+impl SendHalf {
+    /// Behind the common interface.
+    pub fn into_dyn(self) -> Box<dyn ChunkSender> {
+        match self {
+            Half::Rdma(t) => t,
+            Half::Other(t) => t,
+        }
+    }
+}
+
+impl RecvHalf {
+    /// Behind the common interface.
+    pub fn into_dyn(self) -> Box<dyn ChunkReceiver> {
+        match self {
+            Half::Rdma(r) => r,
+            Half::Other(r) => r,
+        }
+    }
+}
+
 /// Builds the sending half the handshake chose on the authenticated connection;
 /// `buffers` is this end's `--slots`, the TCP sender's buffer count.
 pub fn sender(
@@ -83,14 +118,23 @@ pub fn sender(
     n: &Negotiated,
     buffers: usize,
 ) -> Result<Box<dyn ChunkSender>, TransportError> {
+    send_half(stream, n, buffers).map(SendHalf::into_dyn)
+}
+
+/// As [`sender`], the RDMA half as itself.
+pub fn send_half(
+    stream: TcpStream,
+    n: &Negotiated,
+    buffers: usize,
+) -> Result<SendHalf, TransportError> {
     match n.chosen {
         Chosen::Refused => Err(refused()),
-        Chosen::Tcp => tcp_sender(stream, n, buffers),
+        Chosen::Tcp => tcp_sender(stream, n, buffers).map(Half::Other),
         Chosen::Rdma => match rdma::sender(stream, n)? {
-            Setup::Ready(tx) => Ok(tx),
+            Setup::Ready(tx) => Ok(Half::Rdma(tx)),
             Setup::Declined { stream, decline } => {
                 fall_back(n, decline)?;
-                tcp_sender(stream, n, n.slots as usize)
+                tcp_sender(stream, n, n.slots as usize).map(Half::Other)
             }
         },
     }
@@ -106,14 +150,19 @@ pub fn receiver(
     stream: TcpStream,
     n: &Negotiated,
 ) -> Result<Box<dyn ChunkReceiver>, TransportError> {
+    recv_half(stream, n).map(RecvHalf::into_dyn)
+}
+
+/// As [`receiver`], the RDMA half as itself.
+pub fn recv_half(stream: TcpStream, n: &Negotiated) -> Result<RecvHalf, TransportError> {
     match n.chosen {
         Chosen::Refused => Err(refused()),
-        Chosen::Tcp => Ok(tcp_receiver(stream, n)),
+        Chosen::Tcp => Ok(Half::Other(tcp_receiver(stream, n))),
         Chosen::Rdma => match rdma::receiver(stream, n)? {
-            Setup::Ready(rx) => Ok(rx),
+            Setup::Ready(rx) => Ok(Half::Rdma(rx)),
             Setup::Declined { stream, decline } => {
                 fall_back(n, decline)?;
-                Ok(tcp_receiver(stream, n))
+                Ok(Half::Other(tcp_receiver(stream, n)))
             }
         },
     }

@@ -47,7 +47,7 @@ pub use cm::{CmEvent, CmEventKind, CmId, EventChannel};
 pub use cq::{Completion, CompletionChannel, CompletionQueue, WcError, WcOpcode};
 pub use device::{active_devices, devices, DeviceInfo, DeviceTransport};
 pub use error::VerbsError;
-pub use mem::{MemoryRegion, ProtectionDomain};
+pub use mem::{MemoryRegion, ProtectionDomain, RegionAlias};
 pub use port::{
     device_details, lane_gbps, lanes, mtu_bytes, DeviceDetails, LinkLayer, PortDetails, PortState,
 };

@@ -6,6 +6,12 @@
 //! failing for lack of lockable memory is recognisable with
 //! [`crate::VerbsError::is_memlock`].
 //!
+//! A [`RegionAlias`] is another region's memory registered in a second PD as
+//! well (on the same or another device): a source of WRITEs on that PD's queue
+//! pairs, with no CPU access of its own (the original region has it), keeping
+//! the original (and so its buffer) alive. A relay forwards from its receive
+//! ring this way without copying.
+//!
 //! Access from the CPU: [`MemoryRegion::as_slice`] and
 //! [`MemoryRegion::as_mut_slice`] hand out ordinary slices. The NIC may read or write
 //! the same bytes while a work request that names them is outstanding (or, for a
@@ -128,17 +134,51 @@ impl ProtectionDomain {
             inner: Arc::new(MrInner {
                 mr,
                 len,
-                buf,
+                buf: Backing::Own(buf),
+                pd: self.inner.clone(),
+            }),
+        })
+    }
+
+    /// Registers `of`'s memory in this PD too, for local read access only: the
+    /// alias is a source of RDMA WRITEs on this PD's queue pairs. It keeps `of`
+    /// (its buffer and registration) alive.
+    pub fn register_alias(&self, of: &MemoryRegion) -> Result<RegionAlias, VerbsError> {
+        let len = of.len();
+        // SAFETY: the PD is live; `of`'s buffer is a live allocation of at least
+        // `len` bytes that outlives this registration (the alias holds an Arc to
+        // `of`'s MrInner and deregisters before releasing it). Access 0: local
+        // read only, so the NIC never writes through the alias.
+        let mr = unsafe { (dl::ibv().ibv_reg_mr)(self.inner.pd, of.inner.base().cast(), len, 0) };
+        if mr.is_null() {
+            return Err(VerbsError::RegMr {
+                len,
+                source: errno(),
+            });
+        }
+        Ok(RegionAlias {
+            inner: Arc::new(MrInner {
+                mr,
+                len,
+                buf: Backing::Of(of.inner.clone()),
                 pd: self.inner.clone(),
             }),
         })
     }
 }
 
+/// Where a registration's bytes live.
+enum Backing {
+    /// Its own allocation.
+    Own(PageBuf),
+    /// Another region's (a [`RegionAlias`]), kept alive.
+    Of(Arc<MrInner>),
+}
+
 pub(crate) struct MrInner {
     pub(crate) mr: *mut sys::ibv_mr,
     pub(crate) len: usize,
-    buf: PageBuf,
+    buf: Backing,
     pub(crate) pd: Arc<PdInner>,
 }
 
@@ -149,8 +189,8 @@ unsafe impl Sync for MrInner {}
 
 impl Drop for MrInner {
     fn drop(&mut self) {
-        // SAFETY: registered once, deregistered once, before `buf` is freed (fields
-        // drop after this body). Every QP that used it held an Arc, so no work
+        // SAFETY: registered once, deregistered once, before `buf` is freed or
+        // released (fields drop after this body). Every QP that used it held an Arc, so no work
         // request can still reference it.
         unsafe {
             (dl::ibv().ibv_dereg_mr)(self.mr);
@@ -160,7 +200,10 @@ impl Drop for MrInner {
 
 impl MrInner {
     pub(crate) fn base(&self) -> *mut u8 {
-        self.buf.ptr
+        match &self.buf {
+            Backing::Own(b) => b.ptr,
+            Backing::Of(o) => o.base(),
+        }
     }
 }
 
@@ -209,6 +252,26 @@ impl MemoryRegion {
         // SAFETY: as above; `&mut self` makes this the only CPU-side reference
         // (MemoryRegion is not Clone; QPs keep only the owner handle, never slices).
         unsafe { std::slice::from_raw_parts_mut(self.inner.base(), self.inner.len) }
+    }
+}
+
+/// Another [`MemoryRegion`]'s memory, registered in a second protection domain
+/// for local reading: what a queue pair of that PD may WRITE from
+/// ([`crate::QueuePair::post_write_alias`]). No CPU access: the original region
+/// has it.
+pub struct RegionAlias {
+    pub(crate) inner: Arc<MrInner>,
+}
+
+impl RegionAlias {
+    /// Length in bytes (the original's).
+    pub fn len(&self) -> usize {
+        self.inner.len
+    }
+
+    /// Whether the region is empty.
+    pub fn is_empty(&self) -> bool {
+        self.inner.len == 0
     }
 }
 

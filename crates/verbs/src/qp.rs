@@ -10,7 +10,7 @@
 
 use crate::cm::{CmId, CmIdInner};
 use crate::cq::{CompletionQueue, CqInner};
-use crate::mem::{MemoryRegion, MrInner, PdInner, ProtectionDomain};
+use crate::mem::{MemoryRegion, MrInner, PdInner, ProtectionDomain, RegionAlias};
 use crate::{dl, rc_errno, VerbsError};
 use rdma_sys as sys;
 use std::ops::Range;
@@ -112,24 +112,30 @@ impl QueuePair {
     /// Checks `range` against `mr`, pins `mr` to this QP's lifetime, and returns
     /// the scatter/gather entry.
     fn sge(&self, mr: &MemoryRegion, range: &Range<usize>) -> Result<sys::ibv_sge, VerbsError> {
-        if range.start > range.end || range.end > mr.len() || range.len() > u32::MAX as usize {
+        self.sge_of(&mr.inner, range)
+    }
+
+    fn sge_of(&self, mr: &Arc<MrInner>, range: &Range<usize>) -> Result<sys::ibv_sge, VerbsError> {
+        if range.start > range.end || range.end > mr.len || range.len() > u32::MAX as usize {
             return Err(VerbsError::OutOfRange {
                 start: range.start,
                 end: range.end,
-                len: mr.len(),
+                len: mr.len,
             });
         }
-        if !Arc::ptr_eq(&mr.inner.pd, &self.pd) {
+        if !Arc::ptr_eq(&mr.pd, &self.pd) {
             return Err(VerbsError::ForeignRegion);
         }
         let mut used = self.used.lock().unwrap_or_else(|e| e.into_inner());
-        if !used.iter().any(|u| Arc::ptr_eq(u, &mr.inner)) {
-            used.push(mr.inner.clone());
+        if !used.iter().any(|u| Arc::ptr_eq(u, mr)) {
+            used.push(mr.clone());
         }
+        // SAFETY: the MR is live while `mr` (an Arc to it) is.
+        let lkey = unsafe { (*mr.mr).lkey };
         Ok(sys::ibv_sge {
-            addr: mr.addr() + range.start as u64,
+            addr: mr.base() as u64 + range.start as u64,
             length: range.len() as u32,
-            lkey: mr.lkey(),
+            lkey,
         })
     }
 
@@ -180,6 +186,27 @@ impl QueuePair {
             sys::ibv_wr_opcode::IBV_WR_RDMA_WRITE
         };
         // SAFETY: as in post_recv; the remote side is protected by its rkey.
+        unsafe { self.post_send_raw(wr_id, &mut sge, op, Some(remote), imm, Signal::Completion) }
+    }
+
+    /// Like [`QueuePair::post_write`], from another region's memory registered in
+    /// this QP's PD ([`RegionAlias`]).
+    pub fn post_write_alias(
+        &self,
+        wr_id: u64,
+        mr: &RegionAlias,
+        range: Range<usize>,
+        remote: RemoteBuf,
+        imm: Option<u32>,
+    ) -> Result<(), VerbsError> {
+        let mut sge = self.sge_of(&mr.inner, &range)?;
+        let op = if imm.is_some() {
+            sys::ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM
+        } else {
+            sys::ibv_wr_opcode::IBV_WR_RDMA_WRITE
+        };
+        // SAFETY: as in post_recv (the alias keeps the original's buffer alive);
+        // the remote side is protected by its rkey.
         unsafe { self.post_send_raw(wr_id, &mut sge, op, Some(remote), imm, Signal::Completion) }
     }
 

@@ -17,7 +17,8 @@
 //! - [`passthrough`]: a relay-only segment (`HOST:`): the incoming stream
 //!   forwarded to the outgoing transfer, no command;
 //! - [`inbox`]: rdpipe's control lines, the silence watchdog, signals;
-//! - [`say`]: the control lines to rdpipe and the byte-count meter.
+//! - [`say`]: the control lines to rdpipe and the byte-count meter;
+//! - [`usage`]: the CPU the agent and its command used (`USAGE`, before `END`).
 //!
 //! The command's stderr is the agent's stderr (rdpipe prefixes it with the host),
 //! and so are the agent's own messages and, with `--verbose 2` or `--log FILTER`
@@ -37,6 +38,7 @@ pub mod say;
 pub mod segment;
 pub mod shell;
 pub mod transfers;
+pub mod usage;
 
 use crate::control::{Direction, FailKind, FromAgent, KeyLine, Part, PROTOCOL};
 use crate::plan::Link;

@@ -9,6 +9,10 @@
 //! is what the sender polls ([`rdpipe_transport::pump::fill_available`]) to tell
 //! whether more input is ready right now, exactly as it would poll a pipe.
 //!
+//! Between two RDMA connections on one device the queue is not used: the
+//! transport forwards from its receive ring ([`rdpipe_transport::relay`]), and
+//! the output only stops taking buffers ([`RelayOutput::forwarding`]).
+//!
 //! As for a `--to` sink's relay ([`super::relay`]), the outgoing stream ends
 //! cleanly only once the incoming one verified (the receiver's flush): an
 //! incoming stream that fails, is cut short or altered ends the queue
@@ -21,6 +25,7 @@ use super::command::CmdEnd;
 use super::segment::Segment;
 use super::transfers::Transfers;
 use crate::control::{Direction, Part};
+use rdpipe_transport::relay::RelayOutput;
 use rustix::event::{eventfd, EventfdFlags};
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -79,7 +84,8 @@ impl AsFd for ForwardInput {
 
 /// The receiving thread's side: the incoming transfer's output.
 pub struct ForwardOutput {
-    queue: SyncSender<Vec<u8>>,
+    /// None once the transport forwards by itself (zero-copy).
+    queue: Option<SyncSender<Vec<u8>>>,
     spent: Receiver<Vec<u8>>,
     bell: Arc<OwnedFd>,
     verified: Arc<AtomicBool>,
@@ -87,18 +93,17 @@ pub struct ForwardOutput {
 
 impl Write for ForwardOutput {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let Some(queue) = self.queue.as_ref() else {
+            // Zero-copy: no local copy on a relay-only segment.
+            return Ok(buf.len());
+        };
         if buf.is_empty() {
             return Ok(0);
         }
         let mut v = self.spent.try_recv().unwrap_or_default();
         v.clear();
         v.extend_from_slice(buf);
-        self.queue.send(v).map_err(|_| {
-            io::Error::new(
-                io::ErrorKind::BrokenPipe,
-                "the outgoing transfer ended before the stream did",
-            )
-        })?;
+        queue.send(v).map_err(|_| gone())?;
         rustix::io::write(&*self.bell, &1u64.to_ne_bytes())?;
         Ok(buf.len())
     }
@@ -111,6 +116,28 @@ impl Write for ForwardOutput {
     }
 }
 
+fn gone() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::BrokenPipe,
+        "the outgoing transfer ended before the stream did",
+    )
+}
+
+impl RelayOutput for ForwardOutput {
+    fn forwarding(&mut self) {
+        self.queue = None;
+    }
+
+    /// A relay-only segment has nothing to go on for.
+    fn forward_broke(&mut self) -> io::Result<()> {
+        Err(gone())
+    }
+
+    fn unverified(&self) -> io::Error {
+        io::Error::other(CmdEnd::Poisoned)
+    }
+}
+
 /// The two ends of the forwarding queue.
 pub fn forward_queue() -> io::Result<(ForwardOutput, ForwardInput)> {
     let bell = Arc::new(eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::SEMAPHORE)?);
@@ -119,7 +146,7 @@ pub fn forward_queue() -> io::Result<(ForwardOutput, ForwardInput)> {
     let verified = Arc::new(AtomicBool::new(false));
     Ok((
         ForwardOutput {
-            queue: qtx,
+            queue: Some(qtx),
             spent: srx,
             bell: bell.clone(),
             verified: verified.clone(),
@@ -148,11 +175,11 @@ pub fn start(seg: &mut Segment, t: &mut Transfers) {
             return;
         }
     };
-    if seg.pending(Direction::Out) {
-        t.spawn_send(input);
-    }
-    if seg.pending(Direction::In) {
-        t.spawn_recv(Box::new(move || Ok(Box::new(output) as _)), None);
+    match (seg.pending(Direction::In), seg.pending(Direction::Out)) {
+        (true, true) => t.spawn_relay(input, Box::new(move || Ok(Box::new(output) as _)), None),
+        (false, true) => t.spawn_send(input),
+        (true, false) => t.spawn_recv(Box::new(move || Ok(Box::new(output) as _)), None),
+        (false, false) => {}
     }
 }
 

@@ -17,6 +17,10 @@
 //!
 //! The tee writes each received buffer into the local part, then into the relay
 //! pipe, both blocking: the chain runs at the speed of its slowest sink.
+//! Between two RDMA connections on one device there is no relay pipe: the
+//! transport forwards from its receive ring ([`rdpipe_transport::relay`]) and
+//! the tee writes only the local part
+//! ([`rdpipe_transport::relay::RelayOutput::forwarding`]).
 
 use super::command::{self, CmdEnd, HeldInput, Shared};
 use super::file::expand_home;
@@ -25,6 +29,7 @@ use super::transfers::Transfers;
 use super::AgentArgs;
 use crate::control::{Direction, Part};
 use rdpipe_transport::output::{Mode, OutputFile};
+use rdpipe_transport::relay::RelayOutput as TeeOutput;
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, BorrowedFd};
@@ -146,25 +151,37 @@ impl Write for Tee {
     }
 }
 
+impl TeeOutput for Tee {
+    fn forwarding(&mut self) {
+        self.relay = None;
+    }
+
+    /// The local part goes on (see the module docs).
+    fn forward_broke(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn unverified(&self) -> io::Error {
+        io::Error::other(CmdEnd::Poisoned)
+    }
+}
+
 /// Starts a sink: the command (or file), the relay to the next sink when there
 /// is one, and the incoming transfer into the tee.
 pub fn start_sink(a: &AgentArgs, seg: &mut Segment, t: &mut Transfers, shared: &Arc<Shared>) {
     seg.sink = true;
     let tx = t.tx.clone();
-    let relay = if seg.pending(Direction::Out) {
+    let (mut relay_input, relay) = if seg.pending(Direction::Out) {
         match relay_pipe() {
-            Ok((input, output)) => {
-                t.spawn_send(input);
-                Some(output)
-            }
+            Ok((input, output)) => (Some(input), Some(output)),
             Err(e) => {
                 seg.drop_transfer(Direction::Out);
                 seg.setup_failed(Part::Agent, format!("cannot create the relay pipe: {e}"));
-                None
+                (None, None)
             }
         }
     } else {
-        None
+        (None, None)
     };
     let mut file = None;
     let local = if let Some(cmd) = &a.cmd {
@@ -206,11 +223,15 @@ pub fn start_sink(a: &AgentArgs, seg: &mut Segment, t: &mut Transfers, shared: &
         Local::Nothing
     };
     if !seg.pending(Direction::In) {
+        if let Some(input) = relay_input.take() {
+            t.spawn_send(input);
+        }
         return;
     }
     let held = seg.held_input.clone();
     let direct = a.direct;
-    t.spawn_recv(
+    t.spawn_recv_relaying(
+        relay_input,
         Box::new(move || {
             let local: Option<Box<dyn Write + Send>> = match local {
                 Local::Cmd(h) => Some(Box::new(h)),
@@ -238,7 +259,7 @@ pub fn start_sink(a: &AgentArgs, seg: &mut Segment, t: &mut Transfers, shared: &
                 relay,
                 bytes: 0,
                 tx,
-            }) as Box<dyn Write + Send>)
+            }) as Box<dyn TeeOutput>)
         }),
         held,
     );

@@ -1,7 +1,7 @@
 //! The segment's state machine: which of its parts (incoming transfer, outgoing
 //! transfer, command, set-up failures) are still pending, the first failure that
 //! stops it, and the report of every outcome to rdpipe (`DONE`, `EXIT`, `FAIL`,
-//! `END`).
+//! `USAGE`, `END`).
 //!
 //! On the first failure the segment poisons its outgoing stream (the command's
 //! output ending now is reported downstream as an abort, never as a clean end),
@@ -109,6 +109,9 @@ pub struct Segment {
     /// never collateral, even when the sender's report of it reached this loop
     /// before the exit event did.
     exited_first: bool,
+    /// The CPU used before the segment started (the agent's start-up helpers,
+    /// such as `ip`, count as the agent's, not as the command's).
+    usage_base: Option<crate::control::Usage>,
 }
 
 impl Segment {
@@ -131,6 +134,7 @@ impl Segment {
             ok: true,
             deadline: None,
             exited_first: false,
+            usage_base: super::usage::measure(),
         }
     }
 
@@ -215,6 +219,10 @@ impl Segment {
         }
         if !self.ok {
             self.kill(Signal::Kill);
+        }
+        if let Some(u) = super::usage::measure() {
+            let u = super::usage::command_since(u, self.usage_base);
+            self.say.send(&FromAgent::Usage(u));
         }
         self.say.send(&FromAgent::End { ok: self.ok });
         if !self.ok {

@@ -1,7 +1,9 @@
 //! The segment's two transfers: each runs in a thread of its own
 //! (`run_recv` / `run_send` from the transport crate), listening and announcing
 //! `PORT` or waiting for rdpipe's `CONNECT`, and reports its outcome as an
-//! [`Ev::Done`] event.
+//! [`Ev::Done`] event. A relay-only segment's two transfers start together
+//! ([`Transfers::spawn_relay`]): zero-copy between two RDMA connections on one
+//! device, copying otherwise ([`rdpipe_transport::relay`]).
 //!
 //! A fan-out sink's hops between sinks ([`ChainPart`]) run as chain hops
 //! (`rdpipe_transport::chain`): a relay with a replay window keeps its
@@ -17,6 +19,7 @@ use super::segment::Ev;
 use crate::control::{Direction, FromAgent};
 use crate::plan::Link;
 use rdpipe_transport::chain::{run_recv_chain, run_send_chain, Chain};
+use rdpipe_transport::relay::{run_relay, RelayOutputFactory, Side};
 use rdpipe_transport::replay::Recorded;
 use rdpipe_transport::{run_recv, run_send, Endpoint, Options, TransportError};
 use rdpipe_wire::{Integrity, TransportPref};
@@ -220,6 +223,64 @@ impl Transfers {
             }
             let _ = tx.send(Ev::Done(Direction::In, r));
         });
+    }
+
+    /// Starts a relay's two transfers: the incoming stream into `output`, the
+    /// outgoing one from `input` (the copying path) or straight from the
+    /// receive ring (zero-copy). `held` (a sink command's stdin) is closed once
+    /// the incoming stream was verified whole.
+    pub fn spawn_relay<R: Read + AsFd + Send + 'static>(
+        &mut self,
+        input: R,
+        output: RelayOutputFactory,
+        held: Option<HeldInput>,
+    ) {
+        let done = |dir: Direction, held: Option<HeldInput>| -> rdpipe_transport::relay::Done {
+            let tx = self.tx.clone();
+            Box::new(move |r| {
+                if let (Ok(_), Some(h)) = (&r, held) {
+                    // Verified whole: now the command may see end of file.
+                    h.release();
+                }
+                let _ = tx.send(Ev::Done(dir, r));
+            })
+        };
+        let (done_in, done_out) = (done(Direction::In, held), done(Direction::Out, None));
+        let incoming = Side {
+            endpoint: self.endpoint(Direction::In),
+            opts: self.options(Direction::In),
+            done: done_in,
+        };
+        let outgoing = Side {
+            endpoint: self.endpoint(Direction::Out),
+            opts: self.options(Direction::Out),
+            done: done_out,
+        };
+        std::thread::spawn(move || run_relay(incoming, outgoing, input, output));
+    }
+
+    /// Starts a `--to` sink's incoming transfer into `output`, and its relay to
+    /// the next sink when it has one (`input`: the relay pipe): together
+    /// ([`Transfers::spawn_relay`], zero-copy where it can) when the chain does
+    /// not re-link; as two chain hops when it does (`--replay-window` above 0:
+    /// the replay window records what the relay pipe carries, which a
+    /// zero-copy forward from the receive ring would bypass).
+    pub fn spawn_recv_relaying<R: Read + AsFd + Send + 'static>(
+        &mut self,
+        input: Option<R>,
+        output: RelayOutputFactory,
+        held: Option<HeldInput>,
+    ) {
+        let plain: fn(RelayOutputFactory) -> OutputFactory =
+            |output| Box::new(move || output().map(|o| Box::new(o) as Box<dyn Write + Send>));
+        match input {
+            Some(input) if self.chain.is_none() => self.spawn_relay(input, output, held),
+            Some(input) => {
+                self.spawn_send(input);
+                self.spawn_recv(plain(output), held);
+            }
+            None => self.spawn_recv(plain(output), held),
+        }
     }
 
     /// Starts the outgoing transfer from `input`.

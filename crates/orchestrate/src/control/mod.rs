@@ -43,6 +43,8 @@
 //!   ([`FailKind`]); CODE is the rdsend/rdrecv exit code of a transfer error (1
 //!   otherwise); MESSAGE is for people only, never parsed;
 //! - `SIZE N`: a `< FILE` segment's file has N bytes (once, after `PROGRESS`);
+//! - `USAGE AU AS CU CS`: right before `END`, the CPU the agent and its command
+//!   used ([`Usage`]);
 //! - `BYTES in|out N`: a running byte count (after `PROGRESS`);
 //! - `END ok` / `END fail`: the last line.
 //!
@@ -53,7 +55,8 @@
 //! Version 4 added `PROBE` and `REACH` (discovery of a routed RDMA address)
 //! and the agent's `--relay` (a relay-only segment). Version 5 added the
 //! chain re-link: `RELINK`, `UNLINK`, the chain secret on the key line
-//! ([`KeyLine::chain`]) and the agent's `--replay-window` and `--chain-in`.
+//! ([`KeyLine::chain`]) and the agent's `--replay-window` and `--chain-in`;
+//! and `USAGE` (the agent's and its command's CPU time).
 
 use rdpipe_wire::Integrity;
 use std::fmt;
@@ -64,11 +67,13 @@ mod addr;
 mod keys;
 mod part;
 mod reach;
+mod usage;
 pub use addr::NetAddr;
 pub use keys::{decode_hex, encode_hex, KeyLine};
 pub use part::{FailKind, Part};
 pub use reach::Reach;
 use std::net::IpAddr;
+pub use usage::{CpuTimes, Usage};
 
 /// Version of the control protocol (`HELLO 5`). An agent of another version is
 /// not used.
@@ -378,6 +383,8 @@ pub enum FromAgent {
     Size(u64),
     /// `RELINK N`: the re-link hop listens on port N.
     RelinkPort(u16),
+    /// `USAGE AU AS CU CS`.
+    Usage(Usage),
 }
 
 impl FromAgent {
@@ -440,6 +447,7 @@ impl fmt::Display for FromAgent {
             FromAgent::Bytes { dir, bytes } => write!(f, "BYTES {} {bytes}", dir.as_str()),
             FromAgent::Size(n) => write!(f, "SIZE {n}"),
             FromAgent::RelinkPort(p) => write!(f, "RELINK {p}"),
+            FromAgent::Usage(u) => write!(f, "USAGE {u}"),
         }
     }
 }
@@ -538,6 +546,7 @@ impl FromStr for FromAgent {
             }
             "SIZE" => Ok(FromAgent::Size(num(rest, "size")?)),
             "RELINK" => Ok(FromAgent::RelinkPort(num(rest, "port")?)),
+            "USAGE" => Ok(FromAgent::Usage(rest.parse()?)),
             _ => Err(ParseError::Unknown),
         }
     }

@@ -1,5 +1,6 @@
 //! Unit tests of the parent module.
 use super::*;
+use std::time::Duration;
 
 fn round_trip_from(m: FromAgent) {
     let line = m.to_string();
@@ -50,6 +51,15 @@ fn every_agent_message_round_trips() {
     round_trip_from(FromAgent::End { ok: true });
     round_trip_from(FromAgent::End { ok: false });
     round_trip_from(FromAgent::Size(4 << 20));
+    round_trip_from(FromAgent::Usage(Usage::default()));
+    let t = |u, s| CpuTimes {
+        user: Duration::from_micros(u),
+        system: Duration::from_micros(s),
+    };
+    round_trip_from(FromAgent::Usage(Usage {
+        agent: t(1_230_000, 450_001),
+        command: t(u64::MAX / 2, 7),
+    }));
 }
 
 #[test]
@@ -172,6 +182,11 @@ fn malformed_lines_are_errors() {
         "FAIL cmd bad 1 x",
         "FAIL nowhere error 1 x",
         "END maybe",
+        "USAGE",
+        "USAGE 1 2 3",
+        "USAGE 1 2 3 4 5",
+        "USAGE 1 2 3 -4",
+        "USAGE 1.5 2 3 4",
     ] {
         assert!(bad.parse::<FromAgent>().is_err(), "{bad:?}");
     }
@@ -271,4 +286,14 @@ fn relink_lines_round_trip() {
     );
     assert_eq!(FromAgent::RelinkPort(9).to_string(), "RELINK 9");
     assert!("RELINK x".parse::<FromAgent>().is_err());
+}
+
+proptest::proptest! {
+    #[test]
+    fn usage_lines_never_panic_and_round_trip(line in "USAGE[ 0-9.a-z-]{0,40}", v in proptest::array::uniform4(0u64..1 << 50)) {
+        let _ = line.parse::<FromAgent>();
+        let t = |u, s| CpuTimes { user: Duration::from_micros(u), system: Duration::from_micros(s) };
+        let m = FromAgent::Usage(Usage { agent: t(v[0], v[1]), command: t(v[2], v[3]) });
+        proptest::prop_assert_eq!(m.to_string().parse::<FromAgent>(), Ok(m));
+    }
 }

@@ -1,6 +1,6 @@
 //! What the agents say: their control lines (`HELLO`, `FABRIC`, `PORT` relayed
 //! as `CONNECT`, `DONE`, `EXIT`, `FAIL` turned into a typed [`Cause`], `END`,
-//! `BYTES`, `SIZE`) and their exits.
+//! `BYTES`, `SIZE`, `USAGE`) and their exits.
 
 use super::verdict::{Cause, Finding};
 use super::Runner;
@@ -114,6 +114,7 @@ impl Runner {
             FromAgent::Bytes { dir, bytes } => self.segs[i].bytes[dir.index()] = Some(bytes),
             FromAgent::Size(n) => self.segs[i].size = Some(n),
             FromAgent::RelinkPort(port) => self.relink_port(i, port).await,
+            FromAgent::Usage(u) => self.segs[i].usage = Some(u),
         }
     }
 

@@ -108,6 +108,8 @@ struct SegState {
     bytes: [Option<u64>; 2],
     /// `SIZE`: the `< FILE` size.
     size: Option<u64>,
+    /// `USAGE`: the CPU the agent and its command used.
+    usage: Option<crate::control::Usage>,
 }
 
 pub(crate) fn runtime_dir() -> PathBuf {

@@ -1,5 +1,5 @@
 //! The outcome of a run: checking that both ends of every hop saw the same
-//! stream, the `-v` report of each hop, and the verdict (decided by the pure
+//! stream, the `-v` report of each hop and of each agent's CPU, and the verdict (decided by the pure
 //! [`super::verdict::decide`]).
 
 use super::verdict::{self, Cause, Verdict};
@@ -82,6 +82,7 @@ impl Runner {
             }
         }
         self.say_relays();
+        self.say_usage();
         let last = self
             .p
             .hops
@@ -123,6 +124,37 @@ impl Runner {
             rdpipe_term::say(
                 TOOL,
                 format!("{}: relay only: {what}", self.p.node_name(me)),
+            );
+        }
+    }
+
+    /// `-v`: the CPU each agent and its command used (`USAGE`), and the agent's
+    /// per GB of the stream it carried (the larger of its two transfers).
+    fn say_usage(&self) {
+        for (i, st) in self.segs.iter().enumerate() {
+            let Some(u) = st.usage else { continue };
+            let me = Node::Segment(i);
+            let bytes = [self.recv_report(me), self.sent_report(me)]
+                .into_iter()
+                .flatten()
+                .map(|r| r.bytes)
+                .max()
+                .unwrap_or(0);
+            let agent = u.agent.total().as_secs_f64();
+            let per_gb = if bytes > 0 {
+                format!(", agent {:.3} s/GB", agent / (bytes as f64 / 1e9))
+            } else {
+                String::new()
+            };
+            rdpipe_term::say(
+                TOOL,
+                format!(
+                    "{}: cpu: agent {agent:.3} s (user {:.3}, sys {:.3}), command {:.3} s{per_gb}",
+                    self.p.node_name(me),
+                    u.agent.user.as_secs_f64(),
+                    u.agent.system.as_secs_f64(),
+                    u.command.total().as_secs_f64(),
+                ),
             );
         }
     }

@@ -1,12 +1,12 @@
 //! What a finished run reports in `--json FILE`: each hop as its ends reported
-//! it, each segment's command status, and (filled in by [`super::run_reported`])
+//! it, each segment's command status and CPU use, and (filled in by [`super::run_reported`])
 //! the verdict. Built from the runner's state after the event loop, before the
 //! verdict consumes it.
 
 use super::Runner;
 use crate::control::{CmdExit, HopReport};
 use crate::plan::Node;
-use crate::report::{self, PipeReport, SegmentReport, Transfer, VerdictReport};
+use crate::report::{self, CpuReport, PipeReport, SegmentReport, Transfer, VerdictReport};
 use std::time::Duration;
 
 fn transfer(r: &HopReport) -> Transfer {
@@ -61,6 +61,8 @@ impl Runner {
                 },
                 stopped: st.exit == Some(CmdExit::Killed),
                 ok: st.ended == Some(true),
+                agent_cpu: st.usage.map(|u| CpuReport::of(u.agent)),
+                command_cpu: st.usage.map(|u| CpuReport::of(u.command)),
             })
             .collect();
         PipeReport {

@@ -23,6 +23,8 @@ use std::time::Duration;
 pub(super) const WR_WRITE: u64 = 1;
 pub(super) const WR_SEND: u64 = 2;
 pub(super) const WR_RECV: u64 = 3;
+/// A relay's WRITE from its receive ring (the index: the ring slot).
+pub(super) const WR_FORWARD: u64 = 4;
 
 /// The work request id of buffer or slot `index` for a request of `kind`.
 pub(super) fn wr_id(kind: u64, index: usize) -> u64 {
@@ -43,7 +45,7 @@ pub(super) struct Verbs {
     pub(super) recv_msgs: MemoryRegion,
     pub(super) send_msgs: MemoryRegion,
     pub(super) data: MemoryRegion,
-    pub(super) _pd: ProtectionDomain,
+    pub(super) pd: ProtectionDomain,
 }
 
 /// The rdma_cm side of a connection.
@@ -77,9 +79,12 @@ pub(super) struct Conn {
     pub(super) tcp: TcpStream,
     tcp_closed: bool,
     pub(super) peer: String,
-    device: String,
+    pub(super) device: String,
     /// Whether slot notices travel as immediate data (else as SENDs).
     pub(super) imm: bool,
+    /// A relay forwards into this connection from its receive ring (`-v` says
+    /// so).
+    pub(super) zero_copy: bool,
     /// A liveness failure seen while completions may still be in flight.
     dead: Option<TransportError>,
 }
@@ -106,6 +111,7 @@ impl Conn {
             peer,
             device,
             imm,
+            zero_copy: false,
             dead: None,
         }
     }
@@ -116,7 +122,12 @@ impl Conn {
         } else {
             "write+send"
         };
-        format!("rdma ({}, {mode})", self.device)
+        let relay = if self.zero_copy {
+            ", zero-copy relay"
+        } else {
+            ""
+        };
+        format!("rdma ({}, {mode}{relay})", self.device)
     }
 
     /// Posts a SEND of `m`, waiting for a free message buffer if needed.
@@ -206,6 +217,17 @@ impl Conn {
             .as_slice()
             .get(i * RDMA_MSG_LEN..(i + 1) * RDMA_MSG_LEN)
             .map_or(Err(WireError::ShortRdmaMsg(0)), RdmaMsg::decode)
+    }
+
+    /// The completions already there, without waiting (a relay's look at one
+    /// connection before it sleeps on the other).
+    pub(super) fn poll_now(&mut self) -> Result<Vec<Completion>, TransportError> {
+        let mut out = Vec::new();
+        self.v
+            .cq
+            .poll(&mut out)
+            .map_err(|e| TransportError::from(RdmaError::from(e)))?;
+        Ok(out)
     }
 
     /// Returns at least one completion, sleeping on the completion channel, the

@@ -6,6 +6,8 @@
 //!   connect/accept handshake with its token check;
 //! - `conn.rs`: an established connection and its completion wait loop;
 //! - `sender.rs` / `receiver.rs`: each half's credit logic;
+//! - `forward.rs`: the zero-copy relay, from one connection's receive ring
+//!   straight into the next host's ring;
 //! - `error.rs`: why set-up was declined, and what can fail afterwards.
 //!
 //! The formats on the wire (SEND messages, immediate data, connect and accept
@@ -62,6 +64,7 @@
 
 mod conn;
 mod error;
+mod forward;
 mod receiver;
 mod sender;
 mod setup;
@@ -70,6 +73,7 @@ pub use error::{
     CmWaitError, Decline, DeclineReason, Decliner, RdmaError, RdmaSetupError, RequiredBy,
     ResolveStep,
 };
+pub use forward::{Forwarder, NoForward};
 pub use receiver::RdmaReceiver;
 pub use sender::RdmaSender;
 

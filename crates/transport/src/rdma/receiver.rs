@@ -15,7 +15,7 @@ use std::time::Duration;
 
 /// What the sender said, in its order.
 #[derive(Debug, Clone, Copy)]
-enum Note {
+pub(super) enum Note {
     /// Slot `slot` holds `len` new bytes.
     Data { slot: usize, len: usize },
     /// End of stream.
@@ -85,7 +85,7 @@ impl Ring {
 
 /// The RDMA receiving half.
 pub struct RdmaReceiver {
-    conn: Conn,
+    pub(super) conn: Conn,
     ring: Ring,
 }
 
@@ -103,12 +103,61 @@ impl RdmaReceiver {
 
     fn step(&mut self) -> Result<(), TransportError> {
         let cs = self.conn.wait()?;
+        self.handle(cs)
+    }
+
+    fn handle(&mut self, cs: Vec<rdpipe_verbs::Completion>) -> Result<(), TransportError> {
         let ring = &mut self.ring;
         for c in cs {
             self.conn
                 .dispatch(c, &mut |conn, c| ring.on_completion(conn, c))?;
         }
         Ok(())
+    }
+
+    /// The next notice if one has arrived, without waiting.
+    pub(super) fn try_next(&mut self) -> Result<Option<Note>, TransportError> {
+        if self.ring.pending.is_empty() {
+            let cs = self.conn.poll_now()?;
+            self.handle(cs)?;
+        }
+        Ok(self.ring.pending.pop_front())
+    }
+
+    /// Waits for the next notice.
+    pub(super) fn next(&mut self) -> Result<Note, TransportError> {
+        loop {
+            if let Some(n) = self.ring.pending.pop_front() {
+                return Ok(n);
+            }
+            self.step()?;
+        }
+    }
+
+    /// Slot `slot`'s bytes `[0, len)`.
+    pub(super) fn slot_mut(&mut self, slot: usize, len: usize) -> &mut [u8] {
+        let start = slot * self.ring.chunk;
+        &mut self.conn.v.data.as_mut_slice()[start..start + len]
+    }
+
+    /// Slot `slot`'s offset in the ring.
+    pub(super) fn slot_offset(&self, slot: usize) -> usize {
+        slot * self.ring.chunk
+    }
+
+    /// The ring's slot count.
+    pub(super) fn slots(&self) -> usize {
+        self.ring.slots
+    }
+
+    /// The ring's chunk size.
+    pub(super) fn chunk(&self) -> usize {
+        self.ring.chunk
+    }
+
+    /// Gives slot `slot` back to the sender (its credit).
+    pub(super) fn release(&mut self, slot: usize) -> Result<(), TransportError> {
+        self.send_msg(RdmaMsg::Credit { slot: slot as u32 })
     }
 
     fn send_msg(&mut self, m: RdmaMsg) -> Result<(), TransportError> {
@@ -123,19 +172,12 @@ impl ChunkReceiver for RdmaReceiver {
         &mut self,
         drain: &mut dyn FnMut(&mut [u8]) -> Result<(), TransportError>,
     ) -> Result<Received, TransportError> {
-        let note = loop {
-            if let Some(n) = self.ring.pending.pop_front() {
-                break n;
-            }
-            self.step()?;
-        };
-        match note {
+        match self.next()? {
             Note::Data { slot, len } => {
-                let start = slot * self.ring.chunk;
                 // Straight from registered memory: the sender writes this slot again
                 // only after the credit below.
-                drain(&mut self.conn.v.data.as_mut_slice()[start..start + len])?;
-                self.send_msg(RdmaMsg::Credit { slot: slot as u32 })?;
+                drain(self.slot_mut(slot, len))?;
+                self.release(slot)?;
                 Ok(Received::Chunk(len))
             }
             Note::End(e) => Ok(Received::End(e)),

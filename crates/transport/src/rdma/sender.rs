@@ -1,11 +1,11 @@
 //! The RDMA sending half and its credit logic: slot *i* may be filled again only
 //! when the receiver returned its credit *and* our own WRITE from it completed.
 
-use super::conn::{wr_id, wr_split, Conn, WR_RECV, WR_WRITE};
+use super::conn::{wr_id, wr_split, Conn, WR_FORWARD, WR_RECV, WR_WRITE};
 use super::RdmaError;
 use crate::error::GoneCause;
 use crate::{ChunkSender, TransportError};
-use rdpipe_verbs::{Completion, RemoteBuf};
+use rdpipe_verbs::{Completion, RegionAlias, RemoteBuf};
 use rdpipe_wire::rdma::encode_imm;
 use rdpipe_wire::{RdmaMsg, RingInfo, StreamEnd};
 use std::io;
@@ -19,6 +19,8 @@ struct Credits {
     busy: Vec<bool>,
     /// The receiver's `Done`: what it verified.
     done: Option<StreamEnd>,
+    /// A relay's forwarding WRITEs that completed (their receive ring slots).
+    forwarded: Vec<usize>,
 }
 
 impl Credits {
@@ -34,6 +36,10 @@ impl Credits {
         match kind {
             WR_WRITE if i < self.busy.len() => {
                 self.busy[i] = false;
+                Ok(())
+            }
+            WR_FORWARD => {
+                self.forwarded.push(i);
                 Ok(())
             }
             WR_RECV => {
@@ -62,7 +68,7 @@ impl Credits {
 
 /// The RDMA sending half.
 pub struct RdmaSender {
-    conn: Conn,
+    pub(super) conn: Conn,
     chunk: usize,
     slots: usize,
     ring: RingInfo,
@@ -81,13 +87,24 @@ impl RdmaSender {
                 credit: vec![true; slots],
                 busy: vec![false; slots],
                 done: None,
+                forwarded: Vec::new(),
             },
             next: 0,
         }
     }
 
-    fn step(&mut self) -> Result<(), TransportError> {
+    pub(super) fn step(&mut self) -> Result<(), TransportError> {
         let cs = self.conn.wait()?;
+        self.handle(cs)
+    }
+
+    /// Handles the completions already there, without waiting.
+    pub(super) fn poll_now(&mut self) -> Result<(), TransportError> {
+        let cs = self.conn.poll_now()?;
+        self.handle(cs)
+    }
+
+    fn handle(&mut self, cs: Vec<Completion>) -> Result<(), TransportError> {
         let credits = &mut self.credits;
         for c in cs {
             self.conn
@@ -100,6 +117,60 @@ impl RdmaSender {
         let credits = &mut self.credits;
         self.conn
             .send_msg(m, &mut |conn, c| credits.on_completion(conn, c))
+    }
+}
+
+impl RdmaSender {
+    /// A relay's forwarding: RDMA-WRITEs `alias[offset..offset + len]` (its
+    /// receive ring's slot `tag`, registered in our PD) into the next remote
+    /// slot once its credit is back. The slot `tag` is free again only once it
+    /// appears in [`RdmaSender::take_forwarded`].
+    pub(super) fn forward(
+        &mut self,
+        alias: &RegionAlias,
+        offset: usize,
+        len: usize,
+        tag: usize,
+    ) -> Result<(), TransportError> {
+        let s = self.next;
+        while !self.credits.credit[s] {
+            self.step()?;
+        }
+        self.credits.credit[s] = false;
+        let remote = RemoteBuf {
+            addr: self.ring.addr + (s * self.chunk) as u64,
+            rkey: self.ring.rkey,
+        };
+        let imm = self.conn.imm.then(|| encode_imm(s as u32, len as u32));
+        self.conn
+            .v
+            .qp
+            .post_write_alias(
+                wr_id(WR_FORWARD, tag),
+                alias,
+                offset..offset + len,
+                remote,
+                imm,
+            )
+            .map_err(RdmaError::from)?;
+        if !self.conn.imm {
+            self.send_msg(RdmaMsg::Data {
+                slot: s as u32,
+                len: len as u32,
+            })?;
+        }
+        self.next = (s + 1) % self.slots;
+        Ok(())
+    }
+
+    /// The receive ring slots whose forwarding WRITE completed since last asked.
+    pub(super) fn take_forwarded(&mut self) -> Vec<usize> {
+        std::mem::take(&mut self.credits.forwarded)
+    }
+
+    /// The chunk size of the remote ring.
+    pub(super) fn chunk(&self) -> usize {
+        self.chunk
     }
 }
 

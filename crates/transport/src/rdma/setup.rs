@@ -111,7 +111,7 @@ fn build_qp(
         recv_msgs,
         send_msgs,
         data,
-        _pd: pd,
+        pd,
     })
 }
 
