@@ -38,8 +38,9 @@ fn unknown_frame_type_and_early_eof_are_errors() {
         .expect_code(8)
         .expect_stderr("unknown frame type 238");
 
-    // Authenticated, some data, then a plain EOF without End: truncation, not success.
-    let r = Receiver::start(&["k"], &[], None);
+    // Authenticated, some data, then a plain EOF without End: truncation, not success
+    // (under the MAC, so that the fake sender's plaintext frames are data).
+    let r = Receiver::start(&["k", "--integrity", "mac"], &[], None);
     let mut s = TcpStream::connect(("127.0.0.1", r.port)).unwrap();
     handshake(&mut s, b"k", &sender_params(), Duration::from_secs(5)).unwrap();
     s.write_all(&FrameHeader::data(5).encode()).unwrap();

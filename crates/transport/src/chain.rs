@@ -18,7 +18,7 @@
 //! the new session's key. So bytes the dead relay mangled before it died, or
 //! a resume at the wrong offset, fail C's check (see docs/security.md).
 
-use crate::endpoint::{negotiate, protection, Endpoint, Options, Report};
+use crate::endpoint::{negotiate, progress_of, protection, Endpoint, Options, Report};
 use crate::frame_io::{conn_error, protocol};
 use crate::pump::{recv_stream_with, send_stream_with, Totals};
 use crate::replay::Recorded;
@@ -81,23 +81,6 @@ fn read_message<const N: usize>(
     r.map(|_| b)
 }
 
-fn report(
-    t: Totals,
-    start: Instant,
-    transport: String,
-    n: &crate::handshake::Negotiated,
-) -> Report {
-    Report {
-        bytes: t.bytes,
-        checksum: t.checksum,
-        elapsed: start.elapsed(),
-        transport,
-        peer: n.peer_addr.clone(),
-        integrity: n.integrity,
-        rate_limit: n.rate_limit,
-    }
-}
-
 /// The transport's description, with the re-link's offset when there was one.
 fn describe(transport: String, relinked: Option<u64>) -> String {
     match relinked {
@@ -121,11 +104,7 @@ pub fn run_send_chain<R: Read + AsFd>(
     let mut endpoint = endpoint;
     let mut relinked = None;
     loop {
-        let mut noop = |_: u64| {};
-        let prog: &mut dyn FnMut(u64) = match progress.as_mut() {
-            Some(p) => p.as_mut(),
-            None => &mut noop,
-        };
+        let prog = progress_of(&mut progress);
         let (stream, n) = negotiate(endpoint, &opts, Role::Sender)?;
         let r = send_hop(
             stream,
@@ -138,7 +117,9 @@ pub fn run_send_chain<R: Read + AsFd>(
             prog,
         );
         match r {
-            Ok((t, transport)) => return Ok(report(t, start, describe(transport, relinked), &n)),
+            Ok((t, transport)) => {
+                return Ok(Report::of(t, start, describe(transport, relinked), &n))
+            }
             Err(e) if lost(&e) => {
                 let at = hasher.as_ref().map_or(0, StreamHasher::bytes);
                 tracing::info!(
@@ -239,13 +220,9 @@ pub fn run_recv_chain<W: Write, F: FnOnce() -> Result<W, TransportError>>(
     let mut progress = opts.progress.take();
     let mut relinked = None;
     loop {
-        let mut noop = |_: u64| {};
-        let prog: &mut dyn FnMut(u64) = match progress.as_mut() {
-            Some(p) => p.as_mut(),
-            None => &mut noop,
-        };
+        let prog = progress_of(&mut progress);
         match recv_stream_with(rx.as_mut(), &mut output, protection(&n), &mut hasher, prog) {
-            Ok(t) => return Ok(report(t, start, describe(rx.describe(), relinked), &n)),
+            Ok(t) => return Ok(Report::of(t, start, describe(rx.describe(), relinked), &n)),
             Err(e @ TransportError::Truncated { .. }) => {
                 let offset = hasher.bytes();
                 tracing::info!("{e}; waiting for a re-link");

@@ -39,6 +39,11 @@ pub enum Endpoint {
     },
 }
 
+/// The progress callback `p`, or one that does nothing.
+pub(crate) fn progress_of(p: &mut Option<Box<dyn FnMut(u64) + Send>>) -> &mut dyn FnMut(u64) {
+    p.get_or_insert_with(|| Box::new(|_| {})).as_mut()
+}
+
 /// Everything a transfer needs besides the connection and its input or output.
 pub struct Options {
     /// The shared key.
@@ -81,6 +86,24 @@ pub struct Report {
 }
 
 impl Report {
+    /// The report of a transfer that `n` negotiated, verified as `t`, carried by
+    /// `transport`, started at `start`.
+    pub(crate) fn of(
+        t: crate::pump::Totals,
+        start: Instant,
+        transport: String,
+        n: &crate::handshake::Negotiated,
+    ) -> Report {
+        Report {
+            bytes: t.bytes,
+            checksum: t.checksum,
+            elapsed: start.elapsed(),
+            transport,
+            peer: n.peer_addr.clone(),
+            integrity: n.integrity,
+            rate_limit: n.rate_limit,
+        }
+    }
     /// Throughput in GB/s (10^9 bytes per second), the original tool's unit.
     pub fn gbps(&self) -> f64 {
         let s = self.elapsed.as_secs_f64();
@@ -159,27 +182,14 @@ pub fn run_send<R: Read + AsFd>(
     input: &mut R,
 ) -> Result<Report, TransportError> {
     let (stream, n) = negotiate(endpoint, &opts, Role::Sender)?;
-    let peer = n.peer_addr.clone();
     let mut tx: Box<dyn ChunkSender> = select::sender(stream, &n, opts.slots as usize)?;
     if let Some(r) = n.rate_limit {
         tracing::debug!("pacing the stream to {r}");
     }
     let start = Instant::now();
-    let mut noop = |_: u64| {};
-    let progress: &mut dyn FnMut(u64) = match opts.progress.as_mut() {
-        Some(p) => p.as_mut(),
-        None => &mut noop,
-    };
+    let progress = progress_of(&mut opts.progress);
     let totals = send_stream(input, tx.as_mut(), protection(&n), n.rate_limit, progress)?;
-    Ok(Report {
-        bytes: totals.bytes,
-        checksum: totals.checksum,
-        elapsed: start.elapsed(),
-        transport: tx.describe(),
-        peer,
-        integrity: n.integrity,
-        rate_limit: n.rate_limit,
-    })
+    Ok(Report::of(totals, start, tx.describe(), &n))
 }
 
 /// Receives the stream into the output that `open_output` creates. The output is
@@ -191,7 +201,6 @@ pub fn run_recv<W: Write, F: FnOnce() -> Result<W, TransportError>>(
     open_output: F,
 ) -> Result<Report, TransportError> {
     let (stream, n) = negotiate(endpoint, &opts, Role::Receiver)?;
-    let peer = n.peer_addr.clone();
     let mut rx: Box<dyn ChunkReceiver> = select::receiver(stream, &n)?;
     let mut output = match open_output() {
         Ok(o) => o,
@@ -201,21 +210,9 @@ pub fn run_recv<W: Write, F: FnOnce() -> Result<W, TransportError>>(
         }
     };
     let start = Instant::now();
-    let mut noop = |_: u64| {};
-    let progress: &mut dyn FnMut(u64) = match opts.progress.as_mut() {
-        Some(p) => p.as_mut(),
-        None => &mut noop,
-    };
+    let progress = progress_of(&mut opts.progress);
     let totals = recv_stream(rx.as_mut(), &mut output, protection(&n), progress)?;
-    Ok(Report {
-        bytes: totals.bytes,
-        checksum: totals.checksum,
-        elapsed: start.elapsed(),
-        transport: rx.describe(),
-        peer,
-        integrity: n.integrity,
-        rate_limit: n.rate_limit,
-    })
+    Ok(Report::of(totals, start, rx.describe(), &n))
 }
 
 /// Standard output as a receiver's output: unbuffered (chunks go straight to the

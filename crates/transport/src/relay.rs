@@ -14,7 +14,7 @@
 //! The threads meet once: the incoming one, with an RDMA half, offers it (and
 //! the output) to the outgoing one, which takes it or hands it back.
 
-use crate::endpoint::{negotiate, protection, Endpoint, Options, Report};
+use crate::endpoint::{negotiate, progress_of, protection, Endpoint, Options, Report};
 use crate::handshake::Negotiated;
 use crate::pump::{recv_stream, send_stream};
 use crate::rdma::{Forwarder, RdmaReceiver};
@@ -175,25 +175,9 @@ fn receive(
         }
     };
     let start = Instant::now();
-    let mut noop = |_: u64| {};
-    let progress: &mut dyn FnMut(u64) = match opts.progress.as_mut() {
-        Some(p) => p.as_mut(),
-        None => &mut noop,
-    };
+    let progress = progress_of(&mut opts.progress);
     let totals = recv_stream(rx, &mut output, protection(n), progress)?;
-    Ok(report(totals, start, rx.describe(), n))
-}
-
-fn report(t: crate::pump::Totals, start: Instant, transport: String, n: &Negotiated) -> Report {
-    Report {
-        bytes: t.bytes,
-        checksum: t.checksum,
-        elapsed: start.elapsed(),
-        transport,
-        peer: n.peer_addr.clone(),
-        integrity: n.integrity,
-        rate_limit: n.rate_limit,
-    }
+    Ok(Report::of(totals, start, rx.describe(), n))
 }
 
 fn send_side<R: Read + AsFd>(
@@ -253,13 +237,9 @@ fn send_side<R: Read + AsFd>(
     };
     let mut tx = tx;
     let start = Instant::now();
-    let mut noop = |_: u64| {};
-    let progress: &mut dyn FnMut(u64) = match opts.progress.as_mut() {
-        Some(p) => p.as_mut(),
-        None => &mut noop,
-    };
+    let progress = progress_of(&mut opts.progress);
     let r = send_stream(&mut input, &mut *tx, protection(&n), n.rate_limit, progress)
-        .map(|t| report(t, start, tx.describe(), &n));
+        .map(|t| Report::of(t, start, tx.describe(), &n));
     done(r);
 }
 
@@ -287,21 +267,13 @@ fn forward(f: Forwarder, o: InRest, done_out: Done, n_out: &Negotiated, opts_out
     tracing::info!("relaying zero-copy: RDMA WRITE from the receive ring");
     let [d_in, d_out] = f.describe();
     let start = Instant::now();
-    let mut noop_in = |_: u64| {};
-    let mut noop_out = |_: u64| {};
-    let p_in: &mut dyn FnMut(u64) = match opts_in.progress.as_mut() {
-        Some(p) => p.as_mut(),
-        None => &mut noop_in,
-    };
-    let p_out: &mut dyn FnMut(u64) = match opts_out.progress.as_mut() {
-        Some(p) => p.as_mut(),
-        None => &mut noop_out,
-    };
+    let p_in = progress_of(&mut opts_in.progress);
+    let p_out = progress_of(&mut opts_out.progress);
     let [r_in, r_out] = f.run(
         [protection(&n_in), protection(n_out)],
         &mut *output,
         [p_in, p_out],
     );
-    done_in(r_in.map(|t| report(t, start, d_in, &n_in)));
-    done_out(r_out.map(|t| report(t, start, d_out, n_out)));
+    done_in(r_in.map(|t| Report::of(t, start, d_in, &n_in)));
+    done_out(r_out.map(|t| Report::of(t, start, d_out, n_out)));
 }
