@@ -18,7 +18,9 @@
 //! the new session's key. So bytes the dead relay mangled before it died, or
 //! a resume at the wrong offset, fail C's check (see docs/security.md).
 
-use crate::endpoint::{negotiate, progress_of, protection, Endpoint, Options, Report};
+use crate::endpoint::{
+    negotiate, open_or_abort, progress_of, protection, Endpoint, Options, Report,
+};
 use crate::frame_io::{conn_error, protocol};
 use crate::pump::{recv_stream_with, send_stream_with, Totals};
 use crate::replay::Recorded;
@@ -208,13 +210,7 @@ pub fn run_recv_chain<W: Write, F: FnOnce() -> Result<W, TransportError>>(
 ) -> Result<Report, TransportError> {
     let (stream, mut n) = negotiate(endpoint, &opts, Role::Receiver)?;
     let mut rx = select::receiver(stream, &n)?;
-    let mut output = match open_output() {
-        Ok(o) => o,
-        Err(e) => {
-            rx.abort(&format!("receiver cannot open its output: {e}"));
-            return Err(e);
-        }
-    };
+    let mut output = open_or_abort(rx.as_mut(), open_output)?;
     let mut hasher = chain_hasher(n.integrity, chain.secret);
     let start = Instant::now();
     let mut progress = opts.progress.take();

@@ -39,6 +39,15 @@ pub enum Endpoint {
     },
 }
 
+/// Opens a receiver's output with `open` once the peer authenticated; when that
+/// fails, tells the sender why (so it does not wait for a confirmation).
+pub(crate) fn open_or_abort<W>(
+    rx: &mut dyn ChunkReceiver,
+    open: impl FnOnce() -> Result<W, TransportError>,
+) -> Result<W, TransportError> {
+    open().inspect_err(|e| rx.abort(&format!("receiver cannot open its output: {e}")))
+}
+
 /// The progress callback `p`, or one that does nothing.
 pub(crate) fn progress_of(p: &mut Option<Box<dyn FnMut(u64) + Send>>) -> &mut dyn FnMut(u64) {
     p.get_or_insert_with(|| Box::new(|_| {})).as_mut()
@@ -202,13 +211,7 @@ pub fn run_recv<W: Write, F: FnOnce() -> Result<W, TransportError>>(
 ) -> Result<Report, TransportError> {
     let (stream, n) = negotiate(endpoint, &opts, Role::Receiver)?;
     let mut rx: Box<dyn ChunkReceiver> = select::receiver(stream, &n)?;
-    let mut output = match open_output() {
-        Ok(o) => o,
-        Err(e) => {
-            rx.abort(&format!("receiver cannot open its output: {e}"));
-            return Err(e);
-        }
-    };
+    let mut output = open_or_abort(rx.as_mut(), open_output)?;
     let start = Instant::now();
     let progress = progress_of(&mut opts.progress);
     let totals = recv_stream(rx.as_mut(), &mut output, protection(&n), progress)?;

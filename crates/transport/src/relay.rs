@@ -14,7 +14,9 @@
 //! The threads meet once: the incoming one, with an RDMA half, offers it (and
 //! the output) to the outgoing one, which takes it or hands it back.
 
-use crate::endpoint::{negotiate, progress_of, protection, Endpoint, Options, Report};
+use crate::endpoint::{
+    negotiate, open_or_abort, progress_of, protection, Endpoint, Options, Report,
+};
 use crate::handshake::Negotiated;
 use crate::pump::{recv_stream, send_stream};
 use crate::rdma::{Forwarder, RdmaReceiver};
@@ -167,13 +169,7 @@ fn receive(
     output: RelayOutputFactory,
     opts: &mut Options,
 ) -> Result<Report, TransportError> {
-    let mut output = match output() {
-        Ok(o) => o,
-        Err(e) => {
-            rx.abort(&format!("receiver cannot open its output: {e}"));
-            return Err(e);
-        }
-    };
+    let mut output = open_or_abort(rx, output)?;
     let start = Instant::now();
     let progress = progress_of(&mut opts.progress);
     let totals = recv_stream(rx, &mut output, protection(n), progress)?;

@@ -1,11 +1,11 @@
 //! The RDMA sending half and its credit logic: slot *i* may be filled again only
 //! when the receiver returned its credit *and* our own WRITE from it completed.
 
-use super::conn::{wr_id, wr_split, Conn, WR_FORWARD, WR_RECV, WR_WRITE};
+use super::conn::{wr_id, wr_split, Conn, Verbs, WR_FORWARD, WR_RECV, WR_WRITE};
 use super::RdmaError;
 use crate::error::GoneCause;
 use crate::{ChunkSender, TransportError};
-use rdpipe_verbs::{Completion, RegionAlias, RemoteBuf};
+use rdpipe_verbs::{Completion, RegionAlias, RemoteBuf, VerbsError};
 use rdpipe_wire::rdma::encode_imm;
 use rdpipe_wire::{RdmaMsg, RingInfo, StreamEnd};
 use std::io;
@@ -137,22 +137,32 @@ impl RdmaSender {
             self.step()?;
         }
         self.credits.credit[s] = false;
-        let remote = RemoteBuf {
-            addr: self.ring.addr + (s * self.chunk) as u64,
-            rkey: self.ring.rkey,
-        };
-        let imm = self.conn.imm.then(|| encode_imm(s as u32, len as u32));
-        self.conn
-            .v
-            .qp
-            .post_write_alias(
+        self.write_slot(s, len, |v, remote, imm| {
+            v.qp.post_write_alias(
                 wr_id(WR_FORWARD, tag),
                 alias,
                 offset..offset + len,
                 remote,
                 imm,
             )
-            .map_err(RdmaError::from)?;
+        })
+    }
+
+    /// Posts the WRITE of `len` bytes into remote slot `s` with `post` (from our
+    /// own slot, or a relay's receive ring), announces it (the immediate data,
+    /// or a Data message without WRITE_WITH_IMM) and moves on to the next slot.
+    fn write_slot(
+        &mut self,
+        s: usize,
+        len: usize,
+        post: impl FnOnce(&Verbs, RemoteBuf, Option<u32>) -> Result<(), VerbsError>,
+    ) -> Result<(), TransportError> {
+        let remote = RemoteBuf {
+            addr: self.ring.addr + (s * self.chunk) as u64,
+            rkey: self.ring.rkey,
+        };
+        let imm = self.conn.imm.then(|| encode_imm(s as u32, len as u32));
+        post(&self.conn.v, remote, imm).map_err(RdmaError::from)?;
         if !self.conn.imm {
             self.send_msg(RdmaMsg::Data {
                 slot: s as u32,
@@ -194,29 +204,15 @@ impl ChunkSender for RdmaSender {
         let n = n.min(self.chunk);
         self.credits.credit[s] = false;
         self.credits.busy[s] = true;
-        let remote = RemoteBuf {
-            addr: self.ring.addr + range.start as u64,
-            rkey: self.ring.rkey,
-        };
-        let imm = self.conn.imm.then(|| encode_imm(s as u32, n as u32));
-        self.conn
-            .v
-            .qp
-            .post_write(
+        self.write_slot(s, n, |v, remote, imm| {
+            v.qp.post_write(
                 wr_id(WR_WRITE, s),
-                &self.conn.v.data,
+                &v.data,
                 range.start..range.start + n,
                 remote,
                 imm,
             )
-            .map_err(RdmaError::from)?;
-        if !self.conn.imm {
-            self.send_msg(RdmaMsg::Data {
-                slot: s as u32,
-                len: n as u32,
-            })?;
-        }
-        self.next = (s + 1) % self.slots;
+        })?;
         Ok(n)
     }
 
