@@ -10,8 +10,11 @@
 //! (slow start) it times the way it is using, phase by phase (at least
 //! [`PHASE_CHUNKS`] chunks and [`PHASE_MIN`] each), and every [`KEEP_PHASES`]
 //! phases switches to the other way, lets it settle, times one phase of it, and
-//! keeps the faster (inline only when [`INLINE_MARGIN`] faster). To a peer on
-//! loopback it writes inline (see [`SendMode::default_for`]).
+//! keeps the faster. It starts inline and takes the writer thread only when that
+//! is [`THREADED_MARGIN`] faster: inline costs less CPU per byte (no hand-off,
+//! no futex wake-ups, the chunk stays in one core's cache), so the thread must
+//! earn its keep by overlapping work on a core that would otherwise idle. To a
+//! peer on loopback it writes inline (see [`SendMode::default_for`]).
 //! `RDPIPE_TCP_SEND=threaded|inline|adaptive` pins a way.
 
 use std::time::{Duration, Instant};
@@ -26,6 +29,9 @@ pub const SETTLE_CHUNKS: u32 = 8;
 pub const SETTLE_MIN: Duration = Duration::from_millis(20);
 /// Phases the adaptive sender keeps the faster way before measuring again.
 pub const KEEP_PHASES: u32 = 8;
+/// ... doubled each time a probe loses, up to this many: a way that keeps
+/// winning is probed less often (each threaded probe costs its hand-offs).
+pub const MAX_KEEP_PHASES: u32 = 64;
 /// Environment variable pinning the sender's way: `threaded`, `inline` or `adaptive`.
 pub const SEND_MODE_ENV: &str = "RDPIPE_TCP_SEND";
 
@@ -72,15 +78,16 @@ impl SendMode {
     }
 }
 
-/// Inline must beat threaded by this factor in a probe to be chosen: the
-/// threaded way is the safer one (it overlaps reading with sending on any
-/// machine), so a near tie, or a noisy probe, keeps it.
-pub const INLINE_MARGIN: f64 = 1.1;
+/// The writer thread must beat inline by this factor to be chosen: at equal
+/// rates inline costs less CPU (measured over veth on 2 cores, where both ways
+/// ran at the same rate: sender 0.51 vs 0.62 CPU s/GB from a pipe; see
+/// docs/performance.md), so a near tie, or a noisy probe, keeps inline.
+pub const THREADED_MARGIN: f64 = 1.1;
 
 /// Where the adaptive sender is in its cycle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Stage {
-    /// The first phase (TCP slow start), threaded, not timed. A longer warm-up
+    /// The first phase (TCP slow start), inline, not timed. A longer warm-up
     /// (64 chunks, 60 ms), to let the socket buffers fill first, was no better
     /// (veth, 18 alternating 2 GiB runs: median 3.15 vs 3.59 GB/s with one phase).
     Warming,
@@ -96,12 +103,13 @@ enum Stage {
 /// The adaptive sender's bookkeeping: which way the current phase goes, and the
 /// rates measured for each way.
 ///
-/// The cycle: keep the chosen way for [`KEEP_PHASES`] phases, timing each; then
+/// The cycle: keep the chosen way for [`KEEP_PHASES`] phases (twice as many after
+/// each probe it wins, up to [`MAX_KEEP_PHASES`]), timing each; then
 /// settle into the other way and time one phase of it (the probe); keep whichever
 /// is faster, the kept way judged by the median of its phases (a steady figure,
 /// where a single probe of each way was seen to swing by 2x on a busy 2-core
-/// machine), inline only when [`INLINE_MARGIN`] faster. The first cycle keeps
-/// threaded for one phase after the warm-up.
+/// machine), threaded only when [`THREADED_MARGIN`] faster. The first cycle keeps
+/// inline for one phase after the warm-up.
 pub(super) struct Chooser {
     pinned: Option<bool>,
     /// Whether the current phase writes inline.
@@ -113,6 +121,8 @@ pub(super) struct Chooser {
     started: Option<Instant>,
     /// Rates (bytes per second) of the kept way's phases since it was chosen.
     kept: Vec<f64>,
+    /// Phases to keep the chosen way before the next probe.
+    keep: u32,
     /// A threaded probe starts, or just ended: the writer's queue must be empty
     /// before the next chunk, so that the probe times exactly the writing of its
     /// own chunks (a chunk handed to the writer is not on the socket yet).
@@ -130,12 +140,13 @@ impl Chooser {
         };
         Chooser {
             pinned,
-            inline: pinned.unwrap_or(false),
+            inline: pinned.unwrap_or(true),
             stage: Stage::Warming,
             chunks: 0,
             bytes: 0,
             started: None,
-            kept: Vec::with_capacity(KEEP_PHASES as usize + 1),
+            kept: Vec::with_capacity(MAX_KEEP_PHASES as usize + 1),
+            keep: KEEP_PHASES,
             drain: false,
             pending: None,
         }
@@ -191,7 +202,7 @@ impl Chooser {
                 // A threaded probe starts from an empty queue.
                 self.drain = !self.inline;
             }
-            Stage::Settling { probe: false } => self.stage = Stage::Keeping { left: KEEP_PHASES },
+            Stage::Settling { probe: false } => self.stage = Stage::Keeping { left: self.keep },
             Stage::Keeping { left } => {
                 self.kept.push(rate);
                 if left > 1 {
@@ -219,19 +230,28 @@ impl Chooser {
         } else {
             (probe, kept)
         };
-        let want_inline = i > t * INLINE_MARGIN;
+        let want_inline = t <= i * THREADED_MARGIN;
+        // The probe won (its way is taken): probe again soon; it lost: the kept
+        // way has held once more, so probe half as often.
+        let probe_won = want_inline == self.inline;
+        self.keep = if probe_won {
+            KEEP_PHASES
+        } else {
+            (self.keep * 2).min(MAX_KEEP_PHASES)
+        };
         tracing::debug!(
-            "tcp sender: threaded {:.2} GB/s{}, inline {:.2} GB/s{}: writing {} for the next {KEEP_PHASES} phases",
+            "tcp sender: threaded {:.2} GB/s{}, inline {:.2} GB/s{}: writing {} for the next {} phases",
             t / 1e9,
             if self.inline { "" } else { " (probe)" },
             i / 1e9,
             if self.inline { " (probe)" } else { "" },
-            if want_inline { "inline" } else { "through the writer thread" }
+            if want_inline { "inline" } else { "through the writer thread" },
+            self.keep
         );
         self.kept.clear();
-        if want_inline == self.inline {
+        if probe_won {
             self.kept.push(probe);
-            self.stage = Stage::Keeping { left: KEEP_PHASES };
+            self.stage = Stage::Keeping { left: self.keep };
         } else {
             self.inline = want_inline;
             self.stage = Stage::Settling { probe: false };
@@ -299,20 +319,35 @@ mod tests {
         let fast = Duration::from_millis(2);
         let slow = Duration::from_millis(4);
         let k = KEEP_PHASES as usize;
-        // Inline is faster here. Warm-up and one timed phase threaded, the inline
-        // probe, which wins and is kept, then a threaded probe, which loses.
-        let got = ways(&mut c, 3 + k + 1 + 2, |i| if i { fast } else { slow });
-        let mut want = vec![false, false, true];
-        want.extend(std::iter::repeat_n(true, k));
+        // Inline is faster here. Warm-up and one timed phase inline, the threaded
+        // probe, which loses: inline kept twice as long, then another threaded
+        // probe, which loses again (inline now kept 4k phases).
+        let got = ways(&mut c, 3 + 2 * k + 1 + 2, |i| if i { fast } else { slow });
+        let mut want = vec![true, true, false];
+        want.extend(std::iter::repeat_n(true, 2 * k));
         want.extend([false, true, true]);
         assert_eq!(got, want);
-        // Now threaded is faster: inline is kept until the next probe (k - 2 phases
-        // left), which switches to threaded and keeps it.
-        let got = ways(&mut c, k - 2 + 1 + k + 2, |i| if i { slow } else { fast });
-        let mut want = vec![true; k - 2];
+        // Now threaded is faster: inline is kept until the next probe (4k - 2
+        // phases left), which switches to threaded and keeps it for k phases; the
+        // inline probe after them loses.
+        let got = ways(
+            &mut c,
+            4 * k - 2 + 1 + k + 2,
+            |i| if i { slow } else { fast },
+        );
+        let mut want = vec![true; 4 * k - 2];
         want.extend(std::iter::repeat_n(false, 1 + k));
         want.extend([true, false]);
         assert_eq!(got, want);
+        // Probes that keep losing come every MAX_KEEP_PHASES kept phases, no rarer.
+        let got = ways(&mut c, 400, |i| if i { slow } else { fast });
+        let probes: Vec<usize> = (0..got.len()).filter(|&j| got[j]).collect();
+        let gaps: Vec<usize> = probes.windows(2).map(|w| w[1] - w[0]).collect();
+        assert_eq!(
+            gaps.last(),
+            Some(&(MAX_KEEP_PHASES as usize + 1)),
+            "{gaps:?}"
+        );
     }
 
     #[test]
@@ -322,12 +357,13 @@ mod tests {
         // Inline only 15% faster: a mean would let one freak phase hand it over.
         let slow = Duration::from_micros(2300);
         let k = KEEP_PHASES as usize;
-        ways(&mut c, 3, |i| if i { fast } else { slow }); // inline chosen
+        // Inline kept after the threaded probe, and its first phase run.
+        ways(&mut c, 4, |i| if i { fast } else { slow });
         assert!(c.inline);
         // One freak phase of inline (8x slower) among fast ones does not hand the
         // next probe to threaded.
         let mut n = 0;
-        ways(&mut c, k, |_| {
+        ways(&mut c, 2 * k - 1, |_| {
             n += 1;
             if n == 3 {
                 fast * 8
@@ -345,7 +381,7 @@ mod tests {
     fn threaded_probe(took: Duration, wait: Duration) -> bool {
         let mut c = Chooser::new(SendMode::Adaptive);
         let fast = Duration::from_millis(1);
-        ways(&mut c, 3 + KEEP_PHASES as usize - 1, |i| {
+        ways(&mut c, 2 + 2 * KEEP_PHASES as usize, |i| {
             if i {
                 fast
             } else {
@@ -372,9 +408,10 @@ mod tests {
         }
         // ... and is timed only when the writer has handed every buffer back.
         assert!(c.pending.is_some() && c.needs_drain() && !c.inline);
-        // Inline's kept rate: between threaded's with and without the wait.
+        // Inline's kept rate: threaded is over THREADED_MARGIN faster without
+        // the wait, slower with it.
         let whole = (PHASE_CHUNKS as usize * TCP_BUF) as f64;
-        c.kept = vec![whole * INLINE_MARGIN / (took + Duration::from_millis(10)).as_secs_f64()];
+        c.kept = vec![whole / (took + Duration::from_millis(10)).as_secs_f64()];
         std::thread::sleep(wait);
         c.drained();
         c.inline

@@ -23,8 +23,8 @@ mod chooser;
 mod lookahead;
 
 pub use chooser::{
-    SendMode, INLINE_MARGIN, KEEP_PHASES, PHASE_CHUNKS, PHASE_MIN, SEND_MODE_ENV, SETTLE_CHUNKS,
-    SETTLE_MIN,
+    SendMode, KEEP_PHASES, MAX_KEEP_PHASES, PHASE_CHUNKS, PHASE_MIN, SEND_MODE_ENV, SETTLE_CHUNKS,
+    SETTLE_MIN, THREADED_MARGIN,
 };
 
 use crate::buf::PageBuf;
