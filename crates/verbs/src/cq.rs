@@ -2,10 +2,13 @@
 //!
 //! The correct way to sleep on a CQ (and the one the transport uses): arm it with
 //! [`CompletionQueue::arm`], poll until empty, and when nothing useful came, wait
-//! for the channel's fd; then [`CompletionQueue::ack_event`] (which reads and acks
-//! the one event), arm again, and poll until empty again. A channel delivers one
-//! event per *arming*, not per completion, so a loop that expects one event per
-//! completion hangs as soon as two completions land together.
+//! for the channel's fd; then [`CompletionChannel::take_event`] (which reads the
+//! one event, acks it on the CQ it names and says which of yours that was), arm
+//! that CQ again if it is still wanted, and poll until empty again. A channel
+//! delivers one event per *arming*, not per completion, so a loop that expects
+//! one event per completion hangs as soon as two completions land together.
+//! Several CQs may share one channel (a QP's send and receive CQs): only the
+//! armed ones make it readable.
 
 use crate::cm::{wait_readable, CmId, CmIdInner};
 use crate::{dl, errno, rc_errno, VerbsError};
@@ -60,8 +63,48 @@ impl CompletionChannel {
     }
 
     fn fd(&self) -> i32 {
+        self.inner.fd()
+    }
+
+    /// Waits up to `timeout` (None = forever) for the channel to become
+    /// readable (an armed CQ on it got a completion); returns whether it did.
+    /// Does not consume the event.
+    pub fn wait(&self, timeout: Option<Duration>) -> Result<bool, VerbsError> {
+        wait_readable(self.fd(), timeout)
+    }
+
+    /// Reads the channel's pending event (blocks if there is none: check
+    /// readiness first), acks it on the CQ it names (every event must be acked
+    /// before that CQ can be destroyed), and returns that CQ's index in `cqs`;
+    /// `None` for a CQ of this channel not listed. The CQ is disarmed now: arm
+    /// it again (then poll) to hear of its next completion.
+    pub fn take_event(&self, cqs: &[&CompletionQueue]) -> Result<Option<usize>, VerbsError> {
+        let cq = self.inner.take_event()?;
+        Ok(cqs.iter().position(|q| ptr::eq(q.inner.cq, cq)))
+    }
+}
+
+impl CcInner {
+    fn fd(&self) -> i32 {
         // SAFETY: live channel; `fd` is fixed at creation.
-        unsafe { (*self.inner.ch).fd }
+        unsafe { (*self.ch).fd }
+    }
+
+    /// Reads one event and acks it; returns the CQ it was for (only to compare).
+    fn take_event(&self) -> Result<*const sys::ibv_cq, VerbsError> {
+        let mut cq: *mut sys::ibv_cq = ptr::null_mut();
+        let mut ctx: *mut libc::c_void = ptr::null_mut();
+        // SAFETY: live channel and valid out pointers.
+        let rc = unsafe { (dl::ibv().ibv_get_cq_event)(self.ch, &mut cq, &mut ctx) };
+        if rc != 0 {
+            return Err(VerbsError::GetCqEvent(errno()));
+        }
+        // SAFETY: `cq` is the CQ the event was for, one created on this channel
+        // and alive until this ack: ibv_destroy_cq discards a CQ's unread events
+        // and waits until those already read are acked. Each is acked here,
+        // exactly once.
+        unsafe { (dl::ibv().ibv_ack_cq_events)(cq, 1) };
+        Ok(cq)
     }
 }
 
@@ -85,7 +128,7 @@ unsafe impl Sync for CqInner {}
 impl Drop for CqInner {
     fn drop(&mut self) {
         // SAFETY: created once, destroyed once; the QPs using it hold an Arc to us,
-        // and every channel event was acked in ack_event.
+        // and every channel event was acked as it was read (CcInner::take_event).
         unsafe {
             (dl::ibv().ibv_destroy_cq)(self.cq);
         }
@@ -230,28 +273,19 @@ impl CompletionQueue {
         rc_errno(rc).map_err(VerbsError::ReqNotifyCq)
     }
 
-    /// Waits up to `timeout` (None = forever) for the channel to become readable;
-    /// returns whether it did. Does not consume the event.
+    /// Waits up to `timeout` (None = forever) for the CQ's channel to become
+    /// readable; returns whether it did. Does not consume the event. (With
+    /// several CQs on the channel, any armed one makes it readable.)
     pub fn wait(&self, timeout: Option<Duration>) -> Result<bool, VerbsError> {
-        // SAFETY: live channel.
-        let fd = unsafe { (*self.inner.ch.ch).fd };
-        wait_readable(fd, timeout)
+        wait_readable(self.inner.ch.fd(), timeout)
     }
 
     /// Reads the channel's pending event (blocks if there is none: check readiness
-    /// first) and acks it at once. Re-arm and poll after this.
+    /// first) and acks it at once, on whichever CQ of the channel it names (for a
+    /// CQ alone on its channel; else use [`CompletionChannel::take_event`]).
+    /// Re-arm and poll after this.
     pub fn ack_event(&self) -> Result<(), VerbsError> {
-        let mut cq: *mut sys::ibv_cq = ptr::null_mut();
-        let mut ctx: *mut libc::c_void = ptr::null_mut();
-        // SAFETY: live channel and valid out pointers.
-        let rc = unsafe { (dl::ibv().ibv_get_cq_event)(self.inner.ch.ch, &mut cq, &mut ctx) };
-        if rc != 0 {
-            return Err(VerbsError::GetCqEvent(errno()));
-        }
-        // SAFETY: `cq` is the CQ the event was for (ours: only one CQ per channel),
-        // and the event is acked exactly once.
-        unsafe { (dl::ibv().ibv_ack_cq_events)(cq, 1) };
-        Ok(())
+        self.inner.ch.take_event().map(|_| ())
     }
 
     /// Moves every available completion (up to 32 per call) into `out`; returns how

@@ -40,7 +40,8 @@ pub struct RemoteBuf {
 pub struct QueuePair {
     id: Arc<CmIdInner>,
     pd: Arc<PdInner>,
-    _cq: Arc<CqInner>,
+    _send_cq: Arc<CqInner>,
+    _recv_cq: Arc<CqInner>,
     qp: *mut sys::ibv_qp,
     /// Every region a work request ever named: kept alive until the QP is gone.
     used: Mutex<Vec<Arc<MrInner>>>,
@@ -56,7 +57,7 @@ impl Drop for QueuePair {
     fn drop(&mut self) {
         // SAFETY: the QP was created by rdma_create_qp on this id and is destroyed
         // once; after this no DMA touches the regions in `used`, which are released
-        // afterwards (fields drop after this body), then the CQ, PD and id.
+        // afterwards (fields drop after this body), then the CQs, PD and id.
         unsafe { (dl::cm().rdma_destroy_qp)(self.id.id) }
     }
 }
@@ -79,10 +80,26 @@ impl QueuePair {
         cq: &CompletionQueue,
         caps: QpCaps,
     ) -> Result<Self, VerbsError> {
+        Self::with_cqs(id, pd, cq, cq, caps)
+    }
+
+    /// Like [`QueuePair::new`], with the completions of the send queue (our
+    /// SENDs and WRITEs) on `send_cq` and those of the receive queue (the
+    /// peer's SENDs and WRITE_WITH_IMMs arriving) on `recv_cq`: each can be
+    /// armed on its own, so a side that only waits for arrivals is not woken by
+    /// its own requests completing. (Each CQ must have room for every
+    /// completion its queue can have outstanding.)
+    pub fn with_cqs(
+        id: &CmId,
+        pd: &ProtectionDomain,
+        send_cq: &CompletionQueue,
+        recv_cq: &CompletionQueue,
+        caps: QpCaps,
+    ) -> Result<Self, VerbsError> {
         let mut attr = sys::ibv_qp_init_attr {
             qp_context: ptr::null_mut(),
-            send_cq: cq.inner.cq,
-            recv_cq: cq.inner.cq,
+            send_cq: send_cq.inner.cq,
+            recv_cq: recv_cq.inner.cq,
             srq: ptr::null_mut(),
             cap: sys::ibv_qp_cap {
                 max_send_wr: caps.max_send_wr.max(1),
@@ -94,7 +111,7 @@ impl QueuePair {
             qp_type: sys::ibv_qp_type::IBV_QPT_RC,
             sq_sig_all: 0,
         };
-        // SAFETY: live id, PD and CQ (all kept alive by the Arcs stored below);
+        // SAFETY: live id, PD and CQs (all kept alive by the Arcs stored below);
         // `attr` is fully initialised.
         let rc = unsafe { (dl::cm().rdma_create_qp)(id.raw(), pd.inner.pd, &mut attr) };
         crate::rc_minus_one(rc).map_err(VerbsError::CreateQp)?;
@@ -103,7 +120,8 @@ impl QueuePair {
         Ok(QueuePair {
             id: id.inner.clone(),
             pd: pd.inner.clone(),
-            _cq: cq.inner.clone(),
+            _send_cq: send_cq.inner.clone(),
+            _recv_cq: recv_cq.inner.clone(),
             qp,
             used: Mutex::new(Vec::new()),
         })

@@ -1,9 +1,15 @@
 //! An established RDMA connection ([`Conn`]): its verbs objects, the rdma_cm ids
 //! and the TCP liveness channel, the SEND of one message, and the completion wait
-//! loop both halves share: poll until empty; sleep on the CQ channel, the rdma_cm
-//! channel and the TCP socket; on a CQ event ack it, re-arm, poll again. A peer
-//! found gone (TCP EOF or Abort, DISCONNECTED, a flushed work request) is reported
-//! only once no completion is left.
+//! loop both halves share: poll both CQs until empty; sleep on the CQ channel, the
+//! rdma_cm channel and the TCP socket; on a CQ event ack it, re-arm that CQ if it
+//! is still wanted, poll again. A peer found gone (TCP EOF or Abort, DISCONNECTED,
+//! a flushed work request) is reported only once no completion is left.
+//!
+//! Two CQs on the one channel: the receive CQ (the peer's notices, credits, End
+//! and Done arriving) is always armed; the send CQ (our own SENDs and WRITEs
+//! completing) is polled at every wait but armed only for a wait that cannot go
+//! on without one of them ([`Wake::OwnCompletion`]). So a receiver of a busy
+//! stream wakes once per data notice, not once more for its credits' completions.
 
 use super::RdmaError;
 use crate::error::GoneCause;
@@ -36,11 +42,14 @@ pub(super) fn wr_split(id: u64) -> (u64, usize) {
     (id >> 32, (id & 0xffff_ffff) as usize)
 }
 
-/// Registered message buffers, PD, CQ and QP: built once the device is known.
+/// Registered message buffers, PD, CQs and QP: built once the device is known.
 pub(super) struct Verbs {
     // Field order is drop order; the Arcs inside make any order safe anyway.
     pub(super) qp: QueuePair,
-    pub(super) cq: CompletionQueue,
+    /// Completions of our SENDs and WRITEs (armed only when waited for).
+    pub(super) send_cq: CompletionQueue,
+    /// Completions of receives: the peer's messages and immediate data.
+    pub(super) recv_cq: CompletionQueue,
     pub(super) chan: CompletionChannel,
     pub(super) recv_msgs: MemoryRegion,
     pub(super) send_msgs: MemoryRegion,
@@ -56,6 +65,17 @@ pub(super) struct CmParts {
     pub(super) _listener: Option<CmId>,
     /// Where the connection's events arrive.
     pub(super) ec: EventChannel,
+}
+
+/// What may end a [`Conn::wait`] that finds no completion ready.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Wake {
+    /// Only something arriving from the peer (or the peer gone): our own SENDs'
+    /// and WRITEs' completions are picked up by polling, whenever we wake.
+    Arrival,
+    /// Also a completion of our own SEND or WRITE: the caller cannot go on
+    /// without one (no free message buffer, a slot the NIC still reads).
+    OwnCompletion,
 }
 
 /// Handles a completion that is not a SEND of ours finishing.
@@ -87,6 +107,8 @@ pub(super) struct Conn {
     pub(super) zero_copy: bool,
     /// A liveness failure seen while completions may still be in flight.
     dead: Option<TransportError>,
+    /// The send CQ is armed and its event has not come yet.
+    send_armed: bool,
 }
 
 impl Conn {
@@ -113,6 +135,7 @@ impl Conn {
             imm,
             zero_copy: false,
             dead: None,
+            send_armed: false,
         }
     }
 
@@ -130,13 +153,13 @@ impl Conn {
         format!("rdma ({}, {mode}{relay})", self.device)
     }
 
-    /// Posts a SEND of `m`, waiting for a free message buffer if needed.
+    /// Posts a SEND of `m`, waiting for a free message buffer if needed (the
+    /// only time a SEND's completion is waited for: the completions already
+    /// there are picked up at every wait).
     ///
-    /// A Credit goes unsignaled unless it takes the last free buffer: the
-    /// receiver of a busy stream would otherwise wake once for the data notice
-    /// and once more for its credit's completion (which on RC waits for the
-    /// peer's ACK), two waits per chunk; so one completion stands for up to
-    /// `n_send` credits. Everything else (Done, End, data notices) is signaled.
+    /// A Credit goes unsignaled unless it takes the last free buffer: one
+    /// completion stands for up to `n_send` credits (fewer completions to
+    /// poll). Everything else (Done, End, data notices) is signaled.
     pub(super) fn send_msg(
         &mut self,
         m: RdmaMsg,
@@ -146,7 +169,7 @@ impl Conn {
             if let Some(i) = self.send_free.pop() {
                 break i;
             }
-            for c in self.wait()? {
+            for c in self.wait(Wake::OwnCompletion)? {
                 self.dispatch(c, on)?;
             }
         };
@@ -219,41 +242,71 @@ impl Conn {
             .map_or(Err(WireError::ShortRdmaMsg(0)), RdmaMsg::decode)
     }
 
-    /// The completions already there, without waiting (a relay's look at one
-    /// connection before it sleeps on the other).
+    /// The completions already there on both CQs, without waiting (a relay's
+    /// look at one connection before it sleeps on the other). Our own requests'
+    /// come first: a failed one is the cause of the flushes that follow it.
     pub(super) fn poll_now(&mut self) -> Result<Vec<Completion>, TransportError> {
         let mut out = Vec::new();
-        self.v
-            .cq
-            .poll(&mut out)
-            .map_err(|e| TransportError::from(RdmaError::from(e)))?;
+        self.poll_into(&mut out)?;
         Ok(out)
     }
 
-    /// Returns at least one completion, sleeping on the completion channel, the
-    /// rdma_cm channel and the TCP connection. A peer that is gone (TCP EOF, an
-    /// Abort, DISCONNECTED) is reported only once no completion is left.
-    pub(super) fn wait(&mut self) -> Result<Vec<Completion>, TransportError> {
+    fn poll_into(&self, out: &mut Vec<Completion>) -> Result<(), TransportError> {
+        let verbs = |e| TransportError::from(RdmaError::from(e));
+        self.v.send_cq.poll(out).map_err(verbs)?;
+        self.v.recv_cq.poll(out).map_err(verbs)?;
+        Ok(())
+    }
+
+    /// Reads the channel's event and acks it; re-arms the receive CQ if it was
+    /// that one (always wanted), and notes the send CQ disarmed if it was that.
+    fn take_cq_event(&mut self) -> Result<(), TransportError> {
+        let verbs = |e| TransportError::from(RdmaError::from(e));
+        let fired = self
+            .v
+            .chan
+            .take_event(&[&self.v.recv_cq, &self.v.send_cq])
+            .map_err(verbs)?;
+        match fired {
+            Some(0) => self.v.recv_cq.arm().map_err(verbs)?,
+            Some(_) => self.send_armed = false,
+            None => {}
+        }
+        Ok(())
+    }
+
+    /// Returns at least one completion (of either CQ), sleeping on the
+    /// completion channel, the rdma_cm channel and the TCP connection; with
+    /// [`Wake::OwnCompletion`] the send CQ is armed first. A peer that is gone
+    /// (TCP EOF, an Abort, DISCONNECTED) is reported only once no completion is
+    /// left.
+    pub(super) fn wait(&mut self, wake: Wake) -> Result<Vec<Completion>, TransportError> {
         let verbs = |e| TransportError::from(RdmaError::from(e));
         let mut out = Vec::new();
         let mut grace = true;
         loop {
-            self.v.cq.poll(&mut out).map_err(verbs)?;
+            self.poll_into(&mut out)?;
             if !out.is_empty() {
                 return Ok(out);
+            }
+            if wake == Wake::OwnCompletion && !self.send_armed {
+                // Armed, then polled again (top of the loop): a completion that
+                // landed before the arming is found by that poll.
+                self.v.send_cq.arm().map_err(verbs)?;
+                self.send_armed = true;
+                continue;
             }
             if self.dead.is_some() {
                 // Completions already on their way get a moment to land.
                 if grace
                     && self
                         .v
-                        .cq
+                        .chan
                         .wait(Some(Duration::from_millis(100)))
                         .map_err(verbs)?
                 {
                     grace = false;
-                    self.v.cq.ack_event().map_err(verbs)?;
-                    self.v.cq.arm().map_err(verbs)?;
+                    self.take_cq_event()?;
                     continue;
                 }
                 return Err(self.dead.take().expect("checked"));
@@ -285,8 +338,7 @@ impl Conn {
             if cq_ready {
                 // One event stands for any number of completions: ack, re-arm,
                 // then poll until empty (top of the loop).
-                self.v.cq.ack_event().map_err(verbs)?;
-                self.v.cq.arm().map_err(verbs)?;
+                self.take_cq_event()?;
                 continue;
             }
             if cm_ready {

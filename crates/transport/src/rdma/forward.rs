@@ -17,8 +17,9 @@
 //! has a slot to write (fewer forwarding WRITEs in flight than the ring has
 //! slots: the upstream writes its slots in turn and the WRITEs complete in
 //! order, so its next slot is free), and hands back the slots whose forwarding
-//! completed each time it wakes; only with every slot in flight does it sleep
-//! on the outgoing connection for a completion. One sleep per chunk, not two.
+//! completed each time it wakes (polling the outgoing connection's send CQ);
+//! only with every slot in flight does it sleep on the outgoing connection for
+//! a completion (arming that send CQ). One sleep per chunk, not two.
 
 use super::{RdmaReceiver, RdmaSender};
 use crate::pump::{accept_end, end_stream, receive_failed, Protection, Totals};
@@ -27,6 +28,7 @@ use crate::{ChunkReceiver, ChunkSender, TransportError};
 use rdpipe_verbs::RegionAlias;
 use rdpipe_wire::Integrity;
 
+use super::conn::Wake;
 use super::receiver::Note;
 
 /// Why the zero-copy relay cannot be used between these two connections (the
@@ -166,7 +168,7 @@ impl Forwarder {
                 // them (it writes them in turn, and WRITEs complete in order):
                 // only a completed forwarding frees one.
                 Ok(None) if out.is_none() && flight.len() >= rx.slots() => {
-                    if let Err(e) = tx.step() {
+                    if let Err(e) = tx.step(Wake::OwnCompletion) {
                         out = Some(e);
                     }
                     continue;

@@ -50,9 +50,15 @@
 //! "stream truncated after N bytes", never success.
 //!
 //! # Completions (`conn.rs`)
-//! One CQ with a completion channel. Waiting follows the only correct pattern:
-//! poll until empty; when empty, sleep on the channel (together with the rdma_cm
-//! channel and the TCP socket); on an event, ack it, re-arm, poll until empty.
+//! Two CQs on one completion channel: the receive CQ (the peer's messages and
+//! immediate data) and the send CQ (our SENDs and WRITEs). Waiting follows the
+//! only correct pattern: poll until empty; when empty, sleep on the channel
+//! (together with the rdma_cm channel and the TCP socket); on an event, ack it,
+//! re-arm, poll until empty. The receive CQ is always armed; the send CQ is
+//! polled at every wait but armed only when the caller cannot go on without one
+//! of its own completions (no free message buffer, a slot still being read by
+//! the NIC, the relay's forwarding WRITEs all in flight, the last SENDs at the
+//! end), so a busy receiver wakes once per chunk, not once more for its credits.
 //! No busy-poll mode: spinning on the CQ made a 128 MiB transfer on Soft-RoCE about
 //! 30% slower (it steals CPU from the software NIC), and a stream of 1 MiB chunks is
 //! bandwidth-bound, not latency-bound.

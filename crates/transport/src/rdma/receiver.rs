@@ -2,7 +2,7 @@
 //! SENDs on the WRITE + SEND path) queue up in arrival order; each slot is drained
 //! straight from registered memory, then its credit goes back to the sender.
 
-use super::conn::{wr_split, Conn, WR_RECV};
+use super::conn::{wr_split, Conn, Wake, WR_RECV};
 use super::RdmaError;
 use crate::{ChunkReceiver, Received, TransportError};
 use rdpipe_verbs::{Completion, WcOpcode};
@@ -101,8 +101,8 @@ impl RdmaReceiver {
         }
     }
 
-    fn step(&mut self) -> Result<(), TransportError> {
-        let cs = self.conn.wait()?;
+    fn step(&mut self, wake: Wake) -> Result<(), TransportError> {
+        let cs = self.conn.wait(wake)?;
         self.handle(cs)
     }
 
@@ -130,7 +130,7 @@ impl RdmaReceiver {
             if let Some(n) = self.ring.pending.pop_front() {
                 return Ok(n);
             }
-            self.step()?;
+            self.step(Wake::Arrival)?;
         }
     }
 
@@ -188,7 +188,7 @@ impl ChunkReceiver for RdmaReceiver {
         self.send_msg(RdmaMsg::Done(*done))?;
         // Wait until every SEND (the Done included) has been acknowledged.
         while self.conn.send_free.len() < self.conn.n_send {
-            self.step()?;
+            self.step(Wake::OwnCompletion)?;
         }
         // Then until the sender closes: exiting first could tear the connection
         // down before the confirmation was processed there.

@@ -1,7 +1,7 @@
 //! The RDMA sending half and its credit logic: slot *i* may be filled again only
 //! when the receiver returned its credit *and* our own WRITE from it completed.
 
-use super::conn::{wr_id, wr_split, Conn, Verbs, WR_FORWARD, WR_RECV, WR_WRITE};
+use super::conn::{wr_id, wr_split, Conn, Verbs, Wake, WR_FORWARD, WR_RECV, WR_WRITE};
 use super::RdmaError;
 use crate::error::GoneCause;
 use crate::{ChunkSender, TransportError};
@@ -93,8 +93,10 @@ impl RdmaSender {
         }
     }
 
-    pub(super) fn step(&mut self) -> Result<(), TransportError> {
-        let cs = self.conn.wait()?;
+    /// Waits for completions (see [`Wake`] for what may end the wait) and
+    /// handles them.
+    pub(super) fn step(&mut self, wake: Wake) -> Result<(), TransportError> {
+        let cs = self.conn.wait(wake)?;
         self.handle(cs)
     }
 
@@ -134,7 +136,7 @@ impl RdmaSender {
     ) -> Result<(), TransportError> {
         let s = self.next;
         while !self.credits.credit[s] {
-            self.step()?;
+            self.step(Wake::Arrival)?;
         }
         self.credits.credit[s] = false;
         self.write_slot(s, len, |v, remote, imm| {
@@ -191,9 +193,17 @@ impl ChunkSender for RdmaSender {
     ) -> Result<usize, TransportError> {
         let s = self.next;
         // The credit logic: remote slot `s` is free only when the receiver said so,
-        // and our slot `s` only when the NIC has finished reading it.
+        // and our slot `s` only when the NIC has finished reading it. The credit
+        // comes after the receiver got the WRITE, so the WRITE's completion is
+        // usually there by then (found by polling); only a slot with its credit
+        // back and the WRITE still in flight waits for our own completion.
         while !self.credits.free(s) {
-            self.step()?;
+            let wake = if self.credits.credit[s] {
+                Wake::OwnCompletion
+            } else {
+                Wake::Arrival
+            };
+            self.step(wake)?;
         }
         let range = s * self.chunk..(s + 1) * self.chunk;
         let n = fill(&mut self.conn.v.data.as_mut_slice()[range.clone()])
@@ -219,7 +229,7 @@ impl ChunkSender for RdmaSender {
     fn finish(&mut self, end: &StreamEnd) -> Result<StreamEnd, TransportError> {
         self.send_msg(RdmaMsg::End(*end))?;
         while self.credits.done.is_none() {
-            if let Err(e) = self.step() {
+            if let Err(e) = self.step(Wake::Arrival) {
                 let unconfirmed = |cause| GoneCause::Unconfirmed(Box::new(cause));
                 return Err(match e {
                     TransportError::PeerGone { peer, cause } => TransportError::PeerGone {

@@ -45,7 +45,9 @@ pub(super) struct Sizes {
     pub(super) n_recv: usize,
     pub(super) n_send: usize,
     caps: QpCaps,
-    cqe: u32,
+    /// Room of the send CQ (our SENDs and WRITEs) and the receive CQ.
+    send_cqe: u32,
+    recv_cqe: u32,
 }
 
 pub(super) fn sizes(slots: usize) -> Sizes {
@@ -60,7 +62,8 @@ pub(super) fn sizes(slots: usize) -> Sizes {
         n_recv,
         n_send,
         caps,
-        cqe: caps.max_send_wr + caps.max_recv_wr + 8,
+        send_cqe: caps.max_send_wr + 4,
+        recv_cqe: caps.max_recv_wr + 4,
     }
 }
 
@@ -85,7 +88,9 @@ fn register_all(
     Ok((data, recv, send))
 }
 
-/// Creates CQ and QP on `id` and posts every receive.
+/// Creates the CQs and the QP on `id` and posts every receive. The receive CQ
+/// is armed from the start; the send CQ only when a wait needs one of our own
+/// completions ([`Conn::wait`](super::conn::Conn::wait)).
 fn build_qp(
     id: &CmId,
     pd: ProtectionDomain,
@@ -94,8 +99,9 @@ fn build_qp(
 ) -> Result<Verbs, VerbsError> {
     let (data, recv_msgs, send_msgs) = bufs;
     let chan = CompletionChannel::new(id)?;
-    let cq = CompletionQueue::new(id, &chan, s.cqe)?;
-    let qp = QueuePair::new(id, &pd, &cq, s.caps)?;
+    let send_cq = CompletionQueue::new(id, &chan, s.send_cqe)?;
+    let recv_cq = CompletionQueue::new(id, &chan, s.recv_cqe)?;
+    let qp = QueuePair::with_cqs(id, &pd, &send_cq, &recv_cq, s.caps)?;
     for i in 0..s.n_recv {
         qp.post_recv(
             wr_id(WR_RECV, i),
@@ -103,10 +109,11 @@ fn build_qp(
             i * RDMA_MSG_LEN..(i + 1) * RDMA_MSG_LEN,
         )?;
     }
-    cq.arm()?;
+    recv_cq.arm()?;
     Ok(Verbs {
         qp,
-        cq,
+        send_cq,
+        recv_cq,
         chan,
         recv_msgs,
         send_msgs,
@@ -388,6 +395,6 @@ mod tests {
     fn queue_sizes_are_never_zero() {
         let s = sizes(1);
         assert!(s.caps.max_send_wr >= 2 && s.caps.max_recv_wr as usize > s.n_recv);
-        assert!(s.cqe >= s.caps.max_send_wr + s.caps.max_recv_wr);
+        assert!(s.send_cqe >= s.caps.max_send_wr && s.recv_cqe >= s.caps.max_recv_wr);
     }
 }
