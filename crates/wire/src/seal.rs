@@ -217,6 +217,7 @@ fn open_chunk(
 pub struct Sealer {
     key: LessSafeKey,
     next: u64,
+    parallel: bool,
 }
 
 impl Sealer {
@@ -225,6 +226,16 @@ impl Sealer {
         Sealer {
             key: key(k),
             next: 0,
+            parallel: true,
+        }
+    }
+
+    /// This sealer with every piece sealed on the calling thread, as with a
+    /// single CPU (the same bytes; for comparison, as the benchmarks do).
+    pub fn single_threaded(self) -> Sealer {
+        Sealer {
+            parallel: false,
+            ..self
         }
     }
 
@@ -232,7 +243,8 @@ impl Sealer {
     /// returns the sealed length [`sealed_len`]`(n)`. `buf` must hold it (a
     /// buffer of `cap` bytes holds [`plain_room`]`(cap)` plaintext bytes).
     pub fn seal(&mut self, buf: &mut [u8], n: usize) -> usize {
-        let len = seal_chunk(&self.key, self.next, buf, n, pool_for(seal_pieces(n)));
+        let pool = pool_for(seal_pieces(n)).filter(|_| self.parallel);
+        let len = seal_chunk(&self.key, self.next, buf, n, pool);
         self.next += 1;
         len
     }
@@ -256,6 +268,7 @@ pub fn aead_key(k: &[u8; 32]) -> LessSafeKey {
 pub struct Opener {
     key: LessSafeKey,
     next: u64,
+    parallel: bool,
 }
 
 impl Opener {
@@ -264,6 +277,16 @@ impl Opener {
         Opener {
             key: key(k),
             next: 0,
+            parallel: true,
+        }
+    }
+
+    /// This opener with every piece opened on the calling thread (see
+    /// [`Sealer::single_threaded`]).
+    pub fn single_threaded(self) -> Opener {
+        Opener {
+            parallel: false,
+            ..self
         }
     }
 
@@ -273,7 +296,8 @@ impl Opener {
     pub fn open(&mut self, sealed: &mut [u8]) -> Result<usize, WireError> {
         let c = self.next;
         let k = unsealed_len(sealed.len()).map_or(1, |(_, k)| k);
-        let n = open_chunk(&self.key, c, sealed, pool_for(k)).ok_or(WireError::SealBroken(c))?;
+        let pool = pool_for(k).filter(|_| self.parallel);
+        let n = open_chunk(&self.key, c, sealed, pool).ok_or(WireError::SealBroken(c))?;
         self.next += 1;
         Ok(n)
     }
