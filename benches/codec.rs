@@ -1,5 +1,6 @@
 //! Hot-loop micro-benchmarks: frame header encode/decode, control frames, the
-//! end-to-end checksum, the keyed MAC, AES-256-GCM sealing (one and two threads),
+//! end-to-end checksum, the keyed MAC, AES-256-GCM sealing (one and two threads,
+//! and `Sealer::seal`'s 256 KiB pieces of one chunk serial and in parallel),
 //! the input loop's fill step, and the whole pump (file -> send loop -> TCP
 //! transport over loopback -> receive loop -> sink) in one process, per integrity
 //! mode.
@@ -71,6 +72,27 @@ fn checksum(c: &mut Criterion) {
                 })
             },
         );
+    }
+    // The chunk format (256 KiB pieces, one tag each) as the send loop seals
+    // it: every piece on the calling thread, and the pieces of one chunk on
+    // the seal pool (min(cores, 8) threads).
+    for mib in [1usize, 4] {
+        let n = mib << 20;
+        let mut buf: Vec<u8> = data.iter().copied().cycle().take(n).collect();
+        buf.resize(rdpipe_wire::seal::sealed_len(n), 0);
+        g.throughput(Throughput::Bytes(n as u64));
+        for parallel in [false, true] {
+            let way = if parallel {
+                "pieces in parallel"
+            } else {
+                "serial"
+            };
+            g.bench_function(format!("Sealer::seal {mib} MiB chunk, {way}"), |b| {
+                let s = rdpipe_wire::seal::Sealer::new(&[5; 32]);
+                let mut s = if parallel { s } else { s.single_threaded() };
+                b.iter(|| s.seal(black_box(&mut buf), n))
+            });
+        }
     }
     g.finish();
 }

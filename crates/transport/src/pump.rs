@@ -13,7 +13,7 @@ use crate::error::GoneCause;
 use crate::pace::{piece, Pacer};
 use crate::Rate;
 use crate::{ChunkReceiver, ChunkSender, Received, TransportError};
-use rdpipe_wire::seal::{Opener, Sealer, SEAL_TAG_LEN};
+use rdpipe_wire::seal::{plain_room, Opener, Sealer};
 use rdpipe_wire::session::EndOf;
 use rdpipe_wire::{Integrity, SessionKeys, StreamEnd, StreamHasher};
 use rustix::event::{poll, PollFd, PollFlags};
@@ -157,9 +157,10 @@ pub fn send_stream_with<R: Read + AsFd>(
     advise_sequential(input);
     loop {
         let r = tx.send_chunk(&mut |buf| {
-            // Under --encrypt the tag goes after the data, in the same buffer.
+            // Under --encrypt the tags go after the data, in the same buffer
+            // (one per 256 KiB piece: rdpipe_wire::seal).
             let room = match sealer {
-                Some(_) => buf.len() - SEAL_TAG_LEN,
+                Some(_) => plain_room(buf.len()),
                 None => buf.len(),
             };
             // Paced: at most 50 ms of the rate at a time (smooth at low rates).

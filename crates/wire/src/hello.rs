@@ -15,8 +15,12 @@ use std::num::NonZeroU64;
 
 /// The four bytes every rdma-pipe connection starts with.
 pub const MAGIC: [u8; 4] = *b"RDPP";
-/// The protocol version this build speaks.
-pub const PROTOCOL_VERSION: u16 = 2;
+/// The protocol version this build speaks. 3: `--encrypt` seals a chunk in
+/// 256 KiB pieces, one tag each ([`crate::seal`]); a chunk of more than one
+/// piece (RDMA's 1 MiB default) differs from version 2's single tag, so the
+/// two never talk (a version 2 peer gets the clear version error, not a
+/// "tampered" chunk).
+pub const PROTOCOL_VERSION: u16 = 3;
 /// Length of an encoded [`Hello`].
 pub const HELLO_LEN: usize = 56;
 /// Length of the part of the hello that every version keeps: magic and version.
@@ -356,7 +360,10 @@ mod tests {
         let mut b = sample().encode();
         b[4..6].copy_from_slice(&7u16.to_le_bytes());
         let e = Hello::decode(&b).unwrap_err();
-        assert_eq!(e.to_string(), "peer speaks protocol 7, we speak 2");
+        assert_eq!(
+            e.to_string(),
+            format!("peer speaks protocol 7, we speak {PROTOCOL_VERSION}")
+        );
     }
 
     #[test]
