@@ -3,10 +3,10 @@
 #   fanout    a --to chain relay over RDMA between the rxe "hosts", byte-exact
 #             on every sink, -v naming rdma for every hop: with the defaults
 #             (encrypted on AES CPUs, re-linking on: the relays copy), and with
-#             --integrity mac --replay-window 0, where every relayed hop is a
-#             zero-copy relay; the relay-only segment (rxehost1:'< f' rxehost0:
-#             rxehost1:'> g') over RDMA with --integrity mac, zero-copy, and
-#             again by copy (RDPIPE_RELAY_COPY=1).
+#             --integrity checksum --replay-window 0, where every relayed hop is
+#             a zero-copy relay; the relay-only segment (rxehost1:'< f' rxehost0:
+#             rxehost1:'> g') over RDMA with --integrity checksum, zero-copy,
+#             and again by copy (RDPIPE_RELAY_COPY=1).
 #   relaycpu  (only when named) the relay host's CPU seconds per GB: the relay-only agent
 #             zero-copy and by copy (RDPIPE_RELAY_COPY=1), an agent passing the
 #             stream through `cat` (agent + cat), as the agent reports them
@@ -18,10 +18,11 @@
 # --connect-timeout 120: under TCG on a loaded host an agent can take more than
 # the default 30 s to say HELLO.
 RF=(timeout 600 "$PIPE" -v -F "$S/config" --remote-bin "$BIN_DIR" --transport rdma --connect-timeout 120)
-# Where a relay can forward zero-copy: not encrypted (each hop has its own key,
-# so an encrypting relay decrypts and re-encrypts), and for a --to chain no
-# replay window (it records what the relay pipe carries).
-RZ=("${RF[@]}" --integrity mac)
+# Where a relay can forward zero-copy: --integrity checksum (a keyed receiver
+# checks and writes a private copy of each chunk, never the ring slot the fabric
+# can still write into; and an encrypting relay re-seals for the next hop), and
+# for a --to chain no replay window (it records what the relay pipe carries).
+RZ=("${RF[@]}" --integrity checksum)
 
 # check_hops NAME N: N '-> ...: rdma (' hop lines in NAME's -v, no agent left.
 check_hops() {
@@ -135,16 +136,16 @@ if [ -n "$sshd_ok" ] && [ ${#ONLY[@]} -gt 0 ] && want relaycpu; then
         # (listening on rxe0's address) -> rdrecv (rxe1's address).
         rm -f "$W/c3.fifo" "$W/c2.fifo" "$W/c2.times"
         mkfifo "$W/c3.fifo" "$W/c2.fifo"
-        timeout 300 "$RECV" -v --transport rdma --integrity mac --announce-fd 3 0 "$KEY" \
+        timeout 300 "$RECV" -v --transport rdma --integrity checksum --announce-fd 3 0 "$KEY" \
             3>"$W/c3.fifo" 2>"$W/c3.err" >/dev/null &
         p3=$!
         read -r _ port3 <"$W/c3.fifo"
-        bash -c '"$1" -v --transport rdma --integrity mac --announce-fd 3 0 "$3" 3>"$4" 2>"$5.recv" \
-            | "$2" -v --transport rdma --integrity mac "$6" "$7" "$3" 2>"$5.send"; times >"$5.times"' \
+        bash -c '"$1" -v --transport rdma --integrity checksum --announce-fd 3 0 "$3" 3>"$4" 2>"$5.recv" \
+            | "$2" -v --transport rdma --integrity checksum "$6" "$7" "$3" 2>"$5.send"; times >"$5.times"' \
             _ "$RECV" "$SEND" "$KEY" "$W/c2.fifo" "$W/c2" "$RXE_CLIENT_IP" "$port3" &
         p2=$!
         read -r _ port2 <"$W/c2.fifo"
-        timeout 300 "$SEND" -v --transport rdma --integrity mac "$RXE_SERVER_IP" "$port2" "$KEY" "$CIN" 2>"$W/c1.err"
+        timeout 300 "$SEND" -v --transport rdma --integrity checksum "$RXE_SERVER_IP" "$port2" "$KEY" "$CIN" 2>"$W/c1.err"
         rc1=$?
         wait "$p2"
         wait "$p3"

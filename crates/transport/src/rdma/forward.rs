@@ -43,9 +43,12 @@ pub enum NoForward {
         /// The outgoing connection's.
         outgoing: String,
     },
-    /// `--encrypt`: each chunk is re-sealed under the next hop's key.
-    #[error("--encrypt re-seals every chunk for the next hop")]
-    Encrypted,
+    /// A keyed hop (`--integrity mac` or `encrypt`, the default): the receiver
+    /// verifies and writes a private copy of each chunk, never the registered
+    /// slot the network can still write into (see [`super::RdmaReceiver`]), and
+    /// an encrypted chunk is re-sealed under the next hop's key.
+    #[error("a keyed hop (--integrity mac or encrypt) verifies a private copy of each chunk; only --integrity checksum forwards from the ring")]
+    Keyed,
     /// `--rate-limit`: the send loop paces.
     #[error("--rate-limit paces the outgoing stream")]
     Paced,
@@ -85,8 +88,8 @@ impl Forwarder {
                 incoming: rx.conn.device.clone(),
                 outgoing: tx.conn.device.clone(),
             })
-        } else if integrity.contains(&Integrity::Encrypt) {
-            Some(NoForward::Encrypted)
+        } else if integrity.iter().any(|i| *i != Integrity::Checksum) {
+            Some(NoForward::Keyed)
         } else if paced {
             Some(NoForward::Paced)
         } else if rx.chunk() > tx.chunk() {

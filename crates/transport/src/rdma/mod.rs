@@ -91,7 +91,7 @@ use error::human;
 use rdpipe_verbs::DeviceTransport;
 use rdpipe_wire::frame::RDMA_TOKEN_LEN;
 use rdpipe_wire::rdma::connect_data;
-use rdpipe_wire::{Caps, Control, RingInfo, Role, WireError, MAX_SLOTS};
+use rdpipe_wire::{Caps, Control, Integrity, RingInfo, Role, WireError, MAX_SLOTS};
 use setup::{decline, Accepted};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
@@ -185,7 +185,10 @@ pub fn receiver(
     )?;
     match setup::accept_sender(&mut stream, n, l, &token, &s)? {
         Accepted::Conn(conn) => Ok(Setup::Ready(Box::new(RdmaReceiver::new(
-            *conn, chunk, slots,
+            *conn,
+            chunk,
+            slots,
+            n.integrity != Integrity::Checksum,
         )))),
         Accepted::Declined(reason) => Ok(Setup::Declined {
             stream,

@@ -4,6 +4,7 @@
 
 use super::conn::{wr_split, Conn, Wake, WR_RECV};
 use super::RdmaError;
+use crate::buf::PageBuf;
 use crate::{ChunkReceiver, Received, TransportError};
 use rdpipe_verbs::{Completion, WcOpcode};
 use rdpipe_wire::rdma::decode_imm;
@@ -84,13 +85,25 @@ impl Ring {
 }
 
 /// The RDMA receiving half.
+///
+/// Its ring is registered for remote writes for the whole connection: whoever
+/// holds the ring's key can write a slot at any time, not only the sender after
+/// a credit (an attacker on the fabric who read the key; see docs/security.md).
+/// So under a keyed protection (`--integrity mac` or `encrypt`) a chunk is first
+/// copied into private memory ([`RdmaReceiver::private`]) and only that copy is
+/// opened, hashed and written: a write into the slot after the check cannot
+/// change what reaches the output. The slot's credit goes back right after the
+/// copy. Under `--integrity checksum` (no defence against an attacker, by
+/// definition) the chunk is drained from the slot itself.
 pub struct RdmaReceiver {
     pub(super) conn: Conn,
     ring: Ring,
+    /// The private copy of the current chunk, under a keyed protection.
+    private: Option<PageBuf>,
 }
 
 impl RdmaReceiver {
-    pub(super) fn new(conn: Conn, chunk: usize, slots: usize) -> RdmaReceiver {
+    pub(super) fn new(conn: Conn, chunk: usize, slots: usize, keyed: bool) -> RdmaReceiver {
         RdmaReceiver {
             conn,
             ring: Ring {
@@ -98,6 +111,7 @@ impl RdmaReceiver {
                 chunk,
                 pending: VecDeque::new(),
             },
+            private: keyed.then(|| PageBuf::new(chunk)),
         }
     }
 
@@ -173,9 +187,20 @@ impl ChunkReceiver for RdmaReceiver {
         drain: &mut dyn FnMut(&mut [u8]) -> Result<(), TransportError>,
     ) -> Result<Received, TransportError> {
         match self.next()? {
+            Note::Data { slot, len } if self.private.is_some() => {
+                // Keyed: check and write a private copy (see the type's doc); the
+                // slot is free again as soon as it is copied.
+                let start = self.slot_offset(slot);
+                let ring = &self.conn.v.data.as_slice()[start..start + len];
+                let copy = self.private.as_mut().expect("checked");
+                copy[..len].copy_from_slice(ring);
+                self.release(slot)?;
+                drain(&mut self.private.as_mut().expect("checked")[..len])?;
+                Ok(Received::Chunk(len))
+            }
             Note::Data { slot, len } => {
-                // Straight from registered memory: the sender writes this slot again
-                // only after the credit below.
+                // Checksum only: straight from registered memory; the sender writes
+                // this slot again only after the credit below.
                 drain(self.slot_mut(slot, len))?;
                 self.release(slot)?;
                 Ok(Received::Chunk(len))
