@@ -126,7 +126,7 @@ check_xfer "noimm-recv-$n" "$W/in.$n" "rdma (rxe0, write+send)" "rdma (rxe1, wri
 fi
 
 if want integrity; then
-echo "== integrity modes over RDMA: --encrypt (AES-256-GCM in the registered slot) and checksum"
+echo "== integrity modes over RDMA: --encrypt (AES-256-GCM, opened in a private copy of each slot) and checksum"
 for n in 1 $((CHUNK - 1)) $((CHUNK + 1)) $((64 * CHUNK)); do
     xfer "encrypt-$n" "$W/in.$n" "" "--transport rdma --encrypt" "" "--transport rdma"
     check_xfer "encrypt-$n" "$W/in.$n" "rdma (rxe0, write-with-imm)" "rdma (rxe1, write-with-imm)"

@@ -253,13 +253,16 @@ impl Sealer {
 /// Seals `data` in place as one piece under the nonce of chunk number `n`'s
 /// only piece and returns its tag. Up to [`SEAL_PIECE`] bytes that is the whole
 /// format of chunk `n` (`data || tag`); longer data is the raw AES-256-GCM cost
-/// the benchmarks measure, not a chunk an [`Opener`] accepts.
+/// the benchmarks measure, not a chunk an [`Opener`] accepts. For benchmarks
+/// only (hidden from the docs): the product seals through [`Sealer`].
+#[doc(hidden)]
 pub fn seal_at(key: &LessSafeKey, n: u64, data: &mut [u8]) -> Tag {
     key.seal_in_place_separate_tag(nonce(n, 0, 1), Aad::empty(), data)
         .expect("a piece below GCM's length limit")
 }
 
-/// The AES-256-GCM key for [`seal_at`].
+/// The AES-256-GCM key for [`seal_at`] (benchmarks only).
+#[doc(hidden)]
 pub fn aead_key(k: &[u8; 32]) -> LessSafeKey {
     key(k)
 }
