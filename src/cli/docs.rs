@@ -78,7 +78,7 @@ pub fn commands() -> Vec<DocCommand> {
                 ("RUST_LOG", "Log filter (e.g. debug), overriding -vv; handed on to the endpoints on every host."),
                 ("RDPIPE_DEBUG", "When set (not empty or 0), as -vv: the debug log of the set-up and teardown, with every control line from the endpoints."),
                 ("RDPIPE_TCP_SEND, RDPIPE_RDMA_NO_IMM", "As for rdsend(1) and rdrecv(1); rdpipe hands them on to the endpoints on every host (ssh itself passes no environment on)."),
-                ("RDPIPE_RELAY_COPY", "When set to 1, a relay host (a relay-only HOST: segment, or a --to sink that passes the stream on) copies each buffer from its incoming to its outgoing transfer even where both are RDMA on one device, instead of forwarding it from the receive ring with an RDMA WRITE (zero-copy); for comparison. Handed on to every host."),
+                ("RDPIPE_RELAY_COPY", "When set to 1, a relay host (a relay-only HOST: segment, or a --to sink that passes the stream on) copies each buffer from its incoming to its outgoing transfer even where both are RDMA on one device under --integrity checksum, instead of forwarding it from the receive ring with an RDMA WRITE (zero-copy); for comparison. Handed on to every host."),
                 ("NO_COLOR", "When set and not empty, messages are never coloured."),
                 ("SSH_AUTH_SOCK", "Used by ssh as usual: rdpipe's ssh runs with BatchMode=yes, so keys must be usable without a prompt."),
             ],
