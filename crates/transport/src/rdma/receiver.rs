@@ -187,24 +187,23 @@ impl ChunkReceiver for RdmaReceiver {
         drain: &mut dyn FnMut(&mut [u8]) -> Result<(), TransportError>,
     ) -> Result<Received, TransportError> {
         match self.next()? {
-            Note::Data { slot, len } if self.private.is_some() => {
+            Note::Data { slot, len } => match self.private.take() {
                 // Keyed: check and write a private copy (see the type's doc); the
                 // slot is free again as soon as it is copied.
-                let start = self.slot_offset(slot);
-                let ring = &self.conn.v.data.as_slice()[start..start + len];
-                let copy = self.private.as_mut().expect("checked");
-                copy[..len].copy_from_slice(ring);
-                self.release(slot)?;
-                drain(&mut self.private.as_mut().expect("checked")[..len])?;
-                Ok(Received::Chunk(len))
-            }
-            Note::Data { slot, len } => {
-                // Checksum only: straight from registered memory; the sender writes
-                // this slot again only after the credit below.
-                drain(self.slot_mut(slot, len))?;
-                self.release(slot)?;
-                Ok(Received::Chunk(len))
-            }
+                Some(mut copy) => {
+                    copy[..len].copy_from_slice(self.slot_mut(slot, len));
+                    let r = self.release(slot).and_then(|()| drain(&mut copy[..len]));
+                    self.private = Some(copy);
+                    r.map(|()| Received::Chunk(len))
+                }
+                // Checksum only: straight from registered memory; the sender
+                // writes this slot again only after the credit below.
+                None => {
+                    drain(self.slot_mut(slot, len))?;
+                    self.release(slot)?;
+                    Ok(Received::Chunk(len))
+                }
+            },
             Note::End(e) => Ok(Received::End(e)),
         }
     }
