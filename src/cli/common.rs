@@ -96,6 +96,14 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
     Ok(n.saturating_mul(mult))
 }
 
+/// Parses `--reconnect-timeout`: seconds, 0 (off) up to a day.
+pub fn parse_reconnect_secs(s: &str) -> Result<Duration, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.0..=86400.0).contains(&v) => Ok(Duration::from_secs_f64(v)),
+        _ => Err(format!("{s} is not a number of seconds from 0 to 86400")),
+    }
+}
+
 /// Parses `--replay-window`: [`parse_bytes`] up to 16G.
 pub fn parse_window(s: &str) -> Result<usize, String> {
     let v = parse_bytes(s)?;
@@ -216,6 +224,21 @@ pub struct CommonArgs {
     #[arg(long, value_name = "SECS", default_value = "10", value_parser = parse_handshake_secs)]
     pub handshake_timeout: Duration,
 
+    /// Seconds to keep trying to reconnect when the data connection dies
+    /// mid-stream (a reset, a NAT that forgot the connection, an RDMA queue
+    /// pair in the error state): rdsend dials again, rdrecv keeps listening
+    /// for the same authenticated sender, and the stream resumes where the
+    /// receiver is, byte-exact. 0: fail at once.
+    #[arg(long, value_name = "SECS", default_value = "60", value_parser = parse_reconnect_secs)]
+    pub reconnect_timeout: Duration,
+
+    /// The sender keeps the last SIZE bytes it sent until the receiver has
+    /// them, to resume after a reconnect (ordinary memory, allocated as the
+    /// stream passes; at least what can be in flight: ring plus socket
+    /// buffers).
+    #[arg(long, value_name = "SIZE", default_value = "32M", value_parser = parse_window)]
+    pub replay_window: usize,
+
     /// How the stream is protected (the stronger of the two ends' choices is
     /// used; see docs/security.md).
     #[arg(long, value_enum, default_value_t = IntegrityArg::Auto)]
@@ -271,6 +294,9 @@ impl CommonArgs {
             integrity: integrity(self.integrity, self.encrypt),
             rate_limit: self.rate_limit,
             progress: self.progress(tool, total),
+            reconnect_timeout: self.reconnect_timeout,
+            replay_window: self.replay_window,
+            notice: None,
         }
     }
 

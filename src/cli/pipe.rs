@@ -112,12 +112,16 @@ pub struct PipeArgs {
           value_parser = clap::value_parser!(u64).range(1..))]
     pub min_ok: Option<u64>,
 
-    /// With --to: each relaying sink keeps the last SIZE bytes it relayed
-    /// (ordinary memory, allocated as the stream passes), so that when the
-    /// next sink's host dies the chain re-links around it: the relay connects
-    /// straight to the sink after it, which resumes where it was, byte-exact
-    /// and verified. A sink further behind than that fails with a message
-    /// saying so. 0 turns re-linking off (the sinks after a dead one fail).
+    /// Each sending end of a hop keeps the last SIZE bytes it sent (ordinary
+    /// memory, allocated as the stream passes) until its receiver has them,
+    /// so that a hop whose connection dies resumes on a new one
+    /// (--reconnect-timeout); with --to, each relaying sink's window also
+    /// lets the chain re-link around the next sink when its host dies: the
+    /// relay connects straight to the sink after it, which resumes where it
+    /// was, byte-exact and verified. A receiver further behind than that
+    /// fails with a message saying so. 0 turns re-linking off (the sinks
+    /// after a dead one fail) and lets a hop resume only when nothing was in
+    /// flight.
     #[arg(long, value_name = "SIZE", default_value = "32M",
           value_parser = crate::cli::common::parse_window)]
     pub replay_window: usize,
@@ -195,6 +199,14 @@ pub struct PipeArgs {
     #[arg(long, value_name = "SECS", default_value_t = 30,
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub connect_timeout: u64,
+
+    /// Seconds a hop whose data connection died (a reset, a NAT that forgot it,
+    /// an RDMA queue pair in the error state) keeps trying to reconnect and
+    /// resume the stream from where its receiver is, out of the sender's
+    /// --replay-window; after that the run fails naming the hop. 0: off.
+    #[arg(long, value_name = "SECS", default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(0..=86400))]
+    pub reconnect_timeout: u64,
 
     /// Seconds the authentication handshake of each transfer may take.
     #[arg(long, value_name = "SECS", default_value_t = 10,
@@ -276,6 +288,7 @@ impl PipeArgs {
             chunk_size: self.chunk_size,
             slots: self.slots,
             connect_timeout: self.connect_timeout,
+            reconnect_timeout: self.reconnect_timeout,
             handshake_timeout: self.handshake_timeout,
             rate_limit: self.rate_limit,
             max_sessions: self.max_sessions,

@@ -73,7 +73,24 @@ pub struct Options {
     pub rate_limit: Option<Rate>,
     /// Called with the running byte count after every chunk.
     pub progress: Option<Box<dyn FnMut(u64) + Send>>,
+    /// `--reconnect-timeout`: how long a hop whose connection died tries to
+    /// get a new one and resume ([`crate::reconnect`]); zero: it fails at once.
+    pub reconnect_timeout: Duration,
+    /// `--replay-window`: the bytes a reconnecting sender keeps until the
+    /// receiver has them (what can be in flight on the hop).
+    pub replay_window: usize,
+    /// Told when the hop starts waiting for a reconnect and when the stream
+    /// flows again (the progress line says "reconnecting").
+    pub notice: Option<Box<dyn FnMut(crate::reconnect::HopState) + Send>>,
 }
+
+/// The default `--reconnect-timeout`.
+pub const RECONNECT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The default `--replay-window`: more than can be in flight on a hop (two
+/// rings of 2 x 1 MiB, plus socket buffers of up to 4 MiB and 6 MiB at
+/// Linux's default limits), rounded up generously.
+pub const REPLAY_WINDOW: usize = 32 << 20;
 
 /// What a completed transfer reports (`-v`).
 #[derive(Debug, Clone)]
@@ -92,6 +109,8 @@ pub struct Report {
     pub integrity: Integrity,
     /// The rate limit the sender paced to (the lower of the two ends'), if any.
     pub rate_limit: Option<Rate>,
+    /// Each time the connection was lost and the stream resumed on a new one.
+    pub reconnects: Vec<crate::reconnect::Reconnect>,
 }
 
 impl Report {
@@ -111,6 +130,7 @@ impl Report {
             peer: n.peer_addr.clone(),
             integrity: n.integrity,
             rate_limit: n.rate_limit,
+            reconnects: Vec::new(),
         }
     }
     /// Throughput in GB/s (10^9 bytes per second), the original tool's unit.
@@ -145,12 +165,9 @@ pub(crate) fn protection(n: &Negotiated) -> Protection<'_> {
     }
 }
 
-pub(crate) fn negotiate(
-    endpoint: Endpoint,
-    opts: &Options,
-    role: Role,
-) -> Result<(TcpStream, Negotiated), TransportError> {
-    let params = LocalParams {
+/// This end's half of the handshake, from its options.
+pub(crate) fn local_params(opts: &Options, role: Role) -> LocalParams {
+    LocalParams {
         role,
         transport: opts.transport,
         caps: select::local_caps(opts.transport),
@@ -158,7 +175,15 @@ pub(crate) fn negotiate(
         slots: opts.slots,
         integrity: opts.integrity,
         rate_limit: opts.rate_limit,
-    };
+    }
+}
+
+pub(crate) fn negotiate(
+    endpoint: Endpoint,
+    opts: &Options,
+    role: Role,
+) -> Result<(TcpStream, Negotiated), TransportError> {
+    let params = local_params(opts, role);
     let r = match endpoint {
         Endpoint::Connect {
             host,
@@ -184,12 +209,18 @@ pub(crate) fn negotiate(
 }
 
 /// Sends `input` to the peer. Returns only once the receiver confirmed the whole
-/// stream (count and checksum).
+/// stream (count and checksum). With a `reconnect_timeout`, a lost connection
+/// is replaced and the stream resumed ([`crate::reconnect`]).
 pub fn run_send<R: Read + AsFd>(
     endpoint: Endpoint,
     mut opts: Options,
     input: &mut R,
 ) -> Result<Report, TransportError> {
+    if !opts.reconnect_timeout.is_zero() {
+        let pref = opts.transport;
+        return crate::reconnect::send_reconnecting(endpoint, opts, input)
+            .map_err(|e| explain_mismatch(e, pref));
+    }
     let (stream, n) = negotiate(endpoint, &opts, Role::Sender)?;
     let mut tx: Box<dyn ChunkSender> = select::sender(stream, &n, opts.slots as usize)?;
     if let Some(r) = n.rate_limit {
@@ -204,11 +235,18 @@ pub fn run_send<R: Read + AsFd>(
 /// Receives the stream into the output that `open_output` creates. The output is
 /// opened only after the peer authenticated, so a wrong key never creates or
 /// truncates a file. Returns only once the whole stream was verified and flushed.
+/// With a `reconnect_timeout`, a stream cut short waits for the sender to
+/// come back and resumes ([`crate::reconnect`]).
 pub fn run_recv<W: Write, F: FnOnce() -> Result<W, TransportError>>(
     endpoint: Endpoint,
     mut opts: Options,
     open_output: F,
 ) -> Result<Report, TransportError> {
+    if !opts.reconnect_timeout.is_zero() {
+        let pref = opts.transport;
+        return crate::reconnect::recv_reconnecting(endpoint, opts, open_output)
+            .map_err(|e| explain_mismatch(e, pref));
+    }
     let (stream, n) = negotiate(endpoint, &opts, Role::Receiver)?;
     let mut rx: Box<dyn ChunkReceiver> = select::receiver(stream, &n)?;
     let mut output = open_or_abort(rx.as_mut(), open_output)?;

@@ -157,7 +157,7 @@ pub enum TransportError {
     /// A re-linked chain sink asked to resume at a byte that has left the
     /// upstream relay's replay window ([`crate::replay`]).
     #[error(
-        "cannot resume the stream at byte {offset}: the upstream relay's replay window \
+        "cannot resume the stream at byte {offset}: the sending side's replay window \
          holds bytes {start}..{end} only (a larger --replay-window keeps more)"
     )]
     BeyondWindow {
@@ -167,6 +167,22 @@ pub enum TransportError {
         start: u64,
         /// The byte just past the window's last.
         end: u64,
+    },
+    /// A hop's connection died and no new one resumed the stream within
+    /// `--reconnect-timeout`.
+    #[error(
+        "connection to {peer} lost after {bytes} bytes and not re-established within {secs:.0} s \
+         (--reconnect-timeout): {cause}"
+    )]
+    NotReconnected {
+        /// The peer (as dialed, or the address it came from).
+        peer: String,
+        /// Bytes of the stream the receiver held.
+        bytes: u64,
+        /// How long it tried.
+        secs: f64,
+        /// How the connection was lost.
+        cause: Box<TransportError>,
     },
     /// The peer abandoned the stream and said why.
     #[error("peer aborted the stream: {0}")]
@@ -194,6 +210,7 @@ impl TransportError {
             | LengthMismatch { .. }
             | ChecksumMismatch { .. }
             | PeerGone { .. }
+            | NotReconnected { .. }
             | BeyondWindow { .. } => EXIT_INCOMPLETE,
             PeerAborted(_) | Output(_) => EXIT_ABORTED,
             Tampered { .. } => EXIT_TAMPERED,

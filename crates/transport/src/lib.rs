@@ -18,6 +18,8 @@
 //!   the send loop, so for every transport).
 //! - [`endpoint`]: what `rdsend` and `rdrecv` run: connect or listen, handshake,
 //!   pick the transport, pump, report.
+//! - [`reconnect`]: a hop whose connection died while both ends live gets a
+//!   new one and resumes out of the sender's replay window.
 //! - [`chain`] and [`replay`]: a fan-out chain's hops between sinks, which
 //!   re-link around a dead relay host (the upstream relay's bounded replay
 //!   window, the resume exchange, one stream MAC across both connections).
@@ -37,6 +39,7 @@ pub mod pace;
 pub mod pump;
 pub mod rate;
 pub mod rdma;
+pub mod reconnect;
 pub mod relay;
 pub mod replay;
 pub mod select;

@@ -13,9 +13,9 @@ use crate::handshake::{handshake, LocalParams, Negotiated};
 use crate::TransportError;
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// Handshakes in progress at most; connections beyond are closed unanswered.
 pub const MAX_PENDING: usize = 16;
@@ -31,25 +31,37 @@ fn fatal(e: &TransportError) -> bool {
     )
 }
 
-/// Accepts on `l` until a peer authenticates with `key`; returns its connection
-/// and what was negotiated.
-pub fn accept_authenticated(
-    l: Listener,
-    key: &[u8],
-    params: &LocalParams,
-    timeout: Duration,
-) -> Result<(TcpStream, Negotiated), TransportError> {
-    let (tx, rx) = mpsc::channel::<Outcome>();
-    let pending = Arc::new(AtomicUsize::new(0));
-    let l = Arc::new(l);
-    {
-        // The acceptor: every connection to a handshake thread of its own.
-        let (tx, pending, l) = (tx.clone(), pending.clone(), l.clone());
-        let (key, params) = (key.to_vec(), params.clone());
+/// A listening endpoint's acceptor: every connection to a handshake thread of
+/// its own, the authenticated ones handed out by [`Acceptor::next`]. It keeps
+/// listening until dropped, so that a peer whose connection died can come
+/// back ([`crate::reconnect`]): once a connection is [watched](Acceptor::watch),
+/// a newly authenticated peer shuts it down (the reconnecting end noticed the
+/// loss first; the old connection may still look alive here), which wakes
+/// whatever waits on it.
+pub struct Acceptor {
+    rx: mpsc::Receiver<Outcome>,
+    listener: Arc<Listener>,
+    current: Arc<Mutex<Option<TcpStream>>>,
+}
+
+impl Acceptor {
+    /// Starts accepting on `l`, authenticating each peer with `key`.
+    pub fn start(
+        l: Listener,
+        key: &[u8],
+        params: &LocalParams,
+        timeout: Duration,
+    ) -> Result<Acceptor, TransportError> {
+        let (tx, rx) = mpsc::channel::<Outcome>();
+        let pending = Arc::new(AtomicUsize::new(0));
+        let l = Arc::new(l);
+        let current: Arc<Mutex<Option<TcpStream>>> = Arc::new(Mutex::new(None));
+        let (pending, acc) = (pending.clone(), l.clone());
+        let (key, params, cur) = (key.to_vec(), params.clone(), current.clone());
         std::thread::Builder::new()
             .name("acceptor".into())
             .spawn(move || loop {
-                let mut s = match l.accept() {
+                let mut s = match acc.accept() {
                     Ok(s) => s,
                     Err(e) => {
                         let _ = tx.send(("listener".into(), Err(e)));
@@ -67,7 +79,7 @@ pub fn accept_authenticated(
                     continue;
                 }
                 pending.fetch_add(1, Ordering::SeqCst);
-                let (tx, pending) = (tx.clone(), pending.clone());
+                let (tx, pending, cur) = (tx.clone(), pending.clone(), cur.clone());
                 let (key, params) = (key.clone(), params.clone());
                 let spawned =
                     std::thread::Builder::new()
@@ -75,7 +87,16 @@ pub fn accept_authenticated(
                         .spawn(move || {
                             let r = handshake(&mut s, &key, &params, timeout).map(|n| (s, n));
                             pending.fetch_sub(1, Ordering::SeqCst);
-                            // Nobody listens once a peer won: the connection just closes.
+                            if r.is_ok() {
+                                // A peer of this key is back: the connection it
+                                // replaces is dead to it, end it here too.
+                                let old = cur.lock().map(|mut c| c.take());
+                                if let Ok(Some(old)) = old {
+                                    let _ = old.shutdown(std::net::Shutdown::Both);
+                                }
+                            }
+                            // Nobody listens once the endpoint ended: the
+                            // connection just closes.
                             let _ = tx.send((peer, r));
                         });
                 if spawned.is_err() {
@@ -86,34 +107,80 @@ pub fn accept_authenticated(
                 context: "starting the acceptor thread",
                 source: e,
             })?;
+        Ok(Acceptor {
+            rx,
+            listener: l,
+            current,
+        })
     }
-    drop(tx);
-    let closer = l.clone();
-    // Once a peer won (or the endpoint gives up), the port closes: the acceptor's
-    // blocked accept() fails and it ends; handshakes still in progress end on
-    // their own deadline and find nobody listening for their outcome.
-    let close = move || {
-        let _ = socket2::SockRef::from(closer.socket()).shutdown(std::net::Shutdown::Both);
-    };
-    loop {
-        let (peer, r) = rx.recv().map_err(|_| TransportError::Io {
-            context: "accepting connections",
-            source: std::io::Error::other("the acceptor stopped"),
-        })?;
-        match r {
-            Ok(won) => {
-                close();
-                return Ok(won);
+
+    /// The next peer that authenticates, waiting until `deadline` (`None`:
+    /// for ever); `Ok(None)` once the deadline passed. Failed handshakes are
+    /// dropped with a line at `-v`; a fatal one (an authenticated peer whose
+    /// transport cannot be reconciled) ends the wait.
+    pub fn next(
+        &self,
+        deadline: Option<Instant>,
+    ) -> Result<Option<(TcpStream, Negotiated)>, TransportError> {
+        loop {
+            let got = match deadline {
+                None => self.rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+                Some(d) => self
+                    .rx
+                    .recv_timeout(d.saturating_duration_since(Instant::now())),
+            };
+            let (peer, r) = match got {
+                Ok(o) => o,
+                Err(RecvTimeoutError::Timeout) => return Ok(None),
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Err(TransportError::Io {
+                        context: "accepting connections",
+                        source: std::io::Error::other("the acceptor stopped"),
+                    })
+                }
+            };
+            match r {
+                Ok(won) => return Ok(Some(won)),
+                Err(e) if fatal(&e) => return Err(e),
+                Err(e @ TransportError::Accept(_)) => return Err(e),
+                Err(e @ TransportError::AuthFailed { .. }) => {
+                    tracing::warn!("{e} (wrong key?); still waiting for the sender");
+                }
+                Err(e) => tracing::info!("{peer}: dropped: {e}; still waiting"),
             }
-            Err(e) if fatal(&e) => {
-                close();
-                return Err(e);
-            }
-            Err(e @ TransportError::Accept(_)) => return Err(e),
-            Err(e @ TransportError::AuthFailed { .. }) => {
-                tracing::warn!("{e} (wrong key?); still waiting for the sender");
-            }
-            Err(e) => tracing::info!("{peer}: dropped: {e}; still waiting"),
         }
     }
+
+    /// From now on, a newly authenticated peer shuts `s` down (a peer coming
+    /// back replaces it).
+    pub fn watch(&self, s: &TcpStream) {
+        if let (Ok(c), Ok(mut cur)) = (s.try_clone(), self.current.lock()) {
+            *cur = Some(c);
+        }
+    }
+}
+
+impl Drop for Acceptor {
+    /// The port closes: the acceptor's blocked accept() fails and it ends;
+    /// handshakes still in progress end on their own deadline and find nobody
+    /// listening for their outcome.
+    fn drop(&mut self) {
+        let _ = socket2::SockRef::from(self.listener.socket()).shutdown(std::net::Shutdown::Both);
+    }
+}
+
+/// Accepts on `l` until a peer authenticates with `key`; returns its connection
+/// and what was negotiated. The port closes once a peer won.
+pub fn accept_authenticated(
+    l: Listener,
+    key: &[u8],
+    params: &LocalParams,
+    timeout: Duration,
+) -> Result<(TcpStream, Negotiated), TransportError> {
+    let a = Acceptor::start(l, key, params, timeout)?;
+    let won = a.next(None)?;
+    won.ok_or_else(|| TransportError::Io {
+        context: "accepting connections",
+        source: std::io::Error::other("the acceptor stopped"),
+    })
 }

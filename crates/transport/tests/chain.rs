@@ -26,6 +26,9 @@ fn opts(key: &[u8], integrity: Integrity) -> Options {
         integrity,
         rate_limit: None,
         progress: None,
+        reconnect_timeout: Duration::ZERO,
+        replay_window: 0,
+        notice: None,
     }
 }
 

@@ -47,6 +47,19 @@ pub fn chain_stream_key(chain_secret: &[u8]) -> [u8; KEY_LEN] {
     crate::session::tag(chain_secret, &[b"rdma-pipe v2 chain stream mac", &[1]])
 }
 
+/// What binds a reconnecting hop's resume messages to its stream: derived
+/// from the keys of the stream's FIRST connection (their stream-MAC key,
+/// under a label of its own), so both ends of that stream know it and nobody
+/// else does, not even a holder of the shared key that runs another stream.
+/// The messages of a reconnect carry tags under the new connection's keys
+/// over their body and this binding ([`ResumeRequest::encode_bound`]).
+pub fn stream_binding(first: &SessionKeys) -> [u8; KEY_LEN] {
+    crate::session::tag(
+        &first.stream_mac,
+        &[b"rdma-pipe v3 reconnect binding", &[1]],
+    )
+}
+
 /// The resuming receiver's request: it holds the stream's first `offset`
 /// bytes and wants the rest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,21 +78,38 @@ impl ResumeRequest {
 
     /// The request, tagged with the receiver's resume key of `keys`.
     pub fn encode(&self, keys: &SessionKeys) -> [u8; RESUME_LEN] {
+        self.encode_bound(keys, &[])
+    }
+
+    /// The request of a reconnecting hop: its tag also covers `binding`
+    /// ([`stream_binding`] of the stream's first connection), which is not
+    /// sent: only an end of that same stream can produce or check it.
+    pub fn encode_bound(&self, keys: &SessionKeys, binding: &[u8]) -> [u8; RESUME_LEN] {
         let body = self.body();
         let mut out = [0u8; RESUME_LEN];
         out[..12].copy_from_slice(&body);
-        out[12..].copy_from_slice(&keys.resume_tag(Role::Receiver, &body));
+        out[12..].copy_from_slice(&keys.resume_tag(Role::Receiver, &body, binding));
         out
     }
 
     /// Decodes and authenticates a request (the sender's side).
     pub fn decode(b: &[u8; RESUME_LEN], keys: &SessionKeys) -> Result<ResumeRequest, WireError> {
+        Self::decode_bound(b, keys, &[])
+    }
+
+    /// Decodes a reconnecting hop's request bound to `binding`: a request
+    /// for another stream (or forged) fails with [`WireError::ResumeForged`].
+    pub fn decode_bound(
+        b: &[u8; RESUME_LEN],
+        keys: &SessionKeys,
+        binding: &[u8],
+    ) -> Result<ResumeRequest, WireError> {
         let magic: [u8; 4] = b[..4].try_into().expect("4 bytes");
         if magic != REQUEST_MAGIC {
             return Err(WireError::BadResumeMagic(magic));
         }
         let tag: [u8; TAG_LEN] = b[12..].try_into().expect("tag length");
-        if !keys.verify_resume(Role::Receiver, &b[..12], &tag) {
+        if !keys.verify_resume(Role::Receiver, &b[..12], binding, &tag) {
             return Err(WireError::ResumeForged);
         }
         Ok(ResumeRequest {
@@ -144,10 +174,15 @@ impl ResumeReply {
 
     /// The answer, tagged with the sender's resume key of `keys`.
     pub fn encode(&self, keys: &SessionKeys) -> [u8; RESUME_REPLY_LEN] {
+        self.encode_bound(keys, &[])
+    }
+
+    /// The answer on a reconnecting hop, its tag covering `binding` too.
+    pub fn encode_bound(&self, keys: &SessionKeys, binding: &[u8]) -> [u8; RESUME_REPLY_LEN] {
         let body = self.body();
         let mut out = [0u8; RESUME_REPLY_LEN];
         out[..29].copy_from_slice(&body);
-        out[29..].copy_from_slice(&keys.resume_tag(Role::Sender, &body));
+        out[29..].copy_from_slice(&keys.resume_tag(Role::Sender, &body, binding));
         out
     }
 
@@ -158,12 +193,21 @@ impl ResumeReply {
         b: &[u8; RESUME_REPLY_LEN],
         keys: &SessionKeys,
     ) -> Result<ResumeReply, WireError> {
+        Self::decode_bound(b, keys, &[])
+    }
+
+    /// Decodes a reconnecting hop's answer bound to `binding`.
+    pub fn decode_bound(
+        b: &[u8; RESUME_REPLY_LEN],
+        keys: &SessionKeys,
+        binding: &[u8],
+    ) -> Result<ResumeReply, WireError> {
         let magic: [u8; 4] = b[..4].try_into().expect("4 bytes");
         if magic != REPLY_MAGIC {
             return Err(WireError::BadResumeMagic(magic));
         }
         let tag: [u8; TAG_LEN] = b[29..].try_into().expect("tag length");
-        if !keys.verify_resume(Role::Sender, &b[..29], &tag) {
+        if !keys.verify_resume(Role::Sender, &b[..29], binding, &tag) {
             return Err(WireError::ResumeForged);
         }
         let u = |r: std::ops::Range<usize>| u64::from_be_bytes(b[r].try_into().expect("8 bytes"));
@@ -270,7 +314,7 @@ mod tests {
         let body = a.body();
         let mut forged = [0u8; RESUME_REPLY_LEN];
         forged[..29].copy_from_slice(&body);
-        forged[29..].copy_from_slice(&k.resume_tag(Role::Receiver, &body));
+        forged[29..].copy_from_slice(&k.resume_tag(Role::Receiver, &body, &[]));
         assert_eq!(
             ResumeReply::decode(&forged, &k),
             Err(WireError::ResumeForged)
@@ -284,6 +328,33 @@ mod tests {
             ResumeReply::decode(&bent.encode(&k), &k),
             Err(WireError::BadResumeWindow { .. })
         ));
+    }
+
+    #[test]
+    fn a_bound_request_or_answer_passes_only_with_its_binding() {
+        let (first, other, now) = (keys(b"first"), keys(b"other"), keys(b"now"));
+        let (b1, b2) = (stream_binding(&first), stream_binding(&other));
+        assert_ne!(b1, b2);
+        let r = ResumeRequest { offset: 99 }.encode_bound(&now, &b1);
+        assert_eq!(
+            ResumeRequest::decode_bound(&r, &now, &b1),
+            Ok(ResumeRequest { offset: 99 })
+        );
+        // Another stream's end (same shared key, other first connection).
+        assert_eq!(
+            ResumeRequest::decode_bound(&r, &now, &b2),
+            Err(WireError::ResumeForged)
+        );
+        assert_eq!(
+            ResumeRequest::decode(&r, &now),
+            Err(WireError::ResumeForged)
+        );
+        let a = ResumeReply::answer(99, 0, 100).encode_bound(&now, &b1);
+        assert!(ResumeReply::decode_bound(&a, &now, &b1).is_ok());
+        assert_eq!(
+            ResumeReply::decode_bound(&a, &now, &b2),
+            Err(WireError::ResumeForged)
+        );
     }
 
     #[test]

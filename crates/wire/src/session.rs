@@ -143,15 +143,24 @@ impl SessionKeys {
         }
     }
 
-    /// The tag of a re-link message sent by the end playing `role` (the
-    /// receiver's request, the sender's answer) over its encoded body.
-    pub fn resume_tag(&self, role: Role, body: &[u8]) -> [u8; TAG_LEN] {
-        tag(self.resume_key(role), &[b"resume", body])
+    /// The tag of a re-link or reconnect message sent by the end playing
+    /// `role` (the receiver's request, the sender's answer) over its encoded
+    /// body and `binding` (empty for a chain re-link; the stream's
+    /// [`crate::resume::stream_binding`] for a reconnect; bodies have fixed
+    /// lengths, so the two cannot be confused).
+    pub fn resume_tag(&self, role: Role, body: &[u8], binding: &[u8]) -> [u8; TAG_LEN] {
+        tag(self.resume_key(role), &[b"resume", body, binding])
     }
 
     /// Checks (constant-time) the tag of a re-link message from `role`.
-    pub fn verify_resume(&self, role: Role, body: &[u8], t: &[u8; TAG_LEN]) -> bool {
-        verify(self.resume_key(role), &[b"resume", body], t)
+    pub fn verify_resume(
+        &self,
+        role: Role,
+        body: &[u8],
+        binding: &[u8],
+        t: &[u8; TAG_LEN],
+    ) -> bool {
+        verify(self.resume_key(role), &[b"resume", body, binding], t)
     }
 
     fn confirm_key(&self, role: Role) -> &[u8; KEY_LEN] {

@@ -4,7 +4,7 @@
 //! (to make a relay skip or repeat bytes) is caught.
 
 use proptest::prelude::*;
-use rdpipe_wire::resume::{RESUME_LEN, RESUME_REPLY_LEN};
+use rdpipe_wire::resume::{stream_binding, RESUME_LEN, RESUME_REPLY_LEN};
 use rdpipe_wire::{ResumeReply, ResumeRequest, ResumeVerdict, SessionKeys, WireError};
 
 fn keys(secret: &[u8]) -> SessionKeys {
@@ -48,5 +48,23 @@ proptest! {
         prop_assert!(ResumeReply::decode(&b, &k).is_err());
         // Another session's keys never pass.
         prop_assert_eq!(ResumeReply::decode(&a.encode(&keys(b"j")), &k), Err(WireError::ResumeForged));
+    }
+
+    #[test]
+    fn a_reconnect_request_passes_only_with_its_own_stream_binding(offset in any::<u64>(),
+                                                                   a in any::<[u8; 8]>(),
+                                                                   b in any::<[u8; 8]>()) {
+        let now = keys(b"now");
+        let (ba, bb) = (stream_binding(&keys(&a)), stream_binding(&keys(&b)));
+        let r = ResumeRequest { offset }.encode_bound(&now, &ba);
+        prop_assert_eq!(ResumeRequest::decode_bound(&r, &now, &ba), Ok(ResumeRequest { offset }));
+        if a != b {
+            prop_assert_eq!(ResumeRequest::decode_bound(&r, &now, &bb), Err(WireError::ResumeForged));
+        }
+        let rep = ResumeReply::answer(offset, 0, u64::MAX).encode_bound(&now, &ba);
+        prop_assert!(ResumeReply::decode_bound(&rep, &now, &ba).is_ok());
+        if a != b {
+            prop_assert_eq!(ResumeReply::decode_bound(&rep, &now, &bb), Err(WireError::ResumeForged));
+        }
     }
 }

@@ -95,6 +95,14 @@ pub struct AgentArgs {
     /// Seconds to keep retrying a connect.
     #[arg(long, default_value_t = 30)]
     pub connect_timeout: u64,
+    /// Seconds a hop whose connection died tries to reconnect and resume
+    /// (rdpipe's `--reconnect-timeout`; 0: off).
+    #[arg(long, default_value_t = 60)]
+    pub reconnect_timeout: u64,
+    /// Bytes each sending hop keeps until its receiver has them, to resume
+    /// after a reconnect (rdpipe's `--replay-window`).
+    #[arg(long, value_name = "BYTES", default_value_t = rdpipe_transport::endpoint::REPLAY_WINDOW)]
+    pub reconnect_window: usize,
     /// Run `SHELL -c CMD` (the user's login shell).
     #[arg(long)]
     pub cmd: Option<String>,
@@ -218,6 +226,8 @@ fn run(a: AgentArgs) -> bool {
         handshake_timeout: Duration::from_secs(a.handshake_timeout),
         rate_limit: a.rate_limit,
         connect_timeout: Duration::from_secs(a.connect_timeout),
+        reconnect_timeout: Duration::from_secs(a.reconnect_timeout),
+        reconnect_window: a.reconnect_window,
         links: [a.input, a.output],
         orders,
         meter,

@@ -70,6 +70,10 @@ pub struct Transfers {
     pub rate_limit: Option<rdpipe_transport::Rate>,
     /// `--connect-timeout`.
     pub connect_timeout: Duration,
+    /// `--reconnect-timeout`.
+    pub reconnect_timeout: Duration,
+    /// `--reconnect-window`.
+    pub reconnect_window: usize,
     /// How each direction takes part (listen or connect).
     pub links: [Link; 2],
     /// The `CONNECT` orders, taken by the side that connects.
@@ -95,6 +99,9 @@ impl Transfers {
             integrity: self.integrity,
             rate_limit: self.rate_limit,
             progress: Some(self.meter.callback(dir)),
+            reconnect_timeout: self.reconnect_timeout,
+            replay_window: self.reconnect_window,
+            notice: None,
         }
     }
 

@@ -35,6 +35,7 @@ fn config(cfg: &DoctorConfig, from: &Target, to: &Target, transport: TransportPr
         chunk_size: cfg.chunk_size,
         slots: cfg.slots,
         connect_timeout: cfg.connect_timeout,
+        reconnect_timeout: 0,
         handshake_timeout: 10,
         rate_limit: None,
         max_sessions: 10,

@@ -51,6 +51,9 @@ pub struct Config {
     pub slots: u32,
     /// Seconds to keep trying to connect.
     pub connect_timeout: u64,
+    /// `--reconnect-timeout`: seconds a hop whose connection died tries to
+    /// reconnect and resume (0: off).
+    pub reconnect_timeout: u64,
     /// Seconds the authentication handshake may take.
     pub handshake_timeout: u64,
     /// `--rate-limit`, for every hop (each hop's sender paces).

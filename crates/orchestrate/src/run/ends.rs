@@ -30,6 +30,9 @@ impl Runner {
                 let c = counter.clone();
                 Box::new(move |n| c.store(n, Ordering::Relaxed)) as Box<dyn FnMut(u64) + Send>
             }),
+            reconnect_timeout: Duration::from_secs(self.a.reconnect_timeout),
+            replay_window: self.a.replay_window,
+            notice: None,
         }
     }
 

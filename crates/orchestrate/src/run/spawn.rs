@@ -122,6 +122,10 @@ pub fn agent_args(p: &Pipeline, i: usize, a: &Config) -> Vec<String> {
         a.connect_timeout.to_string(),
         "--handshake-timeout".into(),
         a.handshake_timeout.to_string(),
+        "--reconnect-timeout".into(),
+        a.reconnect_timeout.to_string(),
+        "--reconnect-window".into(),
+        a.replay_window.to_string(),
         "--integrity".into(),
         a.integrity.as_str().into(),
     ];
@@ -465,6 +469,7 @@ mod tests {
             chunk_size: 1 << 20,
             slots: 2,
             connect_timeout: 30,
+            reconnect_timeout: 60,
             handshake_timeout: 10,
             rate_limit: "16M".parse().ok(),
             max_sessions: 10,

@@ -1,0 +1,451 @@
+//! A hop that survives the loss of its connection while both ends live: a
+//! reset, a NAT or firewall that forgot the connection, an RDMA queue pair
+//! in the error state after a switch reboot. The end that dialed dials again,
+//! the end that listened keeps listening ([`crate::listen::Acceptor`]); the
+//! new connection authenticates like the first one, then the receiver says
+//! how many verified bytes it holds and the sender resends from there out of
+//! its replay window ([`crate::replay`]), for up to `--reconnect-timeout`.
+//!
+//! One stream across connections: both ends keep the stream hasher of the
+//! first connection (its MAC keyed with that connection's stream-MAC key),
+//! the sender's End covers the whole stream and is tagged under the last
+//! connection's keys. The resume messages are tagged under the new
+//! connection's keys over a binding derived from the first connection's
+//! ([`rdpipe_wire::resume::stream_binding`]), so only the other end of this
+//! very stream can resume it: an attacker who resets the connection cannot
+//! authenticate a new one, and old bytes replayed into a new connection fail
+//! its keys (docs/security.md).
+
+use crate::connect::{connect_retry, Listener};
+use crate::endpoint::{
+    local_params, open_or_abort, progress_of, protection, Endpoint, Options, Report,
+};
+use crate::frame_io::{conn_error, protocol};
+use crate::handshake::{handshake, Negotiated};
+use crate::listen::Acceptor;
+use crate::pump::{recv_stream_with, send_stream_with};
+use crate::replay::Recorded;
+use crate::{select, TransportError};
+use rdpipe_wire::resume::{
+    stream_binding, ResumeReply, ResumeRequest, ResumeVerdict, RESUME_LEN, RESUME_REPLY_LEN,
+};
+use rdpipe_wire::{Role, WireError};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::os::fd::AsFd;
+use std::time::{Duration, Instant};
+
+/// One reconnect of a hop, as `-v` and `--json` report it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reconnect {
+    /// The stream offset the hop resumed at (bytes the receiver held).
+    pub offset: u64,
+    /// From noticing the loss to the resumed stream's first byte.
+    pub downtime: Duration,
+    /// The transport of the new connection.
+    pub transport: String,
+}
+
+/// How a hop gets its connections, again and again.
+pub(crate) enum Link {
+    /// Dial `host:port` (the peer listens).
+    Dial { host: String, port: u16 },
+    /// Keep listening; the peer dials.
+    Accept(Acceptor),
+}
+
+/// How long to wait between two failed dials of a reconnect.
+const REDIAL_PAUSE: Duration = Duration::from_millis(100);
+
+impl Link {
+    /// The first connection of `endpoint`, and the link to get the next ones.
+    pub(crate) fn open(
+        endpoint: Endpoint,
+        opts: &Options,
+        role: Role,
+    ) -> Result<(Link, TcpStream, Negotiated), TransportError> {
+        let params = local_params(opts, role);
+        match endpoint {
+            Endpoint::Connect {
+                host,
+                port,
+                timeout,
+            } => {
+                let mut s = connect_retry(&host, port, timeout)?;
+                let n = handshake(&mut s, &opts.key, &params, opts.handshake_timeout)?;
+                Ok((Link::Dial { host, port }, s, n))
+            }
+            Endpoint::Listen {
+                bind,
+                port,
+                announce,
+            } => {
+                let l = Listener::bind_at(bind.as_deref(), port)?;
+                if let Some(a) = announce {
+                    a(l.port()).map_err(TransportError::Announce)?;
+                }
+                let a = Acceptor::start(l, &opts.key, &params, opts.handshake_timeout)?;
+                let (s, n) = a.next(None)?.ok_or_else(|| TransportError::Io {
+                    context: "accepting connections",
+                    source: std::io::Error::other("the acceptor stopped"),
+                })?;
+                Ok((Link::Accept(a), s, n))
+            }
+        }
+    }
+
+    /// Who the link reaches, for messages.
+    pub(crate) fn describe(&self, peer: &str) -> String {
+        match self {
+            Link::Dial { host, port, .. } => format!("{host}:{port}"),
+            Link::Accept(_) => peer.to_string(),
+        }
+    }
+
+    /// While `s` carries the stream, a peer coming back replaces it.
+    pub(crate) fn watch(&self, s: &TcpStream) {
+        if let Link::Accept(a) = self {
+            a.watch(s);
+        }
+    }
+
+    /// The next authenticated connection, by `deadline`; `None` once it passed.
+    pub(crate) fn again(
+        &mut self,
+        opts: &Options,
+        role: Role,
+        deadline: Instant,
+    ) -> Result<Option<(TcpStream, Negotiated)>, TransportError> {
+        match self {
+            Link::Accept(a) => a.next(Some(deadline)),
+            Link::Dial { host, port, .. } => loop {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Ok(None);
+                }
+                let params = local_params(opts, role);
+                let r = connect_retry(host, *port, left).and_then(|mut s| {
+                    handshake(&mut s, &opts.key, &params, opts.handshake_timeout).map(|n| (s, n))
+                });
+                match r {
+                    Ok(won) => return Ok(Some(won)),
+                    Err(
+                        e @ (TransportError::TransportMismatch(_)
+                        | TransportError::RdmaLibraries(_)),
+                    ) => return Err(e),
+                    Err(e) => {
+                        tracing::debug!("reconnecting to {host}:{port}: {e}");
+                        std::thread::sleep(REDIAL_PAUSE.min(left));
+                    }
+                }
+            },
+        }
+    }
+}
+
+/// Whether a failed connection is worth reconnecting: the peer or the
+/// connection went away. A verdict on the stream (a mismatch, tampering, an
+/// abort) or our own input or output failing is not.
+pub(crate) fn lost(e: &TransportError) -> bool {
+    matches!(
+        e,
+        TransportError::PeerGone { .. }
+            | TransportError::Truncated { .. }
+            | TransportError::Rdma(_)
+    )
+}
+
+/// Reads one resume message of `N` bytes within `timeout`.
+pub(crate) fn read_message<const N: usize>(
+    s: &mut TcpStream,
+    peer: &str,
+    timeout: Duration,
+) -> Result<[u8; N], TransportError> {
+    s.set_read_timeout(Some(timeout))
+        .map_err(TransportError::SocketOption)?;
+    let mut b = [0u8; N];
+    let r = s.read_exact(&mut b).map_err(|e| conn_error(peer, e));
+    s.set_read_timeout(None)
+        .map_err(TransportError::SocketOption)?;
+    r.map(|_| b)
+}
+
+/// What the resume exchange on a new connection came to.
+pub(crate) enum Rejoined<T> {
+    /// The stream goes on.
+    Yes(T),
+    /// The peer is not this stream's other end (or a message was forged):
+    /// drop the connection and keep waiting.
+    Stranger(TransportError),
+}
+
+/// The sender's side of the exchange on a reconnected hop: the receiver's
+/// request (bound to this stream), our answer from `window`; the bytes to
+/// resend, or why not.
+pub(crate) fn answer_resume(
+    s: &mut TcpStream,
+    n: &Negotiated,
+    first: &Negotiated,
+    binding: &[u8],
+    window: &crate::replay::ReplayWindow,
+    timeout: Duration,
+) -> Result<Rejoined<(u64, Vec<u8>)>, TransportError> {
+    let peer = n.peer_addr.as_str();
+    if let Some(e) = same_protection(n, first) {
+        return Ok(Rejoined::Stranger(e));
+    }
+    let b = match read_message::<RESUME_LEN>(s, peer, timeout) {
+        Ok(b) => b,
+        Err(e) => return Ok(Rejoined::Stranger(e)),
+    };
+    let req = match ResumeRequest::decode_bound(&b, &n.keys, binding) {
+        Ok(r) => r,
+        Err(e) => return Ok(Rejoined::Stranger(protocol(peer, e))),
+    };
+    let reply = window.answer(req.offset);
+    s.write_all(&reply.encode_bound(&n.keys, binding))
+        .map_err(|e| conn_error(peer, e))?;
+    match window.since(req.offset) {
+        Ok([a, b]) => Ok(Rejoined::Yes((req.offset, [a, b].concat()))),
+        Err(o) => Err(TransportError::BeyondWindow {
+            offset: o.offset,
+            start: o.start,
+            end: o.end,
+        }),
+    }
+}
+
+/// The receiver's side: ask for the stream from `offset` on, check the
+/// answer.
+pub(crate) fn ask_resume(
+    s: &mut TcpStream,
+    n: &Negotiated,
+    first: &Negotiated,
+    binding: &[u8],
+    offset: u64,
+    timeout: Duration,
+) -> Result<Rejoined<()>, TransportError> {
+    let peer = n.peer_addr.as_str();
+    if let Some(e) = same_protection(n, first) {
+        return Ok(Rejoined::Stranger(e));
+    }
+    s.write_all(&ResumeRequest { offset }.encode_bound(&n.keys, binding))
+        .map_err(|e| conn_error(peer, e))?;
+    let b = match read_message::<RESUME_REPLY_LEN>(s, peer, timeout) {
+        Ok(b) => b,
+        Err(e) => return Ok(Rejoined::Stranger(e)),
+    };
+    let reply = match ResumeReply::decode_bound(&b, &n.keys, binding) {
+        Ok(r) => r,
+        Err(e @ WireError::ResumeForged) => return Ok(Rejoined::Stranger(protocol(peer, e))),
+        Err(e) => return Err(protocol(peer, e)),
+    };
+    reply.check(offset).map_err(|e| protocol(peer, e))?;
+    if reply.verdict == ResumeVerdict::BeyondWindow {
+        return Err(TransportError::BeyondWindow {
+            offset,
+            start: reply.window_start,
+            end: reply.window_end,
+        });
+    }
+    Ok(Rejoined::Yes(()))
+}
+
+/// A new connection must carry the stream under the protection it began with.
+fn same_protection(n: &Negotiated, first: &Negotiated) -> Option<TransportError> {
+    (n.integrity != first.integrity).then(|| {
+        TransportError::TransportMismatch(format!(
+            "the reconnection from {} is protected with {}, the stream began under {}",
+            n.peer_addr,
+            n.integrity.as_str(),
+            first.integrity.as_str()
+        ))
+    })
+}
+
+/// Tells the user (progress line, `-v`) what the hop is doing.
+fn waiting(opts: &mut Options, peer: &str, offset: u64, e: &TransportError) {
+    tracing::info!("the connection to {peer} was lost at byte {offset} ({e}); reconnecting");
+    if let Some(n) = opts.notice.as_mut() {
+        n(HopState::Reconnecting);
+    }
+}
+
+/// What a hop tells the progress line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HopState {
+    /// The connection was lost; waiting for a new one.
+    Reconnecting,
+    /// The stream flows again.
+    Flowing,
+}
+
+/// Names the transport the last reconnect came back on, once it is built.
+fn described(reconnects: &mut [Reconnect], transport: String) {
+    if let Some(r) = reconnects.last_mut().filter(|r| r.transport.is_empty()) {
+        r.transport = transport;
+    }
+}
+
+/// The failure after `--reconnect-timeout` ran out.
+fn gave_up(peer: &str, offset: u64, timeout: Duration, cause: TransportError) -> TransportError {
+    TransportError::NotReconnected {
+        peer: peer.to_string(),
+        bytes: offset,
+        secs: timeout.as_secs_f64(),
+        cause: Box::new(cause),
+    }
+}
+
+/// [`crate::run_send`] on a hop that reconnects (`opts.reconnect_timeout`
+/// above 0): every byte read is kept in a replay window of
+/// `opts.replay_window` bytes until the receiver has it.
+pub(crate) fn send_reconnecting<R: Read + AsFd>(
+    endpoint: Endpoint,
+    mut opts: Options,
+    input: &mut R,
+) -> Result<Report, TransportError> {
+    let (mut link, stream, first) = Link::open(endpoint, &opts, Role::Sender)?;
+    let binding = stream_binding(&first.keys);
+    let mut input = Recorded::new(input, opts.replay_window);
+    let mut hasher = protection(&first).hasher();
+    let mut progress = opts.progress.take();
+    let mut reconnects = Vec::new();
+    let start = Instant::now();
+    let (mut stream, mut n) = (stream, first.clone());
+    let mut replay = Vec::new();
+    loop {
+        link.watch(&stream);
+        let mut tx = select::sender(stream, &n, opts.slots as usize)?;
+        described(&mut reconnects, tx.describe());
+        let prog = progress_of(&mut progress);
+        let r = send_stream_with(
+            &mut input,
+            tx.as_mut(),
+            protection(&n),
+            &mut hasher,
+            &replay,
+            n.rate_limit,
+            prog,
+        );
+        let e = match r {
+            Ok(t) => {
+                let mut rep = Report::of(t, start, tx.describe(), &n);
+                rep.reconnects = reconnects;
+                return Ok(rep);
+            }
+            Err(e) if lost(&e) => e,
+            Err(e) => return Err(e),
+        };
+        drop(tx);
+        let peer = link.describe(&n.peer_addr);
+        let at = hasher.bytes();
+        waiting(&mut opts, &peer, at, &e);
+        let lost_at = Instant::now();
+        let deadline = lost_at + opts.reconnect_timeout;
+        loop {
+            let Some((mut s, n2)) = link.again(&opts, Role::Sender, deadline)? else {
+                return Err(gave_up(&peer, at, opts.reconnect_timeout, e));
+            };
+            let w = input.window();
+            match answer_resume(&mut s, &n2, &first, &binding, w, opts.handshake_timeout)? {
+                Rejoined::Yes((offset, bytes)) => {
+                    tracing::info!(
+                        "reconnected to {}: resending from byte {offset} ({} bytes from the \
+                         replay window) after {:.3} s",
+                        n2.peer_addr,
+                        bytes.len(),
+                        lost_at.elapsed().as_secs_f64()
+                    );
+                    reconnects.push(Reconnect {
+                        offset,
+                        downtime: lost_at.elapsed(),
+                        transport: String::new(),
+                    });
+                    replay = bytes;
+                    (stream, n) = (s, n2);
+                    break;
+                }
+                Rejoined::Stranger(why) => {
+                    tracing::info!("{}: not this stream's receiver: {why}", n2.peer_addr)
+                }
+            }
+        }
+        if let Some(n) = opts.notice.as_mut() {
+            n(HopState::Flowing);
+        }
+    }
+}
+
+/// [`crate::run_recv`] on a hop that reconnects: a stream cut short waits for
+/// the sender to come back and goes on into the same output.
+pub(crate) fn recv_reconnecting<W: Write, F: FnOnce() -> Result<W, TransportError>>(
+    endpoint: Endpoint,
+    mut opts: Options,
+    open_output: F,
+) -> Result<Report, TransportError> {
+    let (mut link, stream, first) = Link::open(endpoint, &opts, Role::Receiver)?;
+    let binding = stream_binding(&first.keys);
+    let mut hasher = protection(&first).hasher();
+    link.watch(&stream);
+    let mut rx = select::receiver(stream, &first)?;
+    let mut output = open_or_abort(rx.as_mut(), open_output)?;
+    let mut progress = opts.progress.take();
+    let mut reconnects = Vec::new();
+    let start = Instant::now();
+    let mut n = first.clone();
+    loop {
+        let prog = progress_of(&mut progress);
+        let e = match recv_stream_with(rx.as_mut(), &mut output, protection(&n), &mut hasher, prog)
+        {
+            Ok(t) => {
+                let mut rep = Report::of(t, start, rx.describe(), &n);
+                rep.reconnects = reconnects;
+                return Ok(rep);
+            }
+            Err(e @ TransportError::Truncated { .. }) => e,
+            Err(e) => return Err(e),
+        };
+        drop(rx);
+        let peer = link.describe(&n.peer_addr);
+        let offset = hasher.bytes();
+        waiting(&mut opts, &peer, offset, &e);
+        let lost_at = Instant::now();
+        let deadline = lost_at + opts.reconnect_timeout;
+        let (s, n2) = loop {
+            let Some((mut s, n2)) = link.again(&opts, Role::Receiver, deadline)? else {
+                return Err(gave_up(&peer, offset, opts.reconnect_timeout, e));
+            };
+            match ask_resume(
+                &mut s,
+                &n2,
+                &first,
+                &binding,
+                offset,
+                opts.handshake_timeout,
+            )? {
+                Rejoined::Yes(()) => break (s, n2),
+                Rejoined::Stranger(why) => {
+                    tracing::info!("{}: not this stream's sender: {why}", n2.peer_addr)
+                }
+            }
+        };
+        tracing::info!(
+            "reconnected from {}: resuming at byte {offset} after {:.3} s",
+            n2.peer_addr,
+            lost_at.elapsed().as_secs_f64()
+        );
+        reconnects.push(Reconnect {
+            offset,
+            downtime: lost_at.elapsed(),
+            transport: String::new(),
+        });
+        link.watch(&s);
+        rx = select::receiver(s, &n2)?;
+        described(&mut reconnects, rx.describe());
+        n = n2;
+        if let Some(n) = opts.notice.as_mut() {
+            n(HopState::Flowing);
+        }
+    }
+}

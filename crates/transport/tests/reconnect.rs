@@ -1,0 +1,303 @@
+//! A hop that reconnects ([`rdpipe_transport::reconnect`]), over loopback
+//! TCP through a proxy the test controls: the proxy cuts every connection
+//! it carries at moments the test picks (the receiver's output has grown
+//! past a mark), and both ends must reconnect through it and resume
+//! byte-exact under every protection. As the attacker, the proxy replays a
+//! dead connection's bytes into the next one: nothing of it is accepted.
+
+use rdpipe_transport::{run_recv, run_send, Endpoint, Options, Rate, Report, TransportError};
+use rdpipe_wire::{Integrity, TransportPref};
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::num::NonZeroU64;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+fn opts(integrity: Integrity, window: usize, reconnect: Duration) -> Options {
+    Options {
+        key: b"reconnect test key".to_vec(),
+        chunk_size: 256 << 10,
+        slots: 2,
+        transport: TransportPref::Tcp,
+        handshake_timeout: Duration::from_secs(5),
+        integrity,
+        // Slow enough that the cuts land mid-stream.
+        rate_limit: Some(Rate::new(NonZeroU64::new(64 << 20).unwrap())),
+        progress: None,
+        reconnect_timeout: reconnect,
+        replay_window: window,
+        notice: None,
+    }
+}
+
+/// An output the test can read while it grows.
+#[derive(Clone, Default)]
+struct Shared(Arc<Mutex<Vec<u8>>>);
+
+impl Shared {
+    fn len(&self) -> usize {
+        self.0.lock().unwrap().len()
+    }
+}
+
+impl Write for Shared {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A proxy to `port` whose connections the test can cut. With `replay`, the
+/// connection after each cut gets the dead connection's client bytes first
+/// (an attacker replaying a recorded session), then is closed.
+struct Proxy {
+    port: u16,
+    live: Arc<Mutex<Vec<TcpStream>>>,
+    /// Set: new connections are closed at once (the peer is unreachable).
+    closed: Arc<AtomicBool>,
+}
+
+impl Proxy {
+    fn start(port: u16, replay: bool) -> Proxy {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let me = l.local_addr().unwrap().port();
+        let live: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+        let closed = Arc::new(AtomicBool::new(false));
+        let recorded: Arc<Mutex<Vec<u8>>> = Arc::default();
+        let (live2, closed2) = (live.clone(), closed.clone());
+        std::thread::spawn(move || {
+            let mut replay_next = false;
+            for client in l.incoming() {
+                let Ok(mut client) = client else { return };
+                if closed2.load(Ordering::SeqCst) {
+                    continue;
+                }
+                let mut server = TcpStream::connect(("127.0.0.1", port)).unwrap();
+                if replay && replay_next {
+                    // The attacker's connection: the old bytes, then gone.
+                    replay_next = false;
+                    let old = recorded.lock().unwrap().clone();
+                    let _ = server.write_all(&old);
+                    std::thread::sleep(Duration::from_millis(200));
+                    let _ = server.shutdown(Shutdown::Both);
+                    let _ = client.shutdown(Shutdown::Both);
+                    continue;
+                }
+                replay_next = true;
+                recorded.lock().unwrap().clear();
+                {
+                    let mut l = live2.lock().unwrap();
+                    l.push(client.try_clone().unwrap());
+                    l.push(server.try_clone().unwrap());
+                }
+                let (mut c2, mut s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut s2, &mut c2);
+                    let _ = c2.shutdown(Shutdown::Both);
+                });
+                let rec = recorded.clone();
+                std::thread::spawn(move || {
+                    let mut buf = vec![0u8; 64 << 10];
+                    loop {
+                        let n = match client.read(&mut buf) {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => n,
+                        };
+                        {
+                            let mut r = rec.lock().unwrap();
+                            if r.len() < 1 << 20 {
+                                r.extend_from_slice(&buf[..n]);
+                            }
+                        }
+                        if server.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                    let _ = server.shutdown(Shutdown::Both);
+                });
+            }
+        });
+        Proxy {
+            port: me,
+            live,
+            closed,
+        }
+    }
+
+    /// Cuts every connection it carries (both ends see them close).
+    fn cut(&self) {
+        for s in self.live.lock().unwrap().drain(..) {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+fn data(n: usize) -> Vec<u8> {
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+type Ends = (
+    Result<Report, TransportError>,
+    Result<Report, TransportError>,
+    Vec<u8>,
+);
+
+/// Sends `input` through a proxy that cuts the connection each time the
+/// receiver's output passes one of `marks`.
+fn flapping(input: &[u8], integrity: Integrity, marks: &[usize], replay: bool) -> Ends {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("input");
+    std::fs::write(&path, input).unwrap();
+    let out = Shared::default();
+    let (port_tx, port_rx) = mpsc::channel();
+    let recv = {
+        let out = out.clone();
+        std::thread::spawn(move || {
+            let ep = Endpoint::Listen {
+                bind: Some("127.0.0.1".into()),
+                port: 0,
+                announce: Some(Box::new(move |p| {
+                    port_tx.send(p).unwrap();
+                    Ok(())
+                })),
+            };
+            let o = opts(integrity, 32 << 20, Duration::from_secs(20));
+            run_recv(ep, o, move || Ok(out))
+        })
+    };
+    let proxy = Proxy::start(port_rx.recv().unwrap(), replay);
+    let send = {
+        let port = proxy.port;
+        std::thread::spawn(move || {
+            let ep = Endpoint::Connect {
+                host: "127.0.0.1".into(),
+                port,
+                timeout: Duration::from_secs(5),
+            };
+            let mut f = std::fs::File::open(path).unwrap();
+            run_send(
+                ep,
+                opts(integrity, 32 << 20, Duration::from_secs(20)),
+                &mut f,
+            )
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for &m in marks {
+        while out.len() < m && !send.is_finished() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        proxy.cut();
+    }
+    let s = send.join().unwrap();
+    let r = recv.join().unwrap();
+    drop(dir);
+    let got = out.0.lock().unwrap().clone();
+    (s, r, got)
+}
+
+#[test]
+fn five_cuts_resume_byte_exact_under_every_protection() {
+    let input = data(24 << 20);
+    let marks = [2 << 20, 6 << 20, 10 << 20, 15 << 20, 20 << 20];
+    for integrity in [Integrity::Checksum, Integrity::Mac, Integrity::Encrypt] {
+        let (s, r, got) = flapping(&input, integrity, &marks, false);
+        let (s, r) = (s.unwrap(), r.unwrap());
+        assert!(got == input, "{integrity:?}: output differs");
+        assert_eq!(r.bytes, input.len() as u64);
+        assert_eq!(s.checksum, r.checksum);
+        assert!(
+            s.reconnects.len() >= 4 && r.reconnects.len() >= 4,
+            "{integrity:?}: {} / {} reconnects",
+            s.reconnects.len(),
+            r.reconnects.len()
+        );
+        for w in r.reconnects.windows(2) {
+            assert!(w[0].offset <= w[1].offset);
+        }
+        assert!(r.reconnects.iter().all(|c| c.transport.starts_with("tcp")));
+    }
+}
+
+#[test]
+fn a_replayed_old_connection_is_refused_and_the_stream_still_ends_whole() {
+    let input = data(12 << 20);
+    let (s, r, got) = flapping(&input, Integrity::Mac, &[3 << 20, 7 << 20], true);
+    let (s, r) = (s.unwrap(), r.unwrap());
+    assert!(got == input, "output differs");
+    assert_eq!(s.checksum, r.checksum);
+    assert!(!r.reconnects.is_empty());
+}
+
+#[test]
+fn a_hop_that_cannot_reconnect_fails_within_its_timeout_naming_the_peer() {
+    let input = data(16 << 20);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("input");
+    std::fs::write(&path, &input).unwrap();
+    let (port_tx, port_rx) = mpsc::channel();
+    let out = Shared::default();
+    let limit = Duration::from_secs(2);
+    let recv = {
+        let out = out.clone();
+        std::thread::spawn(move || {
+            let ep = Endpoint::Listen {
+                bind: Some("127.0.0.1".into()),
+                port: 0,
+                announce: Some(Box::new(move |p| {
+                    port_tx.send(p).unwrap();
+                    Ok(())
+                })),
+            };
+            run_recv(ep, opts(Integrity::Mac, 32 << 20, limit), move || Ok(out))
+        })
+    };
+    let proxy = Proxy::start(port_rx.recv().unwrap(), false);
+    let port = proxy.port;
+    let send = std::thread::spawn(move || {
+        let ep = Endpoint::Connect {
+            host: "127.0.0.1".into(),
+            port,
+            timeout: Duration::from_secs(5),
+        };
+        let mut f = std::fs::File::open(path).unwrap();
+        run_send(ep, opts(Integrity::Mac, 32 << 20, limit), &mut f)
+    });
+    while out.len() < 2 << 20 {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    // The path stays down: both ends give up once the timeout ran out.
+    let cut_at = Instant::now();
+    proxy.closed.store(true, Ordering::SeqCst);
+    proxy.cut();
+    let (s, r) = (send.join().unwrap(), recv.join().unwrap());
+    let bound = limit + Duration::from_secs(5);
+    assert!(cut_at.elapsed() < bound, "took {:?}", cut_at.elapsed());
+    for (end, e) in [("sender", s.unwrap_err()), ("receiver", r.unwrap_err())] {
+        assert!(
+            matches!(e, TransportError::NotReconnected { .. }),
+            "{end}: {e}"
+        );
+        let m = e.to_string();
+        assert!(
+            m.contains("--reconnect-timeout") && m.contains("127.0.0.1"),
+            "{m}"
+        );
+        assert_eq!(e.exit_code(), rdpipe_transport::error::EXIT_INCOMPLETE);
+    }
+    // Nothing past what arrived whole was declared good.
+    let got = out.0.lock().unwrap().clone();
+    assert!(got.len() < input.len() && got[..] == input[..got.len()]);
+}
