@@ -4,6 +4,7 @@
 
 use clap::{Args, ValueEnum};
 use rdpipe_transport::error::{EXIT_FAILURE, EXIT_USAGE};
+use rdpipe_transport::reconnect::HopState;
 use rdpipe_transport::{Rate, TransportError};
 use rdpipe_wire::{Integrity, TransportPref, MAX_CHUNK_SIZE, MAX_SLOTS, MIN_CHUNK_SIZE};
 use std::fmt::Display;
@@ -285,6 +286,7 @@ impl CommonArgs {
         tool: &'static str,
         total: Option<u64>,
     ) -> rdpipe_transport::Options {
+        let (progress, notice) = self.progress(tool, total);
         rdpipe_transport::Options {
             key,
             chunk_size: self.chunk_size,
@@ -293,24 +295,36 @@ impl CommonArgs {
             handshake_timeout: self.handshake_timeout,
             integrity: integrity(self.integrity, self.encrypt),
             rate_limit: self.rate_limit,
-            progress: self.progress(tool, total),
+            progress,
             reconnect_timeout: self.reconnect_timeout,
             replay_window: self.replay_window,
-            notice: None,
+            notice,
         }
     }
 
-    /// The progress callback for the transfer, if progress is wanted.
+    /// The progress callback for the transfer and what tells the line that
+    /// the hop is reconnecting, if progress is wanted.
+    #[allow(clippy::type_complexity)]
     pub fn progress(
         &self,
         tool: &'static str,
         total: Option<u64>,
-    ) -> Option<Box<dyn FnMut(u64) + Send>> {
+    ) -> (
+        Option<Box<dyn FnMut(u64) + Send>>,
+        Option<Box<dyn FnMut(HopState) + Send>>,
+    ) {
         if !super::progress::wanted(self.progress, self.quiet) {
-            return None;
+            return (None, None);
         }
-        let t = super::progress::Progress::new(tool, total).start();
-        Some(Box::new(move |bytes| t.update(bytes)))
+        let t = std::sync::Arc::new(super::progress::Progress::new(tool, total).start());
+        let t2 = t.clone();
+        (
+            Some(Box::new(move |bytes| t.update(bytes))),
+            Some(Box::new(move |s| match s {
+                HopState::Lost { .. } => t2.set_note(Some("reconnecting…")),
+                HopState::Resumed(_) => t2.set_note(None),
+            })),
+        )
     }
 
     /// Resolves the key: `--key-file`, else the KEY argument (unless `-`), else
@@ -378,6 +392,17 @@ pub fn report(tool: &str, verb: &str, r: &rdpipe_transport::Report, ours: Option
             r.integrity.as_str()
         ),
     );
+    for c in &r.reconnects {
+        say(
+            tool,
+            format!(
+                "reconnected at byte {} after {:.3} s, over {}",
+                c.offset,
+                c.downtime.as_secs_f64(),
+                c.transport
+            ),
+        );
+    }
     super::term::line(&format!("Bandwidth {:.3} GB/s\n", r.gbps()));
 }
 

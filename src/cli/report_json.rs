@@ -4,7 +4,9 @@
 //! run succeeded or not.
 
 use super::common::{fail, Failure};
-use rdpipe_orchestrate::report::{write_json_atomic, EndpointReport, Role, Transfer, VERSION};
+use rdpipe_orchestrate::report::{
+    write_json_atomic, EndpointReport, ReconnectReport, Role, Transfer, VERSION,
+};
 use rdpipe_transport::error::EXIT_FAILURE;
 use rdpipe_transport::Report;
 use std::path::Path;
@@ -32,13 +34,16 @@ pub fn finish(
         .map(|r| r.bytes_per_sec());
     let (transfer, peer, exit_status, errors) = match &outcome {
         Ok(r) => (
-            Transfer::done(
-                &r.transport,
-                Some(r.integrity),
-                r.bytes,
-                r.checksum,
-                r.elapsed.as_secs_f64(),
-            ),
+            Transfer {
+                reconnects: r.reconnects.iter().map(ReconnectReport::of).collect(),
+                ..Transfer::done(
+                    &r.transport,
+                    Some(r.integrity),
+                    r.bytes,
+                    r.checksum,
+                    r.elapsed.as_secs_f64(),
+                )
+            },
             Some(r.peer.clone()),
             0,
             vec![],

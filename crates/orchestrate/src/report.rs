@@ -101,6 +101,31 @@ pub struct Transfer {
     pub seconds: Option<f64>,
     /// Bytes per second over the data phase.
     pub rate_bytes_per_second: Option<f64>,
+    /// Each time the hop's connection died and the stream resumed on a new
+    /// one (`--reconnect-timeout`), in order.
+    pub reconnects: Vec<ReconnectReport>,
+}
+
+/// One reconnect of a hop.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ReconnectReport {
+    /// The stream offset it resumed at (bytes the receiver held).
+    pub offset: u64,
+    /// Seconds from the loss to the stream flowing again.
+    pub downtime_seconds: f64,
+    /// The new connection's transport, as `-v` says it.
+    pub transport: String,
+}
+
+impl ReconnectReport {
+    /// The report of a transport-level reconnect.
+    pub fn of(r: &rdpipe_transport::reconnect::Reconnect) -> ReconnectReport {
+        ReconnectReport {
+            offset: r.offset,
+            downtime_seconds: r.downtime.as_secs_f64(),
+            transport: r.transport.clone(),
+        }
+    }
 }
 
 impl Transfer {
@@ -123,6 +148,7 @@ impl Transfer {
             checksum: Some(format!("{checksum:016x}")),
             seconds: Some(secs),
             rate_bytes_per_second: Some(rate(bytes, secs)),
+            reconnects: Vec::new(),
         }
     }
 }

@@ -105,6 +105,8 @@ struct State {
     total: AtomicU64,
     /// Elapsed time counts from here: the first byte, or [`Ticker::start_clock`].
     clock: OnceLock<Instant>,
+    /// Said after the figures while set (`reconnecting…`).
+    note: Mutex<Option<String>>,
     stop: Mutex<bool>,
     cv: Condvar,
 }
@@ -124,7 +126,11 @@ impl State {
         let done = self.done.load(Ordering::Relaxed);
         let total = self.total.load(Ordering::Relaxed);
         let elapsed = self.clock.get().map(Instant::elapsed).unwrap_or_default();
-        render(tool, bytes, done, Some(total), elapsed)
+        let line = render(tool, bytes, done, Some(total), elapsed);
+        match self.note.lock().ok().and_then(|n| n.clone()) {
+            Some(n) => format!("{line}  {n}"),
+            None => line,
+        }
     }
 }
 
@@ -156,6 +162,7 @@ impl Progress {
             done: AtomicU64::new(0),
             total: AtomicU64::new(self.total.unwrap_or(0)),
             clock: OnceLock::new(),
+            note: Mutex::new(None),
             stop: Mutex::new(false),
             cv: Condvar::new(),
         });
@@ -237,6 +244,15 @@ impl Ticker {
     /// Sets the source's size, once known.
     pub fn set_total(&self, total: u64) {
         self.state.total.store(total, Ordering::Relaxed);
+    }
+
+    /// Shows `note` after the figures until it is cleared (`None`), and
+    /// redraws at once.
+    pub fn set_note(&self, note: Option<&str>) {
+        if let Ok(mut n) = self.state.note.lock() {
+            *n = note.map(str::to_string);
+        }
+        self.state.cv.notify_all();
     }
 
     /// Starts the clock now, unless the first byte already did.

@@ -12,7 +12,7 @@ use crate::connect::Listener;
 use crate::handshake::{handshake, LocalParams, Negotiated};
 use crate::TransportError;
 use std::net::TcpStream;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -42,6 +42,8 @@ pub struct Acceptor {
     rx: mpsc::Receiver<Outcome>,
     listener: Arc<Listener>,
     current: Arc<Mutex<Option<TcpStream>>>,
+    /// Set when a newcomer shut the watched connection down.
+    kicked: Arc<AtomicBool>,
 }
 
 impl Acceptor {
@@ -56,7 +58,8 @@ impl Acceptor {
         let pending = Arc::new(AtomicUsize::new(0));
         let l = Arc::new(l);
         let current: Arc<Mutex<Option<TcpStream>>> = Arc::new(Mutex::new(None));
-        let (pending, acc) = (pending.clone(), l.clone());
+        let kicked = Arc::new(AtomicBool::new(false));
+        let (pending, acc, kick) = (pending.clone(), l.clone(), kicked.clone());
         let (key, params, cur) = (key.to_vec(), params.clone(), current.clone());
         std::thread::Builder::new()
             .name("acceptor".into())
@@ -80,6 +83,7 @@ impl Acceptor {
                 }
                 pending.fetch_add(1, Ordering::SeqCst);
                 let (tx, pending, cur) = (tx.clone(), pending.clone(), cur.clone());
+                let kick = kick.clone();
                 let (key, params) = (key.clone(), params.clone());
                 let spawned =
                     std::thread::Builder::new()
@@ -92,6 +96,7 @@ impl Acceptor {
                                 // replaces is dead to it, end it here too.
                                 let old = cur.lock().map(|mut c| c.take());
                                 if let Ok(Some(old)) = old {
+                                    kick.store(true, Ordering::SeqCst);
                                     let _ = old.shutdown(std::net::Shutdown::Both);
                                 }
                             }
@@ -111,6 +116,7 @@ impl Acceptor {
             rx,
             listener: l,
             current,
+            kicked,
         })
     }
 
@@ -149,6 +155,12 @@ impl Acceptor {
                 Err(e) => tracing::info!("{peer}: dropped: {e}; still waiting"),
             }
         }
+    }
+
+    /// Whether a newcomer shut the watched connection down since the last
+    /// call (its end then looks closed here, but the peer came back).
+    pub fn take_kicked(&self) -> bool {
+        self.kicked.swap(false, Ordering::SeqCst)
     }
 
     /// From now on, a newly authenticated peer shuts `s` down (a peer coming

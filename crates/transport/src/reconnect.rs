@@ -20,6 +20,7 @@ use crate::connect::{connect_retry, Listener};
 use crate::endpoint::{
     local_params, open_or_abort, progress_of, protection, Endpoint, Options, Report,
 };
+use crate::error::GoneCause;
 use crate::frame_io::{conn_error, protocol};
 use crate::handshake::{handshake, Negotiated};
 use crate::listen::Acceptor;
@@ -102,6 +103,14 @@ impl Link {
         }
     }
 
+    /// Whether our acceptor shut the connection down for a peer that came back.
+    pub(crate) fn kicked(&self) -> bool {
+        match self {
+            Link::Accept(a) => a.take_kicked(),
+            Link::Dial { .. } => false,
+        }
+    }
+
     /// While `s` carries the stream, a peer coming back replaces it.
     pub(crate) fn watch(&self, s: &TcpStream) {
         if let Link::Accept(a) = self {
@@ -143,16 +152,37 @@ impl Link {
     }
 }
 
-/// Whether a failed connection is worth reconnecting: the peer or the
-/// connection went away. A verdict on the stream (a mismatch, tampering, an
-/// abort) or our own input or output failing is not.
-pub(crate) fn lost(e: &TransportError) -> bool {
-    matches!(
-        e,
-        TransportError::PeerGone { .. }
-            | TransportError::Truncated { .. }
-            | TransportError::Rdma(_)
-    )
+/// Whether a failed connection is worth reconnecting: the path to the peer
+/// failed (a reset, a timeout, an RDMA completion error or disconnect). Not
+/// a verdict on the stream (a mismatch, tampering, an abort), our own input
+/// or output failing, or the peer closing its end of the connection (a
+/// clean end of file: its process ended or was killed; a middlebox that
+/// drops a connection resets it or goes silent) unless that close was ours,
+/// made for a peer that came back ([`Link::kicked`]).
+pub(crate) fn lost(e: &TransportError, link: &Link) -> bool {
+    let cause = match e {
+        TransportError::PeerGone { cause, .. } | TransportError::Truncated { cause, .. } => cause,
+        TransportError::Rdma(_) => return true,
+        _ => return false,
+    };
+    !closed(cause) || link.kicked()
+}
+
+/// A clean end of file from the peer.
+fn closed(c: &GoneCause) -> bool {
+    match c {
+        GoneCause::Closed | GoneCause::NoConfirmation => true,
+        GoneCause::Unconfirmed(c) => closed(c),
+        _ => false,
+    }
+}
+
+/// Closes a connection given up for a new one with a reset, not a clean
+/// end of file: the peer must not take it for our end ([`lost`]).
+fn reset(guard: Option<TcpStream>) {
+    if let Some(g) = guard {
+        let _ = socket2::SockRef::from(&g).set_linger(Some(Duration::ZERO));
+    }
 }
 
 /// Reads one resume message of `N` bytes within `timeout`.
@@ -263,28 +293,36 @@ fn same_protection(n: &Negotiated, first: &Negotiated) -> Option<TransportError>
     })
 }
 
-/// Tells the user (progress line, `-v`) what the hop is doing.
+/// Tells the user (progress line, `-v`) that the hop lost its connection.
 fn waiting(opts: &mut Options, peer: &str, offset: u64, e: &TransportError) {
     tracing::info!("the connection to {peer} was lost at byte {offset} ({e}); reconnecting");
     if let Some(n) = opts.notice.as_mut() {
-        n(HopState::Reconnecting);
+        n(HopState::Lost { offset });
     }
 }
 
-/// What a hop tells the progress line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HopState {
-    /// The connection was lost; waiting for a new one.
-    Reconnecting,
-    /// The stream flows again.
-    Flowing,
-}
-
-/// Names the transport the last reconnect came back on, once it is built.
-fn described(reconnects: &mut [Reconnect], transport: String) {
+/// Names the transport the last reconnect came back on, once it is built,
+/// and tells the user the stream flows again.
+fn resumed(opts: &mut Options, reconnects: &mut [Reconnect], transport: String) {
     if let Some(r) = reconnects.last_mut().filter(|r| r.transport.is_empty()) {
         r.transport = transport;
+        if let Some(n) = opts.notice.as_mut() {
+            n(HopState::Resumed(r.clone()));
+        }
     }
+}
+
+/// What a hop tells its user while it runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HopState {
+    /// The connection was lost with the receiver holding `offset` bytes (as
+    /// far as this end knows); waiting for a new one.
+    Lost {
+        /// Bytes this end had moved.
+        offset: u64,
+    },
+    /// The stream flows again on a new connection.
+    Resumed(Reconnect),
 }
 
 /// The failure after `--reconnect-timeout` ran out.
@@ -316,8 +354,9 @@ pub(crate) fn send_reconnecting<R: Read + AsFd>(
     let mut replay = Vec::new();
     loop {
         link.watch(&stream);
+        let guard = stream.try_clone().ok();
         let mut tx = select::sender(stream, &n, opts.slots as usize)?;
-        described(&mut reconnects, tx.describe());
+        resumed(&mut opts, &mut reconnects, tx.describe());
         let prog = progress_of(&mut progress);
         let r = send_stream_with(
             &mut input,
@@ -334,9 +373,10 @@ pub(crate) fn send_reconnecting<R: Read + AsFd>(
                 rep.reconnects = reconnects;
                 return Ok(rep);
             }
-            Err(e) if lost(&e) => e,
+            Err(e) if lost(&e, &link) => e,
             Err(e) => return Err(e),
         };
+        reset(guard);
         drop(tx);
         let peer = link.describe(&n.peer_addr);
         let at = hasher.bytes();
@@ -364,15 +404,14 @@ pub(crate) fn send_reconnecting<R: Read + AsFd>(
                     });
                     replay = bytes;
                     (stream, n) = (s, n2);
+                    // Our close of the old connection for this peer is done with.
+                    link.kicked();
                     break;
                 }
                 Rejoined::Stranger(why) => {
                     tracing::info!("{}: not this stream's receiver: {why}", n2.peer_addr)
                 }
             }
-        }
-        if let Some(n) = opts.notice.as_mut() {
-            n(HopState::Flowing);
         }
     }
 }
@@ -388,6 +427,7 @@ pub(crate) fn recv_reconnecting<W: Write, F: FnOnce() -> Result<W, TransportErro
     let binding = stream_binding(&first.keys);
     let mut hasher = protection(&first).hasher();
     link.watch(&stream);
+    let mut guard = stream.try_clone().ok();
     let mut rx = select::receiver(stream, &first)?;
     let mut output = open_or_abort(rx.as_mut(), open_output)?;
     let mut progress = opts.progress.take();
@@ -403,9 +443,10 @@ pub(crate) fn recv_reconnecting<W: Write, F: FnOnce() -> Result<W, TransportErro
                 rep.reconnects = reconnects;
                 return Ok(rep);
             }
-            Err(e @ TransportError::Truncated { .. }) => e,
+            Err(e @ TransportError::Truncated { .. }) if lost(&e, &link) => e,
             Err(e) => return Err(e),
         };
+        reset(guard.take());
         drop(rx);
         let peer = link.describe(&n.peer_addr);
         let offset = hasher.bytes();
@@ -440,12 +481,11 @@ pub(crate) fn recv_reconnecting<W: Write, F: FnOnce() -> Result<W, TransportErro
             downtime: lost_at.elapsed(),
             transport: String::new(),
         });
+        link.kicked();
         link.watch(&s);
+        guard = s.try_clone().ok();
         rx = select::receiver(s, &n2)?;
-        described(&mut reconnects, rx.describe());
+        resumed(&mut opts, &mut reconnects, rx.describe());
         n = n2;
-        if let Some(n) = opts.notice.as_mut() {
-            n(HopState::Flowing);
-        }
     }
 }

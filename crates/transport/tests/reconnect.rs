@@ -1,16 +1,17 @@
 //! A hop that reconnects ([`rdpipe_transport::reconnect`]), over loopback
-//! TCP through a proxy the test controls: the proxy cuts every connection
+//! TCP through a proxy the test controls: the proxy resets every connection
 //! it carries at moments the test picks (the receiver's output has grown
 //! past a mark), and both ends must reconnect through it and resume
 //! byte-exact under every protection. As the attacker, the proxy replays a
-//! dead connection's bytes into the next one: nothing of it is accepted.
+//! dead connection's bytes into the next one: nothing of it is accepted. A
+//! peer that closes its end cleanly (its process ended) is not waited for.
 
 use rdpipe_transport::{run_recv, run_send, Endpoint, Options, Rate, Report, TransportError};
 use rdpipe_wire::{Integrity, TransportPref};
 use std::io::{Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
+use std::net::{TcpListener, TcpStream};
 use std::num::NonZeroU64;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -51,29 +52,70 @@ impl Write for Shared {
     }
 }
 
-/// A proxy to `port` whose connections the test can cut. With `replay`, the
-/// connection after each cut gets the dead connection's client bytes first
-/// (an attacker replaying a recorded session), then is closed.
+/// A proxy to `port` whose connections the test can cut with a reset (as a
+/// middlebox that drops a connection does; a clean close would be the peer
+/// ending). With `replay`, the connection after each cut gets the dead
+/// connection's client bytes first (an attacker replaying a recorded
+/// session), then is reset.
 struct Proxy {
     port: u16,
-    live: Arc<Mutex<Vec<TcpStream>>>,
+    /// Bumped by [`Proxy::cut`]: every pump of an older generation resets
+    /// its connection and ends.
+    generation: Arc<AtomicUsize>,
     /// Set: new connections are closed at once (the peer is unreachable).
     closed: Arc<AtomicBool>,
+}
+
+/// Copies `from` to `to` until either fails or the generation moves on,
+/// then closes both with a reset (the last descriptors of both sockets are
+/// the two pumps' own).
+fn pump(
+    mut from: TcpStream,
+    mut to: TcpStream,
+    gen: Arc<AtomicUsize>,
+    mine: usize,
+    record: Option<Arc<Mutex<Vec<u8>>>>,
+) {
+    from.set_read_timeout(Some(Duration::from_millis(20)))
+        .unwrap();
+    let mut buf = vec![0u8; 64 << 10];
+    while gen.load(Ordering::SeqCst) == mine {
+        let n = match from.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => continue,
+            Err(_) => break,
+        };
+        if let Some(r) = &record {
+            let mut r = r.lock().unwrap();
+            if r.len() < 1 << 20 {
+                r.extend_from_slice(&buf[..n]);
+            }
+        }
+        if to.write_all(&buf[..n]).is_err() {
+            break;
+        }
+    }
+    for s in [&from, &to] {
+        let _ = socket2::SockRef::from(s).set_linger(Some(Duration::ZERO));
+    }
 }
 
 impl Proxy {
     fn start(port: u16, replay: bool) -> Proxy {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let me = l.local_addr().unwrap().port();
-        let live: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+        let generation = Arc::new(AtomicUsize::new(0));
         let closed = Arc::new(AtomicBool::new(false));
         let recorded: Arc<Mutex<Vec<u8>>> = Arc::default();
-        let (live2, closed2) = (live.clone(), closed.clone());
+        let (gen, closed2) = (generation.clone(), closed.clone());
         std::thread::spawn(move || {
             let mut replay_next = false;
             for client in l.incoming() {
-                let Ok(mut client) = client else { return };
+                let Ok(client) = client else { return };
                 if closed2.load(Ordering::SeqCst) {
+                    let _ = socket2::SockRef::from(&client).set_linger(Some(Duration::ZERO));
                     continue;
                 }
                 let mut server = TcpStream::connect(("127.0.0.1", port)).unwrap();
@@ -83,56 +125,30 @@ impl Proxy {
                     let old = recorded.lock().unwrap().clone();
                     let _ = server.write_all(&old);
                     std::thread::sleep(Duration::from_millis(200));
-                    let _ = server.shutdown(Shutdown::Both);
-                    let _ = client.shutdown(Shutdown::Both);
+                    for s in [&server, &client] {
+                        let _ = socket2::SockRef::from(s).set_linger(Some(Duration::ZERO));
+                    }
                     continue;
                 }
                 replay_next = true;
                 recorded.lock().unwrap().clear();
-                {
-                    let mut l = live2.lock().unwrap();
-                    l.push(client.try_clone().unwrap());
-                    l.push(server.try_clone().unwrap());
-                }
-                let (mut c2, mut s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
-                std::thread::spawn(move || {
-                    let _ = std::io::copy(&mut s2, &mut c2);
-                    let _ = c2.shutdown(Shutdown::Both);
-                });
-                let rec = recorded.clone();
-                std::thread::spawn(move || {
-                    let mut buf = vec![0u8; 64 << 10];
-                    loop {
-                        let n = match client.read(&mut buf) {
-                            Ok(0) | Err(_) => break,
-                            Ok(n) => n,
-                        };
-                        {
-                            let mut r = rec.lock().unwrap();
-                            if r.len() < 1 << 20 {
-                                r.extend_from_slice(&buf[..n]);
-                            }
-                        }
-                        if server.write_all(&buf[..n]).is_err() {
-                            break;
-                        }
-                    }
-                    let _ = server.shutdown(Shutdown::Both);
-                });
+                let mine = gen.load(Ordering::SeqCst);
+                let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+                let (g1, g2, rec) = (gen.clone(), gen.clone(), recorded.clone());
+                std::thread::spawn(move || pump(s2, c2, g1, mine, None));
+                std::thread::spawn(move || pump(client, server, g2, mine, Some(rec)));
             }
         });
         Proxy {
             port: me,
-            live,
+            generation,
             closed,
         }
     }
 
-    /// Cuts every connection it carries (both ends see them close).
+    /// Resets every connection it carries now.
     fn cut(&self) {
-        for s in self.live.lock().unwrap().drain(..) {
-            let _ = s.shutdown(Shutdown::Both);
-        }
+        self.generation.fetch_add(1, Ordering::SeqCst);
     }
 }
 

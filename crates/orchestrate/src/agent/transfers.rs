@@ -19,6 +19,7 @@ use super::segment::Ev;
 use crate::control::{Direction, FromAgent};
 use crate::plan::Link;
 use rdpipe_transport::chain::{run_recv_chain, run_send_chain, Chain};
+use rdpipe_transport::reconnect::HopState;
 use rdpipe_transport::relay::{run_relay, RelayOutputFactory, Side};
 use rdpipe_transport::replay::Recorded;
 use rdpipe_transport::{run_recv, run_send, Endpoint, Options, TransportError};
@@ -28,6 +29,15 @@ use std::os::fd::AsFd;
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// Tells rdpipe when a transfer's connection is lost and when it resumed
+/// (`LOST`, `RECONNECTED`).
+fn notice(say: Say, dir: Direction) -> Box<dyn FnMut(HopState) + Send> {
+    Box::new(move |s| match s {
+        HopState::Lost { offset } => say.send(&FromAgent::Lost { dir, offset }),
+        HopState::Resumed(reconnect) => say.send(&FromAgent::Reconnected { dir, reconnect }),
+    })
+}
 
 /// Makes the receiver's output once the sender has authenticated.
 pub type OutputFactory = Box<dyn FnOnce() -> Result<Box<dyn Write + Send>, TransportError> + Send>;
@@ -101,7 +111,7 @@ impl Transfers {
             progress: Some(self.meter.callback(dir)),
             reconnect_timeout: self.reconnect_timeout,
             replay_window: self.reconnect_window,
-            notice: None,
+            notice: Some(notice(self.say.clone(), dir)),
         }
     }
 

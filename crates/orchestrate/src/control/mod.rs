@@ -58,6 +58,7 @@
 //! ([`KeyLine::chain`]) and the agent's `--replay-window` and `--chain-in`;
 //! and `USAGE` (the agent's and its command's CPU time).
 
+use rdpipe_transport::reconnect::Reconnect;
 use rdpipe_wire::Integrity;
 use std::fmt;
 use std::str::FromStr;
@@ -247,6 +248,9 @@ pub struct HopReport {
     pub transport: String,
     /// How the stream was protected.
     pub integrity: Integrity,
+    /// The hop's reconnects (not on the `DONE` line: an agent reports each
+    /// one as it happens, `RECONNECTED`).
+    pub reconnects: Vec<Reconnect>,
 }
 
 impl HopReport {
@@ -258,6 +262,7 @@ impl HopReport {
             secs: r.elapsed.as_secs_f64(),
             transport: r.transport.clone(),
             integrity: r.integrity,
+            reconnects: r.reconnects.clone(),
         }
     }
 
@@ -383,6 +388,22 @@ pub enum FromAgent {
     Size(u64),
     /// `RELINK N`: the re-link hop listens on port N.
     RelinkPort(u16),
+    /// `LOST in|out N`: the transfer's connection died with N bytes moved;
+    /// it is reconnecting (`--reconnect-timeout`).
+    Lost {
+        /// Which transfer.
+        dir: Direction,
+        /// Bytes it had moved.
+        offset: u64,
+    },
+    /// `RECONNECTED in|out OFFSET SECS TRANSPORT`: the transfer resumed at
+    /// OFFSET on a new connection, SECS after the loss.
+    Reconnected {
+        /// Which transfer.
+        dir: Direction,
+        /// Where, after how long, over what.
+        reconnect: Reconnect,
+    },
     /// `USAGE AU AS CU CS`.
     Usage(Usage),
 }
@@ -447,6 +468,15 @@ impl fmt::Display for FromAgent {
             FromAgent::Bytes { dir, bytes } => write!(f, "BYTES {} {bytes}", dir.as_str()),
             FromAgent::Size(n) => write!(f, "SIZE {n}"),
             FromAgent::RelinkPort(p) => write!(f, "RELINK {p}"),
+            FromAgent::Lost { dir, offset } => write!(f, "LOST {} {offset}", dir.as_str()),
+            FromAgent::Reconnected { dir, reconnect: r } => write!(
+                f,
+                "RECONNECTED {} {} {:.6} {}",
+                dir.as_str(),
+                r.offset,
+                r.downtime.as_secs_f64(),
+                one_line(&r.transport)
+            ),
             FromAgent::Usage(u) => write!(f, "USAGE {u}"),
         }
     }
@@ -513,6 +543,7 @@ impl FromStr for FromAgent {
                         secs,
                         transport,
                         integrity,
+                        reconnects: Vec::new(),
                     },
                 })
             }
@@ -546,6 +577,30 @@ impl FromStr for FromAgent {
             }
             "SIZE" => Ok(FromAgent::Size(num(rest, "size")?)),
             "RELINK" => Ok(FromAgent::RelinkPort(num(rest, "port")?)),
+            "LOST" => {
+                let mut w = rest.split(' ');
+                let dir = field(&mut w, "direction")?.parse()?;
+                let offset = num(field(&mut w, "offset")?, "offset")?;
+                Ok(FromAgent::Lost { dir, offset })
+            }
+            "RECONNECTED" => {
+                let mut w = rest.splitn(4, ' ');
+                let dir = field(&mut w, "direction")?.parse()?;
+                let offset = num(field(&mut w, "offset")?, "offset")?;
+                let secs: f64 = num(field(&mut w, "seconds")?, "seconds")?;
+                if !secs.is_finite() || !(0.0..1e9).contains(&secs) {
+                    return Err(ParseError::Field("seconds"));
+                }
+                let transport = field(&mut w, "transport")?.to_string();
+                Ok(FromAgent::Reconnected {
+                    dir,
+                    reconnect: Reconnect {
+                        offset,
+                        downtime: Duration::from_secs_f64(secs),
+                        transport,
+                    },
+                })
+            }
             "USAGE" => Ok(FromAgent::Usage(rest.parse()?)),
             _ => Err(ParseError::Unknown),
         }

@@ -24,6 +24,7 @@ fn every_agent_message_round_trips() {
                 secs: 0.5,
                 transport: "rdma (rxe0, write-with-imm)".into(),
                 integrity: rdpipe_wire::Integrity::Encrypt,
+                reconnects: vec![],
             },
         });
     }

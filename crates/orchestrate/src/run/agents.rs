@@ -7,7 +7,7 @@ use super::Runner;
 use crate::control::{Direction, FailKind, FromAgent, Part, PROTOCOL};
 use crate::plan::Node;
 use rdpipe_transport::error::EXIT_ABORTED;
-use tracing::{debug, trace};
+use tracing::{debug, info, trace};
 
 impl Runner {
     pub(super) async fn agent_exited(&mut self, i: usize, code: Option<i32>, how: String) {
@@ -95,7 +95,10 @@ impl Runner {
             FromAgent::Fabric(addrs) => self.fabric_reported(i, addrs).await,
             FromAgent::Port { dir, port } => self.relay_port(i, dir, port).await,
             FromAgent::Reach { dir, results } => self.reach_reported(i, dir, results).await,
-            FromAgent::Done { dir, report } => self.segs[i].reports[dir.index()] = Some(report),
+            FromAgent::Done { dir, mut report } => {
+                report.reconnects = std::mem::take(&mut self.segs[i].reconnects[dir.index()]);
+                self.segs[i].reports[dir.index()] = Some(report)
+            }
             FromAgent::Exit(e) => self.segs[i].exit = Some(e),
             FromAgent::Fail {
                 part,
@@ -115,6 +118,22 @@ impl Runner {
             FromAgent::Size(n) => self.segs[i].size = Some(n),
             FromAgent::RelinkPort(port) => self.relink_port(i, port).await,
             FromAgent::Usage(u) => self.segs[i].usage = Some(u),
+            FromAgent::Lost { dir, offset } => info!(
+                "{}: the {} hop's connection was lost at byte {offset}; reconnecting",
+                self.seg_desc(i),
+                dir.as_str()
+            ),
+            FromAgent::Reconnected { dir, reconnect: r } => {
+                info!(
+                    "{}: the {} hop reconnected at byte {} after {:.3} s, over {}",
+                    self.seg_desc(i),
+                    dir.as_str(),
+                    r.offset,
+                    r.downtime.as_secs_f64(),
+                    r.transport
+                );
+                self.segs[i].reconnects[dir.index()].push(r);
+            }
         }
     }
 

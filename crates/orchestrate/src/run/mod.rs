@@ -104,6 +104,8 @@ struct SegState {
     relink_failure: Option<String>,
     /// `DONE in` / `DONE out`.
     reports: [Option<HopReport>; 2],
+    /// `RECONNECTED in` / `out` heard so far (moved into the `DONE` report).
+    reconnects: [Vec<rdpipe_transport::reconnect::Reconnect>; 2],
     /// `BYTES in` / `BYTES out`: running counts.
     bytes: [Option<u64>; 2],
     /// `SIZE`: the `< FILE` size.

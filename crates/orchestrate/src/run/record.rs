@@ -6,11 +6,16 @@
 use super::Runner;
 use crate::control::{CmdExit, HopReport};
 use crate::plan::Node;
-use crate::report::{self, CpuReport, PipeReport, SegmentReport, Transfer, VerdictReport};
+use crate::report::{
+    self, CpuReport, PipeReport, ReconnectReport, SegmentReport, Transfer, VerdictReport,
+};
 use std::time::Duration;
 
 fn transfer(r: &HopReport) -> Transfer {
-    Transfer::done(&r.transport, Some(r.integrity), r.bytes, r.checksum, r.secs)
+    Transfer {
+        reconnects: r.reconnects.iter().map(ReconnectReport::of).collect(),
+        ..Transfer::done(&r.transport, Some(r.integrity), r.bytes, r.checksum, r.secs)
+    }
 }
 
 impl Runner {
