@@ -6,6 +6,8 @@ tcp\t'TCP only'"
 complete -c rdrecv -l chunk-size -d 'Bytes per chunk (RDMA slot / data frame), e.g. 256K, 1M. Both ends use the smaller of the two sizes asked for' -r
 complete -c rdrecv -l slots -d 'Buffers in flight (2 = double buffering). Pinned memory per process for RDMA is about chunk size × slots' -r
 complete -c rdrecv -l handshake-timeout -d 'How long the whole authentication handshake of one connection may take before that peer is dropped (more than 0)' -r
+complete -c rdrecv -l reconnect-timeout -d 'Seconds to keep trying to reconnect when the data connection dies mid-stream (a reset, a NAT that forgot the connection, an RDMA queue pair in the error state): rdsend dials again, rdrecv keeps listening for the same authenticated sender, and the stream resumes where the receiver is, byte-exact. 0: fail at once' -r
+complete -c rdrecv -l replay-window -d 'The sender keeps the last SIZE bytes it sent until the receiver has them, to resume after a reconnect (ordinary memory, allocated as the stream passes; at least what can be in flight: ring plus socket buffers)' -r
 complete -c rdrecv -l integrity -d 'How the stream is protected (the stronger of the two ends\' choices is used; see docs/security.md)' -r -f -a "auto\t'`encrypt` where this CPU has AES instructions (it then costs less CPU than `mac`), `mac` where it has not'
 checksum\t'xxh3 checksum only: catches accidents, not an attacker on the path (for trusted fabrics; the fastest)'
 mac\t'Keyed BLAKE3 MAC over the whole stream: nobody without the session keys can alter, reorder, drop or truncate data unnoticed'

@@ -23,7 +23,7 @@ _rdsend() {
 
     case "${cmd}" in
         rdsend)
-            opts="-v -q -h -V --connect-timeout --gen-key --key-file --transport --chunk-size --slots --handshake-timeout --integrity --encrypt --rate-limit --verbose --quiet --progress --json --help --version"
+            opts="-v -q -h -V --connect-timeout --gen-key --key-file --transport --chunk-size --slots --handshake-timeout --reconnect-timeout --replay-window --integrity --encrypt --rate-limit --verbose --quiet --progress --json --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -50,6 +50,14 @@ _rdsend() {
                     return 0
                     ;;
                 --handshake-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --reconnect-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --replay-window)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

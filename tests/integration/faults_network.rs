@@ -32,6 +32,8 @@ fn netns_link_down_mid_stream_ends_within_the_dead_peer_bound() {
     let s = nstart(
         &net,
         &[
+            "--reconnect-timeout",
+            "5",
             &format!("n1:yes {mark}"),
             &format!("n2:cat >/dev/null # {mark}"),
         ],
@@ -47,7 +49,8 @@ fn netns_link_down_mid_stream_ends_within_the_dead_peer_bound() {
         .unwrap()
         .success());
     // Bound: the sender's unacknowledged data times out after DEAD_PEER_SECS
-    // (30 s, TCP_USER_TIMEOUT), then teardown (4 s); 50 s with CI slack.
+    // (30 s, TCP_USER_TIMEOUT), the hop tries to reconnect for
+    // --reconnect-timeout (5 s), then teardown (4 s); 50 s with CI slack.
     let r = s.finish(Duration::from_secs(70));
     let took = down.elapsed();
     eprintln!("link down: rdpipe ended {took:?} after the link went down");

@@ -29,5 +29,6 @@ mod rdpipe_local;
 mod rdpipe_messages;
 mod rdpipe_netns;
 mod rdpipe_ssh;
+mod reconnect;
 mod relay_only;
 mod relink;

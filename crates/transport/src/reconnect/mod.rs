@@ -17,23 +17,18 @@
 //! its keys (docs/security.md).
 
 use crate::connect::{connect_retry, Listener};
-use crate::endpoint::{
-    local_params, open_or_abort, progress_of, protection, Endpoint, Options, Report,
-};
+use crate::endpoint::{local_params, Endpoint, Options};
 use crate::error::GoneCause;
 use crate::frame_io::{conn_error, protocol};
 use crate::handshake::{handshake, Negotiated};
 use crate::listen::Acceptor;
-use crate::pump::{recv_stream_with, send_stream_with};
-use crate::replay::Recorded;
-use crate::{select, TransportError};
+use crate::TransportError;
 use rdpipe_wire::resume::{
-    stream_binding, ResumeReply, ResumeRequest, ResumeVerdict, RESUME_LEN, RESUME_REPLY_LEN,
+    ResumeReply, ResumeRequest, ResumeVerdict, RESUME_LEN, RESUME_REPLY_LEN,
 };
 use rdpipe_wire::{Role, WireError};
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 /// One reconnect of a hop, as `-v` and `--json` report it.
@@ -179,7 +174,7 @@ fn closed(c: &GoneCause) -> bool {
 
 /// Closes a connection given up for a new one with a reset, not a clean
 /// end of file: the peer must not take it for our end ([`lost`]).
-fn reset(guard: Option<TcpStream>) {
+pub(super) fn reset(guard: Option<TcpStream>) {
     if let Some(g) = guard {
         let _ = socket2::SockRef::from(&g).set_linger(Some(Duration::ZERO));
     }
@@ -204,9 +199,10 @@ pub(crate) fn read_message<const N: usize>(
 pub(crate) enum Rejoined<T> {
     /// The stream goes on.
     Yes(T),
-    /// The peer is not this stream's other end (or a message was forged):
-    /// drop the connection and keep waiting.
-    Stranger(TransportError),
+    /// Not on this connection: the peer is not this stream's other end (a
+    /// message was forged, or bound to another stream), or the connection
+    /// failed during the exchange. Drop it and keep waiting.
+    Retry(TransportError),
 }
 
 /// The sender's side of the exchange on a reconnected hop: the receiver's
@@ -222,19 +218,20 @@ pub(crate) fn answer_resume(
 ) -> Result<Rejoined<(u64, Vec<u8>)>, TransportError> {
     let peer = n.peer_addr.as_str();
     if let Some(e) = same_protection(n, first) {
-        return Ok(Rejoined::Stranger(e));
+        return Ok(Rejoined::Retry(e));
     }
     let b = match read_message::<RESUME_LEN>(s, peer, timeout) {
         Ok(b) => b,
-        Err(e) => return Ok(Rejoined::Stranger(e)),
+        Err(e) => return Ok(Rejoined::Retry(e)),
     };
     let req = match ResumeRequest::decode_bound(&b, &n.keys, binding) {
         Ok(r) => r,
-        Err(e) => return Ok(Rejoined::Stranger(protocol(peer, e))),
+        Err(e) => return Ok(Rejoined::Retry(protocol(peer, e))),
     };
     let reply = window.answer(req.offset);
-    s.write_all(&reply.encode_bound(&n.keys, binding))
-        .map_err(|e| conn_error(peer, e))?;
+    if let Err(e) = s.write_all(&reply.encode_bound(&n.keys, binding)) {
+        return Ok(Rejoined::Retry(conn_error(peer, e)));
+    }
     match window.since(req.offset) {
         Ok([a, b]) => Ok(Rejoined::Yes((req.offset, [a, b].concat()))),
         Err(o) => Err(TransportError::BeyondWindow {
@@ -257,17 +254,18 @@ pub(crate) fn ask_resume(
 ) -> Result<Rejoined<()>, TransportError> {
     let peer = n.peer_addr.as_str();
     if let Some(e) = same_protection(n, first) {
-        return Ok(Rejoined::Stranger(e));
+        return Ok(Rejoined::Retry(e));
     }
-    s.write_all(&ResumeRequest { offset }.encode_bound(&n.keys, binding))
-        .map_err(|e| conn_error(peer, e))?;
+    if let Err(e) = s.write_all(&ResumeRequest { offset }.encode_bound(&n.keys, binding)) {
+        return Ok(Rejoined::Retry(conn_error(peer, e)));
+    }
     let b = match read_message::<RESUME_REPLY_LEN>(s, peer, timeout) {
         Ok(b) => b,
-        Err(e) => return Ok(Rejoined::Stranger(e)),
+        Err(e) => return Ok(Rejoined::Retry(e)),
     };
     let reply = match ResumeReply::decode_bound(&b, &n.keys, binding) {
         Ok(r) => r,
-        Err(e @ WireError::ResumeForged) => return Ok(Rejoined::Stranger(protocol(peer, e))),
+        Err(e @ WireError::ResumeForged) => return Ok(Rejoined::Retry(protocol(peer, e))),
         Err(e) => return Err(protocol(peer, e)),
     };
     reply.check(offset).map_err(|e| protocol(peer, e))?;
@@ -293,25 +291,6 @@ fn same_protection(n: &Negotiated, first: &Negotiated) -> Option<TransportError>
     })
 }
 
-/// Tells the user (progress line, `-v`) that the hop lost its connection.
-fn waiting(opts: &mut Options, peer: &str, offset: u64, e: &TransportError) {
-    tracing::info!("the connection to {peer} was lost at byte {offset} ({e}); reconnecting");
-    if let Some(n) = opts.notice.as_mut() {
-        n(HopState::Lost { offset });
-    }
-}
-
-/// Names the transport the last reconnect came back on, once it is built,
-/// and tells the user the stream flows again.
-fn resumed(opts: &mut Options, reconnects: &mut [Reconnect], transport: String) {
-    if let Some(r) = reconnects.last_mut().filter(|r| r.transport.is_empty()) {
-        r.transport = transport;
-        if let Some(n) = opts.notice.as_mut() {
-            n(HopState::Resumed(r.clone()));
-        }
-    }
-}
-
 /// What a hop tells its user while it runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HopState {
@@ -325,167 +304,5 @@ pub enum HopState {
     Resumed(Reconnect),
 }
 
-/// The failure after `--reconnect-timeout` ran out.
-fn gave_up(peer: &str, offset: u64, timeout: Duration, cause: TransportError) -> TransportError {
-    TransportError::NotReconnected {
-        peer: peer.to_string(),
-        bytes: offset,
-        secs: timeout.as_secs_f64(),
-        cause: Box::new(cause),
-    }
-}
-
-/// [`crate::run_send`] on a hop that reconnects (`opts.reconnect_timeout`
-/// above 0): every byte read is kept in a replay window of
-/// `opts.replay_window` bytes until the receiver has it.
-pub(crate) fn send_reconnecting<R: Read + AsFd>(
-    endpoint: Endpoint,
-    mut opts: Options,
-    input: &mut R,
-) -> Result<Report, TransportError> {
-    let (mut link, stream, first) = Link::open(endpoint, &opts, Role::Sender)?;
-    let binding = stream_binding(&first.keys);
-    let mut input = Recorded::new(input, opts.replay_window);
-    let mut hasher = protection(&first).hasher();
-    let mut progress = opts.progress.take();
-    let mut reconnects = Vec::new();
-    let start = Instant::now();
-    let (mut stream, mut n) = (stream, first.clone());
-    let mut replay = Vec::new();
-    loop {
-        link.watch(&stream);
-        let guard = stream.try_clone().ok();
-        let mut tx = select::sender(stream, &n, opts.slots as usize)?;
-        resumed(&mut opts, &mut reconnects, tx.describe());
-        let prog = progress_of(&mut progress);
-        let r = send_stream_with(
-            &mut input,
-            tx.as_mut(),
-            protection(&n),
-            &mut hasher,
-            &replay,
-            n.rate_limit,
-            prog,
-        );
-        let e = match r {
-            Ok(t) => {
-                let mut rep = Report::of(t, start, tx.describe(), &n);
-                rep.reconnects = reconnects;
-                return Ok(rep);
-            }
-            Err(e) if lost(&e, &link) => e,
-            Err(e) => return Err(e),
-        };
-        reset(guard);
-        drop(tx);
-        let peer = link.describe(&n.peer_addr);
-        let at = hasher.bytes();
-        waiting(&mut opts, &peer, at, &e);
-        let lost_at = Instant::now();
-        let deadline = lost_at + opts.reconnect_timeout;
-        loop {
-            let Some((mut s, n2)) = link.again(&opts, Role::Sender, deadline)? else {
-                return Err(gave_up(&peer, at, opts.reconnect_timeout, e));
-            };
-            let w = input.window();
-            match answer_resume(&mut s, &n2, &first, &binding, w, opts.handshake_timeout)? {
-                Rejoined::Yes((offset, bytes)) => {
-                    tracing::info!(
-                        "reconnected to {}: resending from byte {offset} ({} bytes from the \
-                         replay window) after {:.3} s",
-                        n2.peer_addr,
-                        bytes.len(),
-                        lost_at.elapsed().as_secs_f64()
-                    );
-                    reconnects.push(Reconnect {
-                        offset,
-                        downtime: lost_at.elapsed(),
-                        transport: String::new(),
-                    });
-                    replay = bytes;
-                    (stream, n) = (s, n2);
-                    // Our close of the old connection for this peer is done with.
-                    link.kicked();
-                    break;
-                }
-                Rejoined::Stranger(why) => {
-                    tracing::info!("{}: not this stream's receiver: {why}", n2.peer_addr)
-                }
-            }
-        }
-    }
-}
-
-/// [`crate::run_recv`] on a hop that reconnects: a stream cut short waits for
-/// the sender to come back and goes on into the same output.
-pub(crate) fn recv_reconnecting<W: Write, F: FnOnce() -> Result<W, TransportError>>(
-    endpoint: Endpoint,
-    mut opts: Options,
-    open_output: F,
-) -> Result<Report, TransportError> {
-    let (mut link, stream, first) = Link::open(endpoint, &opts, Role::Receiver)?;
-    let binding = stream_binding(&first.keys);
-    let mut hasher = protection(&first).hasher();
-    link.watch(&stream);
-    let mut guard = stream.try_clone().ok();
-    let mut rx = select::receiver(stream, &first)?;
-    let mut output = open_or_abort(rx.as_mut(), open_output)?;
-    let mut progress = opts.progress.take();
-    let mut reconnects = Vec::new();
-    let start = Instant::now();
-    let mut n = first.clone();
-    loop {
-        let prog = progress_of(&mut progress);
-        let e = match recv_stream_with(rx.as_mut(), &mut output, protection(&n), &mut hasher, prog)
-        {
-            Ok(t) => {
-                let mut rep = Report::of(t, start, rx.describe(), &n);
-                rep.reconnects = reconnects;
-                return Ok(rep);
-            }
-            Err(e @ TransportError::Truncated { .. }) if lost(&e, &link) => e,
-            Err(e) => return Err(e),
-        };
-        reset(guard.take());
-        drop(rx);
-        let peer = link.describe(&n.peer_addr);
-        let offset = hasher.bytes();
-        waiting(&mut opts, &peer, offset, &e);
-        let lost_at = Instant::now();
-        let deadline = lost_at + opts.reconnect_timeout;
-        let (s, n2) = loop {
-            let Some((mut s, n2)) = link.again(&opts, Role::Receiver, deadline)? else {
-                return Err(gave_up(&peer, offset, opts.reconnect_timeout, e));
-            };
-            match ask_resume(
-                &mut s,
-                &n2,
-                &first,
-                &binding,
-                offset,
-                opts.handshake_timeout,
-            )? {
-                Rejoined::Yes(()) => break (s, n2),
-                Rejoined::Stranger(why) => {
-                    tracing::info!("{}: not this stream's sender: {why}", n2.peer_addr)
-                }
-            }
-        };
-        tracing::info!(
-            "reconnected from {}: resuming at byte {offset} after {:.3} s",
-            n2.peer_addr,
-            lost_at.elapsed().as_secs_f64()
-        );
-        reconnects.push(Reconnect {
-            offset,
-            downtime: lost_at.elapsed(),
-            transport: String::new(),
-        });
-        link.kicked();
-        link.watch(&s);
-        guard = s.try_clone().ok();
-        rx = select::receiver(s, &n2)?;
-        resumed(&mut opts, &mut reconnects, rx.describe());
-        n = n2;
-    }
-}
+mod hop;
+pub(crate) use hop::{recv_reconnecting, send_reconnecting};

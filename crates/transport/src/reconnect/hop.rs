@@ -1,0 +1,208 @@
+//! The send and receive loops of a hop that reconnects: each runs the
+//! stream on one connection after another, the sender resending out of its
+//! replay window, the receiver writing on into the same output, one stream
+//! hasher across all of them (see the module above).
+
+use super::{answer_resume, ask_resume, lost, reset, HopState, Link, Reconnect, Rejoined};
+use crate::endpoint::{open_or_abort, progress_of, protection, Endpoint, Options, Report};
+use crate::pump::{recv_stream_with, send_stream_with};
+use crate::replay::Recorded;
+use crate::{select, TransportError};
+use rdpipe_wire::resume::stream_binding;
+use rdpipe_wire::Role;
+use std::io::{Read, Write};
+use std::os::fd::AsFd;
+use std::time::{Duration, Instant};
+
+/// Tells the user (progress line, `-v`) that the hop lost its connection.
+fn waiting(opts: &mut Options, peer: &str, offset: u64, e: &TransportError) {
+    tracing::info!("the connection to {peer} was lost at byte {offset} ({e}); reconnecting");
+    if let Some(n) = opts.notice.as_mut() {
+        n(HopState::Lost { offset });
+    }
+}
+
+/// Names the transport the last reconnect came back on, once it is built,
+/// and tells the user the stream flows again.
+fn resumed(opts: &mut Options, reconnects: &mut [Reconnect], transport: String) {
+    if let Some(r) = reconnects.last_mut().filter(|r| r.transport.is_empty()) {
+        r.transport = transport;
+        if let Some(n) = opts.notice.as_mut() {
+            n(HopState::Resumed(r.clone()));
+        }
+    }
+}
+
+/// The failure after `--reconnect-timeout` ran out.
+fn gave_up(peer: &str, offset: u64, timeout: Duration, cause: TransportError) -> TransportError {
+    TransportError::NotReconnected {
+        peer: peer.to_string(),
+        bytes: offset,
+        secs: timeout.as_secs_f64(),
+        cause: Box::new(cause),
+    }
+}
+
+/// [`crate::run_send`] on a hop that reconnects (`opts.reconnect_timeout`
+/// above 0): every byte read is kept in a replay window of
+/// `opts.replay_window` bytes until the receiver has it.
+pub(crate) fn send_reconnecting<R: Read + AsFd>(
+    endpoint: Endpoint,
+    mut opts: Options,
+    input: &mut R,
+) -> Result<Report, TransportError> {
+    let (mut link, stream, first) = Link::open(endpoint, &opts, Role::Sender)?;
+    let binding = stream_binding(&first.keys);
+    let mut input = Recorded::new(input, opts.replay_window);
+    let mut hasher = protection(&first).hasher();
+    let mut progress = opts.progress.take();
+    let mut reconnects: Vec<Reconnect> = Vec::new();
+    let start = Instant::now();
+    let (mut stream, mut n) = (stream, first.clone());
+    let mut replay = Vec::new();
+    loop {
+        link.watch(&stream);
+        let guard = stream.try_clone().ok();
+        let e = match select::sender(stream, &n, opts.slots as usize) {
+            // A new connection that fails before the stream flows again is
+            // one more loss; the first one's failure is the run's.
+            Err(e) if !reconnects.is_empty() && lost(&e, &link) => e,
+            Err(e) => return Err(e),
+            Ok(mut tx) => {
+                resumed(&mut opts, &mut reconnects, tx.describe());
+                let prog = progress_of(&mut progress);
+                let r = send_stream_with(
+                    &mut input,
+                    tx.as_mut(),
+                    protection(&n),
+                    &mut hasher,
+                    &replay,
+                    n.rate_limit,
+                    prog,
+                );
+                match r {
+                    Ok(t) => {
+                        let mut rep = Report::of(t, start, tx.describe(), &n);
+                        rep.reconnects = reconnects;
+                        return Ok(rep);
+                    }
+                    Err(e) if lost(&e, &link) => e,
+                    Err(e) => return Err(e),
+                }
+            }
+        };
+        reset(guard);
+        let peer = link.describe(&n.peer_addr);
+        let at = hasher.bytes();
+        waiting(&mut opts, &peer, at, &e);
+        let lost_at = Instant::now();
+        let deadline = lost_at + opts.reconnect_timeout;
+        loop {
+            let Some((mut s, n2)) = link.again(&opts, Role::Sender, deadline)? else {
+                return Err(gave_up(&peer, at, opts.reconnect_timeout, e));
+            };
+            let w = input.window();
+            match answer_resume(&mut s, &n2, &first, &binding, w, opts.handshake_timeout)? {
+                Rejoined::Yes((offset, bytes)) => {
+                    tracing::info!(
+                        "reconnected to {}: resending from byte {offset} ({} bytes from the \
+                         replay window) after {:.3} s",
+                        n2.peer_addr,
+                        bytes.len(),
+                        lost_at.elapsed().as_secs_f64()
+                    );
+                    reconnects.push(Reconnect {
+                        offset,
+                        downtime: lost_at.elapsed(),
+                        transport: String::new(),
+                    });
+                    replay = bytes;
+                    (stream, n) = (s, n2);
+                    // Our close of the old connection for this peer is done with.
+                    link.kicked();
+                    break;
+                }
+                Rejoined::Retry(why) => {
+                    tracing::info!("{}: no resume on this connection: {why}", n2.peer_addr)
+                }
+            }
+        }
+    }
+}
+
+/// [`crate::run_recv`] on a hop that reconnects: a stream cut short waits for
+/// the sender to come back and goes on into the same output.
+pub(crate) fn recv_reconnecting<W: Write, F: FnOnce() -> Result<W, TransportError>>(
+    endpoint: Endpoint,
+    mut opts: Options,
+    open_output: F,
+) -> Result<Report, TransportError> {
+    let (mut link, stream, first) = Link::open(endpoint, &opts, Role::Receiver)?;
+    let binding = stream_binding(&first.keys);
+    let mut hasher = protection(&first).hasher();
+    link.watch(&stream);
+    let mut guard = stream.try_clone().ok();
+    let mut rx = select::receiver(stream, &first)?;
+    let mut output = open_or_abort(rx.as_mut(), open_output)?;
+    let mut progress = opts.progress.take();
+    let mut reconnects: Vec<Reconnect> = Vec::new();
+    let start = Instant::now();
+    let mut n = first.clone();
+    loop {
+        let prog = progress_of(&mut progress);
+        let r = recv_stream_with(rx.as_mut(), &mut output, protection(&n), &mut hasher, prog);
+        let e = match r {
+            Ok(t) => {
+                let mut rep = Report::of(t, start, rx.describe(), &n);
+                rep.reconnects = reconnects;
+                return Ok(rep);
+            }
+            Err(e @ TransportError::Truncated { .. }) if lost(&e, &link) => e,
+            Err(e) => return Err(e),
+        };
+        reset(guard.take());
+        drop(rx);
+        let peer = link.describe(&n.peer_addr);
+        let offset = hasher.bytes();
+        waiting(&mut opts, &peer, offset, &e);
+        let lost_at = Instant::now();
+        let deadline = lost_at + opts.reconnect_timeout;
+        (rx, n) = loop {
+            let Some((mut s, n2)) = link.again(&opts, Role::Receiver, deadline)? else {
+                return Err(gave_up(&peer, offset, opts.reconnect_timeout, e));
+            };
+            let why = match ask_resume(
+                &mut s,
+                &n2,
+                &first,
+                &binding,
+                offset,
+                opts.handshake_timeout,
+            )? {
+                Rejoined::Yes(()) => {
+                    link.kicked();
+                    link.watch(&s);
+                    guard = s.try_clone().ok();
+                    match select::receiver(s, &n2) {
+                        Ok(rx) => break (rx, n2),
+                        Err(why) if lost(&why, &link) => why,
+                        Err(fatal) => return Err(fatal),
+                    }
+                }
+                Rejoined::Retry(why) => why,
+            };
+            tracing::info!("{}: no resume on this connection: {why}", n2.peer_addr);
+        };
+        tracing::info!(
+            "reconnected from {}: resuming at byte {offset} after {:.3} s",
+            n.peer_addr,
+            lost_at.elapsed().as_secs_f64()
+        );
+        reconnects.push(Reconnect {
+            offset,
+            downtime: lost_at.elapsed(),
+            transport: String::new(),
+        });
+        resumed(&mut opts, &mut reconnects, rx.describe());
+    }
+}

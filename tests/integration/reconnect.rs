@@ -1,0 +1,322 @@
+//! Hops that survive the loss of their connection (`--reconnect-timeout`),
+//! with the real binaries over loopback TCP (root: `ss -K` resets a socket,
+//! nftables answers a port with resets; SKIPPED otherwise): rdsend and
+//! rdrecv through five resets of one 4 GiB stream, byte-exact; a path that
+//! answers with resets for a while, then recovers (the receiver never saw
+//! the loss: the returning sender replaces its connection); one that stays
+//! broken past the timeout fails within the bound, leaving `FILE` as it
+//! was; and an rdpipe pipeline whose hop is reset mid-stream, byte-exact,
+//! with the reconnect in `--json`.
+
+use crate::support::*;
+use std::io::{Read, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Resets (RST both ways, `ss -K`) the established TCP connections whose
+/// either end is local port `port`; returns how many sockets it killed.
+fn reset_port(port: u16) -> usize {
+    let out = Command::new("ss")
+        .args(["-K", "-tnH", "state", "established"])
+        .arg(format!("( sport = :{port} or dport = :{port} )"))
+        .output()
+        .expect("run ss");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .count()
+}
+
+/// Whether this kernel lets `ss -K` destroy sockets (CONFIG_INET_DIAG_DESTROY).
+fn can_reset() -> bool {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let _c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let (_s, _) = l.accept().unwrap();
+    reset_port(port) > 0
+}
+
+macro_rules! need_reset {
+    () => {
+        need_root!("ss -K and nftables");
+        if !can_reset() {
+            skip(
+                &test_name(),
+                "ss -K cannot destroy sockets here (kernel without INET_DIAG_DESTROY)",
+            );
+            return;
+        }
+    };
+}
+
+/// A cheap, repeatable byte stream.
+struct Gen(u64);
+
+impl Gen {
+    fn fill(&mut self, b: &mut [u8]) {
+        for c in b.chunks_mut(8) {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            c.copy_from_slice(&self.0.to_le_bytes()[..c.len()]);
+        }
+    }
+}
+
+#[test]
+fn five_resets_in_a_4_gib_stream_resume_byte_exact() {
+    need_reset!();
+    const LEN: u64 = 4 << 30;
+    const KEY: &str = "reconnect-five-resets-key";
+    let mut r = Receiver::start(
+        &["-v", "--integrity", "checksum", KEY],
+        &[],
+        Some(Stdio::piped()),
+    );
+    let mut out = r.child.stdout.take().unwrap();
+    let port = r.port;
+    let mut s = Command::new(bin("rdsend"))
+        .args(["-v", "--integrity", "checksum", "127.0.0.1"])
+        .arg(port.to_string())
+        .arg(KEY)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut sin = s.stdin.take().unwrap();
+    let feeder = std::thread::spawn(move || {
+        let mut g = Gen(0x1234_5678_9abc_def1);
+        let mut h = xxhash_rust::xxh3::Xxh3::new();
+        let mut buf = vec![0u8; 1 << 20];
+        let mut left = LEN;
+        while left > 0 {
+            let n = left.min(buf.len() as u64) as usize;
+            g.fill(&mut buf[..n]);
+            h.update(&buf[..n]);
+            if sin.write_all(&buf[..n]).is_err() {
+                return None;
+            }
+            left -= n as u64;
+        }
+        Some(h.digest())
+    });
+    // Read the output; after every 700 MiB, reset the hop's connection.
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let (mut got, mut next, mut resets) = (0u64, 700u64 << 20, 0);
+    loop {
+        let n = out.read(&mut buf).unwrap();
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+        got += n as u64;
+        if got >= next && resets < 5 {
+            next += 700 << 20;
+            if reset_port(port) > 0 {
+                resets += 1;
+            }
+        }
+    }
+    let sent = feeder.join().unwrap();
+    let status = wait_bounded(&mut s, Duration::from_secs(60), "rdsend");
+    let mut serr = String::new();
+    s.stderr.take().unwrap().read_to_string(&mut serr).unwrap();
+    let f = r.finish();
+    assert!(
+        status.success(),
+        "rdsend: {status:?}\n{serr}\nrdrecv:\n{}",
+        f.stderr
+    );
+    f.expect_code(0);
+    assert_eq!(got, LEN, "{}", f.stderr);
+    assert_eq!(Some(h.digest()), sent, "the output differs from the input");
+    assert_eq!(resets, 5, "the resets found no connection to kill");
+    let lines = |e: &str| e.matches("reconnected at byte").count();
+    assert_eq!(lines(&f.stderr), 5, "{}", f.stderr);
+    assert_eq!(lines(&serr), 5, "{serr}");
+}
+
+/// An nftables table of this test's own that answers TCP to `port` with
+/// resets (both the data of a live connection and new ones); dropped with
+/// the value.
+struct ResetRule(String);
+
+impl ResetRule {
+    fn add(port: u16) -> ResetRule {
+        let t = format!("rdpreset{}x{port}", std::process::id());
+        let nft = |rule: String| {
+            let ok = Command::new("nft")
+                .arg(&rule)
+                .status()
+                .is_ok_and(|s| s.success());
+            assert!(ok, "nft {rule}");
+        };
+        nft(format!("add table inet {t}"));
+        nft(format!(
+            "add chain inet {t} out {{ type filter hook output priority 0; }}"
+        ));
+        nft(format!(
+            "add rule inet {t} out tcp dport {port} reject with tcp reset"
+        ));
+        ResetRule(t)
+    }
+}
+
+impl Drop for ResetRule {
+    fn drop(&mut self) {
+        let _ = Command::new("nft")
+            .args(["delete", "table", "inet", &self.0])
+            .status();
+    }
+}
+
+/// rdrecv into FILE (which holds `old`), rdsend of `data` paced at
+/// 64 MiB/s; once FILE's temporary has data, the receiver's port answers
+/// with resets for `outage`. Returns both ends and the run's scratch.
+fn through_outage(
+    data: &[u8],
+    old: &[u8],
+    outage: Duration,
+    timeout: &'static str,
+) -> (Finished, Finished, Scratch, Duration) {
+    const KEY: &str = "reconnect-outage-test-key";
+    let dir = Scratch::new("outage");
+    let out = dir.path("out.bin");
+    std::fs::write(&out, old).unwrap();
+    let input = dir.path("in.bin");
+    std::fs::write(&input, data).unwrap();
+    let args = ["-v", "--reconnect-timeout", timeout];
+    let mut ra: Vec<&str> = args.to_vec();
+    ra.extend([KEY, out.to_str().unwrap()]);
+    let r = Receiver::start(&ra, &[], None);
+    let port = r.port.to_string();
+    let s = std::thread::spawn({
+        let input = input.clone();
+        move || {
+            let mut a: Vec<&str> = args.to_vec();
+            a.extend(["--rate-limit", "64M", "127.0.0.1", &port, KEY]);
+            a.push(input.to_str().unwrap());
+            send(&a, &[], None)
+        }
+    });
+    wait_until(
+        "data in the temporary file",
+        Duration::from_secs(30),
+        || dir.temp_has_data().then_some(()),
+    );
+    let started = Instant::now();
+    {
+        let _rule = ResetRule::add(r.port);
+        std::thread::sleep(outage);
+    }
+    let s = s.join().unwrap();
+    let f = r.finish();
+    (s, f, dir, started.elapsed())
+}
+
+#[test]
+fn a_port_answering_resets_for_three_seconds_is_ridden_out() {
+    need_reset!();
+    let data = random_bytes(160 << 20, 23);
+    let (s, r, dir, _) = through_outage(&data, b"old", Duration::from_secs(3), "30");
+    s.expect_code(0);
+    r.expect_code(0);
+    assert!(read(&dir.path("out.bin")) == data, "output differs");
+    // The sender saw the resets; the receiver saw nothing until the sender
+    // came back and replaced the connection.
+    assert!(s.stderr.contains("reconnected at byte"), "{}", s.stderr);
+    assert!(r.stderr.contains("reconnected at byte"), "{}", r.stderr);
+}
+
+#[test]
+fn an_outage_longer_than_the_reconnect_timeout_fails_within_the_bound() {
+    need_reset!();
+    let data = random_bytes(400 << 20, 29);
+    let (s, r, dir, took) = through_outage(&data, b"old", Duration::from_secs(6), "2");
+    // The sender gives up 2 s after the first reset; the receiver, which
+    // never saw a reset, notices the dead connection by keepalive (10 s of
+    // silence) and gives up 2 s later.
+    s.expect_code(4).expect_stderr("--reconnect-timeout");
+    r.expect_code(4).expect_stderr("--reconnect-timeout");
+    assert!(took < Duration::from_secs(40), "took {took:?}");
+    assert_eq!(read(&dir.path("out.bin")), b"old", "FILE was replaced");
+    assert_eq!(
+        dir.names(),
+        vec!["in.bin", "out.bin"],
+        "a temporary was left"
+    );
+}
+
+/// The pids of `parent`'s children.
+fn children(parent: u32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
+}
+
+/// Resets the established TCP connections of process `pid`; how many.
+fn reset_process(pid: u32) -> usize {
+    let out = Command::new("ss")
+        .args(["-tnpH", "state", "established"])
+        .output()
+        .unwrap();
+    let mut n = 0;
+    for l in String::from_utf8_lossy(&out.stdout).lines() {
+        if !l.contains(&format!("pid={pid},")) {
+            continue;
+        }
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let Some(local) = f.get(2).and_then(|a| a.rsplit_once(':')) else {
+            continue;
+        };
+        n += reset_port(local.1.parse().unwrap_or(0));
+    }
+    n
+}
+
+#[test]
+fn an_rdpipe_hop_reset_mid_stream_resumes_and_reports_it() {
+    need_reset!();
+    let dir = Scratch::new("rdpreconnect");
+    let data = random_bytes(96 << 20, 31);
+    let src = dir.path("src");
+    std::fs::write(&src, &data).unwrap();
+    let json = dir.path("run.json");
+    let out = dir.path("out");
+    let args: Vec<String> = [
+        "--rate-limit",
+        "48M",
+        "--json",
+        json.to_str().unwrap(),
+        &format!("-:cat {}", src.display()),
+        &format!("-:cat > {}", out.display()),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let started = start(&[], &args, None);
+    let pid = started.child.id();
+    wait_until("data at the sink", Duration::from_secs(30), || {
+        (std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0) > 8 << 20).then_some(())
+    });
+    // The first segment's agent sends the hop: reset its connection.
+    let agents = children(pid);
+    let killed: usize = agents.iter().map(|&a| reset_process(a)).sum();
+    assert!(killed > 0, "no hop connection found among {agents:?}");
+    let r = started.finish(Duration::from_secs(60));
+    r.ok();
+    assert!(read(&out) == data, "output differs");
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let reconnects: usize = j["hops"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["reconnects"].as_array().map_or(0, Vec::len))
+        .sum();
+    assert!(reconnects >= 1, "{j}");
+}
