@@ -156,7 +156,13 @@ fn tcp_pump(c: &mut Criterion) {
         (256 << 10, Integrity::Encrypt),
     ];
     for (chunk, integrity) in runs {
-        let prot = Protection { integrity, keys };
+        let prot = Protection {
+            integrity,
+            keys,
+            compress: rdpipe_wire::Compress::None,
+            chunk_size: chunk,
+            peer: "peer",
+        };
         g.bench_function(
             format!(
                 "tcp loopback 256 MiB, chunk {} KiB, {}",

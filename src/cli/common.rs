@@ -6,7 +6,7 @@ use clap::{Args, ValueEnum};
 use rdpipe_transport::error::{EXIT_FAILURE, EXIT_USAGE};
 use rdpipe_transport::reconnect::HopState;
 use rdpipe_transport::{Rate, TransportError};
-use rdpipe_wire::{Integrity, TransportPref, MAX_CHUNK_SIZE, MAX_SLOTS, MIN_CHUNK_SIZE};
+use rdpipe_wire::{Compress, Integrity, TransportPref, MAX_CHUNK_SIZE, MAX_SLOTS, MIN_CHUNK_SIZE};
 use std::fmt::Display;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -257,6 +257,16 @@ pub struct CommonArgs {
     #[arg(long, value_name = "RATE")]
     pub rate_limit: Option<Rate>,
 
+    /// Compress the stream, each chunk on its own with zstd, before it is
+    /// sealed: `auto` (the bare flag) adapts the level to what binds, the link
+    /// or the CPU, and stops trying on data that does not compress;
+    /// `zstd:LEVEL` (1-19; `zstd` is level 3) is fixed. Compression is on when
+    /// either end asks for it (the sender's choice wins); both ends must be
+    /// builds that know it.
+    #[arg(long, value_name = "MODE", default_value = "none", num_args = 0..=1,
+          require_equals = true, default_missing_value = "auto")]
+    pub compress: Compress,
+
     /// Print the transport used, the byte count and `Bandwidth X.XXX GB/s` on stderr
     /// at the end.
     #[arg(short, long, action = clap::ArgAction::Count)]
@@ -295,6 +305,7 @@ impl CommonArgs {
             handshake_timeout: self.handshake_timeout,
             integrity: integrity(self.integrity, self.encrypt),
             rate_limit: self.rate_limit,
+            compress: self.compress,
             progress,
             reconnect_timeout: self.reconnect_timeout,
             replay_window: self.replay_window,
@@ -392,6 +403,9 @@ pub fn report(tool: &str, verb: &str, r: &rdpipe_transport::Report, ours: Option
             r.integrity.as_str()
         ),
     );
+    if let Some(c) = &r.compress {
+        say(tool, compress_line(c));
+    }
     for c in &r.reconnects {
         say(
             tool,
@@ -404,6 +418,24 @@ pub fn report(tool: &str, verb: &str, r: &rdpipe_transport::Report, ours: Option
         );
     }
     super::term::line(&format!("Bandwidth {:.3} GB/s\n", r.gbps()));
+}
+
+/// The `-v` line about compression: mode, levels, bytes before and after.
+pub fn compress_line(c: &rdpipe_transport::compress::CompressStats) -> String {
+    let levels = match c.level_range() {
+        Some((lo, hi)) if lo == hi => format!(", level {lo}"),
+        Some((lo, hi)) => format!(", levels {lo}-{hi}"),
+        None => String::new(),
+    };
+    format!(
+        "compress {}{levels}: {} bytes as {} ({:.2}x; {} of {} chunks stored)",
+        c.mode,
+        c.raw,
+        c.wire,
+        c.ratio(),
+        c.stored,
+        c.chunks
+    )
 }
 
 /// Standard input as a file, so the send loop can poll it and read it without

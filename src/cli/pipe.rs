@@ -229,6 +229,17 @@ pub struct PipeArgs {
     #[arg(long, value_name = "RATE")]
     pub rate_limit: Option<rdpipe_transport::Rate>,
 
+    /// Compress every hop, each chunk on its own with zstd, before it is
+    /// sealed: `auto` (the bare flag) adapts the level to what binds on each
+    /// hop, the link or the CPU, and stops trying on data that does not
+    /// compress; `zstd:LEVEL` (1-19; `zstd` is level 3) is fixed. Each hop's
+    /// sender compresses and its receiver decompresses (a relay host
+    /// decompresses and compresses again); the setting is the same for every
+    /// hop.
+    #[arg(long, value_name = "MODE", default_value = "none", num_args = 0..=1,
+          require_equals = true, default_missing_value = "auto")]
+    pub compress: rdpipe_wire::Compress,
+
     /// Write a JSON report of the run to FILE at the end, also when it fails or is
     /// interrupted: per hop the transport, bytes, checksum, seconds and rate; per
     /// segment the host, command and exit status or signal; the verdict.
@@ -291,6 +302,7 @@ impl PipeArgs {
             reconnect_timeout: self.reconnect_timeout,
             handshake_timeout: self.handshake_timeout,
             rate_limit: self.rate_limit,
+            compress: self.compress,
             max_sessions: self.max_sessions,
             direct: self.direct,
         }

@@ -34,6 +34,7 @@ fn run(host: &str, port: u16, key: &str) -> Result<String, String> {
         slots: 2,
         integrity: Integrity::Mac,
         rate_limit: None,
+        compress: rdpipe_wire::Compress::None,
     };
     let n = handshake(&mut s, key.as_bytes(), &params, Duration::from_secs(10))
         .map_err(|e| e.to_string())?;

@@ -7,7 +7,7 @@ use crate::handshake::{handshake, LocalParams, Negotiated};
 use crate::listen::accept_authenticated;
 use crate::pump::{recv_stream, send_stream, Protection};
 use crate::{select, ChunkReceiver, ChunkSender, Rate, TransportError};
-use rdpipe_wire::{Integrity, Role, TransportPref};
+use rdpipe_wire::{Compress, Integrity, Role, TransportPref};
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::os::fd::AsFd;
@@ -71,6 +71,9 @@ pub struct Options {
     /// `--rate-limit`: the most bytes per second the stream may move (the sender
     /// paces to the lower of the two ends' limits).
     pub rate_limit: Option<Rate>,
+    /// `--compress`: what this end asks for (compression is on when either
+    /// end asks; the sender's wish wins).
+    pub compress: Compress,
     /// Called with the running byte count after every chunk.
     pub progress: Option<Box<dyn FnMut(u64) + Send>>,
     /// `--reconnect-timeout`: how long a hop whose connection died tries to
@@ -111,6 +114,8 @@ pub struct Report {
     pub rate_limit: Option<Rate>,
     /// Each time the connection was lost and the stream resumed on a new one.
     pub reconnects: Vec<crate::reconnect::Reconnect>,
+    /// What compression did (on the last connection), if it was on.
+    pub compress: Option<Box<crate::compress::CompressStats>>,
 }
 
 impl Report {
@@ -131,6 +136,7 @@ impl Report {
             integrity: n.integrity,
             rate_limit: n.rate_limit,
             reconnects: Vec::new(),
+            compress: t.compress.map(Box::new),
         }
     }
     /// Throughput in GB/s (10^9 bytes per second), the original tool's unit.
@@ -162,6 +168,9 @@ pub(crate) fn protection(n: &Negotiated) -> Protection<'_> {
     Protection {
         integrity: n.integrity,
         keys: &n.keys,
+        compress: n.compress,
+        chunk_size: n.chunk_size as usize,
+        peer: &n.peer_addr,
     }
 }
 
@@ -175,6 +184,7 @@ pub(crate) fn local_params(opts: &Options, role: Role) -> LocalParams {
         slots: opts.slots,
         integrity: opts.integrity,
         rate_limit: opts.rate_limit,
+        compress: opts.compress,
     }
 }
 

@@ -84,6 +84,22 @@ pub enum TransportError {
         /// The peer's address.
         peer: String,
     },
+    /// Compression was asked for but the peer's build predates it.
+    #[error("{peer} does not support --compress (it runs an rdma-pipe from before compression): upgrade it there, or run without --compress")]
+    NoCompression {
+        /// The peer's address.
+        peer: String,
+    },
+    /// A compressed chunk did not decode.
+    #[error("a compressed chunk from {peer} after byte {bytes} was refused: {source}")]
+    BadChunk {
+        /// The peer's address.
+        peer: String,
+        /// Bytes of the stream before it.
+        bytes: u64,
+        /// What was wrong.
+        source: rdpipe_wire::compress::CompressError,
+    },
     /// The two ends' transport choices cannot be reconciled.
     #[error("transport mismatch: {0}")]
     TransportMismatch(String),
@@ -204,7 +220,9 @@ impl TransportError {
         match self {
             Resolve { .. } | Connect { .. } | Listen { .. } => EXIT_CONNECT,
             AuthFailed { .. } => EXIT_AUTH,
-            Protocol { .. } | HandshakeTimeout { .. } => EXIT_PROTOCOL,
+            Protocol { .. } | HandshakeTimeout { .. } | NoCompression { .. } | BadChunk { .. } => {
+                EXIT_PROTOCOL
+            }
             TransportMismatch(_) | RdmaLibraries(_) | RdmaUnavailable { .. } => EXIT_NO_RDMA,
             Truncated { .. }
             | LengthMismatch { .. }

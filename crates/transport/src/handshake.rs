@@ -46,6 +46,8 @@ pub struct LocalParams {
     /// `--rate-limit`: told to the peer in the hello; the sender paces to the
     /// lower of the two ends' limits.
     pub rate_limit: Option<Rate>,
+    /// `--compress`: this end's wish.
+    pub compress: Compress,
 }
 
 /// The outcome of a successful handshake.
@@ -70,6 +72,9 @@ pub struct Negotiated {
     /// The rate the sender paces the stream to: the lower of the two ends'
     /// `--rate-limit` (the peer's as its authenticated hello carries it).
     pub rate_limit: Option<Rate>,
+    /// The compression both ends use: the sender's wish, or the receiver's
+    /// when the sender asked for none ([`Compress::negotiate`]).
+    pub compress: Compress,
 }
 
 /// Fresh random bytes from the OS.
@@ -198,20 +203,22 @@ fn run(
         nonce: random_bytes::<NONCE_LEN>()?,
         integrity: local.integrity,
         rate_limit: local.rate_limit.map(Rate::get),
+        compress: local.compress,
     };
     let our_bytes = ours.encode();
     s.write_all(&our_bytes).map_err(|e| conn_error(peer, e))?;
     let their_bytes = read_hello(s, peer)?;
     let theirs = Hello::decode(&their_bytes).map_err(|e| protocol(peer, e))?;
     tracing::debug!(
-        "hello from {peer}: {:?}, transport {:?}, caps {:#x}, chunk {}, slots {}, {}, rate limit {:?}",
+        "hello from {peer}: {:?}, transport {:?}, caps {:#x}, chunk {}, slots {}, {}, rate limit {:?}, compress {}",
         theirs.role,
         theirs.transport,
         theirs.caps.0,
         theirs.chunk_size,
         theirs.slots,
         theirs.integrity.as_str(),
-        theirs.rate_limit
+        theirs.rate_limit,
+        theirs.compress
     );
     if theirs.role == local.role {
         return Err(protocol(peer, WireError::SameRole(local.role)));
@@ -308,10 +315,29 @@ fn run(
     if chunk_size > ours.chunk_size {
         return Err(protocol(peer, WireError::BadChunkSize(chunk_size)));
     }
+    let compress = match local.role {
+        Role::Sender => Compress::negotiate(ours.compress, theirs.compress),
+        Role::Receiver => Compress::negotiate(theirs.compress, ours.compress),
+    };
+    if compress.is_on() && !theirs.caps.contains(Caps::COMPRESS) {
+        // An older build: it would take compressed chunks for data. Told
+        // after the authentication, so that it shows our reason.
+        let e = TransportError::NoCompression {
+            peer: peer.to_string(),
+        };
+        let abort = Control::Abort {
+            reason: AbortReason::Stream,
+            message: format!(
+                "the other end asks for --compress {compress}, which this rdma-pipe does not support: upgrade it, or run without --compress"
+            ),
+        };
+        let _ = write_control(s, peer, &abort);
+        return Err(e);
+    }
     let integrity = Integrity::negotiate(ours.integrity, theirs.integrity);
     let rate_limit = Rate::lower(local.rate_limit, theirs.rate_limit.map(Rate::new));
     tracing::debug!(
-        "authenticated {peer}; transport {chosen:?}, chunk {chunk_size}, slots {slots}, {}",
+        "authenticated {peer}; transport {chosen:?}, chunk {chunk_size}, slots {slots}, {}, compress {compress}",
         integrity.as_str()
     );
     Ok(Negotiated {
@@ -324,6 +350,7 @@ fn run(
         integrity,
         keys,
         rate_limit,
+        compress,
     })
 }
 

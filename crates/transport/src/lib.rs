@@ -27,6 +27,7 @@
 
 pub mod buf;
 pub mod chain;
+pub mod compress;
 pub mod connect;
 pub mod direct;
 pub mod endpoint;

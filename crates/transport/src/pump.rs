@@ -9,13 +9,15 @@
 //! End tag (over the MAC it computed itself) all match; the sender exits 0 only
 //! when Done's tag proves the receiver verified exactly what it sent.
 
+use crate::compress::{CompressStats, Packer, Source};
 use crate::error::GoneCause;
 use crate::pace::{piece, Pacer};
 use crate::Rate;
 use crate::{ChunkReceiver, ChunkSender, Received, TransportError};
+use rdpipe_wire::compress::{Decoder, KIND_STORED};
 use rdpipe_wire::seal::{plain_room, Opener, Sealer};
 use rdpipe_wire::session::EndOf;
-use rdpipe_wire::{Integrity, SessionKeys, StreamEnd, StreamHasher};
+use rdpipe_wire::{Compress, Integrity, SessionKeys, StreamEnd, StreamHasher};
 use rustix::event::{poll, PollFd, PollFlags};
 use std::io::{self, Read, Write};
 use std::os::fd::AsFd;
@@ -95,6 +97,8 @@ pub struct Totals {
     pub bytes: u64,
     /// Their xxh3-64.
     pub checksum: u64,
+    /// What compression did, if the stream was compressed.
+    pub compress: Option<CompressStats>,
 }
 
 /// How a stream is protected: the negotiated mode and the session's keys.
@@ -104,6 +108,12 @@ pub struct Protection<'a> {
     pub integrity: Integrity,
     /// The session's keys.
     pub keys: &'a SessionKeys,
+    /// The compression both ends use.
+    pub compress: Compress,
+    /// The negotiated chunk size: no chunk decompresses to more.
+    pub chunk_size: usize,
+    /// The peer, for messages.
+    pub peer: &'a str,
 }
 
 impl Protection<'_> {
@@ -153,6 +163,7 @@ pub fn send_stream_with<R: Read + AsFd>(
     let mut replay = replay;
     let mut pacer: Option<Pacer> = None;
     let mut sealer = (prot.integrity == Integrity::Encrypt).then(|| Sealer::new(&prot.keys.aead));
+    let mut packer = prot.compress.is_on().then(|| Packer::new(prot.compress));
     grow_pipe(input);
     advise_sequential(input);
     loop {
@@ -165,7 +176,15 @@ pub fn send_stream_with<R: Read + AsFd>(
             };
             // Paced: at most 50 ms of the rate at a time (smooth at low rates).
             let room = rate_limit.map_or(room, |r| piece(r, room));
-            let n = if replay.is_empty() {
+            // Compressed: `n` is the chunk on the wire (paced as such).
+            let n = if let Some(p) = &mut packer {
+                let mut src = StreamSource {
+                    input: &mut *input,
+                    hasher: &mut *hasher,
+                    replay: &mut replay,
+                };
+                p.next(&mut buf[..room], &mut src)?
+            } else if replay.is_empty() {
                 let n = fill_available(input, &mut buf[..room])?;
                 hasher.update(&buf[..n]);
                 n
@@ -196,7 +215,54 @@ pub fn send_stream_with<R: Read + AsFd>(
             Err(e) => return Err(e),
         }
     }
-    end_stream(tx, prot, hasher)
+    let t = end_stream(tx, prot, hasher)?;
+    if let Some(p) = &packer {
+        let st = &p.stats;
+        tracing::debug!(
+            "compressed {} bytes to {} ({:.2}x), {} of {} chunks stored, level now {:?}",
+            st.raw,
+            st.wire,
+            st.ratio(),
+            st.stored,
+            st.chunks,
+            p.level_now()
+        );
+    }
+    Ok(Totals {
+        compress: packer.map(|p| p.stats),
+        ..t
+    })
+}
+
+/// The send loop's input for a [`Packer`]: the replay first, then the input,
+/// hashed as it is read.
+struct StreamSource<'a, 'r, R> {
+    input: &'a mut R,
+    hasher: &'a mut StreamHasher,
+    replay: &'a mut &'r [u8],
+}
+
+impl<R: Read + AsFd> Source for StreamSource<'_, '_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.replay.is_empty() {
+            let n = fill_available(self.input, buf)?;
+            self.hasher.update(&buf[..n]);
+            Ok(n)
+        } else {
+            let n = buf.len().min(self.replay.len());
+            buf[..n].copy_from_slice(&self.replay[..n]);
+            *self.replay = &self.replay[n..];
+            Ok(n)
+        }
+    }
+
+    fn ready(&mut self) -> bool {
+        if !self.replay.is_empty() {
+            return true;
+        }
+        let mut fds = [PollFd::new(&*self.input, PollFlags::IN)];
+        matches!(poll(&mut fds, 0), Ok(1..))
+    }
 }
 
 /// Sends End for what `hasher` saw and checks the receiver's Done against it.
@@ -235,7 +301,11 @@ pub(crate) fn end_stream(
             }
         });
     }
-    Ok(Totals { bytes, checksum })
+    Ok(Totals {
+        bytes,
+        checksum,
+        compress: None,
+    })
 }
 
 /// Receives the stream into `output`, verifies byte count, checksum and the End
@@ -263,6 +333,8 @@ pub fn recv_stream_with<W: Write>(
     progress: Progress<'_>,
 ) -> Result<Totals, TransportError> {
     let mut opener = (prot.integrity == Integrity::Encrypt).then(|| Opener::new(&prot.keys.aead));
+    let mut decoder = prot.compress.is_on().then(|| Decoder::new(prot.chunk_size));
+    let mut stats = CompressStats::new(prot.compress);
     loop {
         let r = rx.recv_chunk(&mut |data| {
             let n = match &mut opener {
@@ -272,12 +344,35 @@ pub fn recv_stream_with<W: Write>(
                 })?,
                 None => data.len(),
             };
-            hasher.update(&data[..n]);
-            output.write_all(&data[..n]).map_err(TransportError::Output)
+            // Opened (verified, under --encrypt) first, then decompressed:
+            // nothing is written from a chunk the decoder refuses.
+            let plain = match &mut decoder {
+                Some(d) => {
+                    let stored = data[..n].last() == Some(&KIND_STORED);
+                    let p = d
+                        .decode(&data[..n])
+                        .map_err(|source| TransportError::BadChunk {
+                            peer: prot.peer.to_string(),
+                            bytes: hasher.bytes(),
+                            source,
+                        })?;
+                    stats.received(p.len(), n, stored);
+                    p
+                }
+                None => &data[..n],
+            };
+            hasher.update(plain);
+            output.write_all(plain).map_err(TransportError::Output)
         });
         match r {
             Ok(Received::Chunk(_)) => progress(hasher.bytes()),
-            Ok(Received::End(end)) => return accept_end(rx, output, prot, hasher, &end),
+            Ok(Received::End(end)) => {
+                let t = accept_end(rx, output, prot, hasher, &end)?;
+                return Ok(Totals {
+                    compress: decoder.is_some().then_some(stats),
+                    ..t
+                });
+            }
             Err(e) => return Err(receive_failed(rx, hasher.bytes(), e)),
         }
     }
@@ -295,6 +390,7 @@ pub(crate) fn accept_end(
     let got = Totals {
         bytes: hasher.bytes(),
         checksum: hasher.digest(),
+        compress: None,
     };
     let mac = hasher.mac();
     let bad = if end.bytes != got.bytes {
@@ -356,7 +452,7 @@ pub(crate) fn receive_failed(
             rx.abort(&format!("{what} after {bytes} bytes"));
             TransportError::Output(e)
         }
-        e @ TransportError::Tampered { .. } => {
+        e @ (TransportError::Tampered { .. } | TransportError::BadChunk { .. }) => {
             rx.abort(&format!("receiver rejected the stream: {e}"));
             e
         }

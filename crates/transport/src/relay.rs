@@ -3,7 +3,7 @@
 //! by side, each in its own thread, then one of two data paths:
 //!
 //! - **zero-copy** ([`crate::rdma::Forwarder`]) when both came up over RDMA on
-//!   the same device (without `--encrypt` or `--rate-limit`): one thread
+//!   the same device (under `--integrity checksum`, without `--rate-limit` or `--compress`): one thread
 //!   forwards each chunk from the receive ring with an RDMA WRITE, and writes
 //!   only the local copy into the output;
 //! - **copying** otherwise (one side TCP, two devices, ...): the incoming
@@ -209,7 +209,8 @@ fn send_side<R: Read + AsFd>(
             let Offer { rx, rest } = *o;
             let integrity = [rest.n.integrity, n.integrity];
             let paced = n.rate_limit.is_some();
-            match Forwarder::new(rx, tx, integrity, paced) {
+            let compressed = rest.n.compress.is_on() || n.compress.is_on();
+            match Forwarder::new(rx, tx, integrity, paced, compressed) {
                 Ok(f) => {
                     let _ = answer.send(Answer::Taken);
                     return forward(f, rest, done, &n, &mut opts);

@@ -17,6 +17,11 @@ use std::net::TcpStream;
 /// otherwise `RDMA` when an active RDMA device exists, `WRITE_WITH_IMM` unless
 /// `RDPIPE_RDMA_NO_IMM=1` is set or the devices are iWARP.
 pub fn local_caps(pref: TransportPref) -> Caps {
+    // Every build since compression reads compressed chunks.
+    transport_caps(pref).union(Caps::COMPRESS)
+}
+
+fn transport_caps(pref: TransportPref) -> Caps {
     if pref == TransportPref::Tcp {
         return Caps::default();
     }
@@ -185,6 +190,7 @@ mod tests {
             nonce: [0; rdpipe_wire::hello::NONCE_LEN],
             integrity: rdpipe_wire::Integrity::Mac,
             rate_limit: None,
+            compress: rdpipe_wire::Compress::None,
         };
         Negotiated {
             chosen: Chosen::Rdma,
@@ -196,6 +202,7 @@ mod tests {
             integrity: rdpipe_wire::Integrity::Mac,
             keys: rdpipe_wire::SessionKeys::derive(b"test", b""),
             rate_limit: None,
+            compress: rdpipe_wire::Compress::None,
         }
     }
 

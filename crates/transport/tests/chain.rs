@@ -9,7 +9,7 @@
 use rdpipe_transport::chain::{run_recv_chain, run_send_chain, Chain};
 use rdpipe_transport::replay::Recorded;
 use rdpipe_transport::{Endpoint, Options, Report, TransportError};
-use rdpipe_wire::{Integrity, TransportPref};
+use rdpipe_wire::{Compress, Integrity, TransportPref};
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::mpsc;
@@ -25,6 +25,7 @@ fn opts(key: &[u8], integrity: Integrity) -> Options {
         handshake_timeout: Duration::from_secs(5),
         integrity,
         rate_limit: None,
+        compress: rdpipe_wire::Compress::None,
         progress: None,
         reconnect_timeout: Duration::ZERO,
         replay_window: 0,
@@ -89,6 +90,7 @@ fn relinked(
     cut: usize,
     flip: Option<usize>,
     integrity: Integrity,
+    compress: Compress,
 ) -> (
     Result<Report, TransportError>,
     Result<Report, TransportError>,
@@ -127,7 +129,9 @@ fn relinked(
                 secret: &secret,
                 relink: &mut relink,
             };
-            run_recv_chain(ep, opts(b"first key", integrity), || Ok(out), chain)
+            let mut o = opts(b"first key", integrity);
+            o.compress = compress;
+            run_recv_chain(ep, o, || Ok(out), chain)
         })
     };
     let proxy = cutting_proxy(port_rx.recv().unwrap(), cut, flip);
@@ -152,12 +156,9 @@ fn relinked(
         port: proxy,
         timeout: Duration::from_secs(5),
     };
-    let sent = run_send_chain(
-        ep,
-        opts(b"first key", integrity),
-        &mut Recorded::new(file, window),
-        chain,
-    );
+    let mut o = opts(b"first key", integrity);
+    o.compress = compress;
+    let sent = run_send_chain(ep, o, &mut Recorded::new(file, window), chain);
     let got = sink.join().unwrap();
     let bytes = out.0.lock().unwrap().clone();
     (sent, got, bytes)
@@ -173,7 +174,7 @@ fn stream(n: usize) -> Vec<u8> {
 fn a_cut_hop_relinks_and_the_sink_gets_the_whole_stream() {
     let data = stream(16 << 20);
     for integrity in [Integrity::Mac, Integrity::Checksum, Integrity::Encrypt] {
-        let (sent, got, out) = relinked(&data, 16 << 20, 4 << 20, None, integrity);
+        let (sent, got, out) = relinked(&data, 16 << 20, 4 << 20, None, integrity, Compress::None);
         let (sent, got) = (sent.unwrap(), got.unwrap());
         assert_eq!(out.len(), data.len(), "{integrity:?}");
         assert!(out == data, "{integrity:?}: the output differs");
@@ -187,9 +188,69 @@ fn a_cut_hop_relinks_and_the_sink_gets_the_whole_stream() {
 }
 
 #[test]
+fn a_cut_compressed_hop_relinks_and_the_sink_gets_the_whole_stream() {
+    // Half random, half runs: about 2:1, so the cut lands mid-stream.
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let data: Vec<u8> = (0..16usize << 20)
+        .map(|i| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            if i & 4096 == 0 {
+                x as u8
+            } else {
+                b'r'
+            }
+        })
+        .collect();
+    for (integrity, compress) in [
+        (Integrity::Mac, Compress::Auto),
+        (Integrity::Encrypt, Compress::Zstd(3)),
+    ] {
+        let (sent, got, out) = relinked(&data, 16 << 20, 2 << 20, None, integrity, compress);
+        let (sent, got) = (sent.unwrap(), got.unwrap());
+        assert!(out == data, "{integrity:?} {compress}: the output differs");
+        assert_eq!((sent.bytes, sent.checksum), (got.bytes, got.checksum));
+        assert!(
+            got.transport.contains("re-linked at byte"),
+            "{}",
+            got.transport
+        );
+        assert!(
+            got.compress.as_ref().is_some_and(|c| c.wire < c.raw),
+            "{:?}",
+            got.compress
+        );
+    }
+}
+
+#[test]
+fn a_byte_altered_in_a_compressed_hop_fails_the_sink() {
+    let data = stream(16 << 20);
+    let (sent, got, _) = relinked(
+        &data,
+        16 << 20,
+        4 << 20,
+        Some(1 << 16),
+        Integrity::Mac,
+        Compress::Zstd(3),
+    );
+    assert!(
+        matches!(
+            got,
+            Err(TransportError::BadChunk { .. }
+                | TransportError::ChecksumMismatch { .. }
+                | TransportError::Tampered { .. })
+        ),
+        "{got:?}"
+    );
+    assert!(sent.is_err());
+}
+
+#[test]
 fn a_resume_offset_beyond_the_window_fails_both_ends() {
     let data = stream(16 << 20);
-    let (sent, got, out) = relinked(&data, 4096, 4 << 20, None, Integrity::Mac);
+    let (sent, got, out) = relinked(&data, 4096, 4 << 20, None, Integrity::Mac, Compress::None);
     for r in [sent, got] {
         match r {
             Err(TransportError::BeyondWindow { offset, start, end }) => {
@@ -204,7 +265,14 @@ fn a_resume_offset_beyond_the_window_fails_both_ends() {
 #[test]
 fn bytes_altered_before_the_cut_fail_the_whole_streams_check() {
     let data = stream(16 << 20);
-    let (sent, got, _) = relinked(&data, 16 << 20, 4 << 20, Some(1 << 20), Integrity::Mac);
+    let (sent, got, _) = relinked(
+        &data,
+        16 << 20,
+        4 << 20,
+        Some(1 << 20),
+        Integrity::Mac,
+        Compress::None,
+    );
     // (One flipped byte already changes the checksum; the MAC under the
     // chain's key is what an attacker who can fix up the checksum meets.)
     assert!(

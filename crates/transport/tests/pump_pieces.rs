@@ -128,6 +128,9 @@ fn stream(data: &[u8], cap: usize, flip: Option<usize>) -> Outcome {
     let prot = Protection {
         integrity: Integrity::Encrypt,
         keys: &keys,
+        compress: rdpipe_wire::Compress::None,
+        chunk_size: cap,
+        peer: "peer",
     };
     std::thread::scope(|sc| {
         let sent = sc.spawn(|| {

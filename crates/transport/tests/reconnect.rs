@@ -7,7 +7,7 @@
 //! peer that closes its end cleanly (its process ended) is not waited for.
 
 use rdpipe_transport::{run_recv, run_send, Endpoint, Options, Rate, Report, TransportError};
-use rdpipe_wire::{Integrity, TransportPref};
+use rdpipe_wire::{Compress, Integrity, TransportPref};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::num::NonZeroU64;
@@ -25,6 +25,7 @@ fn opts(integrity: Integrity, window: usize, reconnect: Duration) -> Options {
         integrity,
         // Slow enough that the cuts land mid-stream.
         rate_limit: Some(Rate::new(NonZeroU64::new(64 << 20).unwrap())),
+        compress: Compress::None,
         progress: None,
         reconnect_timeout: reconnect,
         replay_window: window,
@@ -173,6 +174,17 @@ type Ends = (
 /// Sends `input` through a proxy that cuts the connection each time the
 /// receiver's output passes one of `marks`.
 fn flapping(input: &[u8], integrity: Integrity, marks: &[usize], replay: bool) -> Ends {
+    flapping_compressed(input, integrity, Compress::None, marks, replay)
+}
+
+/// [`flapping`] with both ends asking for `compress`.
+fn flapping_compressed(
+    input: &[u8],
+    integrity: Integrity,
+    compress: Compress,
+    marks: &[usize],
+    replay: bool,
+) -> Ends {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("input");
     std::fs::write(&path, input).unwrap();
@@ -189,7 +201,8 @@ fn flapping(input: &[u8], integrity: Integrity, marks: &[usize], replay: bool) -
                     Ok(())
                 })),
             };
-            let o = opts(integrity, 32 << 20, Duration::from_secs(20));
+            let mut o = opts(integrity, 32 << 20, Duration::from_secs(20));
+            o.compress = compress;
             run_recv(ep, o, move || Ok(out))
         })
     };
@@ -203,11 +216,9 @@ fn flapping(input: &[u8], integrity: Integrity, marks: &[usize], replay: bool) -
                 timeout: Duration::from_secs(5),
             };
             let mut f = std::fs::File::open(path).unwrap();
-            run_send(
-                ep,
-                opts(integrity, 32 << 20, Duration::from_secs(20)),
-                &mut f,
-            )
+            let mut o = opts(integrity, 32 << 20, Duration::from_secs(20));
+            o.compress = compress;
+            run_send(ep, o, &mut f)
         })
     };
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -244,6 +255,34 @@ fn five_cuts_resume_byte_exact_under_every_protection() {
             assert!(w[0].offset <= w[1].offset);
         }
         assert!(r.reconnects.iter().all(|c| c.transport.starts_with("tcp")));
+    }
+}
+
+#[test]
+fn compressed_streams_resume_byte_exact_after_cuts() {
+    // Random and compressible stretches, so that chunks go both ways.
+    let mut input = data(16 << 20);
+    for i in (0..input.len()).step_by(3 << 20) {
+        let end = (i + (1 << 20)).min(input.len());
+        input[i..end].fill(b'z');
+    }
+    let marks = [2 << 20, 6 << 20, 11 << 20];
+    for (integrity, compress) in [
+        (Integrity::Encrypt, Compress::Auto),
+        (Integrity::Mac, Compress::Zstd(3)),
+        (Integrity::Checksum, Compress::Zstd(1)),
+    ] {
+        let (s, r, got) = flapping_compressed(&input, integrity, compress, &marks, false);
+        let (s, r) = (s.unwrap(), r.unwrap());
+        assert!(got == input, "{integrity:?} {compress}: output differs");
+        assert_eq!(s.checksum, r.checksum);
+        assert!(
+            !r.reconnects.is_empty(),
+            "{integrity:?} {compress}: no cut landed"
+        );
+        let c = r.compress.expect("the receiver reports compression");
+        assert_eq!(c.mode, compress);
+        assert!(c.wire < c.raw, "{integrity:?} {compress}: {c:?}");
     }
 }
 

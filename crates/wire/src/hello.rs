@@ -1,8 +1,12 @@
 //! The fixed-size greeting both ends send first.
 //!
 //! Layout (little endian, 56 bytes):
-//! `magic[4] version:u16 role:u8 transport:u8 caps:u32 chunk_size:u32 slots:u32 nonce[32]
-//! integrity:u8 rate_limit[3]`.
+//! `magic[4] version:u16 role:u8 transport:u8 caps:u8 compress:u8 level:u8 caps_hi:u8
+//! chunk_size:u32 slots:u32 nonce[32] integrity:u8 rate_limit[3]`.
+//! `compress` and `level` (once the second and third bytes of a `caps:u32` that
+//! earlier builds always sent as zero, and still read as capability bits they
+//! ignore) are the end's `--compress` wish ([`Compress`]); an end that reads
+//! compressed chunks sets [`Caps::COMPRESS`].
 //! `rate_limit` (once `reserved[3]=0`, so a hello without a limit is what earlier
 //! builds send) is the end's `--rate-limit` in bytes per second as `shift:u8
 //! mantissa:u16`, value `mantissa << shift`, all zero for none: see [`encode_rate`].
@@ -10,7 +14,7 @@
 //! [`Hello::check_prefix`] before it trusts anything else: a future version may change
 //! the rest of the layout, but never those six bytes.
 
-use crate::{WireError, MAX_CHUNK_SIZE, MAX_SLOTS, MIN_CHUNK_SIZE};
+use crate::{Compress, WireError, MAX_CHUNK_SIZE, MAX_SLOTS, MIN_CHUNK_SIZE};
 use std::num::NonZeroU64;
 
 /// The four bytes every rdma-pipe connection starts with.
@@ -156,6 +160,12 @@ impl Caps {
     pub const RDMA: Caps = Caps(1);
     /// This end can use RDMA WRITE_WITH_IMM (else WRITE followed by SEND).
     pub const WRITE_WITH_IMM: Caps = Caps(2);
+    /// This end reads compressed chunks ([`crate::compress`]); builds from
+    /// before compression never set it.
+    pub const COMPRESS: Caps = Caps(4);
+    /// The bits of the hello's `caps:u32` that carry the compression wish,
+    /// not capabilities.
+    const WISH_BITS: u32 = 0x00FF_FF00;
 
     /// Whether every bit of `other` is set.
     pub fn contains(self, other: Caps) -> bool {
@@ -190,6 +200,8 @@ pub struct Hello {
     /// carries it: at most 16 significant bits, rounded down). The sender paces
     /// the stream to the lower of the two ends' limits.
     pub rate_limit: Option<NonZeroU64>,
+    /// This end's `--compress` wish.
+    pub compress: Compress,
 }
 
 /// The largest shift a rate may have on the wire (`0xFFFF << 48` still fits a u64).
@@ -226,7 +238,8 @@ impl Hello {
         b[4..6].copy_from_slice(&self.version.to_le_bytes());
         b[6] = self.role.to_byte();
         b[7] = self.transport.to_byte();
-        b[8..12].copy_from_slice(&self.caps.0.to_le_bytes());
+        b[8..12].copy_from_slice(&(self.caps.0 & !Caps::WISH_BITS).to_le_bytes());
+        b[9..11].copy_from_slice(&self.compress.to_bytes());
         b[12..16].copy_from_slice(&self.chunk_size.to_le_bytes());
         b[16..20].copy_from_slice(&self.slots.to_le_bytes());
         b[20..52].copy_from_slice(&self.nonce);
@@ -269,16 +282,19 @@ impl Hello {
         let mut nonce = [0u8; NONCE_LEN];
         nonce.copy_from_slice(&b[20..52]);
         let rate_limit = decode_rate([b[53], b[54], b[55]])?;
+        let compress =
+            Compress::from_bytes([b[9], b[10]]).ok_or(WireError::BadCompress([b[9], b[10]]))?;
         Ok(Hello {
             version: PROTOCOL_VERSION,
             role: Role::from_byte(b[6])?,
             transport: TransportPref::from_byte(b[7])?,
-            caps: Caps(u32_at(8)),
+            caps: Caps(u32_at(8) & !Caps::WISH_BITS),
             chunk_size,
             slots,
             nonce,
             integrity: Integrity::from_byte(b[52])?,
             rate_limit,
+            compress,
         })
     }
 }
@@ -298,6 +314,7 @@ mod tests {
             nonce: [7; NONCE_LEN],
             integrity: Integrity::Mac,
             rate_limit: None,
+            compress: Compress::None,
         }
     }
 
@@ -347,6 +364,21 @@ mod tests {
         assert_eq!(Integrity::negotiate(Checksum, Mac), Mac);
         assert_eq!(Integrity::negotiate(Encrypt, Checksum), Encrypt);
         assert_eq!(Integrity::negotiate(Checksum, Checksum), Checksum);
+    }
+
+    #[test]
+    fn the_compression_wish_sits_where_earlier_builds_sent_zero_caps_bits() {
+        let mut h = sample();
+        assert_eq!(h.encode()[9..11], [0, 0]);
+        h.caps = h.caps.union(Caps::COMPRESS);
+        h.compress = Compress::Zstd(7);
+        let b = h.encode();
+        assert_eq!(b[8], 1 | 4);
+        assert_eq!(b[9..11], [2, 7]);
+        assert_eq!(Hello::decode(&b).unwrap(), h);
+        let mut bad = b;
+        bad[9] = 9;
+        assert_eq!(Hello::decode(&bad), Err(WireError::BadCompress([9, 7])));
     }
 
     #[test]

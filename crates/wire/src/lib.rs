@@ -19,6 +19,9 @@
 //!    read from the network is validated against limits before anything is
 //!    allocated.
 //!
+//! With `--compress`, each data chunk is a zstd frame or stored, with a
+//! trailer, before it is sealed ([`compress`]).
+//!
 //! Re-linking a fan-out chain around a dead relay (the resume request and its
 //! answer) is in [`resume`].
 //!
@@ -27,6 +30,7 @@
 #![deny(missing_docs)]
 
 pub mod checksum;
+pub mod compress;
 pub mod frame;
 pub mod hello;
 pub mod rdma;
@@ -35,6 +39,7 @@ pub mod seal;
 pub mod session;
 
 pub use checksum::StreamHasher;
+pub use compress::Compress;
 pub use frame::{AbortReason, Control, FrameHeader, FrameKind, StreamEnd, FRAME_HEADER_LEN};
 pub use hello::{Caps, Hello, Integrity, Role, TransportPref, HELLO_LEN, MAGIC, PROTOCOL_VERSION};
 pub use rdma::{RdmaMsg, RingInfo};
@@ -107,6 +112,9 @@ pub enum WireError {
     /// A hello's rate limit bytes that are not a rate (see `hello::encode_rate`).
     #[error("malformed rate limit bytes {0:02x?} in the hello")]
     BadRateLimit([u8; 3]),
+    /// Compression bytes in a hello that are not a `--compress` wish.
+    #[error("invalid compression bytes {0:02x?} in the hello")]
+    BadCompress([u8; 2]),
     /// An integrity byte out of range.
     #[error("invalid integrity byte {0}")]
     BadIntegrity(u8),

@@ -67,19 +67,29 @@ fn any_hello() -> impl Strategy<Value = Hello> {
         any::<[u8; NONCE_LEN]>(),
         0u8..3,
         proptest::option::of((1u64..=0xFFFF, 0u32..=48).prop_map(|(m, s)| m << s)),
+        prop_oneof![
+            Just(Compress::None),
+            Just(Compress::Auto),
+            (1..=rdpipe_wire::compress::MAX_LEVEL).prop_map(Compress::Zstd)
+        ],
     )
-        .prop_map(|(s, t, caps, chunk_size, slots, nonce, i, rate)| Hello {
-            version: PROTOCOL_VERSION,
-            role: if s { Role::Sender } else { Role::Receiver },
-            transport: [TransportPref::Auto, TransportPref::Tcp, TransportPref::Rdma][t as usize],
-            caps: Caps(caps),
-            chunk_size,
-            slots,
-            nonce,
-            integrity: [Integrity::Checksum, Integrity::Mac, Integrity::Encrypt][i as usize],
-            // Any rate the wire form carries exactly.
-            rate_limit: rate.and_then(std::num::NonZeroU64::new),
-        })
+        .prop_map(
+            |(s, t, caps, chunk_size, slots, nonce, i, rate, compress)| Hello {
+                version: PROTOCOL_VERSION,
+                role: if s { Role::Sender } else { Role::Receiver },
+                transport: [TransportPref::Auto, TransportPref::Tcp, TransportPref::Rdma]
+                    [t as usize],
+                // The caps bits that carry the compression wish are not caps.
+                caps: Caps(caps & !0x00FF_FF00),
+                chunk_size,
+                slots,
+                nonce,
+                integrity: [Integrity::Checksum, Integrity::Mac, Integrity::Encrypt][i as usize],
+                // Any rate the wire form carries exactly.
+                rate_limit: rate.and_then(std::num::NonZeroU64::new),
+                compress,
+            },
+        )
 }
 
 proptest! {

@@ -265,5 +265,6 @@ pub fn sender_params() -> rdpipe_transport::handshake::LocalParams {
         slots: 2,
         integrity: rdpipe_wire::Integrity::Mac,
         rate_limit: None,
+        compress: rdpipe_wire::Compress::None,
     }
 }

@@ -92,6 +92,9 @@ pub struct AgentArgs {
     /// its peer; the sender paces).
     #[arg(long)]
     pub rate_limit: Option<rdpipe_transport::Rate>,
+    /// `--compress` for every transfer of the segment (none, auto, zstd:LEVEL).
+    #[arg(long, default_value = "none")]
+    pub compress: rdpipe_wire::Compress,
     /// Seconds to keep retrying a connect.
     #[arg(long, default_value_t = 30)]
     pub connect_timeout: u64,
@@ -225,6 +228,7 @@ fn run(a: AgentArgs) -> bool {
         integrity: a.integrity,
         handshake_timeout: Duration::from_secs(a.handshake_timeout),
         rate_limit: a.rate_limit,
+        compress: a.compress,
         connect_timeout: Duration::from_secs(a.connect_timeout),
         reconnect_timeout: Duration::from_secs(a.reconnect_timeout),
         reconnect_window: a.reconnect_window,

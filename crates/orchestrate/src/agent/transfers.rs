@@ -78,6 +78,8 @@ pub struct Transfers {
     pub handshake_timeout: Duration,
     /// `--rate-limit`.
     pub rate_limit: Option<rdpipe_transport::Rate>,
+    /// `--compress`.
+    pub compress: rdpipe_wire::Compress,
     /// `--connect-timeout`.
     pub connect_timeout: Duration,
     /// `--reconnect-timeout`.
@@ -108,6 +110,7 @@ impl Transfers {
             handshake_timeout: self.handshake_timeout,
             integrity: self.integrity,
             rate_limit: self.rate_limit,
+            compress: self.compress,
             progress: Some(self.meter.callback(dir)),
             reconnect_timeout: self.reconnect_timeout,
             replay_window: self.reconnect_window,

@@ -38,6 +38,7 @@ fn config(cfg: &DoctorConfig, from: &Target, to: &Target, transport: TransportPr
         reconnect_timeout: 0,
         handshake_timeout: 10,
         rate_limit: None,
+        compress: rdpipe_wire::Compress::None,
         max_sessions: 10,
         direct: false,
     }

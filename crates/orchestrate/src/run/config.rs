@@ -58,6 +58,8 @@ pub struct Config {
     pub handshake_timeout: u64,
     /// `--rate-limit`, for every hop (each hop's sender paces).
     pub rate_limit: Option<rdpipe_transport::Rate>,
+    /// `--compress`, for every hop (the sender of each hop compresses).
+    pub compress: rdpipe_wire::Compress,
     /// SSH sessions per master connection.
     pub max_sessions: u32,
     /// `--direct`: `> FILE` segments are written with O_DIRECT.

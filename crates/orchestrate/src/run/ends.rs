@@ -25,6 +25,7 @@ impl Runner {
             handshake_timeout: Duration::from_secs(self.a.handshake_timeout),
             integrity: self.a.integrity,
             rate_limit: self.a.rate_limit,
+            compress: self.a.compress,
             // A progress callback storing into `counter`, when there is a line.
             progress: self.progress.as_ref().map(|_| {
                 let c = counter.clone();

@@ -132,6 +132,9 @@ pub fn agent_args(p: &Pipeline, i: usize, a: &Config) -> Vec<String> {
     if let Some(r) = a.rate_limit {
         v.extend(["--rate-limit".into(), r.bytes_per_sec().to_string()]);
     }
+    if a.compress.is_on() {
+        v.extend(["--compress".into(), a.compress.to_string()]);
+    }
     // Only when asked for: the usual command line stays short.
     if a.verbose >= 2 {
         v.extend(["--verbose".into(), a.verbose.min(3).to_string()]);
@@ -472,6 +475,7 @@ mod tests {
             reconnect_timeout: 60,
             handshake_timeout: 10,
             rate_limit: "16M".parse().ok(),
+            compress: rdpipe_wire::Compress::Zstd(5),
             max_sessions: 10,
             direct: false,
         }
@@ -511,6 +515,7 @@ mod tests {
         assert_eq!(parsed.cmd.as_deref(), Some("cat"));
         assert_eq!(parsed.chunk_size, 1 << 20);
         assert_eq!(parsed.rate_limit, "16M".parse().ok());
+        assert_eq!(parsed.compress, rdpipe_wire::Compress::Zstd(5));
     }
 
     #[test]

@@ -49,6 +49,10 @@ pub enum NoForward {
     /// an encrypted chunk is re-sealed under the next hop's key.
     #[error("a keyed hop (--integrity mac or encrypt) verifies a private copy of each chunk; only --integrity checksum forwards from the ring")]
     Keyed,
+    /// `--compress`: each hop's receiver decompresses and its sender
+    /// compresses again.
+    #[error("--compress: each hop decompresses and compresses on its own")]
+    Compressed,
     /// `--rate-limit`: the send loop paces.
     #[error("--rate-limit paces the outgoing stream")]
     Paced,
@@ -82,6 +86,7 @@ impl Forwarder {
         tx: Box<RdmaSender>,
         integrity: [Integrity; 2],
         paced: bool,
+        compressed: bool,
     ) -> Result<Forwarder, (Box<RdmaReceiver>, Box<RdmaSender>, NoForward)> {
         let why = if rx.conn.device != tx.conn.device {
             Some(NoForward::OtherDevice {
@@ -90,6 +95,8 @@ impl Forwarder {
             })
         } else if integrity.iter().any(|i| *i != Integrity::Checksum) {
             Some(NoForward::Keyed)
+        } else if compressed {
+            Some(NoForward::Compressed)
         } else if paced {
             Some(NoForward::Paced)
         } else if rx.chunk() > tx.chunk() {

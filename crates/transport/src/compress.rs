@@ -1,0 +1,321 @@
+//! `--compress` in the send and receive loops ([`crate::pump`]).
+//!
+//! **Sender** ([`Packer`]): chunks are read ahead from the input and
+//! compressed on the worker pool that seals (`rdpipe_wire::seal::workers`,
+//! `min(cores, 8)` threads), several at once, each into its own buffers; the
+//! send loop takes them back in order and copies each (compressed, or stored
+//! when it did not shrink: [`rdpipe_wire::compress`]) into the transport's
+//! buffer, where it is sealed as any chunk. Reading ahead stops at what the
+//! input has ready, so an interactive stream's chunk goes out as soon as it
+//! was read; and at [`AHEAD_BYTES`]. Under `auto`, a chunk to be stored
+//! without trying (the data does not compress, or compression is what binds)
+//! is read straight into the transport's buffer when nothing is in flight.
+//! With one CPU, each chunk is compressed on the calling thread.
+//!
+//! The level under `auto` ([`Adapt`]) follows what the send loop waits for:
+//! the time outside [`Packer::next`] (the transport has no free buffer: the
+//! socket or the receiver's credits are full; `--rate-limit`'s pacing) is the
+//! link's, the time waiting for the next chunk's worker is compression's.
+//!
+//! **Receiver**: each chunk, once opened under `--encrypt`, is checked and
+//! decompressed by [`rdpipe_wire::compress::Decoder`] into a buffer of the
+//! negotiated chunk size, then hashed and written.
+
+use rdpipe_wire::compress::{
+    put_trailer, Adapt, Encoder, Packed, KIND_STORED, KIND_ZSTD, MAX_LEVEL, TRAILER_LEN,
+};
+use rdpipe_wire::Compress;
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::io;
+use std::sync::mpsc::{sync_channel, Receiver};
+use std::time::{Duration, Instant};
+
+/// The most bytes read ahead of the send loop (all jobs' input together).
+pub const AHEAD_BYTES: usize = 16 << 20;
+
+/// What compression did to a stream, for `-v` and `--json`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompressStats {
+    /// The negotiated mode.
+    pub mode: Compress,
+    /// Bytes before compression.
+    pub raw: u64,
+    /// Bytes after (the chunks with their trailers, before sealing).
+    pub wire: u64,
+    /// Chunks.
+    pub chunks: u64,
+    /// Chunks sent stored (not smaller compressed, or not tried).
+    pub stored: u64,
+    /// Chunks compressed at each level (index = level; the sender's only).
+    pub levels: [u64; MAX_LEVEL as usize + 1],
+}
+
+impl CompressStats {
+    /// Nothing yet, under `mode`.
+    pub fn new(mode: Compress) -> CompressStats {
+        CompressStats {
+            mode,
+            raw: 0,
+            wire: 0,
+            chunks: 0,
+            stored: 0,
+            levels: [0; MAX_LEVEL as usize + 1],
+        }
+    }
+
+    /// Bytes before over bytes after (1.0 for an empty stream).
+    pub fn ratio(&self) -> f64 {
+        if self.wire == 0 {
+            1.0
+        } else {
+            self.raw as f64 / self.wire as f64
+        }
+    }
+
+    /// The lowest and highest level any chunk was compressed at.
+    pub fn level_range(&self) -> Option<(i32, i32)> {
+        let used = |(l, n): (usize, &u64)| (*n > 0).then_some(l as i32);
+        let lo = self.levels.iter().enumerate().find_map(used)?;
+        let hi = self.levels.iter().enumerate().rev().find_map(used)?;
+        Some((lo, hi))
+    }
+
+    /// Counts one chunk received: `raw` bytes from `wire`, stored or not.
+    pub(crate) fn received(&mut self, raw: usize, wire: usize, stored: bool) {
+        self.raw += raw as u64;
+        self.wire += wire as u64;
+        self.chunks += 1;
+        self.stored += u64::from(stored);
+    }
+
+    /// Counts one chunk of `raw` bytes sent as `wire` bytes.
+    pub(crate) fn chunk(&mut self, raw: usize, wire: usize, level: Option<i32>) {
+        self.raw += raw as u64;
+        self.wire += wire as u64;
+        self.chunks += 1;
+        match level {
+            Some(l) => self.levels[l.clamp(0, MAX_LEVEL) as usize] += 1,
+            None => self.stored += 1,
+        }
+    }
+}
+
+/// Where the packer reads the stream from.
+pub(crate) trait Source {
+    /// Reads the next bytes (0: end of input), as [`crate::pump::fill_available`].
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize>;
+    /// Whether a read would return without waiting.
+    fn ready(&mut self) -> bool;
+}
+
+/// One chunk on its way through a worker.
+struct Job {
+    raw: Vec<u8>,
+    n: usize,
+    out: Vec<u8>,
+    level: Option<i32>,
+    packed: Packed,
+}
+
+impl Job {
+    fn new(room: usize) -> Job {
+        Job {
+            raw: vec![0; room],
+            n: 0,
+            out: vec![0; room],
+            level: None,
+            packed: Packed::Stored,
+        }
+    }
+
+    fn run(&mut self) {
+        thread_local! {
+            static ENCODER: RefCell<Encoder> = RefCell::new(Encoder::new());
+        }
+        self.packed = match self.level {
+            Some(l) => ENCODER.with(|e| {
+                e.borrow_mut()
+                    .compress(&self.raw[..self.n], l, &mut self.out[..self.n])
+            }),
+            None => Packed::Stored,
+        };
+    }
+}
+
+/// The sender's side (see the module docs).
+pub(crate) struct Packer {
+    mode: Compress,
+    adapt: Adapt,
+    pool: Option<&'static rayon::ThreadPool>,
+    inflight: VecDeque<Receiver<Job>>,
+    free: Vec<Job>,
+    /// Raw bytes per chunk, from the first buffer lent.
+    room: usize,
+    depth: usize,
+    eof: bool,
+    err: Option<io::Error>,
+    /// When [`Packer::next`] last returned and last started.
+    left_at: Option<Instant>,
+    started_at: Option<Instant>,
+    /// Time waiting for workers since the last report to [`Adapt`].
+    cpu: Duration,
+    pub(crate) stats: CompressStats,
+}
+
+impl Packer {
+    /// A packer for a stream compressed as `mode` (which is on).
+    pub(crate) fn new(mode: Compress) -> Packer {
+        Packer {
+            mode,
+            adapt: Adapt::new(),
+            pool: rdpipe_wire::seal::workers(),
+            inflight: VecDeque::new(),
+            free: Vec::new(),
+            room: 0,
+            depth: 1,
+            eof: false,
+            err: None,
+            left_at: None,
+            started_at: None,
+            cpu: Duration::ZERO,
+            stats: CompressStats::new(mode),
+        }
+    }
+
+    fn level(&mut self) -> Option<i32> {
+        match self.mode {
+            Compress::None => None,
+            Compress::Auto => self.adapt.next_level(),
+            Compress::Zstd(l) => Some(l),
+        }
+    }
+
+    /// Counts a chunk; feeds `auto` what it compressed to.
+    fn done(&mut self, raw: usize, body: usize, wire: usize, level: Option<i32>, packed: Packed) {
+        if level.is_some() {
+            self.adapt.compressed(raw, body);
+        }
+        let level = match packed {
+            Packed::Zstd(_) => level,
+            Packed::Stored => None,
+        };
+        self.stats.chunk(raw, wire, level);
+    }
+
+    /// Reads and compresses the next chunk into `buf` (its trailer
+    /// included: `buf` must hold [`TRAILER_LEN`] bytes more than the most raw
+    /// bytes a chunk takes); returns its length, 0 at the end of the input.
+    /// An input error comes after the chunks read before it.
+    pub(crate) fn next(&mut self, buf: &mut [u8], src: &mut dyn Source) -> io::Result<usize> {
+        let now = Instant::now();
+        if let (Some(left), Some(started)) = (self.left_at, self.started_at) {
+            let cpu = std::mem::take(&mut self.cpu);
+            self.adapt.waited(now - left, cpu, now - started);
+        }
+        self.started_at = Some(now);
+        let r = self.next_chunk(buf, src);
+        self.left_at = Some(Instant::now());
+        r
+    }
+
+    fn next_chunk(&mut self, buf: &mut [u8], src: &mut dyn Source) -> io::Result<usize> {
+        let Some(room) = buf.len().checked_sub(TRAILER_LEN).filter(|r| *r > 0) else {
+            return Err(io::Error::other("the transport's buffer is too small"));
+        };
+        if self.room == 0 {
+            self.room = room;
+            let workers = self.pool.map_or(1, |p| p.current_num_threads());
+            self.depth = (workers + 1).min(AHEAD_BYTES / room).max(1);
+        }
+        if room < self.room {
+            return Err(io::Error::other("the transport's buffer shrank"));
+        }
+        while self.inflight.len() < self.depth
+            && !self.eof
+            && self.err.is_none()
+            && (self.inflight.is_empty() || src.ready())
+        {
+            let level = self.level();
+            if level.is_none() && self.inflight.is_empty() {
+                // Stored without trying: straight into the buffer.
+                let n = src.read(&mut buf[..self.room])?;
+                if n == 0 {
+                    self.eof = true;
+                    return Ok(0);
+                }
+                let len = put_trailer(buf, n, n, KIND_STORED);
+                self.done(n, n, len, None, Packed::Stored);
+                return Ok(len);
+            }
+            let mut job = self.free.pop().unwrap_or_else(|| Job::new(self.room));
+            match src.read(&mut job.raw[..self.room]) {
+                Ok(0) => {
+                    self.eof = true;
+                    self.free.push(job);
+                }
+                Ok(n) => {
+                    job.n = n;
+                    job.level = level;
+                    self.dispatch(job);
+                }
+                Err(e) => {
+                    self.err = Some(e);
+                    self.free.push(job);
+                }
+            }
+        }
+        let Some(rx) = self.inflight.pop_front() else {
+            return match self.err.take() {
+                Some(e) => Err(e),
+                None => Ok(0),
+            };
+        };
+        let waited = Instant::now();
+        let job = rx
+            .recv()
+            .map_err(|_| io::Error::other("a compression worker stopped"))?;
+        self.cpu += waited.elapsed();
+        let n = job.n;
+        let (len, body) = match job.packed {
+            Packed::Zstd(c) => {
+                buf[..c].copy_from_slice(&job.out[..c]);
+                (put_trailer(buf, c, n, KIND_ZSTD), c)
+            }
+            Packed::Stored => {
+                buf[..n].copy_from_slice(&job.raw[..n]);
+                (put_trailer(buf, n, n, KIND_STORED), n)
+            }
+        };
+        self.done(n, body, len, job.level, job.packed);
+        self.free.push(job);
+        Ok(len)
+    }
+
+    /// Compresses `job` on the pool (on this thread without one).
+    fn dispatch(&mut self, mut job: Job) {
+        let (tx, rx) = sync_channel(1);
+        match self.pool {
+            Some(p) => p.spawn(move || {
+                job.run();
+                let _ = tx.send(job);
+            }),
+            None => {
+                let t = Instant::now();
+                job.run();
+                self.cpu += t.elapsed();
+                let _ = tx.send(job);
+            }
+        }
+        self.inflight.push_back(rx);
+    }
+
+    /// The level compressed chunks get now (for `-v`).
+    pub(crate) fn level_now(&self) -> Option<i32> {
+        match self.mode {
+            Compress::None => None,
+            Compress::Auto => Some(self.adapt.level()),
+            Compress::Zstd(l) => Some(l),
+        }
+    }
+}
