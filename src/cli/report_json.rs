@@ -5,7 +5,7 @@
 
 use super::common::{fail, Failure};
 use rdpipe_orchestrate::report::{
-    write_json_atomic, EndpointReport, ReconnectReport, Role, Transfer, VERSION,
+    write_json_atomic, CompressReport, EndpointReport, ReconnectReport, Role, Transfer, VERSION,
 };
 use rdpipe_transport::error::EXIT_FAILURE;
 use rdpipe_transport::Report;
@@ -36,6 +36,9 @@ pub fn finish(
         Ok(r) => (
             Transfer {
                 reconnects: r.reconnects.iter().map(ReconnectReport::of).collect(),
+                compress: r.compress.as_deref().map(|c| {
+                    CompressReport::of(&rdpipe_orchestrate::control::CompressSummary::of(c))
+                }),
                 ..Transfer::done(
                     &r.transport,
                     Some(r.integrity),

@@ -12,6 +12,7 @@
 mod support;
 
 mod attacks;
+mod compress;
 mod discovery;
 mod docs;
 mod doctor;

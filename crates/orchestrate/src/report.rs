@@ -104,6 +104,42 @@ pub struct Transfer {
     /// Each time the hop's connection died and the stream resumed on a new
     /// one (`--reconnect-timeout`), in order.
     pub reconnects: Vec<ReconnectReport>,
+    /// What `--compress` did; absent when the transfer was not compressed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compress: Option<CompressReport>,
+}
+
+/// What compression did on a transfer.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CompressReport {
+    /// `auto` or `zstd:LEVEL`.
+    pub mode: String,
+    /// The lowest and highest zstd level a chunk was compressed at (the
+    /// sender's report; absent on a receiver's, and when no chunk shrank).
+    pub level_min: Option<i32>,
+    /// See `level_min`.
+    pub level_max: Option<i32>,
+    /// Bytes before compression (the stream).
+    pub bytes_before: u64,
+    /// Bytes after (the chunks on the wire with their 5-byte trailers,
+    /// before sealing).
+    pub bytes_after: u64,
+    /// `bytes_before / bytes_after`.
+    pub ratio: f64,
+}
+
+impl CompressReport {
+    /// The report of a hop's compression summary.
+    pub fn of(c: &crate::control::CompressSummary) -> CompressReport {
+        CompressReport {
+            mode: c.mode.to_string(),
+            level_min: c.levels.map(|l| l.0),
+            level_max: c.levels.map(|l| l.1),
+            bytes_before: c.raw,
+            bytes_after: c.wire,
+            ratio: c.ratio(),
+        }
+    }
 }
 
 /// One reconnect of a hop.
@@ -149,6 +185,7 @@ impl Transfer {
             seconds: Some(secs),
             rate_bytes_per_second: Some(rate(bytes, secs)),
             reconnects: Vec::new(),
+            compress: None,
         }
     }
 }

@@ -23,11 +23,13 @@ pub const MAX_PENDING: usize = 16;
 type Outcome = (String, Result<(TcpStream, Negotiated), TransportError>);
 
 /// Whether a handshake failure ends the endpoint: only what an authenticated
-/// peer caused (the two ends cannot agree on a transport).
+/// peer caused (the two ends cannot agree on a transport, or on compression).
 fn fatal(e: &TransportError) -> bool {
     matches!(
         e,
-        TransportError::TransportMismatch(_) | TransportError::RdmaLibraries(_)
+        TransportError::TransportMismatch(_)
+            | TransportError::RdmaLibraries(_)
+            | TransportError::NoCompression { .. }
     )
 }
 

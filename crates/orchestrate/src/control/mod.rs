@@ -35,7 +35,8 @@
 //! - `PORT in|out N`: a side started with `listen` is listening on port N;
 //! - `RELINK N`: the re-link hop (after `RELINK in`) listens on port N;
 //! - `REACH in|out ADDR=RESULT...`: the answer to `PROBE` ([`Reach`]);
-//! - `DONE in|out BYTES CHECKSUM SECS INTEGRITY TRANSPORT`: a transfer completed, verified;
+//! - `DONE in|out BYTES CHECKSUM SECS INTEGRITY COMPRESS TRANSPORT`: a transfer
+//!   completed, verified (COMPRESS: [`CompressSummary`]'s field, `-` for none);
 //! - `EXIT CODE`, `EXIT signal N`, `EXIT killed`: how the command ended (`killed`:
 //!   by the agent, after another failure);
 //! - `FAIL PART KIND CODE MESSAGE`: something failed. PART is `in`, `out`, `cmd`,
@@ -56,7 +57,8 @@
 //! and the agent's `--relay` (a relay-only segment). Version 5 added the
 //! chain re-link: `RELINK`, `UNLINK`, the chain secret on the key line
 //! ([`KeyLine::chain`]) and the agent's `--replay-window` and `--chain-in`;
-//! and `USAGE` (the agent's and its command's CPU time).
+//! and `USAGE` (the agent's and its command's CPU time). Version 6 added
+//! DONE's COMPRESS field and the agent's `--compress`.
 
 use rdpipe_transport::reconnect::Reconnect;
 use rdpipe_wire::Integrity;
@@ -68,17 +70,19 @@ mod addr;
 mod keys;
 mod part;
 mod reach;
+mod squeeze;
 mod usage;
 pub use addr::NetAddr;
 pub use keys::{decode_hex, encode_hex, KeyLine};
 pub use part::{FailKind, Part};
 pub use reach::Reach;
+pub use squeeze::CompressSummary;
 use std::net::IpAddr;
 pub use usage::{CpuTimes, Usage};
 
 /// Version of the control protocol (`HELLO 5`). An agent of another version is
 /// not used.
-pub const PROTOCOL: u32 = 5;
+pub const PROTOCOL: u32 = 6;
 
 /// The most addresses one `PROBE` asks about (and an agent accepts).
 pub const MAX_PROBE: usize = 16;
@@ -248,6 +252,8 @@ pub struct HopReport {
     pub transport: String,
     /// How the stream was protected.
     pub integrity: Integrity,
+    /// What compression did, when the hop was compressed.
+    pub compress: Option<CompressSummary>,
     /// The hop's reconnects (not on the `DONE` line: an agent reports each
     /// one as it happens, `RECONNECTED`).
     pub reconnects: Vec<Reconnect>,
@@ -262,13 +268,20 @@ impl HopReport {
             secs: r.elapsed.as_secs_f64(),
             transport: r.transport.clone(),
             integrity: r.integrity,
+            compress: r.compress.as_deref().map(CompressSummary::of),
             reconnects: r.reconnects.clone(),
         }
     }
 
-    /// As `-v` shows it: `tcp, mac`.
+    /// As `-v` shows it: `tcp, mac` (and `, compress auto levels 1-3 2.10x`).
     pub fn describe(&self) -> String {
-        format!("{}, {}", self.transport, self.integrity.as_str())
+        let c = self.compress.map(|c| format!(", {}", c.describe()));
+        format!(
+            "{}, {}{}",
+            self.transport,
+            self.integrity.as_str(),
+            c.unwrap_or_default()
+        )
     }
 
     /// Whether two ends saw the same stream (count and checksum).
@@ -443,12 +456,13 @@ impl fmt::Display for FromAgent {
             }
             FromAgent::Done { dir, report: r } => write!(
                 f,
-                "DONE {} {} {:016x} {:.6} {} {}",
+                "DONE {} {} {:016x} {:.6} {} {} {}",
                 dir.as_str(),
                 r.bytes,
                 r.checksum,
                 r.secs,
                 r.integrity.as_str(),
+                squeeze::token(&r.compress),
                 one_line(&r.transport)
             ),
             FromAgent::Exit(e) => write!(f, "EXIT {e}"),
@@ -523,7 +537,7 @@ impl FromStr for FromAgent {
                 })
             }
             "DONE" => {
-                let mut w = rest.splitn(6, ' ');
+                let mut w = rest.splitn(7, ' ');
                 let dir = field(&mut w, "direction")?.parse()?;
                 let bytes = num(field(&mut w, "bytes")?, "bytes")?;
                 let checksum = u64::from_str_radix(field(&mut w, "checksum")?, 16)
@@ -534,6 +548,7 @@ impl FromStr for FromAgent {
                 }
                 let integrity = crate::parse_integrity(field(&mut w, "integrity")?)
                     .map_err(|_| ParseError::Field("integrity"))?;
+                let compress = CompressSummary::parse(field(&mut w, "compression")?)?;
                 let transport = field(&mut w, "transport")?.to_string();
                 Ok(FromAgent::Done {
                     dir,
@@ -543,6 +558,7 @@ impl FromStr for FromAgent {
                         secs,
                         transport,
                         integrity,
+                        compress,
                         reconnects: Vec::new(),
                     },
                 })

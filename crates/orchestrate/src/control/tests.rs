@@ -24,9 +24,29 @@ fn every_agent_message_round_trips() {
                 secs: 0.5,
                 transport: "rdma (rxe0, write-with-imm)".into(),
                 integrity: rdpipe_wire::Integrity::Encrypt,
+                compress: None,
                 reconnects: vec![],
             },
         });
+        for levels in [None, Some((1, 6))] {
+            round_trip_from(FromAgent::Done {
+                dir,
+                report: HopReport {
+                    bytes: 1 << 30,
+                    checksum: 0xff,
+                    secs: 0.5,
+                    transport: "tcp".into(),
+                    integrity: rdpipe_wire::Integrity::Mac,
+                    compress: Some(CompressSummary {
+                        mode: rdpipe_wire::Compress::Zstd(3),
+                        raw: 1 << 30,
+                        wire: 1 << 28,
+                        levels,
+                    }),
+                    reconnects: vec![],
+                },
+            });
+        }
     }
     round_trip_from(FromAgent::Hello { version: PROTOCOL });
     round_trip_from(FromAgent::Fabric(vec![]));

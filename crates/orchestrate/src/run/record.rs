@@ -14,6 +14,7 @@ use std::time::Duration;
 fn transfer(r: &HopReport) -> Transfer {
     Transfer {
         reconnects: r.reconnects.iter().map(ReconnectReport::of).collect(),
+        compress: r.compress.as_ref().map(report::CompressReport::of),
         ..Transfer::done(&r.transport, Some(r.integrity), r.bytes, r.checksum, r.secs)
     }
 }

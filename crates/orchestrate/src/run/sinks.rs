@@ -354,6 +354,7 @@ mod tests {
             secs: 1.0,
             transport: "tcp".into(),
             integrity: rdpipe_wire::Integrity::Mac,
+            compress: None,
             reconnects: vec![],
         }
     }

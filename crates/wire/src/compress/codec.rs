@@ -51,6 +51,9 @@ pub enum CompressError {
         /// The trailer's.
         raw_len: usize,
     },
+    /// The frame carries no content checksum.
+    #[error("zstd frame without a content checksum")]
+    NoChecksum,
     /// The frame asks for a larger window than any chunk needs.
     #[error("zstd frame asks for a {window}-byte window, above the chunk size {limit}")]
     Window {
@@ -103,11 +106,14 @@ impl Default for Encoder {
 }
 
 impl Encoder {
-    /// A fresh context.
+    /// A fresh context; its frames carry zstd's content checksum (xxh64 of
+    /// the chunk), which [`Decoder`] requires.
     pub fn new() -> Encoder {
-        Encoder {
-            cctx: CCtx::create(),
-        }
+        let mut cctx = CCtx::create();
+        // Setting a flag on a fresh context does not fail; were it to, the
+        // decoder would refuse the frames, never take them for good.
+        let _ = cctx.set_parameter(CParameter::ChecksumFlag(true));
+        Encoder { cctx }
     }
 
     /// Compresses `raw` at `level` into `out` as one zstd frame that declares
@@ -244,9 +250,14 @@ impl Decoder {
         if declared != Some(raw_len as u64) {
             return Err(CompressError::ContentSize { declared, raw_len });
         }
-        // The frame header descriptor: no dictionary; the window is the
+        // The frame header descriptor: a content checksum (a changed byte
+        // fails this chunk, whatever the stream's protection), no
+        // dictionary; the window is the
         // content size for a single-segment frame, else the window byte's.
         let fhd = body[4];
+        if fhd & 0x04 == 0 {
+            return Err(CompressError::NoChecksum);
+        }
         if fhd & 0x03 != 0 {
             return Err(CompressError::NotOneFrame);
         }
@@ -310,6 +321,7 @@ mod tests {
         let mut cctx = CCtx::create();
         cctx.set_parameter(CParameter::ContentSizeFlag(false))
             .unwrap();
+        cctx.set_parameter(CParameter::ChecksumFlag(true)).unwrap();
         let mut out = vec![0u8; 8192];
         let n = cctx.compress2(&mut out[..], &raw).unwrap();
         let len = put_trailer(&mut out, n, raw.len(), KIND_ZSTD);
@@ -327,6 +339,7 @@ mod tests {
         let raw: Vec<u8> = b"abcdefgh".repeat(8192);
         let mut cctx = CCtx::create();
         cctx.set_parameter(CParameter::WindowLog(10)).unwrap();
+        cctx.set_parameter(CParameter::ChecksumFlag(true)).unwrap();
         let mut out = vec![0u8; raw.len()];
         let n = cctx.compress2(&mut out[..], &raw).unwrap();
         assert_eq!(out[4] & 0x20, 0, "not single-segment");
@@ -366,5 +379,17 @@ mod tests {
         let mid = z.len() / 2;
         z[mid] ^= 0xff;
         assert!(d.decode(&z).is_err());
+        // Every byte of a frame matters: its checksum covers the content.
+        let good = pack(&text, 3);
+        for i in 0..good.len() - TRAILER_LEN {
+            let mut bad = good.clone();
+            bad[i] ^= 0x01;
+            assert!(d.decode(&bad).is_err(), "byte {i} flipped decoded");
+        }
+        let mut cctx = CCtx::create();
+        let mut out = vec![0u8; text.len()];
+        let n = cctx.compress2(&mut out[..], &text).unwrap();
+        let len = put_trailer(&mut out, n, text.len(), KIND_ZSTD);
+        assert_eq!(d.decode(&out[..len]), Err(CompressError::NoChecksum));
     }
 }

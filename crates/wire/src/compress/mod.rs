@@ -21,7 +21,8 @@
 //!
 //! `kind` 0 (stored): the body is the chunk's `raw_len` bytes as they are.
 //! `kind` 1 (zstd): the body is exactly one zstd frame that declares a content
-//! size of `raw_len` bytes. The trailer sits after the body so that a stored
+//! size of `raw_len` bytes and carries zstd's content checksum (so a changed
+//! byte fails its chunk at once, whatever the stream's protection). The trailer sits after the body so that a stored
 //! chunk is read from the input straight into the transport's (page-aligned)
 //! buffer. The byte count, the checksum and the stream MAC are those of the
 //! uncompressed stream: the receiver hashes what [`Decoder::decode`] gives.
@@ -30,7 +31,8 @@
 //!
 //! [`Decoder::decode`] refuses, before it allocates or writes anything: a
 //! `raw_len` above its limit (the negotiated chunk size), a frame whose
-//! declared content size is missing or differs from `raw_len`, anything but
+//! declared content size is missing or differs from `raw_len`, a frame
+//! without a content checksum, anything but
 //! exactly one zstd frame in the body, and a frame whose window is larger than
 //! the limit needs. It decompresses into the caller's fixed buffer of `raw_len`
 //! bytes, so a frame that expands further fails instead of growing anything.
