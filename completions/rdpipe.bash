@@ -23,7 +23,7 @@ _rdpipe() {
 
     case "${cmd}" in
         rdpipe)
-            opts="-n -v -q -o -F -h -V --to --min-ok --replay-window --dry-run --verbose --quiet --progress --ssh-option --ssh-config --data-host --remote-bin --no-install --transport --chunk-size --slots --connect-timeout --reconnect-timeout --handshake-timeout --integrity --encrypt --rate-limit --json --max-sessions --direct --help --version"
+            opts="-n -v -q -o -F -h -V --to --min-ok --replay-window --dry-run --verbose --quiet --progress --ssh-option --ssh-config --data-host --remote-bin --no-install --transport --chunk-size --slots --connect-timeout --reconnect-timeout --handshake-timeout --integrity --encrypt --rate-limit --compress --json --max-sessions --direct --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -94,6 +94,10 @@ _rdpipe() {
                     return 0
                     ;;
                 --rate-limit)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --compress)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -23,7 +23,7 @@ _rdrecv() {
 
     case "${cmd}" in
         rdrecv)
-            opts="-v -q -h -V --direct --announce-fd --key-file --transport --chunk-size --slots --handshake-timeout --reconnect-timeout --replay-window --integrity --encrypt --rate-limit --verbose --quiet --progress --json --help --version"
+            opts="-v -q -h -V --direct --announce-fd --key-file --transport --chunk-size --slots --handshake-timeout --reconnect-timeout --replay-window --integrity --encrypt --rate-limit --compress --verbose --quiet --progress --json --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -66,6 +66,10 @@ _rdrecv() {
                     return 0
                     ;;
                 --rate-limit)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --compress)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -23,7 +23,7 @@ _rdsend() {
 
     case "${cmd}" in
         rdsend)
-            opts="-v -q -h -V --connect-timeout --gen-key --key-file --transport --chunk-size --slots --handshake-timeout --reconnect-timeout --replay-window --integrity --encrypt --rate-limit --verbose --quiet --progress --json --help --version"
+            opts="-v -q -h -V --connect-timeout --gen-key --key-file --transport --chunk-size --slots --handshake-timeout --reconnect-timeout --replay-window --integrity --encrypt --rate-limit --compress --verbose --quiet --progress --json --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -66,6 +66,10 @@ _rdsend() {
                     return 0
                     ;;
                 --rate-limit)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --compress)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

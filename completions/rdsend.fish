@@ -13,6 +13,7 @@ checksum\t'xxh3 checksum only: catches accidents, not an attacker on the path (f
 mac\t'Keyed BLAKE3 MAC over the whole stream: nobody without the session keys can alter, reorder, drop or truncate data unnoticed'
 encrypt\t'AES-256-GCM on every chunk: what `mac` guarantees, and nobody on the path can read the data (the same as `--encrypt`)'"
 complete -c rdsend -l rate-limit -d 'Move at most RATE bytes per second, as `pv -L`: e.g. 500M, 1.5G/s, 64KiB/s (K, M, G, T are 1024-based; `B` and `/s` optional). The sender paces; a receiver\'s limit reaches the sender in the handshake, and the lower of the two ends\' limits applies' -r
+complete -c rdsend -l compress -d 'Compress the stream, each chunk on its own with zstd, before it is sealed: `auto` (the bare flag) adapts the level to what binds, the link or the CPU, and stops trying on data that does not compress; `zstd:LEVEL` (1-19; `zstd` is level 3) is fixed. Compression is on when either end asks for it (the sender\'s choice wins); both ends must be builds that know it' -r
 complete -c rdsend -l json -d 'Write a JSON report of the run to FILE at the end, also when it fails: peer, transport and device, bytes, checksum, seconds, rate, exit status, error' -r -F
 complete -c rdsend -l gen-key -d 'Print a new random key (256 bits, 64 hex digits) for rdsend and rdrecv, and exit'
 complete -c rdsend -l encrypt -d 'Encrypt the stream (AES-256-GCM, keys from the handshake), even on a CPU without AES instructions; either end asking for it is enough'

@@ -195,6 +195,8 @@ impl Packer {
     fn done(&mut self, raw: usize, body: usize, wire: usize, level: Option<i32>, packed: Packed) {
         if level.is_some() {
             self.adapt.compressed(raw, body);
+        } else if self.mode == Compress::Auto {
+            self.adapt.stored(raw);
         }
         let level = match packed {
             Packed::Zstd(_) => level,

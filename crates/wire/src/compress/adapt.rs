@@ -12,10 +12,17 @@
 //!   [`ADAPT_MIN`];
 //! - the link bound (its waits at least [`BOUND`] of the window's time and
 //!   more than compression's): one level up, to at most [`ADAPT_MAX`];
-//! - compression bound: one level down; below [`ADAPT_MIN`], the next
-//!   [`WINDOW`] chunks go stored (on a path faster than level 1 a mix of
-//!   stored and compressed chunks is the fastest);
+//! - compression bound: one level down; at [`ADAPT_MIN`] already, it
+//!   compares the window's rate (uncompressed bytes per second) with the
+//!   rate of the last stretch of chunks stored without trying: the next
+//!   chunks go stored (16 chunks, then twice as many after each probe window
+//!   that is still slower, up to 1024) unless compressing was faster, so
+//!   that on a path faster than level 1 the stream costs little more than
+//!   without compression, and on a slow one level 1 stays;
 //! - neither (the input is what the sender waits for): no change.
+//!
+//! The waits of a pause are not counted: each probe window is judged on its
+//! own chunks.
 
 use std::time::Duration;
 
@@ -55,6 +62,8 @@ pub struct Adapt {
     off_for: u32,
     /// How long the next incompressible pause lasts.
     next_off: u32,
+    /// How long the next pause for compression binding at the lowest level lasts.
+    next_cpu_off: u32,
     chunks: u32,
     raw: u64,
     packed: u64,
@@ -62,6 +71,11 @@ pub struct Adapt {
     cpu: Duration,
     elapsed: Duration,
     last: Option<Binding>,
+    /// Raw bytes and time of the current stretch stored without trying.
+    paused_raw: u64,
+    paused: Duration,
+    /// That stretch's rate once it ended (bytes per second).
+    stored_rate: Option<f64>,
 }
 
 impl Default for Adapt {
@@ -77,6 +91,7 @@ impl Adapt {
             level: ADAPT_START,
             off_for: 0,
             next_off: FIRST_OFF,
+            next_cpu_off: FIRST_OFF,
             chunks: 0,
             raw: 0,
             packed: 0,
@@ -84,6 +99,9 @@ impl Adapt {
             cpu: Duration::ZERO,
             elapsed: Duration::ZERO,
             last: None,
+            paused_raw: 0,
+            paused: Duration::ZERO,
+            stored_rate: None,
         }
     }
 
@@ -92,6 +110,17 @@ impl Adapt {
     pub fn next_level(&mut self) -> Option<i32> {
         if self.off_for > 0 {
             self.off_for -= 1;
+            if self.off_for == 0 {
+                // The pause's own rate, for the next decision; its waits
+                // are not the probe's.
+                self.paused += self.elapsed;
+                if self.paused_raw > 0 && !self.paused.is_zero() {
+                    self.stored_rate = Some(self.paused_raw as f64 / self.paused.as_secs_f64());
+                }
+                self.paused_raw = 0;
+                self.paused = Duration::ZERO;
+                self.clear();
+            }
             None
         } else {
             Some(self.level)
@@ -114,6 +143,12 @@ impl Adapt {
         self.link += link;
         self.cpu += cpu;
         self.elapsed += elapsed;
+    }
+
+    /// A chunk of `raw` bytes stored without trying (a `None` from
+    /// [`Adapt::next_level`]).
+    pub fn stored(&mut self, raw: usize) {
+        self.paused_raw += raw as u64;
     }
 
     /// A chunk that was compressed (at the level [`Adapt::next_level`] gave)
@@ -144,12 +179,32 @@ impl Adapt {
         } else {
             self.next_off = FIRST_OFF;
             match binding {
-                Binding::Link => self.level = (self.level + 1).min(ADAPT_MAX),
+                Binding::Link => {
+                    self.level = (self.level + 1).min(ADAPT_MAX);
+                    self.next_cpu_off = FIRST_OFF;
+                }
                 Binding::Cpu if self.level > ADAPT_MIN => self.level -= 1,
-                Binding::Cpu => self.off_for = WINDOW,
+                Binding::Cpu
+                    if self
+                        .stored_rate
+                        .is_some_and(|s| self.raw as f64 / total >= s) =>
+                {
+                    // Compressing still beats storing: the link is the
+                    // limit after all.
+                    self.next_cpu_off = FIRST_OFF;
+                }
+                Binding::Cpu => {
+                    self.off_for = self.next_cpu_off;
+                    self.next_cpu_off = (self.next_cpu_off * 2).min(MAX_OFF);
+                }
                 Binding::Neither => {}
             }
         }
+        self.clear();
+    }
+
+    /// Starts a new window.
+    fn clear(&mut self) {
         self.chunks = 0;
         self.raw = 0;
         self.packed = 0;
@@ -190,15 +245,50 @@ mod tests {
         assert_eq!(a.level(), ADAPT_MAX - 1, "input-bound: kept");
     }
 
+    /// Stores the chunks of a pause, `ms` each; returns how many.
+    fn pause(a: &mut Adapt, ms: u64) -> u32 {
+        let mut n = 0;
+        loop {
+            a.waited(Duration::ZERO, Duration::ZERO, Duration::from_millis(ms));
+            if a.next_level().is_some() {
+                return n;
+            }
+            a.stored(1000);
+            n += 1;
+        }
+    }
+
+    /// The rest of a probe window after [`pause`] took its first level:
+    /// chunks of 1000 bytes shrunk to 400, each `link` and `cpu` ms of 10.
+    fn probe(a: &mut Adapt, link: u64, cpu: u64) {
+        let ms = Duration::from_millis;
+        a.compressed(1000, 400);
+        for _ in 1..WINDOW {
+            a.waited(ms(link), ms(cpu), ms(10));
+            assert!(a.next_level().is_some());
+            a.compressed(1000, 400);
+        }
+    }
+
     #[test]
-    fn cpu_bound_at_the_lowest_level_stores_a_window() {
+    fn cpu_bound_at_the_lowest_level_stores_while_storing_is_faster() {
         let mut a = Adapt::new();
         window(&mut a, 0.4, 0, 5);
         assert_eq!(a.level(), ADAPT_MIN);
-        for _ in 0..WINDOW {
-            assert_eq!(a.next_level(), None);
-        }
-        assert_eq!(a.next_level(), Some(ADAPT_MIN));
+        // Storing runs at 1 ms a chunk, compressing at 10: longer pauses.
+        assert_eq!(pause(&mut a, 1), 16);
+        probe(&mut a, 0, 5);
+        assert_eq!(pause(&mut a, 1), 32);
+        probe(&mut a, 0, 5);
+        assert_eq!(pause(&mut a, 1), 64);
+        // Storing slower than compressing (a slow link): compression stays.
+        probe(&mut a, 0, 5);
+        assert_eq!(pause(&mut a, 50), 128);
+        probe(&mut a, 0, 5);
+        assert_eq!(pause(&mut a, 1), 0, "no pause: level 1 beat storing");
+        // The link binds: up.
+        probe(&mut a, 8, 0);
+        assert_eq!(a.level(), ADAPT_MIN + 1);
     }
 
     #[test]
