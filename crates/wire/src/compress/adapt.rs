@@ -16,7 +16,8 @@
 //!   compares the window's rate (uncompressed bytes per second) with the
 //!   rate of the last stretch of chunks stored without trying: the next
 //!   chunks go stored (16 chunks, then twice as many after each probe window
-//!   that is still slower, up to 1024) unless compressing was faster, so
+//!   that is still slower, up to 1024) unless compressing was at least
+//!   [`KEEP_MARGIN`] times faster, so
 //!   that on a path faster than level 1 the stream costs little more than
 //!   without compression, and on a slow one level 1 stays;
 //! - neither (the input is what the sender waits for): no change.
@@ -38,6 +39,11 @@ pub const INCOMPRESSIBLE: f64 = 0.97;
 pub const WINDOW: u32 = 8;
 /// The share of a window's time a wait must take to be what binds.
 pub const BOUND: f64 = 0.10;
+/// How much faster than storing a compression-bound window at the lowest
+/// level must run to be kept: a probe of [`WINDOW`] chunks fits in the
+/// socket and the receiver's buffers, so it looks faster than the stream
+/// it would set.
+pub const KEEP_MARGIN: f64 = 1.25;
 /// Chunks stored without trying after the first incompressible window.
 const FIRST_OFF: u32 = 16;
 /// The longest such pause.
@@ -187,7 +193,7 @@ impl Adapt {
                 Binding::Cpu
                     if self
                         .stored_rate
-                        .is_some_and(|s| self.raw as f64 / total >= s) =>
+                        .is_some_and(|s| self.raw as f64 / total >= KEEP_MARGIN * s) =>
                 {
                     // Compressing still beats storing: the link is the
                     // limit after all.
