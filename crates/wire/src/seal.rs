@@ -133,12 +133,6 @@ fn pool() -> Option<&'static ThreadPool> {
     .as_ref()
 }
 
-/// The process-wide worker pool that seals and opens pieces, and compresses
-/// chunks ([`crate::compress`]); `None` with a single CPU.
-pub fn workers() -> Option<&'static ThreadPool> {
-    pool()
-}
-
 /// The pool for a chunk of `k` pieces: none for a single piece.
 fn pool_for(k: usize) -> Option<&'static ThreadPool> {
     if k > 1 {
