@@ -170,6 +170,19 @@ fn rdpipe_compresses_every_local_hop() {
         assert_eq!(h["compress"]["mode"], "zstd:3", "{h}");
         assert!(h["compress"]["ratio"].as_f64().unwrap() > 1.2, "{h}");
     }
+    // The plan says so.
+    let r = run(
+        &["-n", "--compress=zstd:7", "-:cat", "-:cat"].map(String::from),
+        None,
+        Duration::from_secs(10),
+    );
+    r.ok();
+    assert!(
+        r.stdout_str()
+            .contains("compression: zstd:7 on every transfer"),
+        "{}",
+        r.stdout_str()
+    );
 }
 
 #[test]

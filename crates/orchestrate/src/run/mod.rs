@@ -221,6 +221,12 @@ fn run_inner(
         if let Some(r) = a.rate_limit {
             println!("rate limit: {r} on every transfer (each hop's sender paces)");
         }
+        if a.compress.is_on() {
+            println!(
+                "compression: {} on every transfer (each hop's sender compresses, its receiver decompresses)",
+                a.compress
+            );
+        }
         if p.sinks().len() > 2 {
             println!("{}", relink::describe(a.replay_window));
         }
