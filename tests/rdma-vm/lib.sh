@@ -228,3 +228,15 @@ neigh replace 10.77.0.1 lladdr $mac0 dev v1 nud permanent
 neigh replace 10.77.0.2 lladdr $mac1 dev v0 nud permanent
 IPEOF
 }
+
+# rxe_ready DEV: DEV's port 1 is ACTIVE and holds its IPv4 RoCEv2 GID (rxe0:
+# 10.77.0.1, rxe1: 10.77.0.2), as after guest set-up; 1 otherwise.
+rxe_ready() {
+    local p=/sys/class/infiniband/$1/ports/1 want g
+    want="0000:0000:0000:0000:0000:ffff:0a4d:000$((${1#rxe} + 1))"
+    [ "$(cat "$p/state" 2>/dev/null)" = "4: ACTIVE" ] || return 1
+    for g in "$p"/gids/*; do
+        [ "$(cat "$g" 2>/dev/null)" = "$want" ] && return 0
+    done
+    return 1
+}
