@@ -358,6 +358,12 @@ flap() {
     rc=0
     wait "$rp" || rc=$?
     [ "$rc" = 0 ] || { ok=; echo "    rdpipe exit $rc"; }
+    # This guest's Soft-RoCE (Debian 6.1 rdma_rxe) takes no new rdma_cm
+    # connection on rxe1 after its netdev went down under a live QP (ib_write_bw
+    # -R fails the same way) until rxe1 is re-created: do that now that the run
+    # is over, for the sections after this one.
+    rdma link delete rxe1 && rdma link add rxe1 type rxe netdev v1 &&
+        wait_for 20 rxe_ready rxe1 || echo "    WARNING: cannot re-create rxe1: $(rdma link show 2>&1 | paste -sd';')"
     rec=$(grep -m1 -o 'hop reconnected at byte [0-9]* after [0-9.]* s, over .*' "$W/$name.err" || true)
     [ -n "$rec" ] || { ok=; echo "    rdpipe -v reported no reconnect"; }
     if [ "$transport" = rdma ]; then
@@ -373,6 +379,9 @@ flap() {
     else
         fail "flap ($transport): a link flap in the middle of a zfs send through rdpipe --transport $transport"
         show "$name"
+        # Diagnostics: what is left, and whether the fabric itself works again.
+        echo "    left running: $(pgrep -af -- '--agent|zfs (send|recv) ' | grep -v pgrep | paste -sd';' || true)"
+        echo "    ib_write_bw rxe1 -> rxe0 after the flap (rxe1 re-created): $(ib_write_bw_mbs 65536 20 2>&1 | tail -n1) MB/s"
     fi
 }
 
