@@ -50,7 +50,9 @@ fn zfs_replication_in_soft_roce_vm() {
     }
     let qemu = std::env::var("RDMA_VM_QEMU").unwrap_or_else(|_| "qemu-system-x86_64".into());
     if !on_path(&qemu) && !Path::new(&qemu).is_file() {
-        return skip(&format!("{qemu} not found (apt-get install qemu-system-x86)"));
+        return skip(&format!(
+            "{qemu} not found (apt-get install qemu-system-x86)"
+        ));
     }
     let target = bin_dir.parent().unwrap_or(&bin_dir).to_path_buf();
     let mut cmd = Command::new("bash");
