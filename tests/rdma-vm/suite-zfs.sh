@@ -13,6 +13,7 @@
 #   raw          zfs send -w -p of an encrypted dataset (passphrase in a keylocation
 #                file): received still encrypted (keystatus unavailable), then
 #                load-key + mount: contents equal
+#   fanout       zfs send -p to two receivers at once (--to chain): both equal
 #   resume       zfs recv -s: rdpipe interrupted (SIGINT) mid-stream, resumed
 #                with zfs send -t TOKEN; the sending zfs SIGKILLed mid-stream,
 #                resumed again; the snapshot complete and equal
@@ -256,6 +257,32 @@ if want raw; then
     else
         fail "raw: zfs send -w -p src/enc@e1 through rdpipe"
         show raw
+    fi
+fi
+
+if want fanout; then
+    echo "== fanout: one zfs send to two receivers (--to chain), sent once"
+    zfs create -o compression=lz4 -o rdpipe:test=fanout src/fan
+    mkfile /zsrc/fan/blob $((2 * MiB + 9))
+    seq 1 30000 >/zsrc/fan/numbers
+    zfs snapshot src/fan@a
+    set +e
+    "${RP[@]}" "rxehost1:zfs send -p src/fan@a" --to "rxehost0:zfs recv -u dst/fanA" \
+        --to "rxehost1:zfs recv -u dst/fanB" </dev/null >"$W/fan.out" 2>"$W/fan.err"
+    rc=$?
+    set -e
+    ok=1
+    [ "$rc" = 0 ] || { ok=; echo "    rdpipe exit $rc"; }
+    rdma_hop fan || ok=
+    n=$(grep -c '^rdpipe: sink \[[0-9]\] rxehost[01]: ok: .* over rdma' "$W/fan.err" || true)
+    [ "$n" = 2 ] || { ok=; echo "    $n of 2 sink lines say ok over rdma"; }
+    same_snapshot fanA src/fan dst/fanA a || ok=
+    same_snapshot fanB src/fan dst/fanB a || ok=
+    if [ -n "$ok" ]; then
+        pass "fanout: src/fan@a to dst/fanA (rxehost0) and dst/fanB (rxehost1) by chain relay: both complete, guid, $PROPS and every file equal; $(grep -m1 '^rdpipe: sink \[2\]' "$W/fan.err" | sed 's/^rdpipe: //')"
+    else
+        fail "fanout: zfs send to two receivers through rdpipe --to"
+        show fan
     fi
 fi
 
