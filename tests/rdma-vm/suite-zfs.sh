@@ -3,7 +3,7 @@
 #   RDMA_VM_ZFS=1 tests/rdma-vm/run-guest.sh tests/rdma-vm/suite-zfs.sh [SECTION...]
 # (tests/zfs_vm.rs runs it.)  Two pools on file vdevs in the guest's RAM: `src`
 # for the "host" rxehost1 and `dst` for rxehost0, each reached over ssh on its
-# rxe address; every transfer is `rdpipe --transport rdma -v
+# rxe address; every transfer (flapauto's aside) is `rdpipe --transport rdma -v
 # rxehost1:'zfs send ...' rxehost0:'zfs recv ...'`, and the -v output must show
 # the rxehost1 -> rxehost0 hop over rdma.
 # Sections (default: all, in this order; incremental needs full):
