@@ -133,9 +133,11 @@ fn five_resets_in_a_4_gib_stream_resume_byte_exact() {
     assert_eq!(got, LEN, "{}", f.stderr);
     assert_eq!(Some(h.digest()), sent, "the output differs from the input");
     assert_eq!(resets, 5, "the resets found no connection to kill");
+    // At least one reconnect per reset: `ss -K` kills every socket on the
+    // port, so it may also catch a connection that was just re-established.
     let lines = |e: &str| e.matches("reconnected at byte").count();
-    assert_eq!(lines(&f.stderr), 5, "{}", f.stderr);
-    assert_eq!(lines(&serr), 5, "{serr}");
+    assert!(lines(&f.stderr) >= 5, "{}", f.stderr);
+    assert!(lines(&serr) >= 5, "{serr}");
 }
 
 /// An nftables table of this test's own that answers TCP to `port` with
