@@ -131,7 +131,11 @@ fn netns_link_down_for_ten_seconds_then_up_is_ridden_out() {
     let r = s.finish(Duration::from_secs(150));
     r.ok();
     assert_eq!(r.stdout.len(), data.len(), "{}", r.stderr);
-    assert_eq!(xxh3_hex(&r.stdout), want, "the output differs from the input");
+    assert_eq!(
+        xxh3_hex(&r.stdout),
+        want,
+        "the output differs from the input"
+    );
     let left = net.wait_clean(GONE);
     assert!(left.is_empty(), "{left:?}");
 }

@@ -159,25 +159,13 @@ fn send_hop<R: Read + AsFd>(
         let peer = n.peer_addr.as_str();
         let b = read_message::<RESUME_LEN>(&mut stream, peer, opts.handshake_timeout)?;
         let req = ResumeRequest::decode(&b, &n.keys).map_err(|e| protocol(peer, e))?;
-        let w = input.window();
-        let reply = w.answer(req.offset);
+        let reply = input.answer(req.offset);
         stream
             .write_all(&reply.encode(&n.keys))
             .map_err(|e| conn_error(peer, e))?;
-        match w.since(req.offset) {
-            Ok([a, b]) => {
-                replay.reserve_exact(a.len() + b.len());
-                replay.extend_from_slice(a);
-                replay.extend_from_slice(b);
-            }
-            Err(o) => {
-                return Err(TransportError::BeyondWindow {
-                    offset: o.offset,
-                    start: o.start,
-                    end: o.end,
-                })
-            }
-        }
+        replay = input
+            .since(req.offset)
+            .map_err(crate::replay::Resend::into_error)?;
         tracing::info!(
             "re-linked to {peer}: resending from byte {} ({} bytes from the replay window)",
             req.offset,

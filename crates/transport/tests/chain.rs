@@ -131,9 +131,14 @@ fn relinked(
         })
     };
     let proxy = cutting_proxy(port_rx.recv().unwrap(), cut, flip);
-    let mut file = tempfile::tempfile().unwrap();
-    file.write_all(data).unwrap();
-    std::io::Seek::rewind(&mut file).unwrap();
+    // A pipe, as a relay's input is: the replay window holds copies (a
+    // regular file would be read again instead, from any offset).
+    let (file, w) = rustix::pipe::pipe().unwrap();
+    let file = std::fs::File::from(file);
+    let feed = data.to_vec();
+    std::thread::spawn(move || {
+        let _ = std::fs::File::from(w).write_all(&feed);
+    });
     let mut relink = move |_at: u64| {
         let port = relink_rx.recv_timeout(Duration::from_secs(10)).ok()?;
         let ep = Endpoint::Connect {

@@ -101,8 +101,14 @@ pub(crate) fn send_reconnecting<R: Read + AsFd>(
             let Some((mut s, n2)) = link.again(&opts, Role::Sender, deadline)? else {
                 return Err(gave_up(&peer, at, opts.reconnect_timeout, e));
             };
-            let w = input.window();
-            match answer_resume(&mut s, &n2, &first, &binding, w, opts.handshake_timeout)? {
+            match answer_resume(
+                &mut s,
+                &n2,
+                &first,
+                &binding,
+                &input,
+                opts.handshake_timeout,
+            )? {
                 Rejoined::Yes((offset, bytes)) => {
                     tracing::info!(
                         "reconnected to {}: resending from byte {offset} ({} bytes from the \

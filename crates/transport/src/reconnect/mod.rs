@@ -16,7 +16,7 @@
 //! authenticate a new one, and old bytes replayed into a new connection fail
 //! its keys (docs/security.md).
 
-use crate::connect::{connect_retry, Listener};
+use crate::connect::{connect_attempts, connect_retry, Listener, REDIAL_ATTEMPT};
 use crate::endpoint::{local_params, Endpoint, Options};
 use crate::error::GoneCause;
 use crate::frame_io::{conn_error, protocol};
@@ -128,7 +128,7 @@ impl Link {
                     return Ok(None);
                 }
                 let params = local_params(opts, role);
-                let r = connect_retry(host, *port, left).and_then(|mut s| {
+                let r = connect_attempts(host, *port, left, REDIAL_ATTEMPT).and_then(|mut s| {
                     handshake(&mut s, &opts.key, &params, opts.handshake_timeout).map(|n| (s, n))
                 });
                 match r {
@@ -206,14 +206,14 @@ pub(crate) enum Rejoined<T> {
 }
 
 /// The sender's side of the exchange on a reconnected hop: the receiver's
-/// request (bound to this stream), our answer from `window`; the bytes to
+/// request (bound to this stream), our answer from what `input` kept; the bytes to
 /// resend, or why not.
-pub(crate) fn answer_resume(
+pub(crate) fn answer_resume<R>(
     s: &mut TcpStream,
     n: &Negotiated,
     first: &Negotiated,
     binding: &[u8],
-    window: &crate::replay::ReplayWindow,
+    input: &crate::replay::Recorded<R>,
     timeout: Duration,
 ) -> Result<Rejoined<(u64, Vec<u8>)>, TransportError> {
     let peer = n.peer_addr.as_str();
@@ -228,18 +228,14 @@ pub(crate) fn answer_resume(
         Ok(r) => r,
         Err(e) => return Ok(Rejoined::Retry(protocol(peer, e))),
     };
-    let reply = window.answer(req.offset);
+    let reply = input.answer(req.offset);
     if let Err(e) = s.write_all(&reply.encode_bound(&n.keys, binding)) {
         return Ok(Rejoined::Retry(conn_error(peer, e)));
     }
-    match window.since(req.offset) {
-        Ok([a, b]) => Ok(Rejoined::Yes((req.offset, [a, b].concat()))),
-        Err(o) => Err(TransportError::BeyondWindow {
-            offset: o.offset,
-            start: o.start,
-            end: o.end,
-        }),
-    }
+    input
+        .since(req.offset)
+        .map(|b| Rejoined::Yes((req.offset, b)))
+        .map_err(crate::replay::Resend::into_error)
 }
 
 /// The receiver's side: ask for the stream from `offset` on, check the
