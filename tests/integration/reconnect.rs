@@ -28,7 +28,7 @@ fn reset_port(port: u16) -> usize {
 }
 
 /// Whether this kernel lets `ss -K` destroy sockets (CONFIG_INET_DIAG_DESTROY).
-fn can_reset() -> bool {
+pub(crate) fn can_reset() -> bool {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();
     let _c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();

@@ -361,3 +361,94 @@ fn relay_killed_beyond_the_replay_window_fails_clearly() {
     );
     net.assert_clean();
 }
+
+/// Resets every established TCP connection of process `pid` in namespace
+/// `ns` (`ss -K`, as a middlebox that drops them would); how many it found.
+fn reset_connections_of(ns: &str, pid: u32) -> usize {
+    let ss = |args: &[&str]| {
+        std::process::Command::new("ip")
+            .args(["netns", "exec", ns, "ss"])
+            .args(args)
+            .output()
+            .expect("run ss")
+    };
+    let out = ss(&["-tnpH", "state", "established"]);
+    let mut n = 0;
+    for l in String::from_utf8_lossy(&out.stdout).lines() {
+        if !l.contains(&format!("pid={pid},")) {
+            continue;
+        }
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let Some((_, port)) = f.get(2).and_then(|a| a.rsplit_once(':')) else {
+            continue;
+        };
+        let filter = format!("( sport = :{port} or dport = :{port} )");
+        let k = ss(&["-K", "-tnH", "state", "established", &filter]);
+        n += String::from_utf8_lossy(&k.stdout).lines().count();
+    }
+    n
+}
+
+/// The relay's data connections (its incoming and its outgoing chain hop)
+/// are reset mid-stream while every agent lives: both hops reconnect to the
+/// same peers and resume (no re-link: nobody died), every sink's copy is
+/// byte-exact, the `--json` report lists the reconnects, nothing is left.
+#[test]
+fn relay_connections_reset_mid_stream_the_chain_reconnects() {
+    need_root!("network namespaces");
+    if !crate::reconnect::can_reset() {
+        skip(
+            &test_name(),
+            "this kernel cannot destroy sockets (ss -K needs CONFIG_INET_DIAG_DESTROY)",
+        );
+        return;
+    }
+    let net = Netns::start("rc");
+    let d = &net.dir;
+    let data = random_bytes(48 << 20, 17);
+    std::fs::write(d.path("src"), &data).unwrap();
+    let mut a = net.base_args();
+    a.extend([
+        "--rate-limit".into(),
+        "8M".into(),
+        "--json".into(),
+        d.s("report.json"),
+        format!("n1:< {}", d.s("src")),
+        "--to".into(),
+        format!("n1:> {}", d.s("o1")),
+        "--to".into(),
+        format!("n2:> {}", d.s("o2")),
+        "--to".into(),
+        format!("n3:> {}", d.s("o3")),
+    ]);
+    let p = net.exec_prefix();
+    let p: Vec<&str> = p.iter().map(|s| s.as_str()).collect();
+    let s = start(&p, &a, None);
+    let pid = wait_until("n2's agent receiving", Duration::from_secs(30), || {
+        let growing = d
+            .names()
+            .iter()
+            .any(|n| n != "o2" && n.contains("o2") && len(&d.path(n)) > 0);
+        growing.then(|| relay_agent(&net, 2)).flatten()
+    });
+    let killed = reset_connections_of(&net.ns(2), pid);
+    assert!(killed >= 2, "reset {killed} connections of n2's relay");
+    let r = s.finish(Duration::from_secs(90));
+    r.ok();
+    let sum = xxh3_hex(&data);
+    for o in ["o1", "o2", "o3"] {
+        assert_eq!(xxh3_hex(&std::fs::read(d.path(o)).unwrap()), sum, "{o}");
+    }
+    assert!(!r.stderr.contains("re-linked"), "{}", r.stderr);
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.path("report.json")).unwrap()).unwrap();
+    let reconnects: usize = j["hops"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["reconnects"].as_array().map_or(0, Vec::len))
+        .sum();
+    assert!(reconnects >= 1, "{j}");
+    let left = net.wait_clean(Duration::from_secs(10));
+    assert!(left.is_empty(), "{left:?}");
+}

@@ -174,7 +174,7 @@ fn closed(c: &GoneCause) -> bool {
 
 /// Closes a connection given up for a new one with a reset, not a clean
 /// end of file: the peer must not take it for our end ([`lost`]).
-pub(super) fn reset(guard: Option<TcpStream>) {
+pub(crate) fn reset(guard: Option<TcpStream>) {
     if let Some(g) = guard {
         let _ = socket2::SockRef::from(&g).set_linger(Some(Duration::ZERO));
     }
