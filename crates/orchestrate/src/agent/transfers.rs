@@ -305,6 +305,14 @@ impl Transfers {
         }
     }
 
+    /// Whether this agent's hops reconnect (`--reconnect-timeout` above 0
+    /// and a replay window to resend from): a relay then copies through its
+    /// queue, each side a reconnecting transfer, instead of forwarding
+    /// zero-copy from the receive ring, which keeps nothing to resend.
+    pub fn reconnecting(&self) -> bool {
+        !self.reconnect_timeout.is_zero() && self.reconnect_window > 0
+    }
+
     /// Starts the outgoing transfer from `input`.
     pub fn spawn_send<R: Read + AsFd + Send + 'static>(&mut self, mut input: R) {
         let ep = self.endpoint(Direction::Out);

@@ -153,14 +153,49 @@ impl Link {
 /// or output failing, or the peer closing its end of the connection (a
 /// clean end of file: its process ended or was killed; a middlebox that
 /// drops a connection resets it or goes silent) unless that close was ours,
-/// made for a peer that came back ([`Link::kicked`]).
-pub(crate) fn lost(e: &TransportError, link: &Link) -> bool {
+/// made for a peer that came back ([`Link::kicked`]). An RDMA loss says
+/// nothing of why (a dead peer's queue pair and a failed link look alike),
+/// so `tcp`, the hop's TCP connection beside it, is asked: a clean close
+/// there means the peer ended.
+pub(crate) fn lost(e: &TransportError, link: &Link, tcp: Option<&TcpStream>) -> bool {
     let cause = match e {
         TransportError::PeerGone { cause, .. } | TransportError::Truncated { cause, .. } => cause,
-        TransportError::Rdma(_) => return true,
+        TransportError::Rdma(_) => return rdma_path_failed(link, tcp),
         _ => return false,
     };
+    if rdma(cause) {
+        return rdma_path_failed(link, tcp);
+    }
     !closed(cause) || link.kicked()
+}
+
+/// How long an RDMA loss waits for the TCP connection beside it to show
+/// the peer's clean close (its kernel closes both at once when it dies).
+const CLOSE_GRACE: Duration = Duration::from_millis(300);
+
+/// After an RDMA loss: a path failure unless the peer closed the TCP
+/// connection cleanly (and not for our own acceptor's kick).
+fn rdma_path_failed(link: &Link, tcp: Option<&TcpStream>) -> bool {
+    if link.kicked() {
+        return true;
+    }
+    let Some(s) = tcp else { return true };
+    let clean_close =
+        s.set_read_timeout(Some(CLOSE_GRACE)).is_ok() && matches!(s.peek(&mut [0u8; 1]), Ok(0));
+    let _ = s.set_read_timeout(None);
+    !clean_close
+}
+
+/// An RDMA cause of a loss.
+fn rdma(c: &GoneCause) -> bool {
+    match c {
+        GoneCause::RdmaLost(_)
+        | GoneCause::RdmaDisconnected
+        | GoneCause::RdmaDeviceRemoved
+        | GoneCause::Rdma(_) => true,
+        GoneCause::Unconfirmed(c) => rdma(c),
+        _ => false,
+    }
 }
 
 /// A clean end of file from the peer.
