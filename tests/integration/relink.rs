@@ -30,13 +30,13 @@ fn len(path: &Path) -> u64 {
     std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
 }
 
-/// Three `> FILE` sinks n1 -> n2 -> n3 fed from a `< FILE` on n1, paced by
-/// `--rate-limit`; the middle relay (n2) is killed with `how` once n2's file
-/// (its temporary, not yet published) has data. Returns the run.
-fn kill_middle(net: &Netns, extra: &[&str], how: &str) -> (Run, Vec<u8>) {
+/// Starts three `> FILE` sinks n1 -> n2 -> n3 fed from a `< FILE` of
+/// `data` on n1, paced by `--rate-limit`, and waits until the stream flows
+/// through n2 (its file, a temporary until it is published, has data).
+/// Returns the run and n2's relay agent.
+fn start_chain(net: &Netns, extra: &[&str], data: &[u8]) -> (Started, u32) {
     let d = &net.dir;
-    let data = random_bytes(48 << 20, 16);
-    std::fs::write(d.path("src"), &data).unwrap();
+    std::fs::write(d.path("src"), data).unwrap();
     let mut a = net.base_args();
     a.extend(extra.iter().map(|s| s.to_string()));
     a.extend([
@@ -64,6 +64,14 @@ fn kill_middle(net: &Netns, extra: &[&str], how: &str) -> (Run, Vec<u8>) {
             .any(|n| n != "o2" && n.contains("o2") && len(&d.path(n)) > 0);
         growing.then(|| relay_agent(net, 2)).flatten()
     });
+    (s, pid)
+}
+
+/// [`start_chain`], then the middle relay (n2) is killed with `how`.
+/// Returns the run.
+fn kill_middle(net: &Netns, extra: &[&str], how: &str) -> (Run, Vec<u8>) {
+    let data = random_bytes(48 << 20, 16);
+    let (s, pid) = start_chain(net, extra, &data);
     match how {
         "agent" => kill("-9", pid),
         _ => {
@@ -406,31 +414,7 @@ fn relay_connections_reset_mid_stream_the_chain_reconnects() {
     let net = Netns::start("rc");
     let d = &net.dir;
     let data = random_bytes(48 << 20, 17);
-    std::fs::write(d.path("src"), &data).unwrap();
-    let mut a = net.base_args();
-    a.extend([
-        "--rate-limit".into(),
-        "8M".into(),
-        "--json".into(),
-        d.s("report.json"),
-        format!("n1:< {}", d.s("src")),
-        "--to".into(),
-        format!("n1:> {}", d.s("o1")),
-        "--to".into(),
-        format!("n2:> {}", d.s("o2")),
-        "--to".into(),
-        format!("n3:> {}", d.s("o3")),
-    ]);
-    let p = net.exec_prefix();
-    let p: Vec<&str> = p.iter().map(|s| s.as_str()).collect();
-    let s = start(&p, &a, None);
-    let pid = wait_until("n2's agent receiving", Duration::from_secs(30), || {
-        let growing = d
-            .names()
-            .iter()
-            .any(|n| n != "o2" && n.contains("o2") && len(&d.path(n)) > 0);
-        growing.then(|| relay_agent(&net, 2)).flatten()
-    });
+    let (s, pid) = start_chain(&net, &[], &data);
     let killed = reset_connections_of(&net.ns(2), pid);
     assert!(killed >= 2, "reset {killed} connections of n2's relay");
     let r = s.finish(Duration::from_secs(90));
@@ -440,15 +424,7 @@ fn relay_connections_reset_mid_stream_the_chain_reconnects() {
         assert_eq!(xxh3_hex(&std::fs::read(d.path(o)).unwrap()), sum, "{o}");
     }
     assert!(!r.stderr.contains("re-linked"), "{}", r.stderr);
-    let j: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(d.path("report.json")).unwrap()).unwrap();
-    let reconnects: usize = j["hops"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|h| h["reconnects"].as_array().map_or(0, Vec::len))
-        .sum();
-    assert!(reconnects >= 1, "{j}");
+    assert!(json_reconnects(&d.path("report.json")) >= 1, "{}", r.stderr);
     let left = net.wait_clean(Duration::from_secs(10));
     assert!(left.is_empty(), "{left:?}");
 }

@@ -33,13 +33,13 @@ use crate::endpoint::{open_or_abort, progress_of, protection, Endpoint, Options,
 use crate::frame_io::{conn_error, protocol};
 use crate::handshake::Negotiated;
 use crate::pump::recv_stream_with;
-use crate::reconnect::{HopState, Link, Reconnect};
+use crate::reconnect::{read_message, HopState, Link, Reconnect};
 use crate::{select, TransportError};
 use rdpipe_wire::resume::{
     chain_stream_key, ResumeReply, ResumeRequest, ResumeVerdict, RESUME_REPLY_LEN,
 };
 use rdpipe_wire::{Integrity, Role, StreamHasher, TransportPref};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
@@ -100,21 +100,6 @@ fn lost(e: &TransportError) -> bool {
             | TransportError::Truncated { .. }
             | TransportError::Rdma(_)
     )
-}
-
-/// Reads one resume message of `N` bytes within `timeout`.
-fn read_message<const N: usize>(
-    s: &mut TcpStream,
-    peer: &str,
-    timeout: Duration,
-) -> Result<[u8; N], TransportError> {
-    s.set_read_timeout(Some(timeout))
-        .map_err(TransportError::SocketOption)?;
-    let mut b = [0u8; N];
-    let r = s.read_exact(&mut b).map_err(|e| conn_error(peer, e));
-    s.set_read_timeout(None)
-        .map_err(TransportError::SocketOption)?;
-    r.map(|_| b)
 }
 
 /// The transport's description, with the re-link's offset when there was one.

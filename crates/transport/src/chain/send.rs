@@ -1,12 +1,12 @@
 //! A chain hop's sending end: the relay's stream to the next sink, resent
 //! from the replay window after a reconnect or a re-link.
 
-use super::{chain_hasher, describe, lost, next_hop, read_message, reconnected, Chain, Rejoin};
+use super::{chain_hasher, describe, lost, next_hop, reconnected, Chain, Rejoin};
 use crate::endpoint::{progress_of, protection, Endpoint, Options, Report};
 use crate::frame_io::{conn_error, protocol};
 use crate::handshake::Negotiated;
 use crate::pump::{send_stream_with, Totals};
-use crate::reconnect::{Link, Reconnect};
+use crate::reconnect::{read_message, Link, Reconnect};
 use crate::replay::Recorded;
 use crate::{select, TransportError};
 use rdpipe_wire::resume::{ResumeRequest, RESUME_LEN};

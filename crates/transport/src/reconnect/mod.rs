@@ -16,8 +16,8 @@
 //! authenticate a new one, and old bytes replayed into a new connection fail
 //! its keys (docs/security.md).
 
-use crate::connect::{connect_attempts, connect_retry, Listener, REDIAL_ATTEMPT};
-use crate::endpoint::{local_params, Endpoint, Options};
+use crate::connect::{connect_attempts, connect_retry, REDIAL_ATTEMPT};
+use crate::endpoint::{listen_announced, local_params, Endpoint, Options};
 use crate::error::GoneCause;
 use crate::frame_io::{conn_error, protocol};
 use crate::handshake::{handshake, Negotiated};
@@ -76,10 +76,7 @@ impl Link {
                 port,
                 announce,
             } => {
-                let l = Listener::bind_at(bind.as_deref(), port)?;
-                if let Some(a) = announce {
-                    a(l.port()).map_err(TransportError::Announce)?;
-                }
+                let l = listen_announced(bind.as_deref(), port, announce)?;
                 let a = Acceptor::start(l, &opts.key, &params, opts.handshake_timeout)?;
                 let (s, n) = a.next(None)?.ok_or_else(|| TransportError::Io {
                     context: "accepting connections",
