@@ -130,10 +130,10 @@ impl Link {
                 });
                 match r {
                     Ok(won) => return Ok(Some(won)),
-                    Err(
-                        e @ (TransportError::TransportMismatch(_)
-                        | TransportError::RdmaLibraries(_)),
-                    ) => return Err(e),
+                    // Missing RDMA libraries do not come back; a device that
+                    // is down (`--transport rdma` then finds no active one on
+                    // an end) may, with the link: retried as any failed dial.
+                    Err(e @ TransportError::RdmaLibraries(_)) => return Err(e),
                     Err(e) => {
                         tracing::debug!("reconnecting to {host}:{port}: {e}");
                         std::thread::sleep(REDIAL_PAUSE.min(left));
