@@ -236,7 +236,8 @@ pub struct CommonArgs {
     /// The sender keeps the last SIZE bytes it sent until the receiver has
     /// them, to resume after a reconnect (ordinary memory, allocated as the
     /// stream passes; at least what can be in flight: ring plus socket
-    /// buffers).
+    /// buffers). A regular-file input is not copied: a resend reads the file
+    /// again, from any offset. 0: nothing to resend from a pipe.
     #[arg(long, value_name = "SIZE", default_value = "32M", value_parser = parse_window)]
     pub replay_window: usize,
 

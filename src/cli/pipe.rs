@@ -120,8 +120,9 @@ pub struct PipeArgs {
     /// relay connects straight to the sink after it, which resumes where it
     /// was, byte-exact and verified. A receiver further behind than that
     /// fails with a message saying so. 0 turns re-linking off (the sinks
-    /// after a dead one fail) and lets a hop resume only when nothing was in
-    /// flight.
+    /// after a dead one fail), lets a hop resume only when nothing was in
+    /// flight, and lets relays forward zero-copy over RDMA (a relay that
+    /// keeps a window copies).
     #[arg(long, value_name = "SIZE", default_value = "32M",
           value_parser = crate::cli::common::parse_window)]
     pub replay_window: usize,

@@ -98,10 +98,18 @@ impl Bare {
         ] {
             script += &format!("mount --bind '{}' {to}; ", from.display());
         }
-        script += &format!(
-            "exec /usr/sbin/sshd -D -e -f '{}'",
-            net.dir.path(&format!("sshd_n{h}.conf")).display()
-        );
+        // Its sessions' HOME is the private /root (whose cache the tests read),
+        // not the scratch home the shared configuration names.
+        let conf = net.dir.path(&format!("sshd_n{h}.conf"));
+        let text = std::fs::read_to_string(&conf).unwrap();
+        let text: String = text
+            .lines()
+            .filter(|l| !l.starts_with("SetEnv HOME="))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let conf = net.dir.path(&format!("sshd_bare{h}.conf"));
+        std::fs::write(&conf, text).unwrap();
+        script += &format!("exec /usr/sbin/sshd -D -e -f '{}'", conf.display());
         let log = std::fs::File::create(net.dir.path(&format!("sshd_bare{h}.log"))).unwrap();
         let child = Command::new("ip")
             .args(["netns", "exec", &ns, "unshare", "--mount", "--propagation"])

@@ -28,7 +28,7 @@ fn reset_port(port: u16) -> usize {
 }
 
 /// Whether this kernel lets `ss -K` destroy sockets (CONFIG_INET_DIAG_DESTROY).
-fn can_reset() -> bool {
+pub(crate) fn can_reset() -> bool {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();
     let _c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
@@ -133,9 +133,11 @@ fn five_resets_in_a_4_gib_stream_resume_byte_exact() {
     assert_eq!(got, LEN, "{}", f.stderr);
     assert_eq!(Some(h.digest()), sent, "the output differs from the input");
     assert_eq!(resets, 5, "the resets found no connection to kill");
+    // At least one reconnect per reset: `ss -K` kills every socket on the
+    // port, so it may also catch a connection that was just re-established.
     let lines = |e: &str| e.matches("reconnected at byte").count();
-    assert_eq!(lines(&f.stderr), 5, "{}", f.stderr);
-    assert_eq!(lines(&serr), 5, "{serr}");
+    assert!(lines(&f.stderr) >= 5, "{}", f.stderr);
+    assert!(lines(&serr) >= 5, "{serr}");
 }
 
 /// An nftables table of this test's own that answers TCP to `port` with
@@ -310,13 +312,10 @@ fn an_rdpipe_hop_reset_mid_stream_resumes_and_reports_it() {
     let r = started.finish(Duration::from_secs(60));
     r.ok();
     assert!(read(&out) == data, "output differs");
-    let j: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    let reconnects: usize = j["hops"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|h| h["reconnects"].as_array().map_or(0, Vec::len))
-        .sum();
-    assert!(reconnects >= 1, "{j}");
+    let reconnects = json_reconnects(&json);
+    assert!(
+        reconnects >= 1,
+        "{}",
+        std::fs::read_to_string(&json).unwrap()
+    );
 }

@@ -30,13 +30,13 @@ fn len(path: &Path) -> u64 {
     std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
 }
 
-/// Three `> FILE` sinks n1 -> n2 -> n3 fed from a `< FILE` on n1, paced by
-/// `--rate-limit`; the middle relay (n2) is killed with `how` once n2's file
-/// (its temporary, not yet published) has data. Returns the run.
-fn kill_middle(net: &Netns, extra: &[&str], how: &str) -> (Run, Vec<u8>) {
+/// Starts three `> FILE` sinks n1 -> n2 -> n3 fed from a `< FILE` of
+/// `data` on n1, paced by `--rate-limit`, and waits until the stream flows
+/// through n2 (its file, a temporary until it is published, has data).
+/// Returns the run and n2's relay agent.
+fn start_chain(net: &Netns, extra: &[&str], data: &[u8]) -> (Started, u32) {
     let d = &net.dir;
-    let data = random_bytes(48 << 20, 16);
-    std::fs::write(d.path("src"), &data).unwrap();
+    std::fs::write(d.path("src"), data).unwrap();
     let mut a = net.base_args();
     a.extend(extra.iter().map(|s| s.to_string()));
     a.extend([
@@ -64,6 +64,14 @@ fn kill_middle(net: &Netns, extra: &[&str], how: &str) -> (Run, Vec<u8>) {
             .any(|n| n != "o2" && n.contains("o2") && len(&d.path(n)) > 0);
         growing.then(|| relay_agent(net, 2)).flatten()
     });
+    (s, pid)
+}
+
+/// [`start_chain`], then the middle relay (n2) is killed with `how`.
+/// Returns the run.
+fn kill_middle(net: &Netns, extra: &[&str], how: &str) -> (Run, Vec<u8>) {
+    let data = random_bytes(48 << 20, 16);
+    let (s, pid) = start_chain(net, extra, &data);
     match how {
         "agent" => kill("-9", pid),
         _ => {
@@ -360,4 +368,63 @@ fn relay_killed_beyond_the_replay_window_fails_clearly() {
         r.stderr
     );
     net.assert_clean();
+}
+
+/// Resets every established TCP connection of process `pid` in namespace
+/// `ns` (`ss -K`, as a middlebox that drops them would); how many it found.
+fn reset_connections_of(ns: &str, pid: u32) -> usize {
+    let ss = |args: &[&str]| {
+        std::process::Command::new("ip")
+            .args(["netns", "exec", ns, "ss"])
+            .args(args)
+            .output()
+            .expect("run ss")
+    };
+    let out = ss(&["-tnpH", "state", "established"]);
+    let mut n = 0;
+    for l in String::from_utf8_lossy(&out.stdout).lines() {
+        if !l.contains(&format!("pid={pid},")) {
+            continue;
+        }
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let Some((_, port)) = f.get(2).and_then(|a| a.rsplit_once(':')) else {
+            continue;
+        };
+        let filter = format!("( sport = :{port} or dport = :{port} )");
+        let k = ss(&["-K", "-tnH", "state", "established", &filter]);
+        n += String::from_utf8_lossy(&k.stdout).lines().count();
+    }
+    n
+}
+
+/// The relay's data connections (its incoming and its outgoing chain hop)
+/// are reset mid-stream while every agent lives: both hops reconnect to the
+/// same peers and resume (no re-link: nobody died), every sink's copy is
+/// byte-exact, the `--json` report lists the reconnects, nothing is left.
+#[test]
+fn relay_connections_reset_mid_stream_the_chain_reconnects() {
+    need_root!("network namespaces");
+    if !crate::reconnect::can_reset() {
+        skip(
+            &test_name(),
+            "this kernel cannot destroy sockets (ss -K needs CONFIG_INET_DIAG_DESTROY)",
+        );
+        return;
+    }
+    let net = Netns::start("rc");
+    let d = &net.dir;
+    let data = random_bytes(48 << 20, 17);
+    let (s, pid) = start_chain(&net, &[], &data);
+    let killed = reset_connections_of(&net.ns(2), pid);
+    assert!(killed >= 2, "reset {killed} connections of n2's relay");
+    let r = s.finish(Duration::from_secs(90));
+    r.ok();
+    let sum = xxh3_hex(&data);
+    for o in ["o1", "o2", "o3"] {
+        assert_eq!(xxh3_hex(&std::fs::read(d.path(o)).unwrap()), sum, "{o}");
+    }
+    assert!(!r.stderr.contains("re-linked"), "{}", r.stderr);
+    assert!(json_reconnects(&d.path("report.json")) >= 1, "{}", r.stderr);
+    let left = net.wait_clean(Duration::from_secs(10));
+    assert!(left.is_empty(), "{left:?}");
 }

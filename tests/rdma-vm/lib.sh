@@ -195,3 +195,48 @@ start_sshd() {
         -o "SetEnv=RDMA_VM=1" || die "start_sshd: sshd failed"
     wait_port 22 30
 }
+
+# zfs_vm_setup: OpenZFS in the guest, for a guest started with RDMA_VM_ZFS=1
+# (run-guest.sh builds zfs.ko & co. for the guest kernel, tests/rdma-vm/zfs-build.sh,
+# and the initramfs loads them): installs the userland (zfs, zpool, libzfs ...,
+# shared read-only at $RDMA_VM_ZFS_ROOT) into the guest's writable root and caps
+# the ARC at ZFS_VM_ARC_MAX_MB (default 256) MiB.  Dies without ZFS.
+zfs_vm_setup() {
+    [ -n "${RDMA_VM_ZFS_ROOT:-}" ] || die "zfs_vm_setup: no OpenZFS in this guest (run-guest.sh with RDMA_VM_ZFS=1)"
+    [ -c /dev/zfs ] || die "zfs_vm_setup: no /dev/zfs (the zfs module is not loaded)"
+    cp -a "$RDMA_VM_ZFS_ROOT/usr/." /usr/ || die "zfs_vm_setup: cannot install the userland"
+    cp -a "$RDMA_VM_ZFS_ROOT/etc/." /etc/ || die "zfs_vm_setup: cannot install /etc/zfs"
+    ldconfig
+    echo $((${ZFS_VM_ARC_MAX_MB:-256} << 20)) >/sys/module/zfs/parameters/zfs_arc_max ||
+        die "zfs_vm_setup: cannot set zfs_arc_max"
+    zfs version >/dev/null || die "zfs_vm_setup: 'zfs version' fails"
+}
+
+# veth_routing: (re)apply the guest's routing between rxehost1 and rxehost0 over
+# the veth pair (as guest/stage2.sh sets it up).  `ip link set v0|v1 down`
+# flushes the routes and neighbour entries through that device: call this after
+# bringing it up again (a link-flap test).  No-op with RDMA_VM_VETH_ROUTING=0.
+veth_routing() {
+    [ "${RDMA_VM_VETH_ROUTING:-1}" != 0 ] || return 0
+    local mac0 mac1
+    read -r mac0 </sys/class/net/v0/address
+    read -r mac1 </sys/class/net/v1/address
+    ip -batch - <<IPEOF
+route replace 10.77.0.1 dev v1 src 10.77.0.2 table 77
+route replace 10.77.0.2 dev v0 src 10.77.0.1 table 78
+neigh replace 10.77.0.1 lladdr $mac0 dev v1 nud permanent
+neigh replace 10.77.0.2 lladdr $mac1 dev v0 nud permanent
+IPEOF
+}
+
+# rxe_ready DEV: DEV's port 1 is ACTIVE and holds its IPv4 RoCEv2 GID (rxe0:
+# 10.77.0.1, rxe1: 10.77.0.2), as after guest set-up; 1 otherwise.
+rxe_ready() {
+    local p=/sys/class/infiniband/$1/ports/1 want g
+    want="0000:0000:0000:0000:0000:ffff:0a4d:000$((${1#rxe} + 1))"
+    [ "$(cat "$p/state" 2>/dev/null)" = "4: ACTIVE" ] || return 1
+    for g in "$p"/gids/*; do
+        [ "$(cat "$g" 2>/dev/null)" = "$want" ] && return 0
+    done
+    return 1
+}

@@ -9,6 +9,7 @@
 # epipe memlock recvkill rdpipe (with rdpipe doctor) ratelimit fabric (data-address discovery)
 # fanout (a --to chain relay and a relay-only segment over RDMA; tests/rdma-vm/suite-fanout.sh)
 # relink (a dead relay of an RDMA chain re-linked around; tests/rdma-vm/suite-relink.sh)
+# reconnect (an RDMA hop whose link goes down mid-stream resumes; tests/rdma-vm/suite-reconnect.sh)
 # perf (default: all), and `ring`, `syscalls` and `relaycpu`, only when named
 # (measurements, not checks: --slots 2 / 4 / 8; system calls per chunk; the relay
 # host's CPU s/GB against rdrecv | rdsend).
@@ -553,6 +554,9 @@ check_xfer "ratelimit" "$RL" "rdma (rxe0" "rdma (rxe1"
 rm -f "$RL"
 
 fi
+
+# reconnect: an RDMA hop whose link goes down mid-stream.
+. "$(dirname "$0")/suite-reconnect.sh"
 
 if want perf; then
 echo "== throughput against ib_write_bw -R (same devices, 1 MiB messages)"

@@ -21,8 +21,9 @@ VM_MEM=${RDMA_VM_MEM:-2048}
 QEMU_BIN=${RDMA_VM_QEMU:-qemu-system-x86_64}
 # Modules for the initramfs (their dependencies are added automatically).
 # crc32_generic must come before rdma_rxe (rxe needs the crc32 shash and the
-# guest cannot autoload modules).
-MODULES="virtio_pci 9pnet_virtio 9p overlay crc32_generic veth rdma_rxe ib_uverbs rdma_ucm ${RDMA_VM_EXTRA_MODULES:-}"
+# guest cannot autoload modules).  nf_tables: suites drop RoCE packets with nft
+# to fail a path silently (suite-zfs.sh's flap).
+MODULES="virtio_pci 9pnet_virtio 9p overlay crc32_generic veth rdma_rxe ib_uverbs rdma_ucm nf_tables ${RDMA_VM_EXTRA_MODULES:-}"
 PACKAGES="qemu-system-x86 busybox-static cpio kmod iproute2 rdma-core ibverbs-providers ibverbs-utils rdmacm-utils perftest"
 
 log() { printf 'rdma-vm: %s\n' "$*" >&2; }
@@ -108,8 +109,24 @@ KVER=$(cat "$KDIR/.kver")
 VMLINUZ=$KDIR/boot/vmlinuz-$KVER
 [ -f "$VMLINUZ" ] || die "no kernel image at $VMLINUZ (remove $KDIR and retry)"
 
+# OpenZFS (RDMA_VM_ZFS=1): modules built for this kernel and the userland,
+# cached (tests/rdma-vm/zfs-build.sh); the modules go into the initramfs, the
+# userland is shared (RDMA_VM_ZFS_ROOT in the guest, installed by zfs_vm_setup).
+ZDIR=
+if [ "${RDMA_VM_ZFS:-0}" = 1 ]; then
+    zrc=0
+    ZDIR=$(bash "$SELF_DIR/zfs-build.sh" "$CACHE" "$KVER") || zrc=$?
+    case "$zrc" in
+    0) ;;
+    "$EXIT_SKIP") skip "RDMA_VM_ZFS=1 but OpenZFS cannot be built for $KVER (see above)" ;;
+    *) die "the OpenZFS build for the guest kernel $KVER failed (see above)" ;;
+    esac
+    MODULES="$MODULES $(cat "$ZDIR/modules/kernel-deps")"
+    log "OpenZFS: $(head -n1 "$ZDIR/build-info") ($ZDIR)"
+fi
+
 # The initramfs depends on the kernel, the module list, busybox and the guest scripts.
-ikey=$( { echo "$KPKG $MODULES"; cat "$BUSYBOX" "$SELF_DIR/guest/init" "$SELF_DIR/guest/stage2.sh"; } \
+ikey=$( { echo "$KPKG $MODULES ${ZDIR##*/}"; cat "$BUSYBOX" "$SELF_DIR/guest/init" "$SELF_DIR/guest/stage2.sh"; } \
     | sha256sum | cut -c1-16)
 INITRD=$CACHE/initramfs-$ikey.cpio
 if [ ! -f "$INITRD" ]; then
@@ -135,6 +152,14 @@ if [ ! -f "$INITRD" ]; then
             echo "$name" >>"$tmp/root/modules/order"
         done <"$tmp/deps"
     done
+    if [ -n "$ZDIR" ]; then
+        while read -r base; do
+            n=$((n + 1))
+            name=$(printf '%02d-%s' "$n" "$base")
+            cp "$ZDIR/modules/$base" "$tmp/root/modules/$name"
+            echo "$name" >>"$tmp/root/modules/order"
+        done <"$ZDIR/modules/order"
+    fi
     (cd "$tmp/root" && find . | LC_ALL=C sort | cpio -o -H newc --quiet -R 0:0) >"$tmp/initrd" \
         || die "cpio failed"
     mv "$tmp/initrd" "$INITRD"
@@ -185,6 +210,7 @@ add_share "$TARGET" ro
 add_share "$(dirname "$GUEST_SCRIPT")" ro
 IFS=: read -r -a extra <<<"${RDMA_VM_SHARE:-}"
 for e in "${extra[@]}"; do [ -n "$e" ] && add_share "$e" ro; done
+[ -n "$ZDIR" ] && add_share "$ZDIR/root" ro
 # Drop a share covered by another one of the same mode (or by a rw one), then
 # order parents before children so that nested mounts stack correctly.
 MOUNTS=()
@@ -225,6 +251,7 @@ done
 {
     printf 'export RDMA_VM_REPO=%q RDMA_VM_OUT=%q RDMA_VM_TARGET_DIR=%q\n' "$REPO" "$OUT" "$TARGET"
     printf 'export RDMA_VM_VETH_ROUTING=%q\n' "${RDMA_VM_VETH_ROUTING:-1}"
+    [ -n "$ZDIR" ] && printf 'export RDMA_VM_ZFS_ROOT=%q RDMA_VM_ZFS_BUILD=%q\n' "$ZDIR/root" "$(head -n1 "$ZDIR/build-info")"
     printf 'export PATH=%q LANG=C.UTF-8\n' "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
     [ -n "${CARGO_TARGET_DIR:-}" ] && printf 'export CARGO_TARGET_DIR=%q\n' "$TARGET"
     for v in RUST_LOG RUST_BACKTRACE ${RDMA_VM_PASS_ENV:-}; do

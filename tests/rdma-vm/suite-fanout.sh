@@ -5,10 +5,11 @@
 #             (encrypted on AES CPUs, re-linking on: the relays copy), and with
 #             --integrity checksum --replay-window 0, where every relayed hop is
 #             a zero-copy relay; the relay-only segment (rxehost1:'< f' rxehost0:
-#             rxehost1:'> g') over RDMA with --integrity checksum, zero-copy,
-#             and again by copy (RDPIPE_RELAY_COPY=1).
+#             rxehost1:'> g') over RDMA with --integrity checksum, zero-copy
+#             (--replay-window 0: a relay that keeps a replay window copies,
+#             and its hops reconnect), and again by copy (RDPIPE_RELAY_COPY=1).
 #   relaycpu  (only when named) the relay host's CPU seconds per GB: the relay-only agent
-#             zero-copy and by copy (RDPIPE_RELAY_COPY=1), an agent passing the
+#             zero-copy (--replay-window 0) and by copy (RDPIPE_RELAY_COPY=1), an agent passing the
 #             stream through `cat` (agent + cat), as the agent reports them
 #             (USAGE, at -v and in --json), and a standalone `rdrecv | rdsend`
 #             (bash `times`), all over the same two RDMA hops
@@ -67,12 +68,14 @@ if [ -n "$sshd_ok" ] && want fanout; then
         fi
     done
     # The relay-only segment: rxehost0 forwards, no command, both hops RDMA:
-    # zero-copy, then by copy.
+    # zero-copy (a relay forwards from its receive ring only when it keeps no
+    # replay window: --replay-window 0), then by copy (reconnecting hops, the
+    # default).
     for mode in zero-copy copy; do
-        env=()
-        [ "$mode" = copy ] && env=(env RDPIPE_RELAY_COPY=1)
+        env=() extra=(--replay-window 0)
+        [ "$mode" = copy ] && env=(env RDPIPE_RELAY_COPY=1) extra=()
         rm -f "$W/fan2.out"
-        "${env[@]}" "${RZ[@]}" "rxehost1:< $FIN" "rxehost0:" "rxehost1:> $W/fan2.out" </dev/null 2>"$W/fan2.err"
+        "${env[@]}" "${RZ[@]}" "${extra[@]}" "rxehost1:< $FIN" "rxehost0:" "rxehost1:> $W/fan2.out" </dev/null 2>"$W/fan2.err"
         rc=$? ok=1
         [ "$rc" = 0 ] || { ok=; echo "    rdpipe exit $rc"; }
         cmp -s "$FIN" "$W/fan2.out" || { ok=; echo "    output differs from input"; }
@@ -115,7 +118,9 @@ if [ -n "$sshd_ok" ] && [ ${#ONLY[@]} -gt 0 ] && want relaycpu; then
             name=cpu${mid:-relay}
             env=()
             [ "$mid" = copy ] && env=(env RDPIPE_RELAY_COPY=1)
-            "${env[@]}" "${RZ[@]}" --json "$W/$name.json" "rxehost1:< $CIN" "rxehost0:${mid/copy/}" "rxehost1:> /dev/null" </dev/null 2>"$W/$name.err"
+            extra=()
+            [ -z "$mid" ] && extra=(--replay-window 0)
+            "${env[@]}" "${RZ[@]}" "${extra[@]}" --json "$W/$name.json" "rxehost1:< $CIN" "rxehost0:${mid/copy/}" "rxehost1:> /dev/null" </dev/null 2>"$W/$name.err"
             rc=$?
             line=$(grep '^rdpipe: \[2\] rxehost0: cpu: agent ' "$W/$name.err")
             zc=$(grep -c -- '^rdpipe: \[2\] rxehost0 -> .*zero-copy relay)' "$W/$name.err")

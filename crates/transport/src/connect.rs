@@ -46,12 +46,31 @@ fn retryable(e: &io::Error) -> bool {
     )
 }
 
+/// How long one connection attempt may wait for its SYN to be answered.
+const ATTEMPT: Duration = Duration::from_secs(5);
+
+/// How long one attempt of a reconnect may wait: a link that drops packets
+/// while it is down leaves an attempt's SYN unanswered, and the kernel
+/// would resend it only after 1, 3, 7 s; a fresh attempt every half second
+/// reaches the peer within about that once the link is back.
+pub(crate) const REDIAL_ATTEMPT: Duration = Duration::from_millis(500);
+
 /// Connects to `host:port`, retrying refused or unreachable attempts until `timeout`
 /// has passed, because in a pipeline the receiver may start after the sender.
 pub fn connect_retry(
     host: &str,
     port: u16,
     timeout: Duration,
+) -> Result<TcpStream, TransportError> {
+    connect_attempts(host, port, timeout, ATTEMPT)
+}
+
+/// [`connect_retry`] with each attempt bounded by `attempt`.
+pub(crate) fn connect_attempts(
+    host: &str,
+    port: u16,
+    timeout: Duration,
+    attempt: Duration,
 ) -> Result<TcpStream, TransportError> {
     let addrs: Vec<SocketAddr> = (host, port)
         .to_socket_addrs()
@@ -79,7 +98,7 @@ pub fn connect_retry(
             let left = deadline
                 .saturating_duration_since(Instant::now())
                 .max(Duration::from_millis(100));
-            match TcpStream::connect_timeout(a, left.min(Duration::from_secs(5))) {
+            match TcpStream::connect_timeout(a, left.min(attempt)) {
                 Ok(s) => {
                     tracing::debug!("connected to {a}");
                     tune(&s)?;

@@ -208,14 +208,24 @@ pub(crate) fn negotiate(
             port,
             announce,
         } => {
-            let l = Listener::bind_at(bind.as_deref(), port)?;
-            if let Some(a) = announce {
-                a(l.port()).map_err(TransportError::Announce)?;
-            }
+            let l = listen_announced(bind.as_deref(), port, announce)?;
             accept_authenticated(l, &opts.key, &params, opts.handshake_timeout)
         }
     };
     r.map_err(|e| explain_mismatch(e, opts.transport))
+}
+
+/// Listens on `port` at `bind` and tells `announce` the port.
+pub(crate) fn listen_announced(
+    bind: Option<&str>,
+    port: u16,
+    announce: Option<Announce>,
+) -> Result<Listener, TransportError> {
+    let l = Listener::bind_at(bind, port)?;
+    if let Some(a) = announce {
+        a(l.port()).map_err(TransportError::Announce)?;
+    }
+    Ok(l)
 }
 
 /// Sends `input` to the peer. Returns only once the receiver confirmed the whole

@@ -6,9 +6,11 @@
 //! that offset is still within its window ([`ReplayWindow::since`]) and
 //! refuses otherwise, naming the window.
 //!
-//! [`Recorded`] wraps the relay's input: every byte read from it (and so
-//! hashed into the outgoing stream's MAC) is recorded, so the window's end is
-//! always the number of stream bytes the sender has taken.
+//! [`Recorded`] wraps a sender's input (a relay's, or any reconnecting
+//! hop's): every byte read from it (and so hashed into the outgoing stream's
+//! MAC) is recorded, so the window's end is always the number of stream bytes
+//! the sender has taken. A regular-file input is not copied: a resend reads
+//! the file again.
 //!
 //! Memory: at most the window's capacity per relay (rdpipe's
 //! `--replay-window`, default 32 MiB), allocated as the
@@ -120,32 +122,127 @@ impl ReplayWindow {
     }
 }
 
-/// A relay's input that records every byte read from it into its replay
-/// window.
+/// A sender's input that keeps what it read for a resend: every byte read
+/// from it (and so hashed into the outgoing stream) is either copied into a
+/// [`ReplayWindow`] or, when the input is a regular file, found again in the
+/// file itself, so the kept range always ends at the number of stream bytes
+/// the sender has taken.
 pub struct Recorded<R> {
     inner: R,
-    window: ReplayWindow,
+    kept: Kept,
+}
+
+/// Where a [`Recorded`] input's bytes are kept.
+enum Kept {
+    /// A pipe, socket or terminal: copied into the window as read.
+    Copied(ReplayWindow),
+    /// A regular file: read again from it (`pread`) for a resend, which costs
+    /// nothing on the steady path and reaches back to the stream's start.
+    /// `at` is the file offset of stream byte 0, `end` the bytes read so far.
+    File {
+        file: std::fs::File,
+        at: u64,
+        end: u64,
+    },
+}
+
+impl<R: AsFd> Recorded<R> {
+    /// Records `inner`, keeping up to `capacity` bytes; a regular file (with
+    /// a non-zero `capacity`) keeps its bytes where they are.
+    pub fn new(inner: R, capacity: usize) -> Self {
+        let kept = match Self::file_of(&inner) {
+            Some((file, at)) if capacity > 0 => Kept::File { file, at, end: 0 },
+            _ => Kept::Copied(ReplayWindow::new(capacity)),
+        };
+        Recorded { inner, kept }
+    }
+
+    /// A second handle on `inner` and its current offset when it is a
+    /// regular file.
+    fn file_of(inner: &R) -> Option<(std::fs::File, u64)> {
+        let fd = inner.as_fd();
+        let st = rustix::fs::fstat(fd).ok()?;
+        if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
+            return None;
+        }
+        let at = rustix::fs::seek(fd, rustix::fs::SeekFrom::Current(0)).ok()?;
+        let file = std::fs::File::from(fd.try_clone_to_owned().ok()?);
+        Some((file, at))
+    }
 }
 
 impl<R> Recorded<R> {
-    /// `inner`, recording its last `capacity` bytes.
-    pub fn new(inner: R, capacity: usize) -> Self {
-        Recorded {
-            inner,
-            window: ReplayWindow::new(capacity),
+    /// The stream offsets that can be resent.
+    pub fn range(&self) -> std::ops::Range<u64> {
+        match &self.kept {
+            Kept::Copied(w) => w.range(),
+            Kept::File { end, .. } => 0..*end,
         }
     }
 
-    /// The window of what was read so far.
-    pub fn window(&self) -> &ReplayWindow {
-        &self.window
+    /// The answer to a request to resume at `offset`.
+    pub fn answer(&self, offset: u64) -> ResumeReply {
+        let r = self.range();
+        ResumeReply::answer(offset, r.start, r.end)
+    }
+
+    /// The bytes from stream offset `offset` to what was read so far.
+    pub fn since(&self, offset: u64) -> Result<Vec<u8>, Resend> {
+        match &self.kept {
+            Kept::Copied(w) => w
+                .since(offset)
+                .map(|[a, b]| [a, b].concat())
+                .map_err(Resend::OutOfWindow),
+            Kept::File { file, at, end } => {
+                if offset > *end {
+                    return Err(Resend::OutOfWindow(OutOfWindow {
+                        offset,
+                        start: 0,
+                        end: *end,
+                    }));
+                }
+                let mut b = vec![0u8; (end - offset) as usize];
+                std::os::unix::fs::FileExt::read_exact_at(file, &mut b, at + offset)
+                    .map_err(Resend::File)?;
+                Ok(b)
+            }
+        }
+    }
+}
+
+/// Why [`Recorded::since`] cannot give the bytes to resend.
+#[derive(Debug)]
+pub enum Resend {
+    /// The offset is outside what is kept.
+    OutOfWindow(OutOfWindow),
+    /// The input file no longer holds them (it shrank while being sent).
+    File(io::Error),
+}
+
+impl Resend {
+    /// As the hop's error.
+    pub fn into_error(self) -> crate::TransportError {
+        match self {
+            Resend::OutOfWindow(o) => crate::TransportError::BeyondWindow {
+                offset: o.offset,
+                start: o.start,
+                end: o.end,
+            },
+            Resend::File(e) => crate::TransportError::Input(io::Error::new(
+                e.kind(),
+                format!("cannot read the input file again to resend it: {e} (did it shrink while being sent?)"),
+            )),
+        }
     }
 }
 
 impl<R: Read> Read for Recorded<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.inner.read(buf)?;
-        self.window.push(&buf[..n]);
+        match &mut self.kept {
+            Kept::Copied(w) => w.push(&buf[..n]),
+            Kept::File { end, .. } => *end += n as u64,
+        }
         Ok(n)
     }
 }
@@ -224,8 +321,36 @@ mod tests {
         rec.read_to_end(&mut got).unwrap();
         writer.join().unwrap();
         assert_eq!(got, s);
-        assert_eq!(rec.window().range(), 4000..5000);
-        assert_eq!(replay(rec.window(), 4500), s[4500..]);
+        assert_eq!(rec.range(), 4000..5000);
+        assert_eq!(rec.since(4500).unwrap(), s[4500..]);
+        assert!(matches!(rec.since(3999), Err(Resend::OutOfWindow(_))));
+    }
+
+    #[test]
+    fn a_recorded_file_resends_from_the_file_from_any_offset() {
+        let s = stream(5000);
+        let path = std::env::temp_dir().join(format!("rdpipe-replay-{}", std::process::id()));
+        std::fs::write(&path, &s).unwrap();
+        let mut f = std::fs::File::open(&path).unwrap();
+        // Stream byte 0 is file offset 100.
+        std::io::Seek::seek(&mut f, std::io::SeekFrom::Start(100)).unwrap();
+        let mut rec = Recorded::new(f, 10);
+        let mut got = vec![0u8; 3000];
+        rec.read_exact(&mut got).unwrap();
+        assert_eq!(got, s[100..3100]);
+        assert_eq!(rec.range(), 0..3000);
+        assert_eq!(rec.since(0).unwrap(), s[100..3100]);
+        assert_eq!(rec.since(2500).unwrap(), s[2600..3100]);
+        assert!(matches!(rec.since(3001), Err(Resend::OutOfWindow(_))));
+        // A file that shrank cannot be resent from.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(1000)
+            .unwrap();
+        assert!(matches!(rec.since(0), Err(Resend::File(_))));
+        std::fs::remove_file(&path).unwrap();
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! the relay's replay window fails both ends with `BeyondWindow`; a byte the
 //! cut hop altered before the cut fails the sink's check of the whole stream.
 
-use rdpipe_transport::chain::{run_recv_chain, run_send_chain, Chain};
+use rdpipe_transport::chain::{run_recv_chain, run_send_chain, Chain, RelinkPoll};
 use rdpipe_transport::replay::Recorded;
 use rdpipe_transport::{Endpoint, Options, Report, TransportError};
 use rdpipe_wire::{Compress, Integrity, TransportPref};
@@ -112,7 +112,7 @@ fn relinked(
                 port: 0,
                 announce: Some(Box::new(announce)),
             };
-            let mut relink = move |_at: u64| {
+            let mut relink = move |_at: u64, _wait: Duration| {
                 let tx = relink_tx.clone();
                 let announce = move |port| {
                     tx.send(port).unwrap();
@@ -123,11 +123,12 @@ fn relinked(
                     port: 0,
                     announce: Some(Box::new(announce)),
                 };
-                Some((ep, b"second key".to_vec()))
+                RelinkPoll::To(ep, b"second key".to_vec())
             };
             let chain = Chain {
                 secret: &secret,
                 relink: &mut relink,
+                wait: Duration::from_secs(5),
             };
             let mut o = opts(b"first key", integrity);
             o.compress = compress;
@@ -135,21 +136,29 @@ fn relinked(
         })
     };
     let proxy = cutting_proxy(port_rx.recv().unwrap(), cut, flip);
-    let mut file = tempfile::tempfile().unwrap();
-    file.write_all(data).unwrap();
-    std::io::Seek::rewind(&mut file).unwrap();
-    let mut relink = move |_at: u64| {
-        let port = relink_rx.recv_timeout(Duration::from_secs(10)).ok()?;
+    // A pipe, as a relay's input is: the replay window holds copies (a
+    // regular file would be read again instead, from any offset).
+    let (file, w) = rustix::pipe::pipe().unwrap();
+    let file = std::fs::File::from(file);
+    let feed = data.to_vec();
+    std::thread::spawn(move || {
+        let _ = std::fs::File::from(w).write_all(&feed);
+    });
+    let mut relink = move |_at: u64, wait: Duration| {
+        let Ok(port) = relink_rx.recv_timeout(wait) else {
+            return RelinkPoll::NotYet;
+        };
         let ep = Endpoint::Connect {
             host: "127.0.0.1".into(),
             port,
             timeout: Duration::from_secs(5),
         };
-        Some((ep, b"second key".to_vec()))
+        RelinkPoll::To(ep, b"second key".to_vec())
     };
     let chain = Chain {
         secret: &secret,
         relink: &mut relink,
+        wait: Duration::from_secs(10),
     };
     let ep = Endpoint::Connect {
         host: "127.0.0.1".into(),

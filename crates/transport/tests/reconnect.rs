@@ -4,8 +4,11 @@
 //! past a mark), and both ends must reconnect through it and resume
 //! byte-exact under every protection. As the attacker, the proxy replays a
 //! dead connection's bytes into the next one: nothing of it is accepted. A
-//! peer that closes its end cleanly (its process ended) is not waited for.
+//! peer that closes its end cleanly (its process ended) is not waited for. A
+//! fan-out chain's hop reconnects the same way when no re-link comes.
 
+use rdpipe_transport::chain::{run_recv_chain, run_send_chain, Chain, RelinkPoll};
+use rdpipe_transport::replay::Recorded;
 use rdpipe_transport::{run_recv, run_send, Endpoint, Options, Rate, Report, TransportError};
 use rdpipe_wire::{Compress, Integrity, TransportPref};
 use std::io::{Read, Write};
@@ -171,19 +174,28 @@ type Ends = (
     Vec<u8>,
 );
 
-/// Sends `input` through a proxy that cuts the connection each time the
-/// receiver's output passes one of `marks`.
-fn flapping(input: &[u8], integrity: Integrity, marks: &[usize], replay: bool) -> Ends {
-    flapping_compressed(input, integrity, Compress::None, marks, replay)
+/// A fan-out chain's re-link order that never comes (both ends of the hop
+/// live: it must reconnect by itself).
+fn no_relink(_at: u64, wait: Duration) -> RelinkPoll {
+    std::thread::sleep(wait);
+    RelinkPoll::NotYet
 }
 
-/// [`flapping`] with both ends asking for `compress`.
-fn flapping_compressed(
+/// Sends `input` through a proxy that cuts the connection each time the
+/// receiver's output passes one of `marks`; as a fan-out chain's hop
+/// ([`rdpipe_transport::chain`]) with `chain`.
+fn flapping(input: &[u8], integrity: Integrity, marks: &[usize], replay: bool) -> Ends {
+    flapping_as(input, integrity, Compress::None, marks, replay, false)
+}
+
+/// [`flapping`] with both ends asking for `compress`, as a chain hop with `chain`.
+fn flapping_as(
     input: &[u8],
     integrity: Integrity,
     compress: Compress,
     marks: &[usize],
     replay: bool,
+    chain: bool,
 ) -> Ends {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("input");
@@ -203,6 +215,14 @@ fn flapping_compressed(
             };
             let mut o = opts(integrity, 32 << 20, Duration::from_secs(20));
             o.compress = compress;
+            if chain {
+                let chain = Chain {
+                    secret: b"chain secret",
+                    relink: &mut no_relink,
+                    wait: Duration::from_secs(1),
+                };
+                return run_recv_chain(ep, o, move || Ok(out), chain);
+            }
             run_recv(ep, o, move || Ok(out))
         })
     };
@@ -218,6 +238,14 @@ fn flapping_compressed(
             let mut f = std::fs::File::open(path).unwrap();
             let mut o = opts(integrity, 32 << 20, Duration::from_secs(20));
             o.compress = compress;
+            if chain {
+                let chain = Chain {
+                    secret: b"chain secret",
+                    relink: &mut no_relink,
+                    wait: Duration::from_secs(1),
+                };
+                return run_send_chain(ep, o, &mut Recorded::new(f, 32 << 20), chain);
+            }
             run_send(ep, o, &mut f)
         })
     };
@@ -272,7 +300,7 @@ fn compressed_streams_resume_byte_exact_after_cuts() {
         (Integrity::Mac, Compress::Zstd(3)),
         (Integrity::Checksum, Compress::Zstd(1)),
     ] {
-        let (s, r, got) = flapping_compressed(&input, integrity, compress, &marks, false);
+        let (s, r, got) = flapping_as(&input, integrity, compress, &marks, false, false);
         let (s, r) = (s.unwrap(), r.unwrap());
         assert!(got == input, "{integrity:?} {compress}: output differs");
         assert_eq!(s.checksum, r.checksum);
@@ -283,6 +311,25 @@ fn compressed_streams_resume_byte_exact_after_cuts() {
         let c = r.compress.expect("the receiver reports compression");
         assert_eq!(c.mode, compress);
         assert!(c.wire < c.raw, "{integrity:?} {compress}: {c:?}");
+    }
+}
+
+#[test]
+fn a_fan_out_chain_hop_whose_ends_live_reconnects_without_a_relink() {
+    let input = data(16 << 20);
+    let marks = [2 << 20, 7 << 20, 12 << 20];
+    for integrity in [Integrity::Mac, Integrity::Encrypt] {
+        let (s, r, got) = flapping_as(&input, integrity, Compress::None, &marks, false, true);
+        let (s, r) = (s.unwrap(), r.unwrap());
+        assert!(got == input, "{integrity:?}: output differs");
+        assert_eq!(s.checksum, r.checksum);
+        assert!(
+            s.reconnects.len() >= 2 && r.reconnects.len() >= 2,
+            "{integrity:?}: {} / {} reconnects",
+            s.reconnects.len(),
+            r.reconnects.len()
+        );
+        assert!(!r.transport.contains("re-linked"), "{}", r.transport);
     }
 }
 

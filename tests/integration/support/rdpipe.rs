@@ -159,3 +159,16 @@ impl Started {
 pub fn run(args: &[String], input: Option<Vec<u8>>, limit: Duration) -> Run {
     start(&[], args, input).finish(limit)
 }
+
+/// How many reconnects rdpipe's `--json` report at `path` lists over all
+/// hops.
+pub fn json_reconnects(path: &std::path::Path) -> usize {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let j: serde_json::Value = serde_json::from_str(&text).unwrap();
+    j["hops"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no hops in {text}"))
+        .iter()
+        .map(|h| h["reconnects"].as_array().map_or(0, Vec::len))
+        .sum()
+}

@@ -76,16 +76,26 @@ impl Keys {
 }
 
 /// An sshd configuration `sshd_NAME.conf` listening on `listen:port`.
+///
+/// Its sessions get HOME `home_NAME` in the scratch directory (the line
+/// starting `SetEnv HOME=`): the login shell then reads no rc file of the
+/// account running the tests. Those files are not the tests' to depend on, and
+/// one of them can stall every login: a pyenv in root's .bashrc takes a lock
+/// file in each shell, and a session ended by a test (SIGKILL, a closed
+/// connection) mid-rehash leaves it behind, so every later login waits 60 s.
 pub fn sshd_config(dir: &Scratch, keys: &Keys, name: &str, listen: &str, port: u16) -> PathBuf {
     let cfg = dir.path(&format!("sshd_{name}.conf"));
+    let home = dir.path(&format!("home_{name}"));
+    std::fs::create_dir_all(&home).unwrap();
     let text = format!(
         "Port {port}\nListenAddress {listen}\nHostKey {}\nPidFile {}\n\
          AuthorizedKeysFile {}\nStrictModes no\nPasswordAuthentication no\n\
          KbdInteractiveAuthentication no\nUsePAM no\nPermitRootLogin prohibit-password\n\
-         LogLevel ERROR\nMaxStartups 50:30:100\n",
+         LogLevel ERROR\nMaxStartups 50:30:100\nSetEnv HOME={}\n",
         keys.host_key.display(),
         dir.path(&format!("sshd_{name}.pid")).display(),
         keys.authorized.display(),
+        home.display(),
     );
     std::fs::write(&cfg, text).unwrap();
     cfg

@@ -163,7 +163,9 @@ pub fn forward_queue() -> io::Result<(ForwardOutput, ForwardInput)> {
 }
 
 /// Starts a relay-only segment: the outgoing transfer from the queue, and the
-/// incoming transfer into it.
+/// incoming transfer into it; together ([`Transfers::spawn_relay`],
+/// zero-copy where it can) when its hops do not reconnect, else as two
+/// reconnecting transfers.
 pub fn start(seg: &mut Segment, t: &mut Transfers) {
     let (output, input) = match forward_queue() {
         Ok(q) => q,
@@ -176,7 +178,13 @@ pub fn start(seg: &mut Segment, t: &mut Transfers) {
         }
     };
     match (seg.pending(Direction::In), seg.pending(Direction::Out)) {
-        (true, true) => t.spawn_relay(input, Box::new(move || Ok(Box::new(output) as _)), None),
+        (true, true) if !t.reconnecting() => {
+            t.spawn_relay(input, Box::new(move || Ok(Box::new(output) as _)), None)
+        }
+        (true, true) => {
+            t.spawn_send(input);
+            t.spawn_recv(Box::new(move || Ok(Box::new(output) as _)), None)
+        }
         (false, true) => t.spawn_send(input),
         (true, false) => t.spawn_recv(Box::new(move || Ok(Box::new(output) as _)), None),
         (false, false) => {}

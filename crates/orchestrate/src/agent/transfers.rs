@@ -18,7 +18,7 @@ use super::say::{Meter, Say};
 use super::segment::Ev;
 use crate::control::{Direction, FromAgent};
 use crate::plan::Link;
-use rdpipe_transport::chain::{run_recv_chain, run_send_chain, Chain};
+use rdpipe_transport::chain::{run_recv_chain, run_send_chain, Chain, RelinkPoll};
 use rdpipe_transport::reconnect::HopState;
 use rdpipe_transport::relay::{run_relay, RelayOutputFactory, Side};
 use rdpipe_transport::replay::Recorded;
@@ -45,7 +45,7 @@ pub type OutputFactory = Box<dyn FnOnce() -> Result<Box<dyn Write + Send>, Trans
 type EndpointFactory = Box<dyn FnOnce() -> Result<Endpoint, TransportError> + Send>;
 
 /// Where a lost chain hop re-links (`rdpipe_transport::chain::Relink`).
-type RelinkFn = Box<dyn FnMut(u64) -> Option<(Endpoint, Vec<u8>)> + Send>;
+type RelinkFn = Box<dyn FnMut(u64, Duration) -> RelinkPoll + Send>;
 
 /// A fan-out sink's part in the chain (rdpipe's chain secret on the key line,
 /// `--replay-window`, `--chain-in`).
@@ -162,28 +162,31 @@ impl Transfers {
         let (dummy_tx, dummy) = mpsc::channel();
         drop(dummy_tx);
         let rx = std::mem::replace(&mut self.orders.relink_in, dummy);
-        let (say, timeout) = (self.say.clone(), self.connect_timeout);
+        let say = self.say.clone();
         let bind = self.addrs[Direction::In.index()]
             .clone()
             .filter(|a| a.parse::<std::net::IpAddr>().is_ok());
         Some((
             c.secret.clone(),
-            Box::new(move |at: u64| {
-                tracing::info!("incoming stream lost at byte {at}: waiting for rdpipe's RELINK");
-                let key = rx.recv_timeout(timeout).ok()?;
+            Box::new(move |_at: u64, wait: Duration| {
+                let key = match rx.recv_timeout(wait) {
+                    Ok(key) => key,
+                    Err(mpsc::RecvTimeoutError::Timeout) => return RelinkPoll::NotYet,
+                    Err(mpsc::RecvTimeoutError::Disconnected) => return RelinkPoll::Refused,
+                };
                 let say = say.clone();
                 let announce: rdpipe_transport::endpoint::Announce = Box::new(move |port| {
                     say.send(&FromAgent::RelinkPort(port));
                     Ok(())
                 });
-                Some((
+                RelinkPoll::To(
                     Endpoint::Listen {
                         bind: bind.clone(),
                         port: 0,
                         announce: Some(announce),
                     },
                     key,
-                ))
+                )
             }),
         ))
     }
@@ -200,20 +203,20 @@ impl Transfers {
         Some((
             c.secret.clone(),
             c.window,
-            Box::new(move |at: u64| {
-                tracing::info!(
-                    "the relay to the next sink was lost at byte {at}: waiting for rdpipe's RELINK"
-                );
-                let (host, port, key) = rx.recv_timeout(timeout).ok()??;
-                Some((
-                    Endpoint::Connect {
-                        host,
-                        port,
-                        timeout,
-                    },
-                    key,
-                ))
-            }),
+            Box::new(
+                move |_at: u64, wait: Duration| match rx.recv_timeout(wait) {
+                    Ok(Some((host, port, key))) => RelinkPoll::To(
+                        Endpoint::Connect {
+                            host,
+                            port,
+                            timeout,
+                        },
+                        key,
+                    ),
+                    Ok(None) | Err(mpsc::RecvTimeoutError::Disconnected) => RelinkPoll::Refused,
+                    Err(mpsc::RecvTimeoutError::Timeout) => RelinkPoll::NotYet,
+                },
+            ),
         ))
     }
 
@@ -224,12 +227,14 @@ impl Transfers {
         let o = self.options(Direction::In);
         let tx = self.tx.clone();
         let chain = self.relink_in();
+        let wait = self.connect_timeout;
         std::thread::spawn(move || {
             let r = ep().and_then(|ep| match chain {
                 Some((secret, mut relink)) => {
                     let chain = Chain {
                         secret: &secret,
                         relink: &mut relink,
+                        wait,
                     };
                     run_recv_chain(ep, o, output, chain)
                 }
@@ -303,18 +308,28 @@ impl Transfers {
         }
     }
 
+    /// Whether this agent's hops reconnect (`--reconnect-timeout` above 0
+    /// and a replay window to resend from): a relay then copies through its
+    /// queue, each side a reconnecting transfer, instead of forwarding
+    /// zero-copy from the receive ring, which keeps nothing to resend.
+    pub fn reconnecting(&self) -> bool {
+        !self.reconnect_timeout.is_zero() && self.reconnect_window > 0
+    }
+
     /// Starts the outgoing transfer from `input`.
     pub fn spawn_send<R: Read + AsFd + Send + 'static>(&mut self, mut input: R) {
         let ep = self.endpoint(Direction::Out);
         let o = self.options(Direction::Out);
         let tx = self.tx.clone();
         let chain = self.relink_out();
+        let wait = self.connect_timeout;
         std::thread::spawn(move || {
             let r = ep().and_then(|ep| match chain {
                 Some((secret, window, mut relink)) => {
                     let chain = Chain {
                         secret: &secret,
                         relink: &mut relink,
+                        wait,
                     };
                     run_send_chain(ep, o, &mut Recorded::new(input, window), chain)
                 }

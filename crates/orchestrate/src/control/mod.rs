@@ -66,14 +66,14 @@ use std::str::FromStr;
 use std::time::Duration;
 
 mod addr;
-mod hop;
+mod hop_report;
 mod keys;
 mod part;
 mod reach;
 mod squeeze;
 mod usage;
 pub use addr::NetAddr;
-pub use hop::HopReport;
+pub use hop_report::{CmdExit, HopReport};
 pub use keys::{decode_hex, encode_hex, KeyLine};
 pub use part::{FailKind, Part};
 pub use reach::Reach;
@@ -237,57 +237,6 @@ impl FromStr for ToAgent {
             ["UNLINK"] => Ok(ToAgent::Unlink),
             _ => Err(ParseError::Unknown),
         }
-    }
-}
-
-/// How a command ended, as the agent reports it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CmdExit {
-    /// `EXIT N`: exited with status N (a shell's 128+N for a child's signal N).
-    Code(i32),
-    /// `EXIT signal N`: killed by signal N.
-    Signal(i32),
-    /// `EXIT killed`: stopped by the agent after another failure.
-    Killed,
-}
-
-impl CmdExit {
-    /// The status a shell would report: the code, 128+N for signal N; none for
-    /// a command stopped by the agent.
-    pub fn status(self) -> Option<i32> {
-        match self {
-            CmdExit::Code(c) => Some(c),
-            CmdExit::Signal(s) => Some(128 + s),
-            CmdExit::Killed => None,
-        }
-    }
-}
-
-impl fmt::Display for CmdExit {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            CmdExit::Code(c) => write!(f, "{c}"),
-            CmdExit::Signal(s) => write!(f, "signal {s}"),
-            CmdExit::Killed => f.write_str("killed"),
-        }
-    }
-}
-
-impl FromStr for CmdExit {
-    type Err = ParseError;
-    fn from_str(s: &str) -> Result<Self, ParseError> {
-        if s == "killed" {
-            return Ok(CmdExit::Killed);
-        }
-        if let Some(n) = s.strip_prefix("signal ") {
-            return n
-                .parse()
-                .map(CmdExit::Signal)
-                .map_err(|_| ParseError::Field("signal"));
-        }
-        s.parse()
-            .map(CmdExit::Code)
-            .map_err(|_| ParseError::Field("exit status"))
     }
 }
 

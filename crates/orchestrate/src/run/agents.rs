@@ -118,11 +118,16 @@ impl Runner {
             FromAgent::Size(n) => self.segs[i].size = Some(n),
             FromAgent::RelinkPort(port) => self.relink_port(i, port).await,
             FromAgent::Usage(u) => self.segs[i].usage = Some(u),
-            FromAgent::Lost { dir, offset } => info!(
-                "{}: the {} hop's connection was lost at byte {offset}; reconnecting",
-                self.seg_desc(i),
-                dir.as_str()
-            ),
+            FromAgent::Lost { dir, offset } => {
+                info!(
+                    "{}: the {} hop's connection was lost at byte {offset}; reconnecting",
+                    self.seg_desc(i),
+                    dir.as_str()
+                );
+                if let Some(t) = &self.progress {
+                    t.set_note(Some("reconnecting…"));
+                }
+            }
             FromAgent::Reconnected { dir, reconnect: r } => {
                 info!(
                     "{}: the {} hop reconnected at byte {} after {:.3} s, over {}",
@@ -133,6 +138,9 @@ impl Runner {
                     r.transport
                 );
                 self.segs[i].reconnects[dir.index()].push(r);
+                if let Some(t) = &self.progress {
+                    t.set_note(None);
+                }
             }
         }
     }

@@ -66,7 +66,7 @@ pub(crate) fn send_reconnecting<R: Read + AsFd>(
         let e = match select::sender(stream, &n, opts.slots as usize) {
             // A new connection that fails before the stream flows again is
             // one more loss; the first one's failure is the run's.
-            Err(e) if !reconnects.is_empty() && lost(&e, &link) => e,
+            Err(e) if !reconnects.is_empty() && lost(&e, &link, guard.as_ref()) => e,
             Err(e) => return Err(e),
             Ok(mut tx) => {
                 resumed(&mut opts, &mut reconnects, tx.describe());
@@ -86,7 +86,7 @@ pub(crate) fn send_reconnecting<R: Read + AsFd>(
                         rep.reconnects = reconnects;
                         return Ok(rep);
                     }
-                    Err(e) if lost(&e, &link) => e,
+                    Err(e) if lost(&e, &link, guard.as_ref()) => e,
                     Err(e) => return Err(e),
                 }
             }
@@ -101,8 +101,14 @@ pub(crate) fn send_reconnecting<R: Read + AsFd>(
             let Some((mut s, n2)) = link.again(&opts, Role::Sender, deadline)? else {
                 return Err(gave_up(&peer, at, opts.reconnect_timeout, e));
             };
-            let w = input.window();
-            match answer_resume(&mut s, &n2, &first, &binding, w, opts.handshake_timeout)? {
+            match answer_resume(
+                &mut s,
+                &n2,
+                &first,
+                &binding,
+                &input,
+                opts.handshake_timeout,
+            )? {
                 Rejoined::Yes((offset, bytes)) => {
                     tracing::info!(
                         "reconnected to {}: resending from byte {offset} ({} bytes from the \
@@ -157,7 +163,7 @@ pub(crate) fn recv_reconnecting<W: Write, F: FnOnce() -> Result<W, TransportErro
                 rep.reconnects = reconnects;
                 return Ok(rep);
             }
-            Err(e @ TransportError::Truncated { .. }) if lost(&e, &link) => e,
+            Err(e @ TransportError::Truncated { .. }) if lost(&e, &link, guard.as_ref()) => e,
             Err(e) => return Err(e),
         };
         reset(guard.take());
@@ -185,7 +191,7 @@ pub(crate) fn recv_reconnecting<W: Write, F: FnOnce() -> Result<W, TransportErro
                     guard = s.try_clone().ok();
                     match select::receiver(s, &n2) {
                         Ok(rx) => break (rx, n2),
-                        Err(why) if lost(&why, &link) => why,
+                        Err(why) if lost(&why, &link, guard.as_ref()) => why,
                         Err(fatal) => return Err(fatal),
                     }
                 }

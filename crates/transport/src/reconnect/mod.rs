@@ -16,8 +16,8 @@
 //! authenticate a new one, and old bytes replayed into a new connection fail
 //! its keys (docs/security.md).
 
-use crate::connect::{connect_retry, Listener};
-use crate::endpoint::{local_params, Endpoint, Options};
+use crate::connect::{connect_attempts, connect_retry, REDIAL_ATTEMPT};
+use crate::endpoint::{listen_announced, local_params, Endpoint, Options};
 use crate::error::GoneCause;
 use crate::frame_io::{conn_error, protocol};
 use crate::handshake::{handshake, Negotiated};
@@ -76,10 +76,7 @@ impl Link {
                 port,
                 announce,
             } => {
-                let l = Listener::bind_at(bind.as_deref(), port)?;
-                if let Some(a) = announce {
-                    a(l.port()).map_err(TransportError::Announce)?;
-                }
+                let l = listen_announced(bind.as_deref(), port, announce)?;
                 let a = Acceptor::start(l, &opts.key, &params, opts.handshake_timeout)?;
                 let (s, n) = a.next(None)?.ok_or_else(|| TransportError::Io {
                     context: "accepting connections",
@@ -128,15 +125,15 @@ impl Link {
                     return Ok(None);
                 }
                 let params = local_params(opts, role);
-                let r = connect_retry(host, *port, left).and_then(|mut s| {
+                let r = connect_attempts(host, *port, left, REDIAL_ATTEMPT).and_then(|mut s| {
                     handshake(&mut s, &opts.key, &params, opts.handshake_timeout).map(|n| (s, n))
                 });
                 match r {
                     Ok(won) => return Ok(Some(won)),
-                    Err(
-                        e @ (TransportError::TransportMismatch(_)
-                        | TransportError::RdmaLibraries(_)),
-                    ) => return Err(e),
+                    // Missing RDMA libraries do not come back; a device that
+                    // is down (`--transport rdma` then finds no active one on
+                    // an end) may, with the link: retried as any failed dial.
+                    Err(e @ TransportError::RdmaLibraries(_)) => return Err(e),
                     Err(e) => {
                         tracing::debug!("reconnecting to {host}:{port}: {e}");
                         std::thread::sleep(REDIAL_PAUSE.min(left));
@@ -153,14 +150,49 @@ impl Link {
 /// or output failing, or the peer closing its end of the connection (a
 /// clean end of file: its process ended or was killed; a middlebox that
 /// drops a connection resets it or goes silent) unless that close was ours,
-/// made for a peer that came back ([`Link::kicked`]).
-pub(crate) fn lost(e: &TransportError, link: &Link) -> bool {
+/// made for a peer that came back ([`Link::kicked`]). An RDMA loss says
+/// nothing of why (a dead peer's queue pair and a failed link look alike),
+/// so `tcp`, the hop's TCP connection beside it, is asked: a clean close
+/// there means the peer ended.
+pub(crate) fn lost(e: &TransportError, link: &Link, tcp: Option<&TcpStream>) -> bool {
     let cause = match e {
         TransportError::PeerGone { cause, .. } | TransportError::Truncated { cause, .. } => cause,
-        TransportError::Rdma(_) => return true,
+        TransportError::Rdma(_) => return rdma_path_failed(link, tcp),
         _ => return false,
     };
+    if rdma(cause) {
+        return rdma_path_failed(link, tcp);
+    }
     !closed(cause) || link.kicked()
+}
+
+/// How long an RDMA loss waits for the TCP connection beside it to show
+/// the peer's clean close (its kernel closes both at once when it dies).
+const CLOSE_GRACE: Duration = Duration::from_millis(300);
+
+/// After an RDMA loss: a path failure unless the peer closed the TCP
+/// connection cleanly (and not for our own acceptor's kick).
+fn rdma_path_failed(link: &Link, tcp: Option<&TcpStream>) -> bool {
+    if link.kicked() {
+        return true;
+    }
+    let Some(s) = tcp else { return true };
+    let clean_close =
+        s.set_read_timeout(Some(CLOSE_GRACE)).is_ok() && matches!(s.peek(&mut [0u8; 1]), Ok(0));
+    let _ = s.set_read_timeout(None);
+    !clean_close
+}
+
+/// An RDMA cause of a loss.
+fn rdma(c: &GoneCause) -> bool {
+    match c {
+        GoneCause::RdmaLost(_)
+        | GoneCause::RdmaDisconnected
+        | GoneCause::RdmaDeviceRemoved
+        | GoneCause::Rdma(_) => true,
+        GoneCause::Unconfirmed(c) => rdma(c),
+        _ => false,
+    }
 }
 
 /// A clean end of file from the peer.
@@ -174,7 +206,7 @@ fn closed(c: &GoneCause) -> bool {
 
 /// Closes a connection given up for a new one with a reset, not a clean
 /// end of file: the peer must not take it for our end ([`lost`]).
-pub(super) fn reset(guard: Option<TcpStream>) {
+pub(crate) fn reset(guard: Option<TcpStream>) {
     if let Some(g) = guard {
         let _ = socket2::SockRef::from(&g).set_linger(Some(Duration::ZERO));
     }
@@ -206,14 +238,14 @@ pub(crate) enum Rejoined<T> {
 }
 
 /// The sender's side of the exchange on a reconnected hop: the receiver's
-/// request (bound to this stream), our answer from `window`; the bytes to
+/// request (bound to this stream), our answer from what `input` kept; the bytes to
 /// resend, or why not.
-pub(crate) fn answer_resume(
+pub(crate) fn answer_resume<R>(
     s: &mut TcpStream,
     n: &Negotiated,
     first: &Negotiated,
     binding: &[u8],
-    window: &crate::replay::ReplayWindow,
+    input: &crate::replay::Recorded<R>,
     timeout: Duration,
 ) -> Result<Rejoined<(u64, Vec<u8>)>, TransportError> {
     let peer = n.peer_addr.as_str();
@@ -228,18 +260,14 @@ pub(crate) fn answer_resume(
         Ok(r) => r,
         Err(e) => return Ok(Rejoined::Retry(protocol(peer, e))),
     };
-    let reply = window.answer(req.offset);
+    let reply = input.answer(req.offset);
     if let Err(e) = s.write_all(&reply.encode_bound(&n.keys, binding)) {
         return Ok(Rejoined::Retry(conn_error(peer, e)));
     }
-    match window.since(req.offset) {
-        Ok([a, b]) => Ok(Rejoined::Yes((req.offset, [a, b].concat()))),
-        Err(o) => Err(TransportError::BeyondWindow {
-            offset: o.offset,
-            start: o.start,
-            end: o.end,
-        }),
-    }
+    input
+        .since(req.offset)
+        .map(|b| Rejoined::Yes((req.offset, b)))
+        .map_err(crate::replay::Resend::into_error)
 }
 
 /// The receiver's side: ask for the stream from `offset` on, check the

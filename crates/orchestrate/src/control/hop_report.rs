@@ -1,8 +1,11 @@
-//! [`HopReport`]: what a `DONE` line carries.
+//! What a finished hop and a finished command report: [`HopReport`] and
+//! [`CmdExit`], carried by `DONE` and `EXIT` lines.
 
-use super::CompressSummary;
+use super::{CompressSummary, ParseError};
 use rdpipe_transport::reconnect::Reconnect;
 use rdpipe_wire::Integrity;
+use std::fmt;
+use std::str::FromStr;
 
 /// A finished, verified transfer as an agent (or rdpipe's own end) reports it.
 #[derive(Debug, Clone, PartialEq)]
@@ -52,5 +55,56 @@ impl HopReport {
     /// Whether two ends saw the same stream (count and checksum).
     pub fn same_stream(&self, other: &HopReport) -> bool {
         self.bytes == other.bytes && self.checksum == other.checksum
+    }
+}
+
+/// How a command ended, as the agent reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CmdExit {
+    /// `EXIT N`: exited with status N (a shell's 128+N for a child's signal N).
+    Code(i32),
+    /// `EXIT signal N`: killed by signal N.
+    Signal(i32),
+    /// `EXIT killed`: stopped by the agent after another failure.
+    Killed,
+}
+
+impl CmdExit {
+    /// The status a shell would report: the code, 128+N for signal N; none for
+    /// a command stopped by the agent.
+    pub fn status(self) -> Option<i32> {
+        match self {
+            CmdExit::Code(c) => Some(c),
+            CmdExit::Signal(s) => Some(128 + s),
+            CmdExit::Killed => None,
+        }
+    }
+}
+
+impl fmt::Display for CmdExit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CmdExit::Code(c) => write!(f, "{c}"),
+            CmdExit::Signal(s) => write!(f, "signal {s}"),
+            CmdExit::Killed => f.write_str("killed"),
+        }
+    }
+}
+
+impl FromStr for CmdExit {
+    type Err = ParseError;
+    fn from_str(s: &str) -> Result<Self, ParseError> {
+        if s == "killed" {
+            return Ok(CmdExit::Killed);
+        }
+        if let Some(n) = s.strip_prefix("signal ") {
+            return n
+                .parse()
+                .map(CmdExit::Signal)
+                .map_err(|_| ParseError::Field("signal"));
+        }
+        s.parse()
+            .map(CmdExit::Code)
+            .map_err(|_| ParseError::Field("exit status"))
     }
 }
