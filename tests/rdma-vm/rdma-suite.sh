@@ -10,6 +10,7 @@
 # fanout (a --to chain relay and a relay-only segment over RDMA; tests/rdma-vm/suite-fanout.sh)
 # relink (a dead relay of an RDMA chain re-linked around; tests/rdma-vm/suite-relink.sh)
 # reconnect (an RDMA hop whose link goes down mid-stream resumes; tests/rdma-vm/suite-reconnect.sh)
+# compress (--compress over RDMA under each protection)
 # perf (default: all), and `ring`, `syscalls` and `relaycpu`, only when named
 # (measurements, not checks: --slots 2 / 4 / 8; system calls per chunk; the relay
 # host's CPU s/GB against rdrecv | rdsend).
@@ -139,6 +140,34 @@ check_xfer "encrypt-noimm-$n" "$W/in.$n" "rdma (rxe0, write+send)" "rdma (rxe1, 
 xfer "checksum-$n" "$W/in.$((64 * CHUNK))" "" "--transport rdma --integrity checksum" "" "--transport rdma --integrity checksum"
 check_xfer "checksum-$n" "$W/in.$((64 * CHUNK))" "rdma (rxe0" "rdma (rxe1"
 grep -q "integrity checksum" "$W/checksum-$n.recv.err" || fail "checksum-$n: -v does not say 'integrity checksum'"
+
+fi
+
+if want compress; then
+echo "== --compress over RDMA: zstd:3, auto and zstd:1 under every protection, compressible and random stretches"
+# 24 MiB: text stretches (compress) between random ones (stored), so that both
+# kinds of chunk cross the RDMA ring.
+CIN=$W/in.compress
+for i in 1 2 3; do
+    yes "rdma-pipe compress $i over rdma" | head -c $((5 * CHUNK))
+    head -c $((3 * CHUNK)) /dev/urandom
+done >"$CIN"
+chmod 644 "$CIN"
+for spec in "zstd:3 encrypt" "auto mac" "zstd:1 checksum"; do
+    read -r mode prot <<<"$spec"
+    name=compress-${mode/:/}-$prot
+    xfer "$name" "$CIN" "" "--transport rdma --integrity $prot --compress=$mode" "" "--transport rdma --integrity $prot --compress=$mode"
+    check_xfer "$name" "$CIN" "rdma (rxe0, write-with-imm)" "rdma (rxe1, write-with-imm)"
+    # -v: "rdrecv: compress MODE: RAW bytes as WIRE (RATIOx; ...)": fewer on the wire.
+    line=$(grep -m1 '^rdrecv: compress ' "$W/$name.recv.err" || true)
+    raw=$(sed -n 's/.*: \([0-9]*\) bytes as \([0-9]*\) .*/\1/p' <<<"$line")
+    wire=$(sed -n 's/.*: \([0-9]*\) bytes as \([0-9]*\) .*/\2/p' <<<"$line")
+    if [ -n "$raw" ] && [ -n "$wire" ] && [ "$wire" -lt "$raw" ] && [ "$raw" = "$(stat -c %s "$CIN")" ]; then
+        pass "$name: rdrecv -v: ${line#rdrecv: }"
+    else
+        fail "$name: rdrecv -v reports no compressed stream: '${line:-nothing}'"
+    fi
+done
 
 fi
 
