@@ -107,7 +107,7 @@ fn a_relay_that_rewrites_data_and_fixes_the_checksum_is_caught_by_both_ends() {
                     seen.extend_from_slice(&p);
                 }
                 FrameKind::End => {
-                    let sum = xxhash_rust::xxh3::xxh3_64(&seen);
+                    let sum = rdpipe_wire::checksum::xxh3_64(&seen);
                     p[8..16].copy_from_slice(&sum.to_le_bytes());
                 }
                 _ => {}

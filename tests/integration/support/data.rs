@@ -24,7 +24,7 @@ pub fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
 
 /// xxh3-64, as rdpipe -v prints it.
 pub fn xxh3_hex(data: &[u8]) -> String {
-    format!("{:016x}", xxhash_rust::xxh3::xxh3_64(data))
+    format!("{:016x}", rdpipe_wire::checksum::xxh3_64(data))
 }
 
 /// xxh3-64 of a file's content (panics, naming it, when it cannot be read).
