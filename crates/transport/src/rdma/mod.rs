@@ -8,7 +8,8 @@
 //! - `sender.rs` / `receiver.rs`: each half's credit logic;
 //! - `forward.rs`: the zero-copy relay, from one connection's receive ring
 //!   straight into the next host's ring;
-//! - `error.rs`: why set-up was declined, and what can fail afterwards.
+//! - its errors (why set-up was declined, and what can fail afterwards) live in
+//!   `crate::error::rdma` (`src/error/rdma.rs`), beside the crate's error type.
 //!
 //! The formats on the wire (SEND messages, immediate data, connect and accept
 //! private data) are in [`rdpipe_wire::rdma`].
@@ -69,13 +70,14 @@
 //! lack of lockable memory the reason says so plainly, with the limit.
 
 mod conn;
-mod error;
 mod forward;
 mod receiver;
 mod sender;
 mod setup;
 
-pub use error::{
+// The errors live with the crate's error type (crate::error::rdma), so that
+// the dependency runs one way: this transport uses them, they use nothing here.
+pub use crate::error::rdma::{
     CmWaitError, Decline, DeclineReason, Decliner, RdmaError, RdmaSetupError, RequiredBy,
     ResolveStep,
 };
@@ -83,11 +85,11 @@ pub use forward::{Forwarder, NoForward};
 pub use receiver::RdmaReceiver;
 pub use sender::RdmaSender;
 
+use crate::error::rdma::human;
 use crate::frame_io::{protocol, read_control, write_control};
 use crate::handshake::{random_bytes, Negotiated};
 use crate::TransportError;
 use conn::Conn;
-use error::human;
 use rdpipe_verbs::DeviceTransport;
 use rdpipe_wire::frame::RDMA_TOKEN_LEN;
 use rdpipe_wire::rdma::connect_data;

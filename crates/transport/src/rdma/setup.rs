@@ -4,8 +4,8 @@
 //! `RdmaDecline` either end sends when it cannot go on.
 
 use super::conn::{wr_id, CmParts, Conn, Verbs, WR_RECV};
-use super::error::{CmWaitError, Decline, DeclineReason, Decliner, ResolveStep};
 use super::{RdmaError, RdmaSetupError, Setup, RESOLVE_TIMEOUT, SETUP_TIMEOUT};
+use crate::error::rdma::{CmWaitError, Decline, DeclineReason, Decliner, ResolveStep};
 use crate::frame_io::{protocol, read_control, write_control};
 use crate::handshake::Negotiated;
 use crate::TransportError;

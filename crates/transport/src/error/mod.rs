@@ -2,7 +2,9 @@
 //! what was involved. [`TransportError::exit_code`] maps them to the documented exit
 //! codes of rdsend/rdrecv.
 
-use crate::rdma::{Decline, RdmaError, RequiredBy};
+pub mod rdma;
+
+use rdma::{Decline, RdmaError, RequiredBy};
 use rdpipe_wire::WireError;
 use std::io;
 
