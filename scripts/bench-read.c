@@ -1,6 +1,6 @@
 // scripts/bench-read.c: read a file once, start to end, into one page-aligned
 // buffer by one method, and print GB/s and CPU s/GB (user+sys of this process).
-// The measurement behind docs/performance.md "Reading a regular file" (issue 15).
+// The measurement behind docs/performance.md "Reading a regular file".
 //   cc -O2 -o /tmp/bench-read scripts/bench-read.c
 //   /tmp/bench-read METHOD FILE BUF_KIB COLD
 // METHOD: read | readseq (posix_fadvise SEQUENTIAL first) | mmap (MADV_SEQUENTIAL,

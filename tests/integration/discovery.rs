@@ -1,4 +1,4 @@
-//! Data-address discovery's second rule, "routed and answering" (issue 14), as
+//! Data-address discovery's second rule, "routed and answering", as
 //! the real agents carry it out: an agent told to `PROBE` a listening agent's
 //! addresses answers `REACH` with what each probe found, and the transfer that
 //! follows is byte-exact. These hosts have no RDMA device, so

@@ -1,4 +1,4 @@
-//! The fault suite for whole pipelines, network faults (issue 5): a link cut
+//! The fault suite for whole pipelines, network faults: a link cut
 //! mid-stream between two network-namespace hosts, and packet loss on it. Root
 //! only (`SKIPPED: ... needs root` otherwise; a failure with
 //! `RDPIPE_REQUIRE_ALL=1`). The other faults and the shared helpers are in

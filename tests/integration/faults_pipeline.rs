@@ -1,4 +1,4 @@
-//! The fault suite for whole pipelines (issue 5): faults injected into running
+//! The fault suite for whole pipelines: faults injected into running
 //! rdpipe pipelines, each driving the real binaries over real sshd (on 127.0.0.1,
 //! or one per network namespace as root), asserting that the stream is either
 //! delivered whole (checksums compared) with exit 0, or that rdpipe exits

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Guest script: end-to-end checks of the RDMA transport on Soft-RoCE (issue 3).
+# Guest script: end-to-end checks of the RDMA transport on Soft-RoCE.
 #   tests/rdma-vm/run-guest.sh tests/rdma-vm/rdma-suite.sh
 # Uses the built rdsend/rdrecv (rdma_bin: release if built, else debug;
 # RDMA_PIPE_BIN_DIR overrides). The receiver listens on rxe0's address
@@ -497,7 +497,7 @@ for f in "$S"/sshd-*.pid; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null; done
 rm -f "$W"/pipe*.out "$W/pipe.in"
 fi
 
-# The ring depth (issue 6: "a deeper ring than two slots when it helps"): only
+# The ring depth (whether a deeper ring than two slots helps): only
 # when asked for by name. Same input and devices, alternating, best of each.
 if [ ${#ONLY[@]} -gt 0 ] && want ring; then
 echo "== ring depth: --slots 2 / 4 / 8 at 1 MiB chunks (best of 3, alternating)"
@@ -522,7 +522,7 @@ echo "ring best: slots 2 ${best[2]:-?} MB/s, 4 ${best[4]:-?} MB/s, 8 ${best[8]:-
 rm -f "$BIG"
 fi
 
-# System calls per chunk on each side of a busy RDMA stream (issue 15: "no more
+# System calls per chunk on each side of a busy RDMA stream (the goal: "no more
 # than one read or write per chunk plus at most one wait per chunk"): only when
 # asked for by name. A file -> /dev/null at 1 MiB chunks, each side under
 # `strace -f -c`; 16 and 256 MiB, so that the difference divided by the 240 extra

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Guest script: OpenZFS replication through rdpipe over RDMA (issue 23).
+# Guest script: OpenZFS replication through rdpipe over RDMA.
 #   RDMA_VM_ZFS=1 tests/rdma-vm/run-guest.sh tests/rdma-vm/suite-zfs.sh [SECTION...]
 # (tests/zfs_vm.rs runs it.)  Two pools on file vdevs in the guest's RAM: `src`
 # for the "host" rxehost1 and `dst` for rxehost0, each reached over ssh on its

@@ -238,7 +238,7 @@ pub fn pair(p: &PairReport) -> Vec<Problem> {
             format!("the RDMA test transfer failed ({})", first(&t.errors)),
             format!(
                 "see the set-up steps with `rdpipe -vv --transport rdma {}:'head -c 1M \
-                 /dev/zero' {}:'> /dev/null'` and README's Troubleshooting",
+                 /dev/zero' {}:'> /dev/null'` and docs/troubleshooting.md",
                 p.from, p.to
             ),
         ));
