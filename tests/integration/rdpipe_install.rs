@@ -488,3 +488,47 @@ fn commands_run_with_the_login_shell() {
     assert_eq!(r.stdout_str().trim(), resolved(&local_root_shell()));
     assert_clean(&net, &bare);
 }
+
+/// A bash login shell reads its start-up file once per segment, as for
+/// `ssh HOST CMD`: what `~/.bashrc` exports reaches the command, and the
+/// command's own `bash -c` does not read it again.
+#[test]
+fn the_login_shells_start_up_file_runs_once_per_segment() {
+    need_install_host!("the_login_shells_start_up_file_runs_once_per_segment");
+    if !Path::new("/bin/bash").exists() {
+        return skip_test(
+            "the_login_shells_start_up_file_runs_once_per_segment",
+            "needs /bin/bash",
+        );
+    }
+    let net = Netns::start("rc");
+    let bare = Bare::start(&net, 2);
+    bare.root_shell("/bin/bash");
+    let count = bare.home.join("sourced");
+    std::fs::write(
+        bare.home.join(".bashrc"),
+        "echo x >> \"$HOME/sourced\"\nexport RDPIPE_TEST_RC=from-bashrc\n",
+    )
+    .unwrap();
+    let r = go(
+        &net,
+        &[
+            "--remote-bin",
+            &bin_dir(),
+            "n2:echo \"$RDPIPE_TEST_RC\"",
+            "n2:cat",
+        ],
+        None,
+        60,
+    );
+    r.ok();
+    assert_eq!(r.stdout_str(), "from-bashrc\n", "{}", r.stderr);
+    let times = std::fs::read_to_string(&count).unwrap_or_default();
+    assert_eq!(
+        times.lines().count(),
+        2,
+        "~/.bashrc read {} times for 2 segments",
+        times.lines().count()
+    );
+    assert_clean(&net, &bare);
+}

@@ -204,6 +204,23 @@ pub fn start(
     start_with(cmd, with_input, stdout, shared)
 }
 
+/// The `SHLVL` the command's shell gets, when it must differ from ours.
+///
+/// On a remote host the login shell sshd started has read its start-up files
+/// (bash: `~/.bashrc`, for a shell run by sshd) and `exec`ed the agent, and
+/// bash lowers `SHLVL` to 0 on that `exec`. At 0 the command's `bash -c` would
+/// count as run by sshd again and read `~/.bashrc` a second time, in series
+/// with the stream (with a pyenv or conda set-up, about 0.1 s per segment).
+/// At 1 it does not: the command gets the environment the first pass
+/// exported, as `ssh HOST CMD`'s command does; only functions and unexported
+/// variables of `~/.bashrc` do not reach it.
+fn shell_level(ours: Option<&str>) -> Option<&'static str> {
+    match ours.map(|v| v.trim().parse::<i64>()) {
+        Some(Ok(n)) if n >= 1 => None,
+        _ => Some("1"),
+    }
+}
+
 /// [`start`] with the command's stdout given: a `--to` sink's command writes
 /// to the agent's stderr (rdpipe shows it prefixed with the host).
 pub fn start_with(
@@ -230,6 +247,9 @@ pub fn start_with(
         _ => Command::new(&shell),
     };
     c.arg("-c").arg(cmd).process_group(0);
+    if let Some(level) = shell_level(std::env::var("SHLVL").ok().as_deref()) {
+        c.env("SHLVL", level);
+    }
     c.stdin(if with_input {
         Stdio::piped()
     } else {
@@ -260,4 +280,18 @@ pub fn start_with(
         input,
         output,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shell_level;
+
+    #[test]
+    fn the_command_shell_counts_as_nested() {
+        assert_eq!(shell_level(None), Some("1"));
+        assert_eq!(shell_level(Some("0")), Some("1"));
+        assert_eq!(shell_level(Some("garbage")), Some("1"));
+        assert_eq!(shell_level(Some("1")), None);
+        assert_eq!(shell_level(Some("3")), None);
+    }
 }
