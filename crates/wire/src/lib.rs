@@ -25,12 +25,16 @@
 //! Re-linking a fan-out chain around a dead relay (the resume request and its
 //! answer) is in [`resume`].
 //!
+//! rdcp's files and directories travel as an entry stream inside a transfer
+//! ([`entry`]).
+//!
 //! The RDMA transport's own formats (SEND messages, immediate data, the rdma_cm
 //! private data of connect and accept) are in [`rdma`].
 #![deny(missing_docs)]
 
 pub mod checksum;
 pub mod compress;
+pub mod entry;
 pub mod frame;
 pub mod hello;
 pub mod rdma;
@@ -55,6 +59,13 @@ pub const MIN_CHUNK_SIZE: u32 = 4096;
 pub const DEFAULT_CHUNK_SIZE: u32 = 1 << 20;
 /// Most slots (buffers in flight) an endpoint accepts.
 pub const MAX_SLOTS: u32 = 64;
+
+impl From<WireError> for std::io::Error {
+    /// Malformed bytes, as an I/O error of the reader that met them.
+    fn from(e: WireError) -> Self {
+        std::io::Error::new(std::io::ErrorKind::InvalidData, e)
+    }
+}
 
 /// Everything that can be wrong with bytes received from a peer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -118,6 +129,9 @@ pub enum WireError {
     /// An integrity byte out of range.
     #[error("invalid integrity byte {0}")]
     BadIntegrity(u8),
+    /// An rdcp entry stream that breaks its format ([`entry`]).
+    #[error("malformed rdcp stream: {0}")]
+    Entry(&'static str),
     /// The peer's PAKE message is malformed or our own reflected.
     #[error("malformed key-exchange message")]
     BadPake,

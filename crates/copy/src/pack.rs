@@ -1,0 +1,296 @@
+//! The sending side of rdcp: walks the source operands and writes their
+//! entry stream.
+//!
+//! Each operand becomes a top-level entry named by its last component (`cp`'s
+//! rule: `rdcp -r a/b host:dst` makes `dst/b` when `dst` is a directory). A
+//! directory is sent only with `recursive` (otherwise it is omitted with a
+//! warning, as `cp` does). Inside a tree, names are sent in byte order, so two
+//! runs over the same tree send the same stream. Symbolic links are sent as
+//! links; a file with more than one link inside the copy is sent once and
+//! then as hard links to it; devices, FIFOs and sockets are skipped with a
+//! warning each.
+//!
+//! A file is read through one descriptor opened without following links, for
+//! exactly the size it had when opened: a file that shrinks is padded with
+//! zeros, one that grows is cut there, and either way (or when its mtime moved)
+//! its trailer says `changed` and a warning names it. A read error part way is
+//! marked `unreadable` (the receiver discards the file) and counted as failed.
+
+use crate::warn;
+use rdpipe_wire::entry::{encode_start, Entry, FileEnd, Meta, RelPath};
+use rdpipe_wire::StreamHasher;
+use rustix::fs::{Mode, OFlags};
+use std::collections::HashMap;
+use std::fs::{File, Metadata};
+use std::io::{self, Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+/// What a pack sent.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PackStats {
+    /// Entries written (before the end entry).
+    pub entries: u64,
+    /// Files, directories and operands that could not be read.
+    pub failed: u64,
+    /// Files sent that changed while they were read.
+    pub changed: u64,
+    /// Bytes of file data sent.
+    pub bytes: u64,
+}
+
+const BUF: usize = 1 << 20;
+
+fn meta_of(m: &Metadata) -> Meta {
+    Meta {
+        mode: m.mode() & 0o7777,
+        uid: m.uid(),
+        gid: m.gid(),
+        mtime: m.mtime(),
+        mtime_ns: m.mtime_nsec().clamp(0, 999_999_999) as u32,
+    }
+}
+
+struct Packer<'a, W: Write> {
+    out: &'a mut W,
+    head: Vec<u8>,
+    buf: Vec<u8>,
+    links: HashMap<(u64, u64), RelPath>,
+    stats: PackStats,
+}
+
+/// Writes the entry stream of `sources` into `out`. Errors are those of `out`
+/// (the transfer): a source that cannot be read is a warning and a count in
+/// the stats and the end entry, not an error.
+pub fn pack<W: Write>(sources: &[PathBuf], recursive: bool, out: &mut W) -> io::Result<PackStats> {
+    let mut p = Packer {
+        out,
+        head: Vec::with_capacity(256),
+        buf: vec![0; BUF],
+        links: HashMap::new(),
+        stats: PackStats::default(),
+    };
+    p.head.clear();
+    encode_start(sources.len() as u32, &mut p.head);
+    p.out.write_all(&p.head)?;
+    for src in sources {
+        p.operand(src, recursive)?;
+    }
+    p.entry(&Entry::End {
+        entries: p.stats.entries,
+        failed: p.stats.failed,
+    })?;
+    p.out.flush()?;
+    Ok(p.stats)
+}
+
+/// The name an operand has at the destination: its last component (of the
+/// resolved path for `.` and `..`).
+fn top_name(src: &Path) -> Option<Vec<u8>> {
+    let last = src.file_name().map(|n| n.as_bytes().to_vec());
+    match last {
+        Some(n) if n != b"." && n != b".." => Some(n),
+        _ => std::fs::canonicalize(src)
+            .ok()?
+            .file_name()
+            .map(|n| n.as_bytes().to_vec()),
+    }
+}
+
+impl<W: Write> Packer<'_, W> {
+    fn entry(&mut self, e: &Entry) -> io::Result<()> {
+        self.head.clear();
+        e.encode(&mut self.head);
+        self.out.write_all(&self.head)?;
+        if !matches!(e, Entry::End { .. }) {
+            self.stats.entries += 1;
+        }
+        Ok(())
+    }
+
+    fn failed(&mut self, what: std::fmt::Arguments<'_>) {
+        warn(what);
+        self.stats.failed += 1;
+    }
+
+    fn operand(&mut self, src: &Path, recursive: bool) -> io::Result<()> {
+        // `dir/` names the directory a link points to, as for `cp`.
+        let follow = src.as_os_str().as_bytes().ends_with(b"/");
+        let md = if follow {
+            std::fs::metadata(src)
+        } else {
+            std::fs::symlink_metadata(src)
+        };
+        let md = match md {
+            Ok(m) => m,
+            Err(e) => {
+                self.failed(format_args!("cannot read {}: {e}", src.display()));
+                return Ok(());
+            }
+        };
+        let Some(rel) = top_name(src).and_then(|n| RelPath::new(n).ok()) else {
+            self.failed(format_args!("cannot copy {}: it has no name to copy to", src.display()));
+            return Ok(());
+        };
+        if md.is_dir() && !recursive {
+            self.failed(format_args!("omitting directory {} (use -r)", src.display()));
+            return Ok(());
+        }
+        // Depth first, names in byte order.
+        let mut stack = vec![(src.to_path_buf(), rel, md)];
+        while let Some((path, rel, md)) = stack.pop() {
+            self.one(&path, rel, &md, &mut stack)?;
+        }
+        Ok(())
+    }
+
+    fn one(
+        &mut self,
+        path: &Path,
+        rel: RelPath,
+        md: &Metadata,
+        stack: &mut Vec<(PathBuf, RelPath, Metadata)>,
+    ) -> io::Result<()> {
+        let ft = md.file_type();
+        if ft.is_dir() {
+            let names = match std::fs::read_dir(path) {
+                Ok(rd) => {
+                    let mut v: Vec<_> = rd.filter_map(|e| e.ok()).map(|e| e.file_name()).collect();
+                    v.sort_unstable_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+                    v
+                }
+                Err(e) => {
+                    self.failed(format_args!("cannot read directory {}: {e}", path.display()));
+                    return Ok(());
+                }
+            };
+            self.entry(&Entry::Dir {
+                path: rel.clone(),
+                meta: meta_of(md),
+            })?;
+            for name in names.into_iter().rev() {
+                let child = path.join(&name);
+                let mut r = rel.as_bytes().to_vec();
+                r.push(b'/');
+                r.extend_from_slice(name.as_bytes());
+                let Ok(r) = RelPath::new(r) else {
+                    self.failed(format_args!("{}: path too long to copy", child.display()));
+                    continue;
+                };
+                match std::fs::symlink_metadata(&child) {
+                    Ok(m) => stack.push((child, r, m)),
+                    Err(e) => self.failed(format_args!("cannot read {}: {e}", child.display())),
+                }
+            }
+        } else if ft.is_symlink() {
+            match std::fs::read_link(path) {
+                Ok(t) if !t.as_os_str().is_empty() => self.entry(&Entry::Symlink {
+                    path: rel,
+                    meta: meta_of(md),
+                    target: t.as_os_str().as_bytes().to_vec(),
+                })?,
+                Ok(_) => self.failed(format_args!("{}: empty link", path.display())),
+                Err(e) => self.failed(format_args!("cannot read link {}: {e}", path.display())),
+            }
+        } else if ft.is_file() {
+            if md.nlink() > 1 {
+                let id = (md.dev(), md.ino());
+                if let Some(first) = self.links.get(&id) {
+                    let target = first.clone();
+                    return self.entry(&Entry::HardLink { path: rel, target });
+                }
+                self.links.insert(id, rel.clone());
+            }
+            self.file(path, rel)?;
+        } else {
+            let kind = if ft.is_fifo() {
+                "FIFO"
+            } else if ft.is_socket() {
+                "socket"
+            } else {
+                "device"
+            };
+            warn(format_args!("skipping {kind} {}", path.display()));
+        }
+        Ok(())
+    }
+
+    fn file(&mut self, path: &Path, rel: RelPath) -> io::Result<()> {
+        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NOCTTY;
+        let f = match rustix::fs::open(path, flags, Mode::empty()) {
+            Ok(fd) => File::from(fd),
+            Err(e) => {
+                self.failed(format_args!("cannot open {}: {}", path.display(), io::Error::from(e)));
+                return Ok(());
+            }
+        };
+        let before = match f.metadata() {
+            Ok(m) if m.is_file() => m,
+            Ok(_) => {
+                warn(format_args!("skipping {}: no longer a regular file", path.display()));
+                return Ok(());
+            }
+            Err(e) => {
+                self.failed(format_args!("cannot read {}: {e}", path.display()));
+                return Ok(());
+            }
+        };
+        let size = before.len();
+        self.entry(&Entry::File {
+            path: rel.clone(),
+            meta: meta_of(&before),
+            size,
+        })?;
+        let mut h = StreamHasher::new();
+        let mut left = size;
+        let (mut short, mut error) = (false, None);
+        let mut src = &f;
+        while left > 0 {
+            let want = left.min(BUF as u64) as usize;
+            let n = if short || error.is_some() {
+                // Padding after a short read or an error.
+                self.buf[..want].fill(0);
+                want
+            } else {
+                match src.read(&mut self.buf[..want]) {
+                    Ok(0) => {
+                        short = true;
+                        continue;
+                    }
+                    Ok(n) => n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => {
+                        error = Some(e);
+                        continue;
+                    }
+                }
+            };
+            h.update(&self.buf[..n]);
+            self.out.write_all(&self.buf[..n])?;
+            left -= n as u64;
+        }
+        let after = f.metadata().ok();
+        let changed = short
+            || after.as_ref().is_none_or(|a| {
+                a.len() != size || a.mtime() != before.mtime() || a.mtime_nsec() != before.mtime_nsec()
+            });
+        let unreadable = error.is_some();
+        self.head.clear();
+        FileEnd {
+            checksum: h.digest(),
+            changed: changed && !unreadable,
+            unreadable,
+        }
+        .encode(&mut self.head);
+        self.out.write_all(&self.head)?;
+        self.stats.bytes += size;
+        if let Some(e) = error {
+            self.failed(format_args!("cannot read {}: {e}", path.display()));
+        } else if changed {
+            self.stats.changed += 1;
+            warn(format_args!("{} changed while it was read; its copy is not one state of it", path.display()));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,554 @@
+//! The receiving side of rdcp: an `io::Write` that decodes an entry stream
+//! and creates what it describes beneath the destination ([`Dest`]).
+//!
+//! - Each file is written into a temporary name in its own directory
+//!   (`.NAME.rdcp-PID-N`, created exclusively) and renamed over NAME only
+//!   when its length and xxh3 match the trailer: no partial file is ever
+//!   visible under its final name, and an existing file is replaced only by a
+//!   complete one. Whole blocks of zeros are not written (the file gets holes
+//!   there), so a sparse file stays sparse.
+//! - Symbolic links and hard links are made under a temporary name and
+//!   renamed too.
+//! - Directories are created as they come (0700) and get their mode and
+//!   times at the end, deepest first, so that a read-only directory can be
+//!   filled and its mtime is not disturbed by what is created inside.
+//! - A file that cannot be written (no permission, disk full, a directory in
+//!   the way) is a warning naming it; its temporary file is removed and the
+//!   copy goes on. [`Unpacker`]'s `flush`, which the transfer calls once the
+//!   stream was verified whole, applies the directories' metadata and then
+//!   fails if any file was not copied whole (here, or unreadable on the
+//!   sending side, or changed while it was read), so the run's exit status
+//!   says so.
+//! - A malformed stream is a write error at once (the transfer fails).
+//!
+//! With `preserve` (`-p`, the default with `-r`) modes and mtimes are kept,
+//! and owner and group when running as root; without it new files get the
+//! sender's permission bits less the umask, as `cp` does.
+
+use crate::beneath::{name, open_dir, umask};
+use crate::{shown, warn};
+use rdpipe_wire::entry::{Decoder, Entry, Event, FileEnd, Meta, RelPath};
+use rdpipe_wire::StreamHasher;
+use rustix::fs::{AtFlags, Mode, OFlags, Timespec, Timestamps};
+use std::fs::File;
+use std::io::{self, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Where the stream's top-level entries go.
+pub enum Dest {
+    /// An existing directory: each top-level entry goes inside it under its own name.
+    Into(OwnedFd),
+    /// The one top-level entry takes the name `name` in `parent` (`cp a b`
+    /// where `b` is not a directory).
+    As {
+        /// The directory that gets it.
+        parent: OwnedFd,
+        /// Its name there.
+        name: Vec<u8>,
+    },
+}
+
+impl Dest {
+    /// Resolves the destination operand `dest` on this host: an existing
+    /// directory (a link to one counts, as for `cp`) receives the entries;
+    /// otherwise, unless `must_be_dir` (several sources, or a trailing `/`),
+    /// the single entry is created as `dest`.
+    pub fn open(dest: &Path, must_be_dir: bool) -> Result<Dest, String> {
+        let shown = dest.display();
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        match std::fs::metadata(dest) {
+            Ok(m) if m.is_dir() => rustix::fs::open(dest, flags, Mode::empty())
+                .map(Dest::Into)
+                .map_err(|e| format!("cannot open {shown}: {}", io::Error::from(e))),
+            Ok(_) if must_be_dir => Err(format!("{shown} is not a directory")),
+            Err(_) if must_be_dir => Err(format!(
+                "{shown}: no such directory (create it first, or name one source without a trailing /)"
+            )),
+            _ => {
+                let trailing = dest.as_os_str().as_bytes().ends_with(b"/");
+                let (Some(n), false) = (dest.file_name(), trailing) else {
+                    return Err(format!("{shown}: not a name a copy can take"));
+                };
+                let parent = match dest.parent() {
+                    Some(p) if !p.as_os_str().is_empty() => p,
+                    _ => Path::new("."),
+                };
+                rustix::fs::open(parent, flags, Mode::empty())
+                    .map(|parent| Dest::As {
+                        parent,
+                        name: n.as_bytes().to_vec(),
+                    })
+                    .map_err(|e| format!("cannot open {}: {}", parent.display(), io::Error::from(e)))
+            }
+        }
+    }
+}
+
+/// What an unpack did, for the report.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UnpackStats {
+    /// Entries created (files, directories, links).
+    pub created: u64,
+    /// Entries that failed here.
+    pub failed: u64,
+    /// Files copied that changed while the sender read them.
+    pub changed: u64,
+    /// Files the sender could not read.
+    pub sender_failed: u64,
+    /// File data bytes written.
+    pub bytes: u64,
+}
+
+/// The file being received.
+struct Current {
+    rel: RelPath,
+    /// Its directory (`None` when it could not be opened).
+    dir: Option<OwnedFd>,
+    name: Vec<u8>,
+    tmp: Vec<u8>,
+    /// `None`: its data is discarded (it could not be created or written).
+    file: Option<File>,
+    meta: Meta,
+    size: u64,
+    pos: u64,
+    /// The start of a block not yet complete (it begins at a multiple of
+    /// 4 KiB in the file, so zero blocks are found however the data is cut).
+    pend: Vec<u8>,
+    hash: StreamHasher,
+}
+
+impl Current {
+    fn remove_tmp(&self) {
+        if let (Some(_), Some(dir)) = (&self.file, &self.dir) {
+            let _ = rustix::fs::unlinkat(dir, name(&self.tmp), AtFlags::empty());
+        }
+    }
+}
+
+/// The receiving side; see the module doc.
+pub struct Unpacker {
+    dest: Dest,
+    preserve: bool,
+    root: bool,
+    umask: u32,
+    decoder: Decoder,
+    /// The top-level name of a [`Dest::As`] copy (only one may come).
+    top: Option<Vec<u8>>,
+    current: Option<Current>,
+    /// Directories whose metadata is applied at the end, in stream order.
+    dirs: Vec<(RelPath, Meta)>,
+    /// The last directory opened (entries of a tree come grouped by directory).
+    last_dir: Option<(Vec<u8>, OwnedFd)>,
+    stats: UnpackStats,
+}
+
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+const BLOCK: usize = 4096;
+
+fn all_zero(b: &[u8]) -> bool {
+    b.chunks_exact(16)
+        .all(|c| u128::from_ne_bytes(c.try_into().expect("16 bytes")) == 0)
+        && b.chunks_exact(16).remainder().iter().all(|&x| x == 0)
+}
+
+fn times(m: &Meta) -> Timestamps {
+    let t = Timespec {
+        tv_sec: m.mtime,
+        tv_nsec: m.mtime_ns as _,
+    };
+    Timestamps {
+        last_access: t,
+        last_modification: t,
+    }
+}
+
+impl Unpacker {
+    /// An unpacker into `dest`.
+    pub fn new(dest: Dest, preserve: bool) -> Unpacker {
+        Unpacker {
+            dest,
+            preserve,
+            root: rustix::process::geteuid().is_root(),
+            umask: umask(),
+            decoder: Decoder::new(),
+            top: None,
+            current: None,
+            dirs: Vec::new(),
+            last_dir: None,
+            stats: UnpackStats::default(),
+        }
+    }
+
+    /// What it did so far.
+    pub fn stats(&self) -> UnpackStats {
+        self.stats
+    }
+
+    /// Maps an entry's path to the directory components (beneath the base)
+    /// and its name; checks the single-top rule of [`Dest::As`].
+    fn place(&mut self, rel: &RelPath) -> io::Result<(Vec<Vec<u8>>, Vec<u8>)> {
+        let mut comps: Vec<Vec<u8>> = rel.components().map(<[u8]>::to_vec).collect();
+        if let Dest::As { name, .. } = &self.dest {
+            match &self.top {
+                None => self.top = Some(comps[0].clone()),
+                Some(t) if *t == comps[0] => {}
+                Some(_) => {
+                    return Err(io::Error::other(
+                        "the stream has several top-level entries but the destination is not a directory",
+                    ))
+                }
+            }
+            comps[0] = name.clone();
+        }
+        let leaf = comps.pop().expect("a path has a component");
+        Ok((comps, leaf))
+    }
+
+    /// Opens (creating) the directory `comps` beneath the base.
+    fn dir(&mut self, comps: &[Vec<u8>]) -> io::Result<OwnedFd> {
+        let key = comps.join(&b'/');
+        if let Some((k, fd)) = &self.last_dir {
+            if *k == key {
+                return fd.try_clone();
+            }
+        }
+        let base = match &self.dest {
+            Dest::Into(fd) => fd.as_fd(),
+            Dest::As { parent, .. } => parent.as_fd(),
+        };
+        let refs: Vec<&[u8]> = comps.iter().map(Vec::as_slice).collect();
+        let fd = open_dir(base, &refs, true)?;
+        self.last_dir = Some((key, fd.try_clone()?));
+        Ok(fd)
+    }
+
+    fn failed(&mut self, rel: &RelPath, why: impl std::fmt::Display) {
+        warn(format_args!("cannot write {}: {why}", shown(rel.as_bytes())));
+        self.stats.failed += 1;
+    }
+
+    fn tmp_name(leaf: &[u8]) -> Vec<u8> {
+        let n = SEQ.fetch_add(1, Ordering::Relaxed);
+        let mut t = b".".to_vec();
+        // Keep the temporary name within NAME_MAX.
+        t.extend_from_slice(&leaf[..leaf.len().min(200)]);
+        t.extend_from_slice(format!(".rdcp-{}-{n}", std::process::id()).as_bytes());
+        t
+    }
+
+    fn event(&mut self, ev: Event<'_>) -> io::Result<()> {
+        match ev {
+            Event::Start { .. } => Ok(()),
+            Event::Entry(e) => self.entry(e),
+            Event::Data(b) => {
+                self.data(b);
+                Ok(())
+            }
+            Event::FileEnd(end) => {
+                self.file_end(end);
+                Ok(())
+            }
+        }
+    }
+
+    fn entry(&mut self, e: Entry) -> io::Result<()> {
+        match e {
+            Entry::Dir { path, meta } => {
+                let (mut comps, leaf) = self.place(&path)?;
+                comps.push(leaf);
+                match self.dir(&comps) {
+                    Ok(_) => {
+                        self.stats.created += 1;
+                        self.dirs.push((path, meta));
+                    }
+                    Err(e) => self.failed(&path, e),
+                }
+            }
+            Entry::File { path, meta, size } => {
+                let (comps, leaf) = self.place(&path)?;
+                let tmp = Self::tmp_name(&leaf);
+                let opened = self.dir(&comps).and_then(|dir| {
+                    let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+                    let mode = Mode::from_raw_mode((meta.mode & 0o777 | 0o600) as _);
+                    let f = rustix::fs::openat(&dir, name(&tmp), flags, mode)?;
+                    Ok((dir, File::from(f)))
+                });
+                match opened {
+                    Ok((dir, file)) => {
+                        self.current = Some(Current {
+                            rel: path,
+                            dir: Some(dir),
+                            name: leaf,
+                            tmp,
+                            file: Some(file),
+                            meta,
+                            size,
+                            pos: 0,
+                            pend: Vec::new(),
+                            hash: StreamHasher::new(),
+                        })
+                    }
+                    Err(e) => {
+                        self.failed(&path, e);
+                        // Its data is still read (and discarded).
+                        self.current = Some(Current {
+                            rel: path,
+                            dir: None,
+                            name: leaf,
+                            tmp,
+                            file: None,
+                            meta,
+                            size,
+                            pos: 0,
+                            pend: Vec::new(),
+                            hash: StreamHasher::new(),
+                        });
+                    }
+                }
+            }
+            Entry::Symlink { path, meta, target } => {
+                let (comps, leaf) = self.place(&path)?;
+                let tmp = Self::tmp_name(&leaf);
+                let r = self.dir(&comps).and_then(|dir| {
+                    rustix::fs::symlinkat(name(&target), &dir, name(&tmp))?;
+                    self.publish(&dir, &tmp, &leaf)?;
+                    if self.preserve {
+                        // A link's own times; failure here is not worth a warning.
+                        let _ = rustix::fs::utimensat(&dir, name(&leaf), &times(&meta), AtFlags::SYMLINK_NOFOLLOW);
+                    }
+                    Ok(())
+                });
+                match r {
+                    Ok(()) => self.stats.created += 1,
+                    Err(e) => self.failed(&path, e),
+                }
+            }
+            Entry::HardLink { path, target } => {
+                let (comps, leaf) = self.place(&path)?;
+                let (tcomps, tleaf) = self.place(&target)?;
+                let tmp = Self::tmp_name(&leaf);
+                let r = self.dir(&tcomps).and_then(|tdir| {
+                    let dir = self.dir(&comps)?;
+                    rustix::fs::linkat(&tdir, name(&tleaf), &dir, name(&tmp), AtFlags::empty())?;
+                    self.publish(&dir, &tmp, &leaf)
+                });
+                match r {
+                    Ok(()) => self.stats.created += 1,
+                    Err(e) => self.failed(&path, e),
+                }
+            }
+            Entry::End { failed, .. } => self.stats.sender_failed = failed,
+        }
+        Ok(())
+    }
+
+    /// Renames `tmp` over `leaf` in `dir`; removes `tmp` if that fails.
+    fn publish(&self, dir: &OwnedFd, tmp: &[u8], leaf: &[u8]) -> io::Result<()> {
+        rustix::fs::renameat(dir, name(tmp), dir, name(leaf)).map_err(|e| {
+            let _ = rustix::fs::unlinkat(dir, name(tmp), AtFlags::empty());
+            io::Error::from(e)
+        })
+    }
+
+    /// Writes `b` at the current file's position, leaving whole zero blocks as holes.
+    fn data(&mut self, b: &[u8]) {
+        let Some(cur) = &mut self.current else { return };
+        cur.hash.update(b);
+        let Some(file) = &cur.file else {
+            cur.pos += b.len() as u64;
+            return;
+        };
+        let r = put(file, &mut cur.pend, b, cur.pos);
+        cur.pos += b.len() as u64;
+        if let Err(e) = r {
+            let cur = self.current.as_mut().expect("current");
+            cur.remove_tmp();
+            cur.file = None;
+            let rel = cur.rel.clone();
+            self.failed(&rel, e);
+        }
+    }
+
+    fn file_end(&mut self, end: FileEnd) {
+        let Some(cur) = self.current.take() else { return };
+        let (Some(file), Some(dir)) = (&cur.file, &cur.dir) else {
+            return;
+        };
+        let discard = |why: Option<String>, me: &mut Unpacker| {
+            cur.remove_tmp();
+            if let Some(w) = why {
+                me.failed(&cur.rel, w);
+            }
+        };
+        if end.unreadable {
+            // The sender reported it; nothing of it is kept.
+            return discard(None, self);
+        }
+        if cur.pos != cur.size || cur.hash.digest() != end.checksum {
+            return discard(Some("its checksum does not match the sender's".into()), self);
+        }
+        let r = (|| -> io::Result<()> {
+            write_sparse(file, &cur.pend, cur.pos - cur.pend.len() as u64)?;
+            file.set_len(cur.size)?;
+            if self.preserve {
+                if self.root {
+                    std::os::unix::fs::fchown(&file, Some(cur.meta.uid), Some(cur.meta.gid))?;
+                }
+                rustix::fs::fchmod(&file, Mode::from_raw_mode(cur.meta.mode as _))?;
+                rustix::fs::futimens(&file, &times(&cur.meta))?;
+            } else {
+                let mode = cur.meta.mode & 0o777 & !self.umask;
+                rustix::fs::fchmod(&file, Mode::from_raw_mode(mode as _))?;
+            }
+            Ok(())
+        })();
+        if let Err(e) = r {
+            return discard(Some(e.to_string()), self);
+        }
+        match self.publish(dir, &cur.tmp, &cur.name) {
+            Ok(()) => {
+                self.stats.created += 1;
+                self.stats.bytes += cur.size;
+                if end.changed {
+                    warn(format_args!(
+                        "{}: copied while it changed on the sending side",
+                        shown(cur.rel.as_bytes())
+                    ));
+                    self.stats.changed += 1;
+                }
+            }
+            Err(e) => self.failed(&cur.rel, e),
+        }
+    }
+
+    /// The end of a verified stream: directories' metadata, then the verdict.
+    fn finish(&mut self) -> io::Result<()> {
+        if !self.decoder.finished() {
+            return Err(io::Error::other("the rdcp stream ended before its end entry"));
+        }
+        let dirs = std::mem::take(&mut self.dirs);
+        for (rel, meta) in dirs.iter().rev() {
+            let (mut comps, leaf) = self.place(rel)?;
+            comps.push(leaf);
+            let r = self.dir(&comps).and_then(|fd| {
+                let mode = if self.preserve {
+                    meta.mode
+                } else {
+                    meta.mode & 0o777 & !self.umask
+                };
+                if self.preserve && self.root {
+                    std::os::unix::fs::fchown(&fd, Some(meta.uid), Some(meta.gid))?;
+                }
+                rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode as _))?;
+                if self.preserve {
+                    rustix::fs::futimens(&fd, &times(meta))?;
+                }
+                Ok(())
+            });
+            if let Err(e) = r {
+                self.failed(rel, e);
+            }
+        }
+        self.last_dir = None;
+        let s = self.stats;
+        let bad = s.failed + s.sender_failed + s.changed;
+        if bad > 0 {
+            let mut parts = vec![];
+            if s.failed > 0 {
+                parts.push(format!("{} not written here", s.failed));
+            }
+            if s.sender_failed > 0 {
+                parts.push(format!("{} unreadable on the sending side", s.sender_failed));
+            }
+            if s.changed > 0 {
+                parts.push(format!("{} changed while read", s.changed));
+            }
+            return Err(io::Error::other(format!(
+                "{bad} entries not copied whole ({}); the other {} were",
+                parts.join(", "),
+                s.created - s.changed
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Adds `b` (which belongs at `at`) to the file: whole blocks are written
+/// (or left as holes), the rest waits in `pend`.
+fn put(file: &File, pend: &mut Vec<u8>, mut b: &[u8], mut at: u64) -> io::Result<()> {
+    if !pend.is_empty() {
+        let n = (BLOCK - pend.len()).min(b.len());
+        pend.extend_from_slice(&b[..n]);
+        b = &b[n..];
+        at += n as u64;
+        if pend.len() < BLOCK {
+            return Ok(());
+        }
+        write_sparse(file, pend, at - BLOCK as u64)?;
+        pend.clear();
+    }
+    let whole = b.len() / BLOCK * BLOCK;
+    write_sparse(file, &b[..whole], at)?;
+    pend.extend_from_slice(&b[whole..]);
+    Ok(())
+}
+
+/// `pwrite`s `b` at `at`, skipping 4 KiB blocks (aligned in the file) that are all zeros.
+fn write_sparse(file: &File, b: &[u8], at: u64) -> io::Result<()> {
+    let mut i = 0;
+    let mut run = 0; // start of the pending non-zero run
+    while i < b.len() {
+        let off = at + i as u64;
+        let to_boundary = BLOCK - (off % BLOCK as u64) as usize;
+        let end = (i + to_boundary).min(b.len());
+        let whole = end - i == BLOCK;
+        if whole && all_zero(&b[i..end]) {
+            write_all_at(file, &b[run..i], at + run as u64)?;
+            run = end;
+        }
+        i = end;
+    }
+    write_all_at(file, &b[run..], at + run as u64)
+}
+
+fn write_all_at(file: &File, mut b: &[u8], mut at: u64) -> io::Result<()> {
+    while !b.is_empty() {
+        match rustix::io::pwrite(file, b, at) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => {
+                b = &b[n..];
+                at += n as u64;
+            }
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+impl Write for Unpacker {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let mut d = std::mem::take(&mut self.decoder);
+        let r = d.feed(buf, |ev| self.event(ev));
+        self.decoder = d;
+        r.map(|()| buf.len())
+    }
+
+    /// Called once, after the transfer verified the whole stream.
+    fn flush(&mut self) -> io::Result<()> {
+        self.finish()
+    }
+}
+
+impl Drop for Unpacker {
+    fn drop(&mut self) {
+        // A stream that failed part way: its file in progress goes.
+        if let Some(cur) = self.current.take() {
+            cur.remove_tmp();
+        }
+    }
+}

@@ -1,0 +1,218 @@
+use super::*;
+use proptest::prelude::*;
+
+fn path(s: &str) -> RelPath {
+    RelPath::new(s.as_bytes().to_vec()).expect("valid test path")
+}
+
+/// An entry and, for a file, its data and trailer, as the encoder lays them out.
+#[derive(Debug, Clone)]
+struct Item {
+    entry: Entry,
+    data: Vec<u8>,
+    end: Option<FileEnd>,
+}
+
+fn encode_all(sources: u32, items: &[Item]) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode_start(sources, &mut out);
+    for it in items {
+        it.entry.encode(&mut out);
+        out.extend_from_slice(&it.data);
+        if let Some(e) = it.end {
+            e.encode(&mut out);
+        }
+    }
+    out
+}
+
+/// Decodes `bytes` fed in pieces cut at `cuts`; data pieces are joined back.
+fn decode_all(bytes: &[u8], cuts: &[usize]) -> Result<(u32, Vec<Item>, bool), WireError> {
+    let mut d = Decoder::new();
+    let mut sources = None;
+    let mut items: Vec<Item> = Vec::new();
+    let mut at = 0;
+    let mut points: Vec<usize> = cuts.iter().map(|c| c % (bytes.len() + 1)).collect();
+    points.sort_unstable();
+    points.push(bytes.len());
+    for p in points {
+        let piece = &bytes[at..p.max(at)];
+        at = p.max(at);
+        d.feed(piece, |ev| -> Result<(), WireError> {
+            match ev {
+                Event::Start { sources: s } => sources = Some(s),
+                Event::Entry(e) => items.push(Item {
+                    entry: e,
+                    data: vec![],
+                    end: None,
+                }),
+                Event::Data(b) => items.last_mut().expect("file").data.extend_from_slice(b),
+                Event::FileEnd(e) => items.last_mut().expect("file").end = Some(e),
+            }
+            Ok(())
+        })?;
+    }
+    Ok((sources.unwrap_or(u32::MAX), items, d.finished()))
+}
+
+fn arb_name() -> impl Strategy<Value = Vec<u8>> {
+    // Any bytes but '/' and NUL, not '.' or '..': newlines and invalid UTF-8 included.
+    proptest::collection::vec(1u8..=255, 1..20).prop_filter_map("no slash", |mut v| {
+        v.retain(|&b| b != b'/');
+        (!v.is_empty() && v != b"." && v != b"..").then_some(v)
+    })
+}
+
+fn arb_path() -> impl Strategy<Value = RelPath> {
+    proptest::collection::vec(arb_name(), 1..5)
+        .prop_map(|cs| RelPath::new(cs.join(&b'/')).expect("valid by construction"))
+}
+
+fn arb_meta() -> impl Strategy<Value = Meta> {
+    (0u32..0o10000, any::<u32>(), any::<u32>(), any::<i64>(), 0u32..1_000_000_000).prop_map(
+        |(mode, uid, gid, mtime, mtime_ns)| Meta {
+            mode,
+            uid,
+            gid,
+            mtime,
+            mtime_ns,
+        },
+    )
+}
+
+fn arb_item() -> impl Strategy<Value = Item> {
+    prop_oneof![
+        (arb_path(), arb_meta()).prop_map(|(path, meta)| Item {
+            entry: Entry::Dir { path, meta },
+            data: vec![],
+            end: None
+        }),
+        (
+            arb_path(),
+            arb_meta(),
+            proptest::collection::vec(any::<u8>(), 0..3000),
+            any::<u64>(),
+            any::<bool>(),
+            any::<bool>()
+        )
+            .prop_map(|(path, meta, data, checksum, changed, unreadable)| Item {
+                entry: Entry::File {
+                    path,
+                    meta,
+                    size: data.len() as u64
+                },
+                data,
+                end: Some(FileEnd {
+                    checksum,
+                    changed,
+                    unreadable
+                }),
+            }),
+        (arb_path(), arb_meta(), arb_name()).prop_map(|(path, meta, target)| Item {
+            entry: Entry::Symlink { path, meta, target },
+            data: vec![],
+            end: None
+        }),
+        (arb_path(), arb_path()).prop_map(|(path, target)| Item {
+            entry: Entry::HardLink { path, target },
+            data: vec![],
+            end: None
+        }),
+    ]
+}
+
+proptest! {
+    #[test]
+    fn any_stream_round_trips_however_it_is_cut(
+        sources in any::<u32>(),
+        mut items in proptest::collection::vec(arb_item(), 0..12),
+        failed in any::<u64>(),
+        cuts in proptest::collection::vec(any::<usize>(), 0..40),
+    ) {
+        items.push(Item { entry: Entry::End { entries: items.len() as u64, failed }, data: vec![], end: None });
+        let bytes = encode_all(sources, &items);
+        let (s, got, finished) = decode_all(&bytes, &cuts).expect("decodes");
+        prop_assert_eq!(s, sources);
+        prop_assert!(finished);
+        prop_assert_eq!(got.len(), items.len());
+        for (g, w) in got.iter().zip(&items) {
+            prop_assert_eq!(&g.entry, &w.entry);
+            prop_assert_eq!(&g.data, &w.data);
+            prop_assert_eq!(g.end, w.end);
+        }
+    }
+
+    #[test]
+    fn a_truncated_stream_is_never_finished(
+        items in proptest::collection::vec(arb_item(), 0..6),
+        cut in any::<usize>(),
+    ) {
+        let mut items = items;
+        items.push(Item { entry: Entry::End { entries: 0, failed: 0 }, data: vec![], end: None });
+        let bytes = encode_all(1, &items);
+        let cut = cut % bytes.len();
+        let (_, _, finished) = decode_all(&bytes[..cut], &[]).expect("a prefix decodes");
+        prop_assert!(!finished);
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic(
+        body in proptest::collection::vec(any::<u8>(), 0..600),
+        cuts in proptest::collection::vec(any::<usize>(), 0..8),
+    ) {
+        let mut bytes = Vec::new();
+        encode_start(1, &mut bytes);
+        bytes.extend_from_slice(&body);
+        let _ = decode_all(&bytes, &cuts);
+    }
+
+    #[test]
+    fn only_relative_paths_without_dot_components_are_accepted(
+        comps in proptest::collection::vec(prop_oneof![
+            Just(b"".to_vec()), Just(b".".to_vec()), Just(b"..".to_vec()), arb_name()
+        ], 1..5),
+        lead in any::<bool>(),
+    ) {
+        let mut p = comps.join(&b'/');
+        if lead { p.insert(0, b'/'); }
+        let ok = !lead && comps.iter().all(|c| !c.is_empty() && c != b"." && c != b"..");
+        prop_assert_eq!(RelPath::new(p).is_ok(), ok);
+    }
+}
+
+#[test]
+fn hostile_headers_are_refused() {
+    let mut b = Vec::new();
+    encode_start(1, &mut b);
+    // A directory named "../x" spelled by hand.
+    let mut bad = b.clone();
+    bad.push(1);
+    bad.extend_from_slice(&4u16.to_be_bytes());
+    bad.extend_from_slice(b"../x");
+    bad.extend_from_slice(&[0; 24]);
+    assert!(decode_all(&bad, &[]).is_err());
+    // An absolute path.
+    let mut bad = b.clone();
+    bad.push(1);
+    bad.extend_from_slice(&4u16.to_be_bytes());
+    bad.extend_from_slice(b"/etc");
+    bad.extend_from_slice(&[0; 24]);
+    assert!(decode_all(&bad, &[]).is_err());
+    // A name length past the limit is refused before its bytes arrive.
+    let mut bad = b.clone();
+    bad.push(2);
+    bad.extend_from_slice(&u16::MAX.to_be_bytes());
+    assert!(decode_all(&bad, &[]).is_err());
+    // Mode bits past 0o7777, and bytes after the end.
+    let mut bad = b.clone();
+    Entry::Dir { path: path("d"), meta: Meta::default() }.encode(&mut bad);
+    let n = bad.len();
+    bad[n - 24..n - 20].copy_from_slice(&0o170000u32.to_be_bytes());
+    assert!(decode_all(&bad, &[]).is_err());
+    let mut bad = b.clone();
+    Entry::End { entries: 0, failed: 0 }.encode(&mut bad);
+    bad.push(0);
+    assert!(decode_all(&bad, &[]).is_err());
+    // Not a stream at all.
+    assert!(decode_all(b"GET / HTTP/1.1\r\n", &[]).is_err());
+}
