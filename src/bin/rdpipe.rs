@@ -37,7 +37,7 @@ fn main() -> ExitCode {
             return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
         }
     };
-    term::init_logging("rdpipe", args.verbosity(), args.quiet);
+    term::init_logging("rdpipe", args.verbosity(), args.run.quiet);
     let outcome = std::env::current_exe()
         .map_err(|e| fail(1, format!("cannot find my own executable: {e}")))
         .and_then(|exe| run(args, exe));

@@ -2,11 +2,13 @@
 //! resolution, size parsing, messages and exit statuses.
 
 pub mod common;
+pub mod cp;
 pub mod docs;
 pub mod doctor;
 pub mod interrupt;
 pub mod pipe;
 pub mod recv;
+pub mod run_opts;
 pub mod report_json;
 pub mod send;
 

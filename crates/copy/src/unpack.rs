@@ -462,13 +462,13 @@ impl Unpacker {
                 parts.push(format!("{} not written here", s.failed));
             }
             if s.sender_failed > 0 {
-                parts.push(format!("{} unreadable on the sending side", s.sender_failed));
+                parts.push(format!("{} skipped or unreadable on the sending side", s.sender_failed));
             }
             if s.changed > 0 {
-                parts.push(format!("{} changed while read", s.changed));
+                parts.push(format!("{} copied while they changed", s.changed));
             }
             return Err(io::Error::other(format!(
-                "{bad} entries not copied whole ({}); the other {} were",
+                "not all copied: {} (see the lines above); {} entries copied whole",
                 parts.join(", "),
                 s.created - s.changed
             )));

@@ -11,6 +11,7 @@
 //! - [`command`]: the command under its guardian, its held stdin and its stdout;
 //! - [`shell`]: the user's login shell, which runs the command;
 //! - [`file`]: the `< FILE` / `> FILE` actions;
+//! - [`copy`]: rdcp's two sides (a tree packed into the stream, or unpacked from it);
 //! - [`transfers`]: the incoming and outgoing transfer threads;
 //! - [`relay`]: a `--to` sink: the incoming stream teed into the command and
 //!   onward to the next sink;
@@ -30,6 +31,7 @@
 //! timeout, 30 s).
 
 pub mod command;
+pub mod copy;
 pub mod file;
 pub mod inbox;
 pub mod passthrough;
@@ -55,7 +57,7 @@ use transfers::Transfers;
 /// The agent's command line (hidden; written by rdpipe).
 #[derive(Debug, clap::Parser)]
 #[command(name = "rdrecv --agent", about = "rdpipe endpoint agent (internal)")]
-#[command(group(clap::ArgGroup::new("action").required(true).args(["cmd", "read", "write", "append", "relay"])))]
+#[command(group(clap::ArgGroup::new("action").required(true).args(["cmd", "read", "write", "append", "relay", "pack", "unpack"])))]
 pub struct AgentArgs {
     /// Label for messages.
     #[arg(long, default_value = "agent")]
@@ -122,6 +124,21 @@ pub struct AgentArgs {
     /// the outgoing transfer, no command (see [`passthrough`]).
     #[arg(long)]
     pub relay: bool,
+    /// rdcp's source side: send these paths as an entry stream (repeated).
+    #[arg(long, value_name = "PATH")]
+    pub pack: Vec<String>,
+    /// With `--pack`: directories too (rdcp's `-r`).
+    #[arg(long)]
+    pub recursive: bool,
+    /// rdcp's destination side: create the entry stream's files beneath DEST.
+    #[arg(long, value_name = "DEST")]
+    pub unpack: Option<String>,
+    /// With `--unpack`: DEST must be an existing directory.
+    #[arg(long)]
+    pub must_be_dir: bool,
+    /// With `--unpack`: keep modes and times (rdcp's `-p`).
+    #[arg(long)]
+    pub preserve: bool,
     /// Write `--write`/`--append`'s file with O_DIRECT (rdpipe's `--direct`).
     #[arg(long)]
     pub direct: bool,
@@ -268,6 +285,10 @@ fn run(a: AgentArgs) -> bool {
         file::start_read(path, &mut seg, &mut t);
     } else if let Some(path) = a.write.as_ref().or(a.append.as_ref()) {
         file::start_write(path, a.append.is_some(), a.direct, &mut seg, &mut t);
+    } else if !a.pack.is_empty() {
+        copy::start_pack(&a.pack, a.recursive, &mut seg, &mut t);
+    } else if let Some(dest) = &a.unpack {
+        copy::start_unpack(dest, a.must_be_dir, a.preserve, &mut seg, &mut t);
     }
     drop(t);
     seg.run(rx)

@@ -13,6 +13,7 @@ use std::path::Path;
 
 fn config(cfg: &DoctorConfig, from: &Target, to: &Target, transport: TransportPref) -> Config {
     Config {
+        prepared: None,
         segments: vec![
             format!("{}:head -c {} /dev/zero", from.arg, cfg.size),
             format!("{}:> /dev/null", to.arg),

@@ -119,6 +119,24 @@ pub enum Action {
     /// `HOST:` (empty command): forward the incoming stream to the next hop,
     /// unchanged, without a command.
     Relay,
+    /// rdcp's source side: these paths sent as an entry stream
+    /// (`rdpipe_copy::pack`); directories only with `recursive`.
+    Pack {
+        /// The source operands, as given (on this segment's host).
+        sources: Vec<String>,
+        /// `-r`.
+        recursive: bool,
+    },
+    /// rdcp's destination side: the entry stream created beneath `dest`
+    /// (`rdpipe_copy::Unpacker`).
+    Unpack {
+        /// The destination operand (on this segment's host).
+        dest: String,
+        /// `dest` must be an existing directory (several sources, or a trailing `/`).
+        must_be_dir: bool,
+        /// `-p`: keep modes and times (and owners as root).
+        preserve: bool,
+    },
 }
 
 impl Action {
@@ -138,6 +156,8 @@ impl fmt::Display for Action {
             }
             // What follows the `:` (the argument as written, trimmed).
             Action::Relay => Ok(()),
+            Action::Pack { sources, .. } => write!(f, "rdcp from {}", sources.join(" ")),
+            Action::Unpack { dest, .. } => write!(f, "rdcp to {dest}"),
         }
     }
 }
@@ -314,7 +334,7 @@ pub fn plan(
 
 /// The hops of a linear chain of `segments`, from rdpipe's stdin (`with_stdin`)
 /// to its stdout (`with_stdout`).
-fn plan_chain(
+pub fn plan_chain(
     segments: Vec<Segment>,
     with_stdin: bool,
     with_stdout: bool,
@@ -447,6 +467,16 @@ impl Pipeline {
                     if *append { "append to" } else { "write" }
                 ),
                 Action::Relay => "relay only: forwards the stream unchanged, no command".into(),
+                Action::Pack { sources, recursive } => format!(
+                    "send {}{sources:?} as an rdcp stream",
+                    if *recursive { "the trees " } else { "the files " }
+                ),
+                Action::Unpack {
+                    dest, preserve, ..
+                } => format!(
+                    "create the rdcp stream's files beneath {dest:?}{}",
+                    if *preserve { ", keeping modes and times" } else { "" }
+                ),
             };
             let _ = writeln!(s, "  [{}] {:<16} {what}  ({how})", i + 1, seg.host.label());
         }

@@ -12,6 +12,10 @@ use std::path::PathBuf;
 pub struct Config {
     /// The `HOST:CMD` arguments.
     pub segments: Vec<String>,
+    /// Segments built by the caller (rdcp) instead of parsed from `segments`:
+    /// a chain, fed by rdpipe's stdin unless it starts by reading (a file or
+    /// a tree), and ending on rdpipe's stdout unless it ends by writing.
+    pub prepared: Option<Vec<crate::plan::Segment>>,
     /// The `--to HOST:CMD` sinks of a fan-out (chain relay), in order.
     pub sinks: Vec<String>,
     /// `--min-ok N`: the run succeeds when at least N sinks succeeded (default:

@@ -10,7 +10,7 @@
 //! [`super::spawn::agent_args`]), so that whichever address is chosen reaches it.
 
 use super::fabric::{self, Choice, Origin};
-use super::{Runner, TOOL};
+use super::{Runner, tool};
 use crate::control::{Direction, NetAddr, Reach, ToAgent};
 use crate::plan::{parse_data_host, Node, Pipeline};
 use rdpipe_wire::TransportPref;
@@ -249,7 +249,7 @@ impl Runner {
         );
         debug!("{line}");
         if self.a.verbose > 0 {
-            rdpipe_term::say(TOOL, &line);
+            rdpipe_term::say(tool(), &line);
         }
         self.tell(k, port, addr, from).await;
     }

@@ -66,8 +66,19 @@ pub const ROOT_CAUSE_WAIT: Duration = Duration::from_secs(4);
 /// How long agents get to exit after their control channels closed.
 pub const TEARDOWN_WAIT: Duration = Duration::from_secs(3);
 
-/// The name on rdpipe's messages.
-pub const TOOL: &str = "rdpipe";
+/// The name on the orchestrator's messages: `rdpipe`, or the tool that set
+/// another with [`set_tool`] (rdcp).
+static TOOL_NAME: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+
+/// Names the tool on this process's messages (once, before the run).
+pub fn set_tool(name: &'static str) {
+    let _ = TOOL_NAME.set(name);
+}
+
+/// The name on this process's messages.
+pub fn tool() -> &'static str {
+    TOOL_NAME.get().copied().unwrap_or("rdpipe")
+}
 
 /// Something the event loop hears.
 enum Event {
@@ -146,7 +157,23 @@ pub fn build_plan(a: &Config, stdin_is_input: bool) -> Result<Pipeline, PlanErro
         cache.borrow_mut().insert(r.clone(), h.clone());
         h
     };
-    plan_fanout(&a.segments, &a.sinks, stdin_is_input, &resolve)
+    match &a.prepared {
+        Some(segs) => {
+            use crate::plan::Action;
+            // A chain that starts with no reader takes rdpipe's stdin; one that
+            // ends with no writer gives its stdout (rdcp's `-`).
+            let reads = |s: &crate::plan::Segment| {
+                matches!(s.action, Action::ReadFile(_) | Action::Pack { .. })
+            };
+            let writes = |s: &crate::plan::Segment| {
+                matches!(s.action, Action::WriteFile { .. } | Action::Unpack { .. })
+            };
+            let stdin = !segs.first().is_some_and(reads);
+            let stdout = !segs.last().is_some_and(writes);
+            Ok(crate::plan::plan_chain(segs.clone(), stdin, stdout, &resolve))
+        }
+        None => plan_fanout(&a.segments, &a.sinks, stdin_is_input, &resolve),
+    }
 }
 
 fn ssh_config(a: &Config) -> SshConfig {

@@ -3,7 +3,7 @@
 //! [`super::verdict::decide`]).
 
 use super::verdict::{self, Cause, Verdict};
-use super::{Runner, TOOL};
+use super::{Runner, tool};
 use crate::control::{CmdExit, Direction, HopReport};
 use crate::plan::Node;
 use std::time::Duration;
@@ -68,7 +68,7 @@ impl Runner {
                     0.0
                 };
                 rdpipe_term::say(
-                    TOOL,
+                    tool(),
                     format!(
                         "{} -> {}: {}, {} bytes in {:.3} s ({gbps:.3} GB/s), xxh3 {:016x}",
                         self.p.node_name(h.from),
@@ -94,7 +94,7 @@ impl Runner {
             Some(r) if r.secs > 0.0 => r.bytes as f64 / r.secs / 1e9,
             _ => 0.0,
         };
-        rdpipe_term::say(TOOL, format!("{:.3} s in all", wall.as_secs_f64()));
+        rdpipe_term::say(tool(), format!("{:.3} s in all", wall.as_secs_f64()));
         rdpipe_term::line(&format!("Bandwidth {gbps:.3} GB/s\n"));
     }
 
@@ -122,7 +122,7 @@ impl Runner {
                 _ => "did not finish".to_string(),
             };
             rdpipe_term::say(
-                TOOL,
+                tool(),
                 format!("{}: relay only: {what}", self.p.node_name(me)),
             );
         }
@@ -147,7 +147,7 @@ impl Runner {
                 String::new()
             };
             rdpipe_term::say(
-                TOOL,
+                tool(),
                 format!(
                     "{}: cpu: agent {agent:.3} s (user {:.3}, sys {:.3}), command {:.3} s{per_gb}",
                     self.p.node_name(me),

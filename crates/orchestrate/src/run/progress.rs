@@ -11,7 +11,7 @@
 //! log events and forwarded stderr lines clear the line and draw it again
 //! (`rdpipe-term`).
 
-use super::{Runner, TOOL};
+use super::{Runner, tool};
 use crate::control::Direction;
 use crate::plan::{Action, Node};
 use rdpipe_term::progress::Progress;
@@ -35,7 +35,7 @@ impl Runner {
                 .filter(|m| m.is_file())
                 .map(|m| m.len());
         }
-        self.progress = Some(Progress::new(TOOL, None).start());
+        self.progress = Some(Progress::new(tool(), None).start());
     }
 
     /// Bytes carried so far through `node`'s `dir` transfer (its report, else its

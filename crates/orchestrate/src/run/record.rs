@@ -72,7 +72,7 @@ impl Runner {
             })
             .collect();
         PipeReport {
-            tool: super::TOOL,
+            tool: super::tool(),
             version: report::VERSION,
             hops,
             segments,

@@ -13,7 +13,7 @@
 //! and their verdicts name the dead relay).
 
 use super::verdict::{Cause, Finding};
-use super::{Runner, TOOL};
+use super::{Runner, tool};
 use crate::control::{CmdExit, Direction, FailKind, HopReport, Part};
 use crate::plan::Node;
 use crate::report::SinkReport;
@@ -302,7 +302,7 @@ impl Runner {
         let failed = verdicts.iter().filter(|(_, v)| !v.ok).count();
         if self.a.verbose > 0 || failed > 0 || !self.failures.is_empty() {
             for (_, v) in &verdicts {
-                rdpipe_term::say(TOOL, &v.line);
+                rdpipe_term::say(tool(), &v.line);
             }
         }
         let needed = self.a.min_ok.unwrap_or(total).min(total);
@@ -312,7 +312,7 @@ impl Runner {
         if total - failed >= needed {
             if !self.a.quiet {
                 rdpipe_term::warn(
-                    TOOL,
+                    tool(),
                     format!(
                         "{failed} of {total} sinks failed; {} succeeded (--min-ok {needed})",
                         total - failed

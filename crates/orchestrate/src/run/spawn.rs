@@ -185,6 +185,27 @@ pub fn agent_args(p: &Pipeline, i: usize, a: &Config) -> Vec<String> {
             path.clone(),
         ]),
         Action::Relay => v.push("--relay".into()),
+        Action::Pack { sources, recursive } => {
+            for src in sources {
+                v.extend(["--pack".into(), src.clone()]);
+            }
+            if *recursive {
+                v.push("--recursive".into());
+            }
+        }
+        Action::Unpack {
+            dest,
+            must_be_dir,
+            preserve,
+        } => {
+            v.extend(["--unpack".into(), dest.clone()]);
+            if *must_be_dir {
+                v.push("--must-be-dir".into());
+            }
+            if *preserve {
+                v.push("--preserve".into());
+            }
+        }
     }
     v
 }
@@ -453,6 +474,7 @@ mod tests {
 
     fn config(verbose: u8, quiet: bool, log: Option<&str>) -> Config {
         Config {
+            prepared: None,
             segments: vec!["h1:cat".into(), "h2:cat".into()],
             sinks: vec![],
             min_ok: None,

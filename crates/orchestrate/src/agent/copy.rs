@@ -1,0 +1,92 @@
+//! rdcp's two sides in an agent: `--pack PATH...` sends the paths as an
+//! entry stream (`rdpipe_copy::pack`, on a thread writing into a pipe that the
+//! outgoing transfer reads), `--unpack DEST` makes the incoming transfer's
+//! output an `rdpipe_copy::Unpacker`. The transfer carries the stream like
+//! any other, protected and verified the same way; the unpacker's per-file
+//! verdict reaches rdcp as the incoming transfer's output error.
+
+use super::file::expand_home;
+use super::segment::Segment;
+use super::transfers::Transfers;
+use crate::control::{Direction, Part};
+use rdpipe_copy::{pack, Dest, Unpacker};
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::PathBuf;
+
+fn home_path(p: &str) -> String {
+    expand_home(p, std::env::var_os("HOME").as_deref())
+}
+
+/// Starts the source side of a copy.
+pub fn start_pack(sources: &[String], recursive: bool, seg: &mut Segment, t: &mut Transfers) {
+    if seg.pending(Direction::In) {
+        t.spawn_recv(
+            Box::new(|| Ok(Box::new(io::sink()) as Box<dyn Write + Send>)),
+            None,
+        );
+    }
+    if !seg.pending(Direction::Out) {
+        return;
+    }
+    let (r, w) = match rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC) {
+        Ok(p) => p,
+        Err(e) => {
+            seg.drop_transfer(Direction::Out);
+            seg.setup_failed(Part::Agent, format!("cannot make a pipe: {e}"));
+            return;
+        }
+    };
+    // A larger pipe: fewer wake-ups between the reader and the sender.
+    let _ = rustix::pipe::fcntl_setpipe_size(&w, 1 << 20);
+    let sources: Vec<PathBuf> = sources.iter().map(|s| PathBuf::from(home_path(s))).collect();
+    std::thread::spawn(move || {
+        let mut out = BufWriter::with_capacity(1 << 20, File::from(w));
+        match pack(&sources, recursive, &mut out) {
+            Ok(s) => tracing::debug!(
+                "packed {} entries, {} bytes of data; {} failed, {} changed",
+                s.entries,
+                s.bytes,
+                s.failed,
+                s.changed
+            ),
+            // The transfer went away (its own failure is reported).
+            Err(e) => tracing::debug!("packing stopped: {e}"),
+        }
+    });
+    t.spawn_send(File::from(r));
+}
+
+/// Starts the destination side of a copy.
+pub fn start_unpack(
+    dest: &str,
+    must_be_dir: bool,
+    preserve: bool,
+    seg: &mut Segment,
+    t: &mut Transfers,
+) {
+    let dest = home_path(dest);
+    seg.file_target = Some(dest.clone());
+    match Dest::open(std::path::Path::new(&dest), must_be_dir) {
+        Ok(d) if seg.pending(Direction::In) => t.spawn_recv(
+            Box::new(move || Ok(Box::new(Unpacker::new(d, preserve)) as Box<dyn Write + Send>)),
+            None,
+        ),
+        Ok(_) => seg.setup_failed(Part::File, format!("{dest}: no rdcp stream comes to it")),
+        Err(msg) => {
+            if seg.pending(Direction::In) {
+                seg.drop_transfer(Direction::In);
+            }
+            seg.setup_failed(Part::File, msg);
+        }
+    }
+    if seg.pending(Direction::Out) {
+        match File::open("/dev/null") {
+            Ok(f) => t.spawn_send(f),
+            Err(e) => {
+                seg.drop_transfer(Direction::Out);
+                seg.setup_failed(Part::Agent, format!("cannot open /dev/null: {e}"));
+            }
+        }
+    }
+}
