@@ -111,7 +111,9 @@ pub fn parse_operand(s: &str) -> Result<Operand, String> {
     }
     // `user@[v6]:path` is rdpipe's `[user@v6]:path`.
     let s = match s.split_once("@[") {
-        Some((user, rest)) if !user.contains('/') && !user.contains(':') => format!("[{user}@{rest}"),
+        Some((user, rest)) if !user.contains('/') && !user.contains(':') => {
+            format!("[{user}@{rest}")
+        }
         _ => s.to_string(),
     };
     let colon = if s.starts_with('[') {
@@ -131,7 +133,11 @@ pub fn parse_operand(s: &str) -> Result<Operand, String> {
     let path = &s[colon + 1..];
     Ok(Operand::Path {
         host,
-        path: if path.is_empty() { ".".into() } else { path.into() },
+        path: if path.is_empty() {
+            ".".into()
+        } else {
+            path.into()
+        },
     })
 }
 
@@ -148,9 +154,14 @@ pub fn plan(a: &CpArgs) -> Result<Vec<Segment>, String> {
         ([Operand::Std], Operand::Std) => Err("- to -: use cat".into()),
         ([Operand::Std], Operand::Path { host, path }) => Ok(vec![Segment {
             host,
-            action: Action::WriteFile { path, append: false },
+            action: Action::WriteFile {
+                path,
+                append: false,
+            },
         }]),
-        (s, _) if s.contains(&Operand::Std) => Err("- is a source only when it is the only one".into()),
+        (s, _) if s.contains(&Operand::Std) => {
+            Err("- is a source only when it is the only one".into())
+        }
         ([Operand::Path { host, path }], Operand::Std) => {
             if a.recursive {
                 return Err("-r to -: a tree cannot go to standard output".into());
@@ -203,7 +214,7 @@ pub fn plan(a: &CpArgs) -> Result<Vec<Segment>, String> {
 /// Runs rdcp; `exe` is this program (run again as local agents and the ssh
 /// master's guard).
 pub fn run(args: CpArgs, exe: PathBuf) -> Result<(), Failure> {
-    let segments = plan(&args).map_err(|m| fail(2, format!("{m}")))?;
+    let segments = plan(&args).map_err(|m| fail(2, m))?;
     let json = args.run.json.clone();
     let mut config = args.run.config();
     config.prepared = Some(segments);
@@ -275,12 +286,33 @@ mod tests {
             }
         );
         let segs = plan(&args(&["f", "h:/x"])).unwrap();
-        assert!(matches!(&segs[1].action, Action::Unpack { must_be_dir: false, preserve: false, .. }));
+        assert!(matches!(
+            &segs[1].action,
+            Action::Unpack {
+                must_be_dir: false,
+                preserve: false,
+                ..
+            }
+        ));
         let segs = plan(&args(&["f", "h:/x/"])).unwrap();
-        assert!(matches!(&segs[1].action, Action::Unpack { must_be_dir: true, .. }));
-        assert!(matches!(&plan(&args(&["-", "h:/x"])).unwrap()[0].action, Action::WriteFile { .. }));
-        assert!(matches!(&plan(&args(&["h:/x", "-"])).unwrap()[0].action, Action::ReadFile(_)));
-        assert!(plan(&args(&["h1:a", "h2:b", "c"])).unwrap_err().contains("different hosts"));
+        assert!(matches!(
+            &segs[1].action,
+            Action::Unpack {
+                must_be_dir: true,
+                ..
+            }
+        ));
+        assert!(matches!(
+            &plan(&args(&["-", "h:/x"])).unwrap()[0].action,
+            Action::WriteFile { .. }
+        ));
+        assert!(matches!(
+            &plan(&args(&["h:/x", "-"])).unwrap()[0].action,
+            Action::ReadFile(_)
+        ));
+        assert!(plan(&args(&["h1:a", "h2:b", "c"]))
+            .unwrap_err()
+            .contains("different hosts"));
         assert!(plan(&args(&["-", "a", "c"])).is_err());
         assert!(plan(&args(&["-r", "h:a", "-"])).is_err());
         assert!(CpArgs::try_parse_from(["rdcp", "only-one"]).is_err());

@@ -89,6 +89,23 @@ pub fn commands() -> Vec<DocCommand> {
             see_also: "rdsend(1), rdrecv(1), rdpipe-doctor(1), ssh(1), ssh_config(5), sshd_config(5)",
         },
         DocCommand {
+            name: "rdcp",
+            command: super::cp::CpArgs::command(),
+            examples: super::cp::EXAMPLES,
+            exit_status: super::cp::EXIT_STATUS,
+            environment: &[
+                ("RDPIPE_KEY", "Not used: each copy gets a fresh random key, handed to each endpoint on its SSH channel's standard input."),
+                ("RUST_LOG, RDPIPE_DEBUG, RDPIPE_TCP_SEND, RDPIPE_RDMA_NO_IMM", "As for rdpipe(1)."),
+                ("NO_COLOR", "When set and not empty, messages are never coloured."),
+                ("SSH_AUTH_SOCK", "Used by ssh as usual (BatchMode=yes: keys must be usable without a prompt)."),
+            ],
+            files: &[
+                ("~/.ssh/config", "Host aliases, users, ports and options for every host (or the file given with -F)."),
+                ("DIR/.NAME.rdcp-PID-N", "A file being received, renamed to DIR/NAME once its checksum matched; removed when the copy fails."),
+            ],
+            see_also: "rdpipe(1), rdsend(1), rdrecv(1), scp(1), rsync(1), cp(1)",
+        },
+        DocCommand {
             name: "rdpipe-doctor",
             command: super::doctor::DoctorArgs::command(),
             examples: super::doctor::EXAMPLES,

@@ -8,8 +8,8 @@ pub mod doctor;
 pub mod interrupt;
 pub mod pipe;
 pub mod recv;
-pub mod run_opts;
 pub mod report_json;
+pub mod run_opts;
 pub mod send;
 
 pub use common::{fail, finish, Failure};

@@ -25,6 +25,7 @@ mod file_io;
 mod json_report;
 mod no_rdma_core;
 mod rate_limit;
+mod rdcp;
 mod rdpipe_install;
 mod rdpipe_local;
 mod rdpipe_messages;

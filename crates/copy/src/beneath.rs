@@ -53,8 +53,7 @@ pub fn open_dir(base: BorrowedFd<'_>, comps: &[&[u8]], create: bool) -> io::Resu
 /// `ELOOP`/`ENOTDIR` from a `O_NOFOLLOW | O_DIRECTORY` open: say what it means.
 fn refused(e: Errno) -> io::Error {
     match e {
-        Errno::LOOP | Errno::NOTDIR => io::Error::new(
-            io::ErrorKind::Other,
+        Errno::LOOP | Errno::NOTDIR => io::Error::other(
             "a path component in the destination is a symbolic link or not a directory (not followed)",
         ),
         e => e.into(),

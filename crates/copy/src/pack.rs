@@ -130,11 +130,17 @@ impl<W: Write> Packer<'_, W> {
             }
         };
         let Some(rel) = top_name(src).and_then(|n| RelPath::new(n).ok()) else {
-            self.failed(format_args!("cannot copy {}: it has no name to copy to", src.display()));
+            self.failed(format_args!(
+                "cannot copy {}: it has no name to copy to",
+                src.display()
+            ));
             return Ok(());
         };
         if md.is_dir() && !recursive {
-            self.failed(format_args!("omitting directory {} (use -r)", src.display()));
+            self.failed(format_args!(
+                "omitting directory {} (use -r)",
+                src.display()
+            ));
             return Ok(());
         }
         // Depth first, names in byte order.
@@ -161,7 +167,10 @@ impl<W: Write> Packer<'_, W> {
                     v
                 }
                 Err(e) => {
-                    self.failed(format_args!("cannot read directory {}: {e}", path.display()));
+                    self.failed(format_args!(
+                        "cannot read directory {}: {e}",
+                        path.display()
+                    ));
                     return Ok(());
                 }
             };
@@ -221,14 +230,21 @@ impl<W: Write> Packer<'_, W> {
         let f = match rustix::fs::open(path, flags, Mode::empty()) {
             Ok(fd) => File::from(fd),
             Err(e) => {
-                self.failed(format_args!("cannot open {}: {}", path.display(), io::Error::from(e)));
+                self.failed(format_args!(
+                    "cannot open {}: {}",
+                    path.display(),
+                    io::Error::from(e)
+                ));
                 return Ok(());
             }
         };
         let before = match f.metadata() {
             Ok(m) if m.is_file() => m,
             Ok(_) => {
-                warn(format_args!("skipping {}: no longer a regular file", path.display()));
+                warn(format_args!(
+                    "skipping {}: no longer a regular file",
+                    path.display()
+                ));
                 return Ok(());
             }
             Err(e) => {
@@ -273,7 +289,9 @@ impl<W: Write> Packer<'_, W> {
         let after = f.metadata().ok();
         let changed = short
             || after.as_ref().is_none_or(|a| {
-                a.len() != size || a.mtime() != before.mtime() || a.mtime_nsec() != before.mtime_nsec()
+                a.len() != size
+                    || a.mtime() != before.mtime()
+                    || a.mtime_nsec() != before.mtime_nsec()
             });
         let unreadable = error.is_some();
         self.head.clear();
@@ -289,7 +307,10 @@ impl<W: Write> Packer<'_, W> {
             self.failed(format_args!("cannot read {}: {e}", path.display()));
         } else if changed {
             self.stats.changed += 1;
-            warn(format_args!("{} changed while it was read; its copy is not one state of it", path.display()));
+            warn(format_args!(
+                "{} changed while it was read; its copy is not one state of it",
+                path.display()
+            ));
         }
         Ok(())
     }

@@ -12,8 +12,17 @@ fn tree(root: &Path) {
     let w = |p: &str, data: &[u8]| std::fs::write(root.join(p), data).expect("write");
     std::fs::create_dir_all(root.join("src/empty")).expect("mkdir");
     w("src/a.txt", b"hello\n");
-    w("src/big.bin", &(0..3_000_000u32).map(|i| (i * 7 % 251) as u8).collect::<Vec<_>>());
-    std::fs::write(root.join("src").join(OsStr::from_bytes(b"odd\nname\xff")), b"x").expect("odd");
+    w(
+        "src/big.bin",
+        &(0..3_000_000u32)
+            .map(|i| (i * 7 % 251) as u8)
+            .collect::<Vec<_>>(),
+    );
+    std::fs::write(
+        root.join("src").join(OsStr::from_bytes(b"odd\nname\xff")),
+        b"x",
+    )
+    .expect("odd");
     std::os::unix::fs::symlink("a.txt", root.join("src/link")).expect("symlink");
     std::fs::hard_link(root.join("src/a.txt"), root.join("src/hard")).expect("hardlink");
     // Sparse: 1 MiB hole, 4 KiB data, 1 MiB hole.
@@ -21,13 +30,21 @@ fn tree(root: &Path) {
     f.set_len(2 << 20).expect("len");
     use std::os::unix::fs::FileExt;
     f.write_all_at(&[9; 4096], 1 << 20).expect("data");
-    std::fs::set_permissions(root.join("src/a.txt"), std::fs::Permissions::from_mode(0o640)).expect("chmod");
+    std::fs::set_permissions(
+        root.join("src/a.txt"),
+        std::fs::Permissions::from_mode(0o640),
+    )
+    .expect("chmod");
 }
 
 fn copy(src: &Path, dst: &Path, must_be_dir: bool) -> std::io::Result<()> {
     let mut buf = Vec::new();
     pack(&[src.to_path_buf()], true, &mut buf)?;
-    let mut u = Unpacker::new(Dest::open(dst, must_be_dir).map_err(std::io::Error::other)?, true);
+    let mut u = Unpacker::new(
+        Dest::open(dst, must_be_dir).map_err(std::io::Error::other)?,
+        "dst",
+        true,
+    );
     for piece in buf.chunks(7777) {
         u.write_all(piece)?;
     }
@@ -41,21 +58,47 @@ fn a_tree_round_trips_with_links_modes_and_holes() {
     let out = d.path().join("out");
     copy(&d.path().join("src"), &out, false).expect("copied");
     for f in ["a.txt", "big.bin", "sparse"] {
-        assert_eq!(std::fs::read(out.join(f)).unwrap(), std::fs::read(d.path().join("src").join(f)).unwrap(), "{f}");
+        assert_eq!(
+            std::fs::read(out.join(f)).unwrap(),
+            std::fs::read(d.path().join("src").join(f)).unwrap(),
+            "{f}"
+        );
     }
-    assert_eq!(std::fs::read(out.join(OsStr::from_bytes(b"odd\nname\xff"))).unwrap(), b"x");
+    assert_eq!(
+        std::fs::read(out.join(OsStr::from_bytes(b"odd\nname\xff"))).unwrap(),
+        b"x"
+    );
     assert!(out.join("empty").is_dir());
-    assert_eq!(std::fs::read_link(out.join("link")).unwrap(), Path::new("a.txt"));
-    let (a, h) = (std::fs::metadata(out.join("a.txt")).unwrap(), std::fs::metadata(out.join("hard")).unwrap());
+    assert_eq!(
+        std::fs::read_link(out.join("link")).unwrap(),
+        Path::new("a.txt")
+    );
+    let (a, h) = (
+        std::fs::metadata(out.join("a.txt")).unwrap(),
+        std::fs::metadata(out.join("hard")).unwrap(),
+    );
     assert_eq!(a.ino(), h.ino(), "hard link kept");
     assert_eq!(a.mode() & 0o777, 0o640);
     let src_a = std::fs::metadata(d.path().join("src/a.txt")).unwrap();
-    assert_eq!((a.mtime(), a.mtime_nsec()), (src_a.mtime(), src_a.mtime_nsec()));
+    assert_eq!(
+        (a.mtime(), a.mtime_nsec()),
+        (src_a.mtime(), src_a.mtime_nsec())
+    );
     let sp = std::fs::metadata(out.join("sparse")).unwrap();
-    assert!(sp.blocks() * 512 < 1 << 20, "holes kept: {} blocks", sp.blocks());
+    assert!(
+        sp.blocks() * 512 < 1 << 20,
+        "holes kept: {} blocks",
+        sp.blocks()
+    );
     // No temporary file left anywhere.
-    let names: Vec<_> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name()).collect();
-    assert!(names.iter().all(|n| !n.as_bytes().starts_with(b".")), "{names:?}");
+    let names: Vec<_> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(
+        names.iter().all(|n| !n.as_bytes().starts_with(b".")),
+        "{names:?}"
+    );
     // Into an existing directory: it lands as out/src.
     copy(&d.path().join("src"), &out, true).expect("copied into");
     assert_eq!(std::fs::read(out.join("src/a.txt")).unwrap(), b"hello\n");
@@ -77,12 +120,28 @@ fn a_stream_cannot_write_through_a_symlink_in_the_destination() {
     let mut s = Vec::new();
     encode_start(1, &mut s);
     let path = RelPath::new(b"top/pwned".to_vec()).unwrap();
-    s.extend(entry(Entry::File { path, meta: Meta { mode: 0o644, ..Meta::default() }, size: 3 }));
+    s.extend(entry(Entry::File {
+        path,
+        meta: Meta {
+            mode: 0o644,
+            ..Meta::default()
+        },
+        size: 3,
+    }));
     s.extend_from_slice(b"bad");
-    FileEnd { checksum: rdpipe_wire::checksum::xxh3_64(b"bad"), changed: false, unreadable: false }.encode(&mut s);
-    s.extend(entry(Entry::End { entries: 1, failed: 0 }));
-    let mut u = Unpacker::new(Dest::open(&dst, true).unwrap(), false);
-    u.write_all(&s).expect("a refused file is not a stream error");
+    FileEnd {
+        checksum: rdpipe_wire::checksum::xxh3_64(b"bad"),
+        changed: false,
+        unreadable: false,
+    }
+    .encode(&mut s);
+    s.extend(entry(Entry::End {
+        entries: 1,
+        failed: 0,
+    }));
+    let mut u = Unpacker::new(Dest::open(&dst, true).unwrap(), "dst", false);
+    u.write_all(&s)
+        .expect("a refused file is not a stream error");
     let err = u.flush().expect_err("the run fails");
     assert!(err.to_string().contains("1 not written here"), "{err}");
     assert!(!outside.path().join("pwned").exists());
@@ -95,19 +154,38 @@ fn a_wrong_checksum_or_a_truncated_stream_publishes_nothing() {
     let mut s = Vec::new();
     encode_start(1, &mut s);
     let path = RelPath::new(b"f".to_vec()).unwrap();
-    s.extend(entry(Entry::File { path, meta: Meta { mode: 0o644, ..Meta::default() }, size: 3 }));
+    s.extend(entry(Entry::File {
+        path,
+        meta: Meta {
+            mode: 0o644,
+            ..Meta::default()
+        },
+        size: 3,
+    }));
     s.extend_from_slice(b"abc");
     let at_trailer = s.len();
-    FileEnd { checksum: 1, changed: false, unreadable: false }.encode(&mut s);
-    s.extend(entry(Entry::End { entries: 1, failed: 0 }));
-    let mut u = Unpacker::new(Dest::open(d.path(), true).unwrap(), false);
+    FileEnd {
+        checksum: 1,
+        changed: false,
+        unreadable: false,
+    }
+    .encode(&mut s);
+    s.extend(entry(Entry::End {
+        entries: 1,
+        failed: 0,
+    }));
+    let mut u = Unpacker::new(Dest::open(d.path(), true).unwrap(), "d", false);
     u.write_all(&s).unwrap();
     assert!(u.flush().is_err());
     drop(u);
     // Cut before the trailer: the temporary file goes with the unpacker.
-    let mut u = Unpacker::new(Dest::open(d.path(), true).unwrap(), false);
+    let mut u = Unpacker::new(Dest::open(d.path(), true).unwrap(), "d", false);
     u.write_all(&s[..at_trailer]).unwrap();
     assert!(u.flush().is_err());
     drop(u);
-    assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 0, "nothing left");
+    assert_eq!(
+        std::fs::read_dir(d.path()).unwrap().count(),
+        0,
+        "nothing left"
+    );
 }

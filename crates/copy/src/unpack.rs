@@ -131,6 +131,8 @@ impl Current {
 /// The receiving side; see the module doc.
 pub struct Unpacker {
     dest: Dest,
+    /// The destination operand, for messages.
+    label: String,
     preserve: bool,
     root: bool,
     umask: u32,
@@ -167,10 +169,11 @@ fn times(m: &Meta) -> Timestamps {
 }
 
 impl Unpacker {
-    /// An unpacker into `dest`.
-    pub fn new(dest: Dest, preserve: bool) -> Unpacker {
+    /// An unpacker into `dest` (`label`: the destination as the user named it).
+    pub fn new(dest: Dest, label: &str, preserve: bool) -> Unpacker {
         Unpacker {
             dest,
+            label: label.trim_end_matches('/').to_string(),
             preserve,
             root: rustix::process::geteuid().is_root(),
             umask: umask(),
@@ -226,8 +229,20 @@ impl Unpacker {
         Ok(fd)
     }
 
+    /// Where `rel` goes, as the user would name it.
+    fn target(&self, rel: &RelPath) -> String {
+        let rel = shown(rel.as_bytes());
+        match &self.dest {
+            Dest::Into(_) => format!("{}/{rel}", self.label),
+            Dest::As { .. } => match rel.split_once('/') {
+                Some((_, rest)) => format!("{}/{rest}", self.label),
+                None => self.label.clone(),
+            },
+        }
+    }
+
     fn failed(&mut self, rel: &RelPath, why: impl std::fmt::Display) {
-        warn(format_args!("cannot write {}: {why}", shown(rel.as_bytes())));
+        warn(format_args!("cannot write {}: {why}", self.target(rel)));
         self.stats.failed += 1;
     }
 
@@ -272,7 +287,11 @@ impl Unpacker {
                 let (comps, leaf) = self.place(&path)?;
                 let tmp = Self::tmp_name(&leaf);
                 let opened = self.dir(&comps).and_then(|dir| {
-                    let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+                    let flags = OFlags::WRONLY
+                        | OFlags::CREATE
+                        | OFlags::EXCL
+                        | OFlags::NOFOLLOW
+                        | OFlags::CLOEXEC;
                     let mode = Mode::from_raw_mode((meta.mode & 0o777 | 0o600) as _);
                     let f = rustix::fs::openat(&dir, name(&tmp), flags, mode)?;
                     Ok((dir, File::from(f)))
@@ -318,7 +337,12 @@ impl Unpacker {
                     self.publish(&dir, &tmp, &leaf)?;
                     if self.preserve {
                         // A link's own times; failure here is not worth a warning.
-                        let _ = rustix::fs::utimensat(&dir, name(&leaf), &times(&meta), AtFlags::SYMLINK_NOFOLLOW);
+                        let _ = rustix::fs::utimensat(
+                            &dir,
+                            name(&leaf),
+                            &times(&meta),
+                            AtFlags::SYMLINK_NOFOLLOW,
+                        );
                     }
                     Ok(())
                 });
@@ -374,7 +398,9 @@ impl Unpacker {
     }
 
     fn file_end(&mut self, end: FileEnd) {
-        let Some(cur) = self.current.take() else { return };
+        let Some(cur) = self.current.take() else {
+            return;
+        };
         let (Some(file), Some(dir)) = (&cur.file, &cur.dir) else {
             return;
         };
@@ -389,20 +415,23 @@ impl Unpacker {
             return discard(None, self);
         }
         if cur.pos != cur.size || cur.hash.digest() != end.checksum {
-            return discard(Some("its checksum does not match the sender's".into()), self);
+            return discard(
+                Some("its checksum does not match the sender's".into()),
+                self,
+            );
         }
         let r = (|| -> io::Result<()> {
             write_sparse(file, &cur.pend, cur.pos - cur.pend.len() as u64)?;
             file.set_len(cur.size)?;
             if self.preserve {
                 if self.root {
-                    std::os::unix::fs::fchown(&file, Some(cur.meta.uid), Some(cur.meta.gid))?;
+                    std::os::unix::fs::fchown(file, Some(cur.meta.uid), Some(cur.meta.gid))?;
                 }
-                rustix::fs::fchmod(&file, Mode::from_raw_mode(cur.meta.mode as _))?;
-                rustix::fs::futimens(&file, &times(&cur.meta))?;
+                rustix::fs::fchmod(file, Mode::from_raw_mode(cur.meta.mode as _))?;
+                rustix::fs::futimens(file, &times(&cur.meta))?;
             } else {
                 let mode = cur.meta.mode & 0o777 & !self.umask;
-                rustix::fs::fchmod(&file, Mode::from_raw_mode(mode as _))?;
+                rustix::fs::fchmod(file, Mode::from_raw_mode(mode as _))?;
             }
             Ok(())
         })();
@@ -416,7 +445,7 @@ impl Unpacker {
                 if end.changed {
                     warn(format_args!(
                         "{}: copied while it changed on the sending side",
-                        shown(cur.rel.as_bytes())
+                        self.target(&cur.rel)
                     ));
                     self.stats.changed += 1;
                 }
@@ -428,7 +457,9 @@ impl Unpacker {
     /// The end of a verified stream: directories' metadata, then the verdict.
     fn finish(&mut self) -> io::Result<()> {
         if !self.decoder.finished() {
-            return Err(io::Error::other("the rdcp stream ended before its end entry"));
+            return Err(io::Error::other(
+                "the rdcp stream ended before its end entry",
+            ));
         }
         let dirs = std::mem::take(&mut self.dirs);
         for (rel, meta) in dirs.iter().rev() {
@@ -462,7 +493,10 @@ impl Unpacker {
                 parts.push(format!("{} not written here", s.failed));
             }
             if s.sender_failed > 0 {
-                parts.push(format!("{} skipped or unreadable on the sending side", s.sender_failed));
+                parts.push(format!(
+                    "{} skipped or unreadable on the sending side",
+                    s.sender_failed
+                ));
             }
             if s.changed > 0 {
                 parts.push(format!("{} copied while they changed", s.changed));

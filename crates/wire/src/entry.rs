@@ -247,10 +247,12 @@ impl<'a> Cur<'a> {
         self.take(2).map(|s| u16::from_be_bytes([s[0], s[1]]))
     }
     fn u32(&mut self) -> Option<u32> {
-        self.take(4).map(|s| u32::from_be_bytes(s.try_into().expect("4")))
+        self.take(4)
+            .map(|s| u32::from_be_bytes(s.try_into().expect("4")))
     }
     fn u64(&mut self) -> Option<u64> {
-        self.take(8).map(|s| u64::from_be_bytes(s.try_into().expect("8")))
+        self.take(8)
+            .map(|s| u64::from_be_bytes(s.try_into().expect("8")))
     }
     /// A length-prefixed name; the length is checked before waiting for the bytes.
     fn bytes(&mut self) -> Result<Option<&'a [u8]>, WireError> {
@@ -413,7 +415,9 @@ impl Decoder {
                 State::Start | State::Header | State::Trailer => {
                     // Parse from the pending bytes plus as much input as needed.
                     let had = self.pending.len();
-                    let take = input.len().min(MAX_HEADER_LEN + 1 - had.min(MAX_HEADER_LEN));
+                    let take = input
+                        .len()
+                        .min(MAX_HEADER_LEN + 1 - had.min(MAX_HEADER_LEN));
                     let buf: std::borrow::Cow<[u8]> = if had == 0 {
                         std::borrow::Cow::Borrowed(&input[..take])
                     } else {

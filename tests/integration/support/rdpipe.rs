@@ -69,13 +69,33 @@ pub struct Started {
     err: std::thread::JoinHandle<Vec<u8>>,
 }
 
+/// The rdcp binary under test.
+pub fn rdcp() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_rdcp"))
+}
+
 /// Starts `prefix... rdpipe args...` with `input` on stdin (None: /dev/null).
 pub fn start(prefix: &[&str], args: &[String], input: Option<Vec<u8>>) -> Started {
+    start_tool(&rdpipe(), prefix, args, input)
+}
+
+/// Runs rdcp to completion within `limit`.
+pub fn run_rdcp(args: &[String], input: Option<Vec<u8>>, limit: Duration) -> Run {
+    start_tool(&rdcp(), &[], args, input).finish(limit)
+}
+
+/// Starts `prefix... TOOL args...` with `input` on stdin (None: /dev/null).
+pub fn start_tool(
+    tool: &Path,
+    prefix: &[&str],
+    args: &[String],
+    input: Option<Vec<u8>>,
+) -> Started {
     let mut cmd = if prefix.is_empty() {
-        Command::new(rdpipe())
+        Command::new(tool)
     } else {
         let mut c = Command::new(prefix[0]);
-        c.args(&prefix[1..]).arg(rdpipe());
+        c.args(&prefix[1..]).arg(tool);
         c
     };
     cmd.args(args)
@@ -87,7 +107,7 @@ pub fn start(prefix: &[&str], args: &[String], input: Option<Vec<u8>>) -> Starte
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let cmdline = format!("{cmd:?}");
-    let mut child = cmd.spawn().expect("run rdpipe");
+    let mut child = cmd.spawn().expect("run the tool");
     if let Some(data) = input {
         let mut sin = child.stdin.take().unwrap();
         std::thread::spawn(move || {

@@ -39,7 +39,10 @@ pub fn start_pack(sources: &[String], recursive: bool, seg: &mut Segment, t: &mu
     };
     // A larger pipe: fewer wake-ups between the reader and the sender.
     let _ = rustix::pipe::fcntl_setpipe_size(&w, 1 << 20);
-    let sources: Vec<PathBuf> = sources.iter().map(|s| PathBuf::from(home_path(s))).collect();
+    let sources: Vec<PathBuf> = sources
+        .iter()
+        .map(|s| PathBuf::from(home_path(s)))
+        .collect();
     std::thread::spawn(move || {
         let mut out = BufWriter::with_capacity(1 << 20, File::from(w));
         match pack(&sources, recursive, &mut out) {
@@ -68,10 +71,15 @@ pub fn start_unpack(
     let dest = home_path(dest);
     seg.file_target = Some(dest.clone());
     match Dest::open(std::path::Path::new(&dest), must_be_dir) {
-        Ok(d) if seg.pending(Direction::In) => t.spawn_recv(
-            Box::new(move || Ok(Box::new(Unpacker::new(d, preserve)) as Box<dyn Write + Send>)),
-            None,
-        ),
+        Ok(d) if seg.pending(Direction::In) => {
+            let label = dest.clone();
+            t.spawn_recv(
+                Box::new(move || {
+                    Ok(Box::new(Unpacker::new(d, &label, preserve)) as Box<dyn Write + Send>)
+                }),
+                None,
+            )
+        }
         Ok(_) => seg.setup_failed(Part::File, format!("{dest}: no rdcp stream comes to it")),
         Err(msg) => {
             if seg.pending(Direction::In) {

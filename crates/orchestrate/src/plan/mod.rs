@@ -469,13 +469,19 @@ impl Pipeline {
                 Action::Relay => "relay only: forwards the stream unchanged, no command".into(),
                 Action::Pack { sources, recursive } => format!(
                     "send {}{sources:?} as an rdcp stream",
-                    if *recursive { "the trees " } else { "the files " }
+                    if *recursive {
+                        "the trees "
+                    } else {
+                        "the files "
+                    }
                 ),
-                Action::Unpack {
-                    dest, preserve, ..
-                } => format!(
+                Action::Unpack { dest, preserve, .. } => format!(
                     "create the rdcp stream's files beneath {dest:?}{}",
-                    if *preserve { ", keeping modes and times" } else { "" }
+                    if *preserve {
+                        ", keeping modes and times"
+                    } else {
+                        ""
+                    }
                 ),
             };
             let _ = writeln!(s, "  [{}] {:<16} {what}  ({how})", i + 1, seg.host.label());

@@ -10,7 +10,7 @@
 //! [`super::spawn::agent_args`]), so that whichever address is chosen reaches it.
 
 use super::fabric::{self, Choice, Origin};
-use super::{Runner, tool};
+use super::{tool, Runner};
 use crate::control::{Direction, NetAddr, Reach, ToAgent};
 use crate::plan::{parse_data_host, Node, Pipeline};
 use rdpipe_wire::TransportPref;

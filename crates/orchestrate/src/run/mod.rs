@@ -170,7 +170,12 @@ pub fn build_plan(a: &Config, stdin_is_input: bool) -> Result<Pipeline, PlanErro
             };
             let stdin = !segs.first().is_some_and(reads);
             let stdout = !segs.last().is_some_and(writes);
-            Ok(crate::plan::plan_chain(segs.clone(), stdin, stdout, &resolve))
+            Ok(crate::plan::plan_chain(
+                segs.clone(),
+                stdin,
+                stdout,
+                &resolve,
+            ))
         }
         None => plan_fanout(&a.segments, &a.sinks, stdin_is_input, &resolve),
     }

@@ -3,7 +3,7 @@
 //! [`super::verdict::decide`]).
 
 use super::verdict::{self, Cause, Verdict};
-use super::{Runner, tool};
+use super::{tool, Runner};
 use crate::control::{CmdExit, Direction, HopReport};
 use crate::plan::Node;
 use std::time::Duration;

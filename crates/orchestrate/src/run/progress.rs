@@ -11,7 +11,7 @@
 //! log events and forwarded stderr lines clear the line and draw it again
 //! (`rdpipe-term`).
 
-use super::{Runner, tool};
+use super::{tool, Runner};
 use crate::control::Direction;
 use crate::plan::{Action, Node};
 use rdpipe_term::progress::Progress;

@@ -13,7 +13,7 @@
 //! and their verdicts name the dead relay).
 
 use super::verdict::{Cause, Finding};
-use super::{Runner, tool};
+use super::{tool, Runner};
 use crate::control::{CmdExit, Direction, FailKind, HopReport, Part};
 use crate::plan::Node;
 use crate::report::SinkReport;

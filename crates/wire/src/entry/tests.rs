@@ -69,15 +69,20 @@ fn arb_path() -> impl Strategy<Value = RelPath> {
 }
 
 fn arb_meta() -> impl Strategy<Value = Meta> {
-    (0u32..0o10000, any::<u32>(), any::<u32>(), any::<i64>(), 0u32..1_000_000_000).prop_map(
-        |(mode, uid, gid, mtime, mtime_ns)| Meta {
+    (
+        0u32..0o10000,
+        any::<u32>(),
+        any::<u32>(),
+        any::<i64>(),
+        0u32..1_000_000_000,
+    )
+        .prop_map(|(mode, uid, gid, mtime, mtime_ns)| Meta {
             mode,
             uid,
             gid,
             mtime,
             mtime_ns,
-        },
-    )
+        })
 }
 
 fn arb_item() -> impl Strategy<Value = Item> {
@@ -205,12 +210,20 @@ fn hostile_headers_are_refused() {
     assert!(decode_all(&bad, &[]).is_err());
     // Mode bits past 0o7777, and bytes after the end.
     let mut bad = b.clone();
-    Entry::Dir { path: path("d"), meta: Meta::default() }.encode(&mut bad);
+    Entry::Dir {
+        path: path("d"),
+        meta: Meta::default(),
+    }
+    .encode(&mut bad);
     let n = bad.len();
     bad[n - 24..n - 20].copy_from_slice(&0o170000u32.to_be_bytes());
     assert!(decode_all(&bad, &[]).is_err());
     let mut bad = b.clone();
-    Entry::End { entries: 0, failed: 0 }.encode(&mut bad);
+    Entry::End {
+        entries: 0,
+        failed: 0,
+    }
+    .encode(&mut bad);
     bad.push(0);
     assert!(decode_all(&bad, &[]).is_err());
     // Not a stream at all.

@@ -1,0 +1,280 @@
+//! rdcp against a real sshd on 127.0.0.1 (aliases h1..h4 of one sshd): trees
+//! there and back, host to host, stdin/stdout, and what happens to files that
+//! cannot be copied. Every comparison is of bytes, links, modes and times.
+
+use crate::support::*;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::time::Duration;
+
+const LIMIT: Duration = Duration::from_secs(90);
+
+fn args(ssh: &LocalSsh, extra: &[&str]) -> Vec<String> {
+    let mut v = ssh.base_args();
+    v.extend(extra.iter().map(|s| s.to_string()));
+    v
+}
+
+/// A small tree with what a copy must keep: odd names, an empty directory, a
+/// symbolic link, a hard link, a sparse file, modes and a 6 MiB file.
+fn make_tree(root: &Path) {
+    std::fs::create_dir_all(root.join("sub/empty")).unwrap();
+    std::fs::write(root.join("a.txt"), b"hello\n").unwrap();
+    std::fs::set_permissions(root.join("a.txt"), std::fs::Permissions::from_mode(0o640)).unwrap();
+    std::fs::write(root.join("sub/big"), random_bytes(6 << 20, 7)).unwrap();
+    std::fs::write(root.join(OsStr::from_bytes(b"new\nline \xff")), b"odd").unwrap();
+    std::os::unix::fs::symlink("../a.txt", root.join("sub/link")).unwrap();
+    std::fs::hard_link(root.join("a.txt"), root.join("sub/hard")).unwrap();
+    let f = std::fs::File::create(root.join("sparse")).unwrap();
+    f.set_len(8 << 20).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&f, b"middle", 4 << 20).unwrap();
+}
+
+/// Asserts that `b` is a copy of `a`: same names, bytes, link targets, modes
+/// and mtimes (to the second at least), hard links kept.
+fn assert_same_tree(a: &Path, b: &Path) {
+    let mut names: Vec<_> = std::fs::read_dir(a)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    names.sort();
+    let mut got: Vec<_> = std::fs::read_dir(b)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    got.sort();
+    assert_eq!(names, got, "{} vs {}", a.display(), b.display());
+    for n in names {
+        let (pa, pb) = (a.join(&n), b.join(&n));
+        let (ma, mb) = (
+            std::fs::symlink_metadata(&pa).unwrap(),
+            std::fs::symlink_metadata(&pb).unwrap(),
+        );
+        assert_eq!(ma.file_type(), mb.file_type(), "{}", pb.display());
+        if ma.file_type().is_symlink() {
+            assert_eq!(
+                std::fs::read_link(&pa).unwrap(),
+                std::fs::read_link(&pb).unwrap()
+            );
+            continue;
+        }
+        assert_eq!(
+            ma.mode() & 0o7777,
+            mb.mode() & 0o7777,
+            "mode of {}",
+            pb.display()
+        );
+        if ma.is_dir() {
+            assert_same_tree(&pa, &pb);
+        } else {
+            assert!(
+                std::fs::read(&pa).unwrap() == std::fs::read(&pb).unwrap(),
+                "bytes of {}",
+                pb.display()
+            );
+            assert_eq!(ma.nlink(), mb.nlink(), "links of {}", pb.display());
+        }
+        assert_eq!(ma.mtime(), mb.mtime(), "mtime of {}", pb.display());
+    }
+}
+
+#[test]
+fn rdcp_tree_there_and_back_and_host_to_host() {
+    need_ssh!();
+    let ssh = LocalSsh::start("rdcp");
+    let d = &ssh.dir;
+    make_tree(&d.path("tree"));
+    // Local to remote: `there` does not exist, so the copy is named so.
+    run_rdcp(
+        &args(&ssh, &["-r", &d.s("tree"), &format!("h1:{}", d.s("there"))]),
+        None,
+        LIMIT,
+    )
+    .ok();
+    assert_same_tree(&d.path("tree"), &d.path("there"));
+    let sparse = std::fs::metadata(d.path("there/sparse")).unwrap();
+    assert!(
+        sparse.blocks() * 512 < 1 << 20,
+        "holes kept: {} blocks",
+        sparse.blocks()
+    );
+    // Remote to local, into an existing directory: lands as back/there.
+    std::fs::create_dir(d.path("back")).unwrap();
+    run_rdcp(
+        &args(&ssh, &["-r", &format!("h2:{}", d.s("there")), &d.s("back")]),
+        None,
+        LIMIT,
+    )
+    .ok();
+    assert_same_tree(&d.path("tree"), &d.path("back/there"));
+    // Remote to remote: one hop from h1's agent to h2's, none through rdcp.
+    let r = run_rdcp(
+        &args(
+            &ssh,
+            &[
+                "-v",
+                "-r",
+                &format!("h1:{}", d.s("tree")),
+                &format!("h2:{}", d.s("h2copy")),
+            ],
+        ),
+        None,
+        LIMIT,
+    );
+    r.ok();
+    assert_same_tree(&d.path("tree"), &d.path("h2copy"));
+    assert!(
+        r.stderr.contains("rdcp: [1] h1 -> [2] h2: "),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        !r.stderr.contains("stdin") && !r.stderr.contains("stdout"),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        r.stderr.lines().any(|l| l.starts_with("Bandwidth ")),
+        "{}",
+        r.stderr
+    );
+    // Nothing of the copies left running, no temporary file left behind.
+    assert!(
+        wait_gone(&d.s("h2copy"), Duration::from_secs(10)),
+        "{}",
+        ps(&pgrep(&d.s("h2copy")))
+    );
+    let leftovers = std::process::Command::new("find")
+        .args([
+            &d.s("there"),
+            &d.s("back"),
+            &d.s("h2copy"),
+            "-name",
+            ".*.rdcp-*",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        leftovers.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&leftovers.stdout)
+    );
+}
+
+#[test]
+fn rdcp_files_into_a_directory_and_through_stdin_and_stdout() {
+    need_ssh!();
+    let ssh = LocalSsh::start("rdcpfiles");
+    let d = &ssh.dir;
+    std::fs::write(d.path("one"), random_bytes(300_000, 1)).unwrap();
+    std::fs::write(d.path("two"), b"2").unwrap();
+    std::fs::create_dir(d.path("into")).unwrap();
+    // An existing file at the destination is replaced by the complete copy.
+    std::fs::write(d.path("into/two"), b"old").unwrap();
+    run_rdcp(
+        &args(
+            &ssh,
+            &[&d.s("one"), &d.s("two"), &format!("h1:{}/", d.s("into"))],
+        ),
+        None,
+        LIMIT,
+    )
+    .ok();
+    assert!(std::fs::read(d.path("into/one")).unwrap() == random_bytes(300_000, 1));
+    assert_eq!(std::fs::read(d.path("into/two")).unwrap(), b"2");
+    // Several sources need a directory.
+    let r = run_rdcp(
+        &args(
+            &ssh,
+            &[&d.s("one"), &d.s("two"), &format!("h1:{}", d.s("nodir"))],
+        ),
+        None,
+        LIMIT,
+    );
+    assert_eq!(r.code(), Some(1), "{}", r.stderr);
+    assert!(r.stderr.contains("no such directory"), "{}", r.stderr);
+    // `-` as the source and as the destination.
+    run_rdcp(
+        &args(&ssh, &["-", &format!("h2:{}", d.s("fromstdin"))]),
+        Some(b"piped\n".to_vec()),
+        LIMIT,
+    )
+    .ok();
+    assert_eq!(std::fs::read(d.path("fromstdin")).unwrap(), b"piped\n");
+    let r = run_rdcp(
+        &args(&ssh, &[&format!("h2:{}", d.s("one")), "-"]),
+        None,
+        LIMIT,
+    );
+    r.ok();
+    assert!(r.stdout == random_bytes(300_000, 1));
+    // Bad operands: exit 2 with one line.
+    let r = run_rdcp(
+        &args(
+            &ssh,
+            &[
+                &format!("h1:{}", d.s("one")),
+                &format!("h2:{}", d.s("two")),
+                &d.s("into"),
+            ],
+        ),
+        None,
+        LIMIT,
+    );
+    assert_eq!(r.code(), Some(2), "{}", r.stderr);
+    assert!(r.stderr.contains("different hosts"), "{}", r.stderr);
+}
+
+#[test]
+fn rdcp_reports_what_it_could_not_copy_and_copies_the_rest() {
+    need_ssh!();
+    let ssh = LocalSsh::start("rdcpfail");
+    let d = &ssh.dir;
+    std::fs::create_dir_all(d.path("src/sub")).unwrap();
+    std::fs::write(d.path("src/ok1"), b"fine").unwrap();
+    std::fs::write(d.path("src/blocked"), b"a file").unwrap();
+    std::fs::write(d.path("src/sub/x"), b"must not escape").unwrap();
+    std::fs::write(d.path("src/zz"), b"after the failures").unwrap();
+    // The destination has a directory where a file goes, and a symbolic link
+    // (planted by someone else) where the tree has a directory.
+    std::fs::create_dir_all(d.path("dst/src/blocked/inside")).unwrap();
+    std::fs::create_dir(d.path("outside")).unwrap();
+    std::os::unix::fs::symlink(d.path("outside"), d.path("dst/src/sub")).unwrap();
+    let r = run_rdcp(
+        &args(&ssh, &["-r", &d.s("src"), &format!("h1:{}", d.s("dst"))]),
+        None,
+        LIMIT,
+    );
+    assert_eq!(r.code(), Some(1), "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains(&format!("cannot write {}/src/blocked: ", d.s("dst"))),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        r.stderr
+            .contains(&format!("cannot write {}/src/sub: ", d.s("dst"))),
+        "{}",
+        r.stderr
+    );
+    assert!(r.stderr.contains("not all copied"), "{}", r.stderr);
+    // The rest arrived; nothing was written through the link.
+    assert_eq!(std::fs::read(d.path("dst/src/ok1")).unwrap(), b"fine");
+    assert_eq!(
+        std::fs::read(d.path("dst/src/zz")).unwrap(),
+        b"after the failures"
+    );
+    assert_eq!(std::fs::read_dir(d.path("outside")).unwrap().count(), 0);
+    // A directory without -r is omitted with a warning, and the status says so.
+    let r = run_rdcp(
+        &args(&ssh, &[&d.s("src"), &format!("h1:{}", d.s("norec"))]),
+        None,
+        LIMIT,
+    );
+    assert_eq!(r.code(), Some(1), "{}", r.stderr);
+    assert!(r.stderr.contains("omitting directory"), "{}", r.stderr);
+    assert!(!d.path("norec").exists());
+}
