@@ -6,7 +6,7 @@
 # (10.77.0.1), the sender's traffic leaves from rxe1 (10.77.0.2).
 # Every check prints a PASS or FAIL line; the script exits 1 on any failure.
 # Arguments (optional) pick sections: sizes noimm chunks wrongkey token senderkill
-# epipe memlock recvkill rdpipe (with rdpipe doctor) ratelimit fabric (data-address discovery)
+# epipe memlock recvkill rdpipe (with rdcp host to host and rdpipe doctor) ratelimit fabric (data-address discovery)
 # fanout (a --to chain relay and a relay-only segment over RDMA; tests/rdma-vm/suite-fanout.sh)
 # relink (a dead relay of an RDMA chain re-linked around; tests/rdma-vm/suite-relink.sh)
 # reconnect (an RDMA hop whose link goes down mid-stream resumes; tests/rdma-vm/suite-reconnect.sh)
@@ -429,6 +429,22 @@ if [ -n "$sshd_ok" ] && want rdpipe; then
     # Three hops: rdpipe's stdin -> rxehost1 (cat) -> rxehost0 (cat) -> rdpipe's stdout.
     "${RP[@]}" "rxehost1:cat" "rxehost0:cat" <"$PIN" >"$W/pipe2.out" 2>"$W/pipe2.err"
     check_pipe pipe2 3 "$PIN" "$W/pipe2.out" $?
+    # rdcp over RDMA, host to host: a 24 MiB file and a small tree from
+    # rxehost1 to rxehost0, byte-exact, the one hop over rdma.
+    CP=$(rdma_bin rdcp) || die "rdcp not built (cargo build --release)"
+    mkdir -p "$W/cptree/sub" && head -c $((24 * CHUNK)) /dev/urandom >"$W/cptree/big"
+    echo small >"$W/cptree/sub/small" && ln -s ../big "$W/cptree/sub/link"
+    timeout 180 "$CP" -v -r -F "$S/config" --remote-bin "$BIN_DIR" --transport rdma \
+        "rxehost1:$W/cptree" "rxehost0:$W/cpcopy" </dev/null 2>"$W/rdcp.err"
+    crc=$?
+    if [ "$crc" = 0 ] && diff -r --no-dereference "$W/cptree" "$W/cpcopy" >/dev/null \
+        && [ "$(grep -c -- '-> .*: rdma (' "$W/rdcp.err")" = 1 ] && ! pgrep -f -- '--agent' >/dev/null; then
+        pass "rdcp -r host to host over rdma: a 24 MiB file and a tree byte-exact, $(grep -o 'Bandwidth .*' "$W/rdcp.err")"
+    else
+        fail "rdcp -r over rdma (exit $crc)"
+        sed 's/^/    [rdcp] /' "$W/rdcp.err"
+    fi
+    rm -rf "$W/cptree" "$W/cpcopy"
     # rdpipe doctor on both hosts: no problem, every port ACTIVE, and a working
     # RDMA pair (its rate beside the link rate).
     timeout 180 "$PIPE" doctor -F "$S/config" --remote-bin "$BIN_DIR" --size 32M \
