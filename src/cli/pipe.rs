@@ -104,7 +104,8 @@ pub struct PipeArgs {
     /// next, so the source sends each byte once; the chain runs at the
     /// slowest sink's speed. A failing sink command does not stop the others.
     /// The sink's command stdout goes to rdpipe's stderr, prefixed with its
-    /// host.
+    /// host. HOST may be a Slurm hostlist: --to 'n[001-064]:> /img' is 64
+    /// sinks, n001 to n064, in that order.
     #[arg(long = "to", value_name = "HOST:CMD")]
     pub to: Vec<String>,
 

@@ -188,3 +188,25 @@ fn fanout_source_host_sends_each_byte_once() {
     assert!(ratio < 1.1, "{ratio:.3} bytes sent per byte of stream");
     net.assert_clean();
 }
+
+#[test]
+fn fanout_to_a_slurm_hostlist_is_one_sink_per_host_in_order() {
+    let net = Netns::start_with("fanhl", 3);
+    let data = random_bytes(3 << 20, 9);
+    let sum = xxh3_hex(&data);
+    let r = net.rdpipe(&["-v", "--to", "n[1-3]:wc -c"], Some(data.clone()), 240);
+    r.ok();
+    for h in 1..=3 {
+        let line = format!("rdpipe: sink [{h}] n{h}: ok: {} bytes over tcp", data.len());
+        assert!(
+            r.stderr.lines().any(|l| l.starts_with(&line) && l.contains(&sum)),
+            "no '{line}':\n{}",
+            r.stderr
+        );
+    }
+    // A malformed list is a usage error, before anything runs.
+    let r = net.rdpipe(&["--to", "n[1-:wc -c"], Some(vec![]), 30);
+    assert_eq!(r.code(), Some(2), "{}", r.stderr);
+    assert!(r.stderr.contains("host list 'n[1-'"), "{}", r.stderr);
+    net.assert_clean();
+}

@@ -249,7 +249,9 @@ if want senderkill; then
 echo "== sender killed mid-stream: receiver fails with 'truncated'"
 rm -f "$W/kill.fifo" "$W/kill.out"
 mkfifo "$W/kill.fifo"
-timeout 120 "$RECV" -v --transport rdma --announce-fd 3 0 "$KEY" "$W/kill.out" 3>"$W/kill.fifo" 2>"$W/kill.recv.err" &
+# --reconnect-timeout 5: the receiver waits that long for the sender to come
+# back (60 s by default) before it calls the stream truncated.
+timeout 120 "$RECV" -v --transport rdma --reconnect-timeout 5 --announce-fd 3 0 "$KEY" "$W/kill.out" 3>"$W/kill.fifo" 2>"$W/kill.recv.err" &
 rpid=$!
 read -r _ port <"$W/kill.fifo"
 { cat "$W/in.$((CHUNK + 1))"; sleep 60; } | "$SEND" -v --transport rdma "$RXE_SERVER_IP" "$port" "$KEY" 2>"$W/kill.send.err" &

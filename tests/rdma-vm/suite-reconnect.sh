@@ -15,7 +15,8 @@ if want reconnect; then
     mkfifo -m 666 "$W/rc.fifo"
     # 24 MiB at 2 MiB/s: about 12 s, so that the stream is still running when
     # the link comes back.
-    timeout 300 "$RECV" -v --reconnect-timeout 60 --announce-fd 3 0 "$KEY" "$W/rc.out" \
+    # --handshake-timeout 60: a loaded host slows the emulated guest a lot.
+    timeout 300 "$RECV" -v --reconnect-timeout 60 --handshake-timeout 60 --announce-fd 3 0 "$KEY" "$W/rc.out" \
         3>"$W/rc.fifo" 2>"$W/rc.recv.err" &
     rpid=$!
     port=
@@ -24,7 +25,7 @@ if want reconnect; then
     if [ -z "$port" ]; then
         ok=; echo "    rdrecv announced no port"
     else
-        timeout 300 "$SEND" -v --rate-limit 2M "$RXE_SERVER_IP" "$port" "$KEY" "$RCIN" \
+        timeout 300 "$SEND" -v --rate-limit 2M --handshake-timeout 60 "$RXE_SERVER_IP" "$port" "$KEY" "$RCIN" \
             2>"$W/rc.send.err" &
         spid=$!
         # Readiness: the receiver's temporary file holds 4 MiB.

@@ -10,7 +10,8 @@
 //!
 //! `rdpipe [SOURCE-SEGMENT ...] --to HOST:CMD --to HOST:CMD ...`
 //!
-//! - Each `--to` is one segment (`HOST:CMD`, `HOST:'> FILE'`, `HOST:'>> FILE'`);
+//! - Each `--to` is one segment (`HOST:CMD`, `HOST:'> FILE'`, `HOST:'>> FILE'`),
+//!   or one per host of a Slurm hostlist (`--to 'n[001-064]:> /img'`);
 //!   a sink that needs several commands uses a shell pipe inside CMD
 //!   (`--to b1:'gunzip | zfs recv pool/x'`). A sink cannot be `< FILE`.
 //! - The sinks are relayed in the order given; nothing comes back to rdpipe's
@@ -37,11 +38,11 @@ pub fn plan_fanout(
         .map(|a| super::parse_segment(a))
         .collect::<Result<Vec<_>, _>>()?;
     let first_sink = segments.len();
-    for arg in sinks {
-        let seg = super::parse_segment(arg)?;
+    for arg in sinks.iter().map(|a| expand_sink(a)).collect::<Result<Vec<_>, _>>()?.concat() {
+        let seg = super::parse_segment(&arg)?;
         match seg.action {
-            Action::ReadFile(_) => return Err(PlanError::SinkReads(arg.clone())),
-            Action::Relay => return Err(PlanError::SinkRelays(arg.clone())),
+            Action::ReadFile(_) => return Err(PlanError::SinkReads(arg)),
+            Action::Relay => return Err(PlanError::SinkRelays(arg)),
             _ => {}
         }
         segments.push(seg);
@@ -63,6 +64,18 @@ pub fn plan_fanout(
     );
     p.first_sink = Some(first_sink);
     Ok(p)
+}
+
+/// One `--to` argument as the sinks it names: a Slurm hostlist in its host
+/// (`n[001-064]:CMD`) is one sink per host, in order ([`super::hostlist`]).
+fn expand_sink(arg: &str) -> Result<Vec<String>, PlanError> {
+    match arg.split_once(':') {
+        Some((host, cmd)) if !arg.starts_with('[') => Ok(super::hostlist::expand(host)?
+            .into_iter()
+            .map(|h| format!("{h}:{cmd}"))
+            .collect()),
+        _ => Ok(vec![arg.to_string()]),
+    }
 }
 
 impl Pipeline {

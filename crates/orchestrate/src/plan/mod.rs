@@ -51,6 +51,7 @@
 use std::fmt;
 
 mod fanout;
+pub mod hostlist;
 mod parse;
 pub use fanout::plan_fanout;
 pub use parse::{parse_data_host, parse_segment, quotes_balanced};
@@ -298,6 +299,14 @@ pub enum PlanError {
     /// `--to` sinks without a source.
     #[error("--to sinks need a source: HOST:CMD segments before them, or data on rdpipe's standard input (not a terminal)")]
     NoSource,
+    /// A hostlist (`n[01-16]`) that does not parse.
+    #[error("host list '{list}': {why}")]
+    BadHostList {
+        /// The list as written.
+        list: String,
+        /// What is wrong.
+        why: String,
+    },
     /// A `--data-host` value that is not `HOST=ADDR`.
     #[error("--data-host '{0}' is not HOST=ADDR")]
     BadDataHost(String),
