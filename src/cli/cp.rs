@@ -85,6 +85,14 @@ pub struct CpArgs {
     #[arg(long, conflicts_with = "preserve")]
     pub no_preserve: bool,
 
+    /// Continue an interrupted copy: first list what DEST already holds (one
+    /// more connection to its host); files there with the same size and
+    /// mtime (kept with -p, the default with -r) are not sent again, and a
+    /// file cut short continues from its partial copy (the temporary file
+    /// the interrupted run left) once both sides' hashes of that part agree.
+    #[arg(long)]
+    pub resume: bool,
+
     /// How to reach the hosts and move the data (as rdpipe's).
     #[command(flatten)]
     pub run: RunOpts,
@@ -196,6 +204,7 @@ pub fn plan(a: &CpArgs) -> Result<Vec<Segment>, String> {
                     action: Action::Pack {
                         sources: paths,
                         recursive: a.recursive,
+                        manifest: None,
                     },
                 },
                 Segment {
@@ -204,6 +213,7 @@ pub fn plan(a: &CpArgs) -> Result<Vec<Segment>, String> {
                         dest: path,
                         must_be_dir,
                         preserve,
+                        resumed_top: None,
                     },
                 },
             ])
@@ -211,10 +221,88 @@ pub fn plan(a: &CpArgs) -> Result<Vec<Segment>, String> {
     }
 }
 
+/// `--resume`'s first step: the destination's host lists what it holds into
+/// a file on the sources' host, which the copy's packer then reads (and
+/// removes). The file's name has 128 random bits: nobody can plant a link
+/// there first.
+fn listing(args: &CpArgs, segments: &mut [Segment], exe: &std::path::Path) -> Result<(), Failure> {
+    let [Segment {
+        host: src_host,
+        action: Action::Pack {
+            sources, manifest, ..
+        },
+    }, Segment {
+        host: dst_host,
+        action:
+            Action::Unpack {
+                dest,
+                must_be_dir,
+                resumed_top,
+                ..
+            },
+    }] = segments
+    else {
+        // `-` on either side: one file, nothing to resume.
+        return Ok(());
+    };
+    let mut id = [0u8; 16];
+    getrandom::getrandom(&mut id)
+        .map_err(|e| fail(1, format!("no randomness for a file name: {e}")))?;
+    let path = format!(
+        "/tmp/.rdcp-listing-{}",
+        id.iter().map(|b| format!("{b:02x}")).collect::<String>()
+    );
+    let tops: Vec<String> = sources
+        .iter()
+        .filter_map(|s| std::path::Path::new(s).file_name())
+        .map(|n| n.to_string_lossy().into_owned())
+        .collect();
+    if let [t] = tops.as_slice() {
+        *resumed_top = Some(t.clone());
+    }
+    let mut config = args.run.clone().config();
+    config.prepared = Some(vec![
+        Segment {
+            host: dst_host.clone(),
+            action: Action::List {
+                dest: dest.clone(),
+                must_be_dir: *must_be_dir,
+                tops: tops.clone(),
+            },
+        },
+        Segment {
+            host: src_host.clone(),
+            action: Action::WriteFile {
+                path: path.clone(),
+                append: false,
+            },
+        },
+    ]);
+    let (outcome, _) = rdpipe_orchestrate::run::run_reported(
+        config,
+        LocalExe {
+            exe: exe.to_path_buf(),
+        },
+    );
+    outcome.map_err(|e| Failure {
+        messages: e
+            .messages()
+            .into_iter()
+            .map(|m| format!("listing {} for --resume: {m}", dst_host.label()))
+            .collect(),
+        code: e.exit_code(),
+    })?;
+    *manifest = Some(path);
+    Ok(())
+}
+
 /// Runs rdcp; `exe` is this program (run again as local agents and the ssh
 /// master's guard).
 pub fn run(args: CpArgs, exe: PathBuf) -> Result<(), Failure> {
-    let segments = plan(&args).map_err(|m| fail(2, m))?;
+    let mut segments = plan(&args).map_err(|m| fail(2, m))?;
+    if args.resume {
+        listing(&args, &mut segments, &exe)?;
+    }
     let json = args.run.json.clone();
     let mut config = args.run.config();
     config.prepared = Some(segments);
@@ -274,7 +362,8 @@ mod tests {
             segs[0].action,
             Action::Pack {
                 sources: vec!["/a".into(), "b".into()],
-                recursive: true
+                recursive: true,
+                manifest: None
             }
         );
         assert_eq!(
@@ -282,7 +371,8 @@ mod tests {
             Action::Unpack {
                 dest: "/dst".into(),
                 must_be_dir: true,
-                preserve: true
+                preserve: true,
+                resumed_top: None
             }
         );
         let segs = plan(&args(&["f", "h:/x"])).unwrap();

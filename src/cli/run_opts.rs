@@ -10,7 +10,7 @@ use std::path::PathBuf;
 pub const DEBUG_ENV: &str = "RDPIPE_DEBUG";
 
 /// The run options (see each flag).
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 pub struct RunOpts {
     /// Each sending end of a hop keeps the last SIZE bytes it sent (ordinary
     /// memory, allocated as the stream passes) until its receiver has them,

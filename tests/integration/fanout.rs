@@ -199,7 +199,9 @@ fn fanout_to_a_slurm_hostlist_is_one_sink_per_host_in_order() {
     for h in 1..=3 {
         let line = format!("rdpipe: sink [{h}] n{h}: ok: {} bytes over tcp", data.len());
         assert!(
-            r.stderr.lines().any(|l| l.starts_with(&line) && l.contains(&sum)),
+            r.stderr
+                .lines()
+                .any(|l| l.starts_with(&line) && l.contains(&sum)),
             "no '{line}':\n{}",
             r.stderr
         );

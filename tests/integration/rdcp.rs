@@ -278,3 +278,71 @@ fn rdcp_reports_what_it_could_not_copy_and_copies_the_rest() {
     assert!(r.stderr.contains("omitting directory"), "{}", r.stderr);
     assert!(!d.path("norec").exists());
 }
+
+#[test]
+fn rdcp_resume_after_an_interrupted_copy_moves_only_the_rest() {
+    need_ssh!();
+    let ssh = LocalSsh::start("rdcpresume");
+    let d = &ssh.dir;
+    let size = 48 << 20;
+    std::fs::create_dir_all(d.path("src")).unwrap();
+    std::fs::write(d.path("src/big"), random_bytes(size, 5)).unwrap();
+    std::fs::write(d.path("src/small"), b"small").unwrap();
+    let to = format!("h2:{}", d.s("dst"));
+    let mut a = args(&ssh, &["-r", "--rate-limit", "16M"]);
+    a.extend([format!("h1:{}", d.s("src")), to.clone()]);
+    let started = start_tool(&rdcp(), &[], &a, None);
+    // Readiness: a third of the file is in its temporary copy.
+    wait_until("a partial copy of a third", Duration::from_secs(60), || {
+        std::fs::read_dir(d.path("dst"))
+            .ok()?
+            .filter_map(Result::ok)
+            .find(|e| e.file_name().as_bytes().starts_with(b".big.rdcp-"))
+            .filter(|e| e.metadata().is_ok_and(|m| m.len() > size as u64 / 3))
+    });
+    started.interrupt();
+    assert!(
+        !d.path("dst/big").exists(),
+        "no partial file under its name"
+    );
+    let r = run_rdcp(
+        &args(
+            &ssh,
+            &["-v", "-r", "--resume", &format!("h1:{}", d.s("src")), &to],
+        ),
+        None,
+        LIMIT,
+    );
+    r.ok();
+    assert_same_tree(&d.path("src"), &d.path("dst"));
+    // The copy's hop (not the listing's) moved less than 70% of the file.
+    let moved: u64 = r
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("rdcp: [1] h1 -> [2] h2: "))
+        .find_map(|l| {
+            l.split(", ")
+                .find_map(|f| f.split_once(" bytes in ")?.0.parse().ok())
+        })
+        .unwrap_or_else(|| panic!("no hop line:\n{}", r.stderr));
+    eprintln!("rdcp --resume moved {moved} of {size} bytes");
+    assert!(
+        moved < size as u64 * 7 / 10,
+        "moved {moved} of {size}:\n{}",
+        r.stderr
+    );
+    assert!(
+        r.stderr.contains("1 continued from a partial copy"),
+        "{}",
+        r.stderr
+    );
+    let leftovers = std::process::Command::new("find")
+        .args([&d.s("dst"), "-name", ".*.rdcp-*"])
+        .output()
+        .unwrap();
+    assert!(
+        leftovers.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&leftovers.stdout)
+    );
+}

@@ -9,9 +9,11 @@
 //! does I/O on the network itself.
 
 pub mod beneath;
+pub mod list;
 pub mod pack;
 pub mod unpack;
 
+pub use list::{list, Manifest};
 pub use pack::{pack, PackStats};
 pub use unpack::{Dest, Unpacker};
 

@@ -16,6 +16,7 @@
 //! its trailer says `changed` and a warning names it. A read error part way is
 //! marked `unreadable` (the receiver discards the file) and counted as failed.
 
+use crate::list::Manifest;
 use crate::warn;
 use rdpipe_wire::entry::{encode_start, Entry, FileEnd, Meta, RelPath};
 use rdpipe_wire::StreamHasher;
@@ -38,6 +39,12 @@ pub struct PackStats {
     pub changed: u64,
     /// Bytes of file data sent.
     pub bytes: u64,
+    /// Files not sent: complete at the destination (`--resume`).
+    pub skipped: u64,
+    /// Files continued from a partial copy at the destination.
+    pub resumed: u64,
+    /// Bytes not sent because the destination had them.
+    pub skipped_bytes: u64,
 }
 
 const BUF: usize = 1 << 20;
@@ -54,18 +61,26 @@ fn meta_of(m: &Metadata) -> Meta {
 
 struct Packer<'a, W: Write> {
     out: &'a mut W,
+    manifest: Option<&'a Manifest>,
     head: Vec<u8>,
     buf: Vec<u8>,
     links: HashMap<(u64, u64), RelPath>,
     stats: PackStats,
 }
 
-/// Writes the entry stream of `sources` into `out`. Errors are those of `out`
-/// (the transfer): a source that cannot be read is a warning and a count in
-/// the stats and the end entry, not an error.
-pub fn pack<W: Write>(sources: &[PathBuf], recursive: bool, out: &mut W) -> io::Result<PackStats> {
+/// Writes the entry stream of `sources` into `out`; with a `manifest` (the
+/// destination's listing, `--resume`) only what the destination lacks.
+/// Errors are those of `out` (the transfer): a source that cannot be read is
+/// a warning and a count in the stats and the end entry, not an error.
+pub fn pack<W: Write>(
+    sources: &[PathBuf],
+    recursive: bool,
+    manifest: Option<&Manifest>,
+    out: &mut W,
+) -> io::Result<PackStats> {
     let mut p = Packer {
         out,
+        manifest,
         head: Vec::with_capacity(256),
         buf: vec![0; BUF],
         links: HashMap::new(),
@@ -96,6 +111,24 @@ fn top_name(src: &Path) -> Option<Vec<u8>> {
             .file_name()
             .map(|n| n.as_bytes().to_vec()),
     }
+}
+
+/// xxh3-64 of the first `n` bytes of `f` (read with positioned reads), or
+/// `None` when it is shorter.
+fn prefix_hash(f: &File, n: u64) -> io::Result<Option<u64>> {
+    use std::os::unix::fs::FileExt;
+    let mut h = StreamHasher::new();
+    let mut buf = vec![0; BUF];
+    while h.bytes() < n {
+        let want = (n - h.bytes()).min(BUF as u64) as usize;
+        match f.read_at(&mut buf[..want], h.bytes()) {
+            Ok(0) => return Ok(None),
+            Ok(k) => h.update(&buf[..k]),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(Some(h.digest()))
 }
 
 impl<W: Write> Packer<'_, W> {
@@ -253,15 +286,48 @@ impl<W: Write> Packer<'_, W> {
             }
         };
         let size = before.len();
-        self.entry(&Entry::File {
-            path: rel.clone(),
-            meta: meta_of(&before),
-            size,
-        })?;
+        let meta = meta_of(&before);
+        let mut offset = 0;
+        if let Some(m) = self.manifest {
+            if m.have(&rel)
+                .is_some_and(|h| h.size == size && h.mtime == (meta.mtime, meta.mtime_ns))
+            {
+                // Complete at the destination, same size and mtime: not sent.
+                self.stats.skipped += 1;
+                self.stats.skipped_bytes += size;
+                return Ok(());
+            }
+            if let Some(p) = m.partial(&rel).filter(|p| p.size <= size) {
+                if prefix_hash(&f, p.size)? == Some(p.hash) {
+                    offset = p.size;
+                    self.stats.resumed += 1;
+                    self.stats.skipped_bytes += offset;
+                    self.entry(&Entry::Resume {
+                        path: rel.clone(),
+                        meta,
+                        size,
+                        offset,
+                        prefix: p.hash,
+                        tmp: p.tmp.clone(),
+                    })?;
+                }
+            }
+        }
+        if offset == 0 {
+            self.entry(&Entry::File {
+                path: rel.clone(),
+                meta,
+                size,
+            })?;
+        }
         let mut h = StreamHasher::new();
-        let mut left = size;
+        let mut left = size - offset;
         let (mut short, mut error) = (false, None);
         let mut src = &f;
+        if offset > 0 {
+            use std::io::Seek;
+            src.seek(std::io::SeekFrom::Start(offset))?;
+        }
         while left > 0 {
             let want = left.min(BUF as u64) as usize;
             let n = if short || error.is_some() {
@@ -302,7 +368,7 @@ impl<W: Write> Packer<'_, W> {
         }
         .encode(&mut self.head);
         self.out.write_all(&self.head)?;
-        self.stats.bytes += size;
+        self.stats.bytes += size - offset;
         if let Some(e) = error {
             self.failed(format_args!("cannot read {}: {e}", path.display()));
         } else if changed {

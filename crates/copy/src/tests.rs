@@ -39,9 +39,9 @@ fn tree(root: &Path) {
 
 fn copy(src: &Path, dst: &Path, must_be_dir: bool) -> std::io::Result<()> {
     let mut buf = Vec::new();
-    pack(&[src.to_path_buf()], true, &mut buf)?;
+    pack(&[src.to_path_buf()], true, None, &mut buf)?;
     let mut u = Unpacker::new(
-        Dest::open(dst, must_be_dir).map_err(std::io::Error::other)?,
+        Dest::open(dst, must_be_dir, None).map_err(std::io::Error::other)?,
         "dst",
         true,
     );
@@ -139,7 +139,7 @@ fn a_stream_cannot_write_through_a_symlink_in_the_destination() {
         entries: 1,
         failed: 0,
     }));
-    let mut u = Unpacker::new(Dest::open(&dst, true).unwrap(), "dst", false);
+    let mut u = Unpacker::new(Dest::open(&dst, true, None).unwrap(), "dst", false);
     u.write_all(&s)
         .expect("a refused file is not a stream error");
     let err = u.flush().expect_err("the run fails");
@@ -174,13 +174,8 @@ fn a_wrong_checksum_or_a_truncated_stream_publishes_nothing() {
         entries: 1,
         failed: 0,
     }));
-    let mut u = Unpacker::new(Dest::open(d.path(), true).unwrap(), "d", false);
+    let mut u = Unpacker::new(Dest::open(d.path(), true, None).unwrap(), "d", false);
     u.write_all(&s).unwrap();
-    assert!(u.flush().is_err());
-    drop(u);
-    // Cut before the trailer: the temporary file goes with the unpacker.
-    let mut u = Unpacker::new(Dest::open(d.path(), true).unwrap(), "d", false);
-    u.write_all(&s[..at_trailer]).unwrap();
     assert!(u.flush().is_err());
     drop(u);
     assert_eq!(
@@ -188,4 +183,63 @@ fn a_wrong_checksum_or_a_truncated_stream_publishes_nothing() {
         0,
         "nothing left"
     );
+    // Cut before the trailer: nothing under the final name; what arrived stays
+    // under the temporary name, for --resume.
+    let mut u = Unpacker::new(Dest::open(d.path(), true, None).unwrap(), "d", false);
+    u.write_all(&s[..at_trailer]).unwrap();
+    assert!(u.flush().is_err());
+    drop(u);
+    let names: Vec<_> = std::fs::read_dir(d.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names.len(), 1);
+    assert_eq!(
+        crate::list::tmp_target(names[0].as_bytes()),
+        Some(&b"f"[..])
+    );
+}
+
+#[test]
+fn resume_sends_only_what_the_destination_lacks() {
+    let d = tempfile::tempdir().expect("tempdir");
+    tree(d.path());
+    let src = d.path().join("src");
+    let out = d.path().join("out");
+    copy(&src, &out, false).expect("first copy");
+    // Lose one file, and cut another short as an interrupted run leaves it.
+    std::fs::remove_file(out.join("a.txt")).unwrap();
+    let big = std::fs::read(src.join("big.bin")).unwrap();
+    std::fs::remove_file(out.join("big.bin")).unwrap();
+    std::fs::write(out.join(".big.bin.rdcp-1-1"), &big[..1_000_001]).unwrap();
+    let mut listing = Vec::new();
+    list::list(&out, false, &[b"src".to_vec()], &mut listing).unwrap();
+    let lpath = d.path().join("listing");
+    std::fs::write(&lpath, &listing).unwrap();
+    let m = Manifest::read(&lpath).unwrap();
+    let mut buf = Vec::new();
+    let stats = pack(&[src.clone()], true, Some(&m), &mut buf).unwrap();
+    assert_eq!(stats.resumed, 1);
+    assert_eq!(
+        stats.bytes,
+        (big.len() - 1_000_001 + 6) as u64,
+        "the rest of big.bin and a.txt"
+    );
+    let dest = Dest::open(&out, false, Some(b"src")).unwrap();
+    let mut u = Unpacker::new(dest, "out", true);
+    u.write_all(&buf).unwrap();
+    u.flush().unwrap();
+    drop(u);
+    assert_eq!(std::fs::read(out.join("big.bin")).unwrap(), big);
+    assert_eq!(std::fs::read(out.join("a.txt")).unwrap(), b"hello\n");
+    assert!(!out.join(".big.bin.rdcp-1-1").exists());
+    // A partial copy that does not match the source's start is not continued.
+    std::fs::remove_file(out.join("big.bin")).unwrap();
+    std::fs::write(out.join(".big.bin.rdcp-1-2"), b"not the start").unwrap();
+    let mut listing = Vec::new();
+    list::list(&out, false, &[b"src".to_vec()], &mut listing).unwrap();
+    std::fs::write(&lpath, &listing).unwrap();
+    let m = Manifest::read(&lpath).unwrap();
+    let stats = pack(&[src], true, Some(&m), &mut Vec::new()).unwrap();
+    assert_eq!((stats.resumed, stats.bytes), (0, big.len() as u64));
 }

@@ -56,11 +56,20 @@ impl Dest {
     /// directory (a link to one counts, as for `cp`) receives the entries;
     /// otherwise, unless `must_be_dir` (several sources, or a trailing `/`),
     /// the single entry is created as `dest`.
-    pub fn open(dest: &Path, must_be_dir: bool) -> Result<Dest, String> {
+    ///
+    /// `resumed_top`: for `rdcp --resume` of one source named so, a directory
+    /// DEST without that name inside is taken to be the copy an interrupted
+    /// run started as DEST ([`is_resumed_as`]), not a directory to copy into.
+    pub fn open(
+        dest: &Path,
+        must_be_dir: bool,
+        resumed_top: Option<&[u8]>,
+    ) -> Result<Dest, String> {
         let shown = dest.display();
         let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        let resumed_as = resumed_top.is_some_and(|t| is_resumed_as(dest, must_be_dir, t));
         match std::fs::metadata(dest) {
-            Ok(m) if m.is_dir() => rustix::fs::open(dest, flags, Mode::empty())
+            Ok(m) if m.is_dir() && !resumed_as => rustix::fs::open(dest, flags, Mode::empty())
                 .map(Dest::Into)
                 .map_err(|e| format!("cannot open {shown}: {}", io::Error::from(e))),
             Ok(_) if must_be_dir => Err(format!("{shown} is not a directory")),
@@ -85,6 +94,17 @@ impl Dest {
             }
         }
     }
+}
+
+/// Whether a resumed copy of one source named `top` lands as `dest` itself:
+/// `dest` is a directory without `top` inside, so the interrupted run must have
+/// created `dest` as the copy (a run into an existing directory creates
+/// `dest/top` first of all). The listing and the unpacker decide alike.
+pub fn is_resumed_as(dest: &Path, must_be_dir: bool, top: &[u8]) -> bool {
+    !must_be_dir
+        && !dest.as_os_str().as_bytes().ends_with(b"/")
+        && std::fs::metadata(dest).is_ok_and(|m| m.is_dir())
+        && std::fs::symlink_metadata(dest.join(std::ffi::OsStr::from_bytes(top))).is_err()
 }
 
 /// What an unpack did, for the report.
@@ -294,40 +314,29 @@ impl Unpacker {
                         | OFlags::CLOEXEC;
                     let mode = Mode::from_raw_mode((meta.mode & 0o777 | 0o600) as _);
                     let f = rustix::fs::openat(&dir, name(&tmp), flags, mode)?;
-                    Ok((dir, File::from(f)))
+                    Ok((dir, File::from(f), Vec::new()))
                 });
-                match opened {
-                    Ok((dir, file)) => {
-                        self.current = Some(Current {
-                            rel: path,
-                            dir: Some(dir),
-                            name: leaf,
-                            tmp,
-                            file: Some(file),
-                            meta,
-                            size,
-                            pos: 0,
-                            pend: Vec::new(),
-                            hash: StreamHasher::new(),
-                        })
-                    }
-                    Err(e) => {
-                        self.failed(&path, e);
-                        // Its data is still read (and discarded).
-                        self.current = Some(Current {
-                            rel: path,
-                            dir: None,
-                            name: leaf,
-                            tmp,
-                            file: None,
-                            meta,
-                            size,
-                            pos: 0,
-                            pend: Vec::new(),
-                            hash: StreamHasher::new(),
-                        });
-                    }
-                }
+                self.start_file(path, leaf, tmp, meta, size, 0, opened);
+            }
+            Entry::Resume {
+                path,
+                meta,
+                size,
+                offset,
+                prefix,
+                tmp,
+            } => {
+                let (comps, leaf) = self.place(&path)?;
+                let opened = self.dir(&comps).and_then(|dir| {
+                    let file = reopen_partial(&dir, &leaf, &tmp, offset, prefix)?;
+                    // The block the resumed data starts in, as far as it is
+                    // written, so that blocks stay aligned for the hole check.
+                    let start = offset - offset % BLOCK as u64;
+                    let mut pend = vec![0; (offset - start) as usize];
+                    std::os::unix::fs::FileExt::read_exact_at(&file, &mut pend, start)?;
+                    Ok((dir, file, pend))
+                });
+                self.start_file(path, leaf, tmp, meta, size, offset, opened);
             }
             Entry::Symlink { path, meta, target } => {
                 let (comps, leaf) = self.place(&path)?;
@@ -366,8 +375,47 @@ impl Unpacker {
                 }
             }
             Entry::End { failed, .. } => self.stats.sender_failed = failed,
+            Entry::Have { .. } | Entry::Partial { .. } => {
+                return Err(io::Error::other(
+                    "a destination listing's entry in a copy stream",
+                ))
+            }
         }
         Ok(())
+    }
+
+    /// Makes the file being received current (or, when it could not be
+    /// opened, a failure whose data is read and discarded).
+    #[allow(clippy::too_many_arguments)]
+    fn start_file(
+        &mut self,
+        rel: RelPath,
+        name: Vec<u8>,
+        tmp: Vec<u8>,
+        meta: Meta,
+        size: u64,
+        pos: u64,
+        opened: io::Result<(OwnedFd, File, Vec<u8>)>,
+    ) {
+        let (dir, file, pend) = match opened {
+            Ok((d, f, p)) => (Some(d), Some(f), p),
+            Err(e) => {
+                self.failed(&rel, e);
+                (None, None, Vec::new())
+            }
+        };
+        self.current = Some(Current {
+            rel,
+            dir,
+            name,
+            tmp,
+            file,
+            meta,
+            size,
+            pos,
+            pend,
+            hash: StreamHasher::new(),
+        });
     }
 
     /// Renames `tmp` over `leaf` in `dir`; removes `tmp` if that fails.
@@ -511,6 +559,47 @@ impl Unpacker {
     }
 }
 
+/// Opens the partial copy `tmp` of `leaf` in `dir` to continue it after its
+/// first `offset` bytes, which must hash to `prefix`; cuts it there.
+fn reopen_partial(
+    dir: &OwnedFd,
+    leaf: &[u8],
+    tmp: &[u8],
+    offset: u64,
+    prefix: u64,
+) -> io::Result<File> {
+    if crate::list::tmp_target(tmp) != Some(leaf) {
+        return Err(io::Error::other(
+            "the partial copy's name is not one of this file's",
+        ));
+    }
+    let flags = OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let file = File::from(rustix::fs::openat(dir, name(tmp), flags, Mode::empty())?);
+    let md = file.metadata()?;
+    if !md.is_file() || md.len() < offset {
+        return Err(io::Error::other(
+            "its partial copy is gone or shorter than listed",
+        ));
+    }
+    let mut h = StreamHasher::new();
+    let mut buf = vec![0; 1 << 20];
+    while h.bytes() < offset {
+        let want = (offset - h.bytes()).min(buf.len() as u64) as usize;
+        let n = std::os::unix::fs::FileExt::read_at(&file, &mut buf[..want], h.bytes())?;
+        if n == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        h.update(&buf[..n]);
+    }
+    if h.digest() != prefix {
+        return Err(io::Error::other(
+            "its partial copy changed since it was listed",
+        ));
+    }
+    file.set_len(offset)?;
+    Ok(file)
+}
+
 /// Adds `b` (which belongs at `at`) to the file: whole blocks are written
 /// (or left as holes), the rest waits in `pend`.
 fn put(file: &File, pend: &mut Vec<u8>, mut b: &[u8], mut at: u64) -> io::Result<()> {
@@ -580,9 +669,13 @@ impl Write for Unpacker {
 
 impl Drop for Unpacker {
     fn drop(&mut self) {
-        // A stream that failed part way: its file in progress goes.
+        // A stream cut part way: the file in progress stays under its
+        // temporary name (never its own), for `rdcp --resume` to continue,
+        // with what was written of it flushed out of the pending block.
         if let Some(cur) = self.current.take() {
-            cur.remove_tmp();
+            if let Some(file) = &cur.file {
+                let _ = write_sparse(file, &cur.pend, cur.pos - cur.pend.len() as u64);
+            }
         }
     }
 }

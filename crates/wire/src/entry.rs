@@ -9,7 +9,15 @@
 //!   file    (2) path meta size:u64  DATA(size)  xxh3:u64 flags:u8
 //!   symlink (3) path meta target:bytes
 //!   link    (4) path target:path          (a hard link to an earlier file)
+//!   resume  (7) path meta size:u64 offset:u64 prefix:u64 tmp:bytes
+//!               DATA(size - offset)  xxh3:u64 flags:u8
 //! end     = (0) entries:u64 failed:u64
+//!
+//! A destination's listing for `rdcp --resume` (sent the other way, before
+//! the copy) uses the same framing:
+//!   have    (5) path size:u64 mtime:i64 mtime_ns:u32   (a complete file)
+//!   partial (6) path tmp:bytes size:u64 xxh3:u64        (a temporary file of
+//!               an interrupted copy, and the hash of what it holds)
 //! path    = len:u16 bytes                 (relative, see [`RelPath`])
 //! bytes   = len:u16 bytes                 (1..=4096, no NUL)
 //! meta    = mode:u32 uid:u32 gid:u32 mtime:i64 mtime_ns:u32
@@ -40,7 +48,7 @@ pub const ENTRY_MAGIC: [u8; 8] = *b"RDCP\x00\x00\x00\x01";
 /// Longest path or symlink target accepted (Linux's `PATH_MAX`).
 pub const MAX_PATH_LEN: usize = 4096;
 /// Longest entry header (tag, two length-prefixed names, metadata, size).
-pub const MAX_HEADER_LEN: usize = 1 + 2 * (2 + MAX_PATH_LEN) + META_LEN + 8;
+pub const MAX_HEADER_LEN: usize = 1 + 2 * (2 + MAX_PATH_LEN) + META_LEN + 3 * 8;
 const META_LEN: usize = 4 + 4 + 4 + 8 + 4;
 const TRAILER_LEN: usize = 9;
 
@@ -133,6 +141,45 @@ pub enum Entry {
         /// The earlier file.
         target: RelPath,
     },
+    /// A file continued from the partial copy `tmp` (a temporary file beside
+    /// `path`) that holds its first `offset` bytes, whose xxh3-64 is `prefix`;
+    /// `size - offset` bytes of data and a [`FileEnd`] over them follow.
+    Resume {
+        /// Where.
+        path: RelPath,
+        /// Mode and times.
+        meta: Meta,
+        /// The whole file's size.
+        size: u64,
+        /// Bytes the partial copy already holds (not sent).
+        offset: u64,
+        /// xxh3-64 of those bytes, as the sender read them.
+        prefix: u64,
+        /// The partial copy's name in the file's directory.
+        tmp: Vec<u8>,
+    },
+    /// In a listing: a complete file at the destination.
+    Have {
+        /// Where.
+        path: RelPath,
+        /// Its size.
+        size: u64,
+        /// Its mtime, seconds.
+        mtime: i64,
+        /// Its mtime's nanoseconds.
+        mtime_ns: u32,
+    },
+    /// In a listing: a partial copy of `path` left by an interrupted copy.
+    Partial {
+        /// The file it is a copy of.
+        path: RelPath,
+        /// Its own name (in the same directory).
+        tmp: Vec<u8>,
+        /// Bytes it holds.
+        size: u64,
+        /// Their xxh3-64.
+        hash: u64,
+    },
     /// The end of the stream.
     End {
         /// Entries sent before this one.
@@ -222,6 +269,46 @@ impl Entry {
                 put_bytes(out, path.as_bytes());
                 put_bytes(out, target.as_bytes());
             }
+            Entry::Resume {
+                path,
+                meta,
+                size,
+                offset,
+                prefix,
+                tmp,
+            } => {
+                out.push(7);
+                put_bytes(out, path.as_bytes());
+                put_meta(out, meta);
+                out.extend_from_slice(&size.to_be_bytes());
+                out.extend_from_slice(&offset.to_be_bytes());
+                out.extend_from_slice(&prefix.to_be_bytes());
+                put_bytes(out, tmp);
+            }
+            Entry::Have {
+                path,
+                size,
+                mtime,
+                mtime_ns,
+            } => {
+                out.push(5);
+                put_bytes(out, path.as_bytes());
+                out.extend_from_slice(&size.to_be_bytes());
+                out.extend_from_slice(&mtime.to_be_bytes());
+                out.extend_from_slice(&mtime_ns.to_be_bytes());
+            }
+            Entry::Partial {
+                path,
+                tmp,
+                size,
+                hash,
+            } => {
+                out.push(6);
+                put_bytes(out, path.as_bytes());
+                put_bytes(out, tmp);
+                out.extend_from_slice(&size.to_be_bytes());
+                out.extend_from_slice(&hash.to_be_bytes());
+            }
             Entry::End { entries, failed } => {
                 out.push(0);
                 out.extend_from_slice(&entries.to_be_bytes());
@@ -261,6 +348,16 @@ impl<'a> Cur<'a> {
             return Err(WireError::Entry("name length out of range"));
         }
         Ok(self.take(n as usize))
+    }
+    /// One path component (a temporary file's name): no `/`, not `.` or `..`.
+    fn name(&mut self) -> Result<Option<Vec<u8>>, WireError> {
+        match self.bytes()? {
+            None => Ok(None),
+            Some(b) if b.contains(&b'/') || b.contains(&0) || b == b"." || b == b".." => {
+                Err(WireError::Entry("a name that is not one path component"))
+            }
+            Some(b) => Ok(Some(b.to_vec())),
+        }
     }
     fn path(&mut self) -> Result<Option<RelPath>, WireError> {
         match self.bytes()? {
@@ -333,6 +430,42 @@ fn parse_entry(b: &[u8]) -> Result<Option<(Entry, usize)>, WireError> {
             path: need!(c.path()?),
             target: need!(c.path()?),
         },
+        5 => {
+            let path = need!(c.path()?);
+            let (size, mtime, mtime_ns) = (need!(c.u64()), need!(c.u64()), need!(c.u32()));
+            if mtime_ns >= 1_000_000_000 {
+                return Err(WireError::Entry("mode or mtime out of range"));
+            }
+            Entry::Have {
+                path,
+                size,
+                mtime: mtime as i64,
+                mtime_ns,
+            }
+        }
+        6 => Entry::Partial {
+            path: need!(c.path()?),
+            tmp: need!(c.name()?),
+            size: need!(c.u64()),
+            hash: need!(c.u64()),
+        },
+        7 => {
+            let path = need!(c.path()?);
+            let meta = need!(c.meta()?);
+            let (size, offset, prefix) = (need!(c.u64()), need!(c.u64()), need!(c.u64()));
+            let tmp = need!(c.name()?);
+            if offset > size {
+                return Err(WireError::Entry("resume offset past the file's size"));
+            }
+            Entry::Resume {
+                path,
+                meta,
+                size,
+                offset,
+                prefix,
+                tmp,
+            }
+        }
         _ => return Err(WireError::Entry("unknown entry tag")),
     };
     Ok(Some((e, c.at)))
@@ -481,6 +614,8 @@ impl Decoder {
                     self.state = match &e {
                         Entry::File { size: 0, .. } => State::Trailer,
                         Entry::File { size, .. } => State::Data(*size),
+                        Entry::Resume { size, offset, .. } if size == offset => State::Trailer,
+                        Entry::Resume { size, offset, .. } => State::Data(size - offset),
                         Entry::End { .. } => State::Done,
                         _ => State::Header,
                     };

@@ -9,7 +9,7 @@ use super::file::expand_home;
 use super::segment::Segment;
 use super::transfers::Transfers;
 use crate::control::{Direction, Part};
-use rdpipe_copy::{pack, Dest, Unpacker};
+use rdpipe_copy::{list, pack, Dest, Manifest, Unpacker};
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::PathBuf;
@@ -18,8 +18,13 @@ fn home_path(p: &str) -> String {
     expand_home(p, std::env::var_os("HOME").as_deref())
 }
 
-/// Starts the source side of a copy.
-pub fn start_pack(sources: &[String], recursive: bool, seg: &mut Segment, t: &mut Transfers) {
+/// Starts the outgoing transfer from a pipe that `produce` writes on a
+/// thread of its own (discarding an incoming stream, if any).
+fn send_produced(
+    seg: &mut Segment,
+    t: &mut Transfers,
+    produce: impl FnOnce(&mut BufWriter<File>) + Send + 'static,
+) {
     if seg.pending(Direction::In) {
         t.spawn_recv(
             Box::new(|| Ok(Box::new(io::sink()) as Box<dyn Write + Send>)),
@@ -39,25 +44,74 @@ pub fn start_pack(sources: &[String], recursive: bool, seg: &mut Segment, t: &mu
     };
     // A larger pipe: fewer wake-ups between the reader and the sender.
     let _ = rustix::pipe::fcntl_setpipe_size(&w, 1 << 20);
+    std::thread::spawn(move || produce(&mut BufWriter::with_capacity(1 << 20, File::from(w))));
+    t.spawn_send(File::from(r));
+}
+
+/// Starts the source side of a copy; with `manifest` (`--resume`), what the
+/// destination listed as complete is not sent.
+pub fn start_pack(
+    sources: &[String],
+    recursive: bool,
+    manifest: Option<&str>,
+    seg: &mut Segment,
+    t: &mut Transfers,
+) {
+    let manifest = match manifest.map(|m| {
+        let m = home_path(m);
+        let r = Manifest::read(std::path::Path::new(&m));
+        let _ = std::fs::remove_file(&m);
+        r.map_err(|e| format!("cannot read the destination's listing {m}: {e}"))
+    }) {
+        None => None,
+        Some(Ok(m)) => Some(m),
+        Some(Err(msg)) => {
+            seg.setup_failed(Part::File, msg);
+            return;
+        }
+    };
     let sources: Vec<PathBuf> = sources
         .iter()
         .map(|s| PathBuf::from(home_path(s)))
         .collect();
-    std::thread::spawn(move || {
-        let mut out = BufWriter::with_capacity(1 << 20, File::from(w));
-        match pack(&sources, recursive, &mut out) {
-            Ok(s) => tracing::debug!(
-                "packed {} entries, {} bytes of data; {} failed, {} changed",
-                s.entries,
-                s.bytes,
-                s.failed,
-                s.changed
-            ),
+    send_produced(seg, t, move |out| {
+        match pack(&sources, recursive, manifest.as_ref(), out) {
+            Ok(s) => {
+                tracing::debug!(
+                    "packed {} entries, {} bytes of data; {} failed, {} changed",
+                    s.entries,
+                    s.bytes,
+                    s.failed,
+                    s.changed
+                );
+                if manifest.is_some() {
+                    eprintln!(
+                        "rdcp: resume: {} files complete at the destination, {} continued from a partial copy; {} bytes not sent again",
+                        s.skipped, s.resumed, s.skipped_bytes
+                    );
+                }
+            }
             // The transfer went away (its own failure is reported).
             Err(e) => tracing::debug!("packing stopped: {e}"),
         }
     });
-    t.spawn_send(File::from(r));
+}
+
+/// Starts `rdcp --resume`'s listing of `dest` (for sources named `tops`).
+pub fn start_list(
+    dest: &str,
+    must_be_dir: bool,
+    tops: &[String],
+    seg: &mut Segment,
+    t: &mut Transfers,
+) {
+    let dest = PathBuf::from(home_path(dest));
+    let tops: Vec<Vec<u8>> = tops.iter().map(|s| s.as_bytes().to_vec()).collect();
+    send_produced(seg, t, move |out| {
+        if let Err(e) = list(&dest, must_be_dir, &tops, out) {
+            tracing::debug!("listing stopped: {e}");
+        }
+    });
 }
 
 /// Starts the destination side of a copy.
@@ -65,12 +119,14 @@ pub fn start_unpack(
     dest: &str,
     must_be_dir: bool,
     preserve: bool,
+    resumed_top: Option<&str>,
     seg: &mut Segment,
     t: &mut Transfers,
 ) {
     let dest = home_path(dest);
     seg.file_target = Some(dest.clone());
-    match Dest::open(std::path::Path::new(&dest), must_be_dir) {
+    let top = resumed_top.map(str::as_bytes);
+    match Dest::open(std::path::Path::new(&dest), must_be_dir, top) {
         Ok(d) if seg.pending(Direction::In) => {
             let label = dest.clone();
             t.spawn_recv(

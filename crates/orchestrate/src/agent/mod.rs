@@ -57,7 +57,7 @@ use transfers::Transfers;
 /// The agent's command line (hidden; written by rdpipe).
 #[derive(Debug, clap::Parser)]
 #[command(name = "rdrecv --agent", about = "rdpipe endpoint agent (internal)")]
-#[command(group(clap::ArgGroup::new("action").required(true).args(["cmd", "read", "write", "append", "relay", "pack", "unpack"])))]
+#[command(group(clap::ArgGroup::new("action").required(true).args(["cmd", "read", "write", "append", "relay", "pack", "unpack", "list"])))]
 pub struct AgentArgs {
     /// Label for messages.
     #[arg(long, default_value = "agent")]
@@ -130,6 +130,17 @@ pub struct AgentArgs {
     /// With `--pack`: directories too (rdcp's `-r`).
     #[arg(long)]
     pub recursive: bool,
+    /// With `--pack`: the destination's listing (`rdcp --resume`), a file
+    /// read and then removed.
+    #[arg(long, value_name = "FILE")]
+    pub manifest: Option<String>,
+    /// `rdcp --resume`'s first step: send the listing of what DEST holds.
+    #[arg(long, value_name = "DEST")]
+    pub list: Option<String>,
+    /// With `--list`: a source's last component (repeated); with `--unpack`,
+    /// the one source's name of a resumed copy.
+    #[arg(long, value_name = "NAME")]
+    pub top: Vec<String>,
     /// rdcp's destination side: create the entry stream's files beneath DEST.
     #[arg(long, value_name = "DEST")]
     pub unpack: Option<String>,
@@ -286,9 +297,25 @@ fn run(a: AgentArgs) -> bool {
     } else if let Some(path) = a.write.as_ref().or(a.append.as_ref()) {
         file::start_write(path, a.append.is_some(), a.direct, &mut seg, &mut t);
     } else if !a.pack.is_empty() {
-        copy::start_pack(&a.pack, a.recursive, &mut seg, &mut t);
+        copy::start_pack(
+            &a.pack,
+            a.recursive,
+            a.manifest.as_deref(),
+            &mut seg,
+            &mut t,
+        );
+    } else if let Some(dest) = &a.list {
+        copy::start_list(dest, a.must_be_dir, &a.top, &mut seg, &mut t);
     } else if let Some(dest) = &a.unpack {
-        copy::start_unpack(dest, a.must_be_dir, a.preserve, &mut seg, &mut t);
+        let resumed_top = a.top.first().map(String::as_str);
+        copy::start_unpack(
+            dest,
+            a.must_be_dir,
+            a.preserve,
+            resumed_top,
+            &mut seg,
+            &mut t,
+        );
     }
     drop(t);
     seg.run(rx)

@@ -38,7 +38,12 @@ pub fn plan_fanout(
         .map(|a| super::parse_segment(a))
         .collect::<Result<Vec<_>, _>>()?;
     let first_sink = segments.len();
-    for arg in sinks.iter().map(|a| expand_sink(a)).collect::<Result<Vec<_>, _>>()?.concat() {
+    for arg in sinks
+        .iter()
+        .map(|a| expand_sink(a))
+        .collect::<Result<Vec<_>, _>>()?
+        .concat()
+    {
         let seg = super::parse_segment(&arg)?;
         match seg.action {
             Action::ReadFile(_) => return Err(PlanError::SinkReads(arg)),

@@ -31,16 +31,19 @@ pub fn expand(host: &str) -> Result<Vec<String>, PlanError> {
         _ => (None, host),
     };
     let mut out = Vec::new();
-    for item in split_top(list).map_err(|w| bad(w))? {
+    for item in split_top(list).map_err(&bad)? {
         if item.is_empty() {
             return Err(bad("an empty host between commas"));
         }
         let mut names = vec![String::new()];
         let mut rest = item;
         while let Some(open) = rest.find('[') {
-            let close = rest[open..].find(']').map(|c| open + c).ok_or_else(|| bad("no ']'"))?;
+            let close = rest[open..]
+                .find(']')
+                .map(|c| open + c)
+                .ok_or_else(|| bad("no ']'"))?;
             let prefix = &rest[..open];
-            let choices = ranges(&rest[open + 1..close]).map_err(|w| bad(w))?;
+            let choices = ranges(&rest[open + 1..close]).map_err(&bad)?;
             let mut next = Vec::with_capacity(names.len() * choices.len());
             for n in &names {
                 for c in &choices {
@@ -91,7 +94,8 @@ fn ranges(inner: &str) -> Result<Vec<String>, &'static str> {
     let mut v = Vec::new();
     for part in inner.split(',') {
         let (a, b) = part.split_once('-').unwrap_or((part, part));
-        let digits = |s: &str| !s.is_empty() && s.len() <= 9 && s.bytes().all(|b| b.is_ascii_digit());
+        let digits =
+            |s: &str| !s.is_empty() && s.len() <= 9 && s.bytes().all(|b| b.is_ascii_digit());
         if !digits(a) || !digits(b) {
             return Err("a bracket holds numbers and ranges like [01-16,20]");
         }
@@ -133,7 +137,16 @@ mod tests {
 
     #[test]
     fn refuses_what_is_not_a_list() {
-        for bad in ["n[1-", "n[a-b]", "n[3-1]", "n]", "a,,b", "n[1-99999]", "n[[1]]", "n[]"] {
+        for bad in [
+            "n[1-",
+            "n[a-b]",
+            "n[3-1]",
+            "n]",
+            "a,,b",
+            "n[1-99999]",
+            "n[[1]]",
+            "n[]",
+        ] {
             assert!(expand(bad).is_err(), "{bad}");
         }
         assert!(expand("r[1-100]n[1-100]").is_err(), "past MAX_HOSTS");

@@ -127,6 +127,20 @@ pub enum Action {
         sources: Vec<String>,
         /// `-r`.
         recursive: bool,
+        /// `--resume`: the destination's listing, a file on this host (read,
+        /// then removed); what it lists complete is not sent.
+        manifest: Option<String>,
+    },
+    /// `rdcp --resume`'s first step, on the destination's host: list what
+    /// `dest` already holds where the sources named `tops` will land
+    /// (`rdpipe_copy::list`).
+    List {
+        /// The destination operand.
+        dest: String,
+        /// As for [`Action::Unpack`].
+        must_be_dir: bool,
+        /// The sources' last components.
+        tops: Vec<String>,
     },
     /// rdcp's destination side: the entry stream created beneath `dest`
     /// (`rdpipe_copy::Unpacker`).
@@ -137,6 +151,9 @@ pub enum Action {
         must_be_dir: bool,
         /// `-p`: keep modes and times (and owners as root).
         preserve: bool,
+        /// `--resume` of one source with this name: see
+        /// `rdpipe_copy::unpack::is_resumed_as`.
+        resumed_top: Option<String>,
     },
 }
 
@@ -159,6 +176,7 @@ impl fmt::Display for Action {
             Action::Relay => Ok(()),
             Action::Pack { sources, .. } => write!(f, "rdcp from {}", sources.join(" ")),
             Action::Unpack { dest, .. } => write!(f, "rdcp to {dest}"),
+            Action::List { dest, .. } => write!(f, "rdcp: list {dest}"),
         }
     }
 }
@@ -476,7 +494,12 @@ impl Pipeline {
                     if *append { "append to" } else { "write" }
                 ),
                 Action::Relay => "relay only: forwards the stream unchanged, no command".into(),
-                Action::Pack { sources, recursive } => format!(
+                Action::List { dest, .. } => {
+                    format!("list what {dest:?} holds (rdcp --resume)")
+                }
+                Action::Pack {
+                    sources, recursive, ..
+                } => format!(
                     "send {}{sources:?} as an rdcp stream",
                     if *recursive {
                         "the trees "

@@ -163,7 +163,10 @@ pub fn build_plan(a: &Config, stdin_is_input: bool) -> Result<Pipeline, PlanErro
             // A chain that starts with no reader takes rdpipe's stdin; one that
             // ends with no writer gives its stdout (rdcp's `-`).
             let reads = |s: &crate::plan::Segment| {
-                matches!(s.action, Action::ReadFile(_) | Action::Pack { .. })
+                matches!(
+                    s.action,
+                    Action::ReadFile(_) | Action::Pack { .. } | Action::List { .. }
+                )
             };
             let writes = |s: &crate::plan::Segment| {
                 matches!(s.action, Action::WriteFile { .. } | Action::Unpack { .. })

@@ -185,20 +185,44 @@ pub fn agent_args(p: &Pipeline, i: usize, a: &Config) -> Vec<String> {
             path.clone(),
         ]),
         Action::Relay => v.push("--relay".into()),
-        Action::Pack { sources, recursive } => {
+        Action::Pack {
+            sources,
+            recursive,
+            manifest,
+        } => {
             for src in sources {
                 v.extend(["--pack".into(), src.clone()]);
             }
             if *recursive {
                 v.push("--recursive".into());
             }
+            if let Some(m) = manifest {
+                v.extend(["--manifest".into(), m.clone()]);
+            }
+        }
+        Action::List {
+            dest,
+            must_be_dir,
+            tops,
+        } => {
+            v.extend(["--list".into(), dest.clone()]);
+            for t in tops {
+                v.extend(["--top".into(), t.clone()]);
+            }
+            if *must_be_dir {
+                v.push("--must-be-dir".into());
+            }
         }
         Action::Unpack {
             dest,
             must_be_dir,
             preserve,
+            resumed_top,
         } => {
             v.extend(["--unpack".into(), dest.clone()]);
+            if let Some(t) = resumed_top {
+                v.extend(["--top".into(), t.clone()]);
+            }
             if *must_be_dir {
                 v.push("--must-be-dir".into());
             }

@@ -123,6 +123,54 @@ fn arb_item() -> impl Strategy<Value = Item> {
             data: vec![],
             end: None
         }),
+        (arb_path(), any::<u64>(), any::<i64>(), 0u32..1_000_000_000).prop_map(
+            |(path, size, mtime, mtime_ns)| Item {
+                entry: Entry::Have {
+                    path,
+                    size,
+                    mtime,
+                    mtime_ns
+                },
+                data: vec![],
+                end: None
+            }
+        ),
+        (arb_path(), arb_name(), any::<u64>(), any::<u64>()).prop_map(|(path, tmp, size, hash)| {
+            Item {
+                entry: Entry::Partial {
+                    path,
+                    tmp,
+                    size,
+                    hash,
+                },
+                data: vec![],
+                end: None,
+            }
+        }),
+        (
+            arb_path(),
+            arb_meta(),
+            proptest::collection::vec(any::<u8>(), 0..2000),
+            any::<u32>(),
+            any::<u64>(),
+            arb_name()
+        )
+            .prop_map(|(path, meta, data, offset, prefix, tmp)| Item {
+                entry: Entry::Resume {
+                    path,
+                    meta,
+                    size: offset as u64 + data.len() as u64,
+                    offset: offset as u64,
+                    prefix,
+                    tmp
+                },
+                data,
+                end: Some(FileEnd {
+                    checksum: 7,
+                    changed: false,
+                    unreadable: false
+                }),
+            }),
     ]
 }
 

@@ -1,0 +1,262 @@
+//! `rdcp --resume`: what the destination already holds, and reading that
+//! back on the sending side.
+//!
+//! Before the copy, the destination's host lists, beneath where the sources
+//! will land, every regular file (path, size, mtime: [`Entry::Have`]) and
+//! every temporary file an interrupted copy left (`.NAME.rdcp-PID-N`: its
+//! size and the xxh3-64 of what it holds, [`Entry::Partial`]; the largest one
+//! per NAME). The listing travels to the sources' host as an ordinary
+//! transfer; there the packer ([`crate::pack`]) skips each file whose size
+//! and mtime are the listed ones, and continues a file from its partial copy
+//! when the first bytes of the source hash to the same value: only the rest
+//! crosses the wire ([`Entry::Resume`]), and the receiver checks the prefix
+//! again before it appends.
+//!
+//! The listing's start says how its paths map to the stream's: `0` when the
+//! destination is a directory (paths as the stream names them), `1` when the
+//! one source lands as the destination itself (the first component is the
+//! destination's name, not the source's).
+
+use crate::warn;
+use rdpipe_wire::entry::{encode_start, Decoder, Entry, Event, RelPath};
+use rdpipe_wire::StreamHasher;
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+/// The temporary-name infix of a file being received.
+pub const TMP_INFIX: &[u8] = b".rdcp-";
+
+/// NAME of a temporary file `.NAME.rdcp-PID-N`, if `file` is one.
+pub fn tmp_target(file: &[u8]) -> Option<&[u8]> {
+    let rest = file.strip_prefix(b".")?;
+    let at = rest
+        .windows(TMP_INFIX.len())
+        .rposition(|w| w == TMP_INFIX)?;
+    (at > 0).then(|| &rest[..at])
+}
+
+/// Writes the listing of `dest` for sources whose top-level names are
+/// `tops` (see the module doc).
+pub fn list<W: Write>(
+    dest: &Path,
+    must_be_dir: bool,
+    tops: &[Vec<u8>],
+    out: &mut W,
+) -> io::Result<()> {
+    let mut head = Vec::new();
+    let resumed_as = matches!(tops, [t] if crate::unpack::is_resumed_as(dest, must_be_dir, t));
+    let is_dir = !resumed_as && std::fs::metadata(dest).is_ok_and(|m| m.is_dir());
+    let mut roots: Vec<(PathBuf, Vec<u8>)> = vec![];
+    if is_dir {
+        encode_start(0, &mut head);
+        for t in tops {
+            roots.push((dest.join(std::ffi::OsStr::from_bytes(t)), t.clone()));
+        }
+    } else if !must_be_dir {
+        encode_start(1, &mut head);
+        if let Some(n) = dest.file_name() {
+            roots.push((dest.to_path_buf(), n.as_bytes().to_vec()));
+        }
+    } else {
+        encode_start(0, &mut head);
+    }
+    out.write_all(&head)?;
+    let mut entries = 0u64;
+    let mut partials: HashMap<Vec<u8>, Entry> = HashMap::new();
+    let mut stack = roots;
+    while let Some((path, rel)) = stack.pop() {
+        let Ok(md) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        if md.is_dir() {
+            let Ok(rd) = std::fs::read_dir(&path) else {
+                continue;
+            };
+            for e in rd.filter_map(Result::ok) {
+                let mut r = rel.clone();
+                r.push(b'/');
+                r.extend_from_slice(e.file_name().as_bytes());
+                stack.push((e.path(), r));
+            }
+        } else if md.is_file() {
+            let (dir, name) = match rel.iter().rposition(|&b| b == b'/') {
+                Some(i) => (&rel[..=i], &rel[i + 1..]),
+                None => (&rel[..0], &rel[..]),
+            };
+            if let Some(target) = tmp_target(name) {
+                let Ok(path_rel) = RelPath::new([dir, target].concat()) else {
+                    continue;
+                };
+                let bigger = partials
+                    .get(path_rel.as_bytes())
+                    .is_none_or(|p| matches!(p, Entry::Partial { size, .. } if *size < md.len()));
+                if bigger && md.len() > 0 {
+                    match hash_file(&path) {
+                        Ok((size, hash)) => {
+                            partials.insert(
+                                path_rel.as_bytes().to_vec(),
+                                Entry::Partial {
+                                    path: path_rel,
+                                    tmp: name.to_vec(),
+                                    size,
+                                    hash,
+                                },
+                            );
+                        }
+                        Err(e) => warn(format_args!("cannot read {}: {e}", path.display())),
+                    }
+                }
+                continue;
+            }
+            let Ok(path_rel) = RelPath::new(rel) else {
+                continue;
+            };
+            head.clear();
+            Entry::Have {
+                path: path_rel,
+                size: md.len(),
+                mtime: md.mtime(),
+                mtime_ns: md.mtime_nsec().clamp(0, 999_999_999) as u32,
+            }
+            .encode(&mut head);
+            out.write_all(&head)?;
+            entries += 1;
+        }
+    }
+    for p in partials.into_values() {
+        head.clear();
+        p.encode(&mut head);
+        out.write_all(&head)?;
+        entries += 1;
+    }
+    head.clear();
+    Entry::End { entries, failed: 0 }.encode(&mut head);
+    out.write_all(&head)?;
+    out.flush()
+}
+
+/// Size and xxh3-64 of a file's content.
+fn hash_file(path: &Path) -> io::Result<(u64, u64)> {
+    let mut f = File::open(path)?;
+    let mut h = StreamHasher::new();
+    let mut buf = vec![0; 1 << 20];
+    loop {
+        match f.read(&mut buf) {
+            Ok(0) => return Ok((h.bytes(), h.digest())),
+            Ok(n) => h.update(&buf[..n]),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// A complete file at the destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Have {
+    /// Its size.
+    pub size: u64,
+    /// Its mtime (seconds, nanoseconds).
+    pub mtime: (i64, u32),
+}
+
+/// A partial copy at the destination.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Partial {
+    /// Its name beside the target.
+    pub tmp: Vec<u8>,
+    /// Bytes it holds.
+    pub size: u64,
+    /// Their xxh3-64.
+    pub hash: u64,
+}
+
+/// A destination's listing, read back on the sending side.
+#[derive(Debug, Default)]
+pub struct Manifest {
+    /// The first component of every path stands for the one source's name.
+    renamed_top: bool,
+    have: HashMap<Vec<u8>, Have>,
+    partial: HashMap<Vec<u8>, Partial>,
+}
+
+impl Manifest {
+    /// Reads a listing written by [`list`].
+    pub fn read(path: &Path) -> io::Result<Manifest> {
+        let bytes = std::fs::read(path)?;
+        let mut m = Manifest::default();
+        let mut d = Decoder::new();
+        d.feed(&bytes, |ev| -> io::Result<()> {
+            match ev {
+                Event::Start { sources } => m.renamed_top = sources == 1,
+                Event::Entry(Entry::Have {
+                    path,
+                    size,
+                    mtime,
+                    mtime_ns,
+                }) => {
+                    let k = m.key(path.as_bytes());
+                    m.have.insert(
+                        k,
+                        Have {
+                            size,
+                            mtime: (mtime, mtime_ns),
+                        },
+                    );
+                }
+                Event::Entry(Entry::Partial {
+                    path,
+                    tmp,
+                    size,
+                    hash,
+                }) => {
+                    let k = m.key(path.as_bytes());
+                    m.partial.insert(k, Partial { tmp, size, hash });
+                }
+                _ => {}
+            }
+            Ok(())
+        })?;
+        if !d.finished() {
+            return Err(io::Error::other("the destination's listing is incomplete"));
+        }
+        Ok(m)
+    }
+
+    /// The lookup key of a stream path.
+    fn key(&self, p: &[u8]) -> Vec<u8> {
+        if !self.renamed_top {
+            return p.to_vec();
+        }
+        match p.iter().position(|&b| b == b'/') {
+            Some(i) => [b"\0", &p[i..]].concat(),
+            None => b"\0".to_vec(),
+        }
+    }
+
+    /// The complete file the destination has at stream path `p`.
+    pub fn have(&self, p: &RelPath) -> Option<Have> {
+        self.have.get(&self.key(p.as_bytes())).copied()
+    }
+
+    /// The partial copy the destination has of stream path `p`.
+    pub fn partial(&self, p: &RelPath) -> Option<&Partial> {
+        self.partial.get(&self.key(p.as_bytes()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn temporary_names_map_to_their_target() {
+        assert_eq!(tmp_target(b".a.txt.rdcp-12-0"), Some(&b"a.txt"[..]));
+        assert_eq!(tmp_target(b".x.rdcp-1.rdcp-2-3"), Some(&b"x.rdcp-1"[..]));
+        assert_eq!(tmp_target(b"a.rdcp-1-2"), None);
+        assert_eq!(tmp_target(b"..rdcp-1-2"), None);
+    }
+}
