@@ -27,6 +27,9 @@ Examples:
   # several files into a directory; a user and an IPv6 address:
   rdcp a.img b.img user@[fe80::1%eth0]:/images/
 
+  # after an interruption, only what is missing (a file cut short continues):
+  rdcp -r --resume dir host:dir
+
   # standard input to a file on a host, and a file to standard output:
   zfs send tank/x@s | rdcp - host:/backup/x.zfs
   rdcp host:/var/log/syslog - | less";
@@ -37,7 +40,7 @@ pub const EXIT_STATUS: &[(&str, &str)] = &[
     ("1", "Some files were not copied (one line each names it and why: unreadable, not writable, a symbolic link in the destination's path, changed while read); the others were, each only once verified. Also any other failure: ssh, a transfer, the destination."),
     ("2", "Bad arguments: no destination, a directory without -r, sources on different hosts."),
     ("127", "rdrecv was not found on a host and rdcp could not install itself there."),
-    ("130, 143", "Interrupted by SIGINT or SIGTERM; files already renamed into place stay, the one being written is removed."),
+    ("130, 143", "Interrupted by SIGINT or SIGTERM; files already renamed into place stay, the one being written stays under its temporary name, for --resume."),
 ];
 
 /// Copy files and directory trees between hosts, over RDMA or TCP, set up

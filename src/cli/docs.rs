@@ -101,7 +101,8 @@ pub fn commands() -> Vec<DocCommand> {
             ],
             files: &[
                 ("~/.ssh/config", "Host aliases, users, ports and options for every host (or the file given with -F)."),
-                ("DIR/.NAME.rdcp-PID-N", "A file being received, renamed to DIR/NAME once its checksum matched; removed when the copy fails."),
+                ("DIR/.NAME.rdcp-PID-N", "A file being received, renamed to DIR/NAME once its checksum matched; removed when that file fails its check, kept with what had arrived when the copy is cut short (continued by --resume)."),
+                ("/tmp/.rdcp-listing-RANDOM", "With --resume, on the sources' host: the destination's listing, removed once read."),
             ],
             see_also: "rdpipe(1), rdsend(1), rdrecv(1), scp(1), rsync(1), cp(1)",
         },

@@ -19,7 +19,11 @@
 //!   fails if any file was not copied whole (here, or unreadable on the
 //!   sending side, or changed while it was read), so the run's exit status
 //!   says so.
-//! - A malformed stream is a write error at once (the transfer fails).
+//! - A malformed stream is a write error at once (the transfer fails). A
+//!   stream cut part way leaves the file in progress under its temporary name
+//!   with what had arrived, which `rdcp --resume` continues
+//!   ([`Entry::Resume`]: the partial copy is reopened without following
+//!   links, its prefix hashed again, and only then appended to).
 //!
 //! With `preserve` (`-p`, the default with `-r`) modes and mtimes are kept,
 //! and owner and group when running as root; without it new files get the
