@@ -94,7 +94,7 @@ pub fn list<W: Write>(
                 let bigger = partials
                     .get(path_rel.as_bytes())
                     .is_none_or(|p| matches!(p, Entry::Partial { size, .. } if *size < md.len()));
-                if bigger && md.len() > 0 {
+                if bigger && md.len() > 0 && md.nlink() == 1 {
                     match hash_file(&path) {
                         Ok((size, hash)) => {
                             partials.insert(

@@ -585,6 +585,13 @@ fn reopen_partial(
             "its partial copy is gone or shorter than listed",
         ));
     }
+    // One name only: a hard link planted under a temporary name must not
+    // let the copy write into a file elsewhere.
+    if std::os::unix::fs::MetadataExt::nlink(&md) != 1 {
+        return Err(io::Error::other(
+            "its partial copy has other names (hard links); not continued",
+        ));
+    }
     let mut h = StreamHasher::new();
     let mut buf = vec![0; 1 << 20];
     while h.bytes() < offset {
