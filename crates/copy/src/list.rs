@@ -68,6 +68,23 @@ pub fn list<W: Write>(
     let mut entries = 0u64;
     let mut partials: HashMap<Vec<u8>, Entry> = HashMap::new();
     let mut stack = roots;
+    // The one source lands as DEST: a partial copy of DEST itself (a file cut
+    // short) lies beside it, in its parent.
+    if let (false, Some((_, top))) = (is_dir, stack.first()) {
+        let parent = match dest.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        if let Ok(rd) = std::fs::read_dir(parent) {
+            let top = top.clone();
+            for e in rd.filter_map(Result::ok) {
+                let n = e.file_name();
+                if tmp_target(n.as_bytes()) == Some(&top[..]) {
+                    stack.push((e.path(), n.as_bytes().to_vec()));
+                }
+            }
+        }
+    }
     while let Some((path, rel)) = stack.pop() {
         let Ok(md) = std::fs::symlink_metadata(&path) else {
             continue;

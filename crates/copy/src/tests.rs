@@ -243,3 +243,28 @@ fn resume_sends_only_what_the_destination_lacks() {
     let stats = pack(&[src], true, Some(&m), &mut Vec::new()).unwrap();
     assert_eq!((stats.resumed, stats.bytes), (0, big.len() as u64));
 }
+
+#[test]
+fn a_single_file_cut_short_is_continued_beside_its_name() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let data: Vec<u8> = (0..2_000_000u32).map(|i| (i % 253) as u8).collect();
+    std::fs::write(d.path().join("f"), &data).unwrap();
+    std::fs::write(d.path().join(".copy.rdcp-7-0"), &data[..777_777]).unwrap();
+    let dst = d.path().join("copy");
+    let mut listing = Vec::new();
+    list::list(&dst, false, &[b"f".to_vec()], &mut listing).unwrap();
+    let lpath = d.path().join("listing");
+    std::fs::write(&lpath, &listing).unwrap();
+    let m = Manifest::read(&lpath).unwrap();
+    let mut buf = Vec::new();
+    let stats = pack(&[d.path().join("f")], false, Some(&m), &mut buf).unwrap();
+    assert_eq!(
+        (stats.resumed, stats.bytes),
+        (1, (data.len() - 777_777) as u64)
+    );
+    let mut u = Unpacker::new(Dest::open(&dst, false, Some(b"f")).unwrap(), "copy", false);
+    u.write_all(&buf).unwrap();
+    u.flush().unwrap();
+    assert_eq!(std::fs::read(&dst).unwrap(), data);
+    assert!(!d.path().join(".copy.rdcp-7-0").exists());
+}
