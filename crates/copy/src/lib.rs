@@ -12,6 +12,7 @@ pub mod beneath;
 pub mod list;
 pub mod pack;
 pub mod unpack;
+pub mod write;
 
 pub use list::{list, Manifest};
 pub use pack::{pack, PackStats};
