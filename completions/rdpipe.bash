@@ -23,7 +23,7 @@ _rdpipe() {
 
     case "${cmd}" in
         rdpipe)
-            opts="-n -v -q -o -F -h -V --to --min-ok --replay-window --dry-run --verbose --quiet --progress --ssh-option --ssh-config --data-host --remote-bin --no-install --transport --chunk-size --slots --connect-timeout --reconnect-timeout --handshake-timeout --integrity --encrypt --rate-limit --compress --json --max-sessions --direct --help --version"
+            opts="-n -v -q -o -F -h -V --persist-stop --to --min-ok --replay-window --dry-run --verbose --quiet --progress --ssh-option --ssh-config --data-host --remote-bin --no-install --transport --chunk-size --slots --connect-timeout --reconnect-timeout --handshake-timeout --integrity --encrypt --rate-limit --compress --json --max-sessions --direct --persist --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -106,6 +106,10 @@ _rdpipe() {
                     return 0
                     ;;
                 --max-sessions)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --persist)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

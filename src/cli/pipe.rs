@@ -95,8 +95,13 @@ pub const EXIT_STATUS: &[(&str, &str)] = &[
 #[command(name = "rdpipe", version, verbatim_doc_comment, after_help = EXAMPLES)]
 pub struct PipeArgs {
     /// The pipeline: HOST:CMD segments, in order.
-    #[arg(value_name = "HOST:CMD", required_unless_present = "to")]
+    #[arg(value_name = "HOST:CMD", required_unless_present_any = ["to", "persist_stop"])]
     pub segments: Vec<String>,
+
+    /// Close every ssh connection that --persist kept open (this user's), and
+    /// run nothing else.
+    #[arg(long, conflicts_with_all = ["segments", "to"])]
+    pub persist_stop: bool,
 
     /// Fan-out: deliver the stream to this sink too (repeatable; HOST:CMD,
     /// HOST:'> FILE' or HOST:'>> FILE'). The sinks form a chain in the order
@@ -151,6 +156,13 @@ pub fn normalize_args<I: IntoIterator<Item = std::ffi::OsString>>(
 /// Runs rdpipe; `exe` is this program (run again for local segments' agents and
 /// as the ssh master's guard).
 pub fn run(args: PipeArgs, exe: PathBuf) -> Result<(), Failure> {
+    if args.persist_stop {
+        let n = rdpipe_orchestrate::persist::stop_all().map_err(|e| crate::cli::fail(1, e))?;
+        if args.run.verbose > 0 {
+            crate::cli::term::say("rdpipe", format!("closed {n} kept ssh connection(s)"));
+        }
+        return Ok(());
+    }
     let json = args.run.json.clone();
     if let (Some(r), true, false) = (args.run.rate_limit, args.verbosity() > 0, args.run.dry_run) {
         crate::cli::term::say("rdpipe", format!("rate limit {r} on every hop"));

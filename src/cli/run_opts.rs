@@ -159,6 +159,15 @@ pub struct RunOpts {
     /// sinks' `> FILE` too.
     #[arg(long)]
     pub direct: bool,
+
+    /// Keep the ssh connections to the hosts open for SECS after the run
+    /// (OpenSSH's ControlPersist; sockets in a private directory of this user),
+    /// and reuse those a run with the same ssh options left: a run to the same
+    /// hosts within SECS starts without logging in again. `rdpipe
+    /// --persist-stop` closes them all.
+    #[arg(long, value_name = "SECS",
+          value_parser = clap::value_parser!(u64).range(1..=604800))]
+    pub persist: Option<u64>,
 }
 
 impl RunOpts {
@@ -204,6 +213,7 @@ impl RunOpts {
             compress: self.compress,
             max_sessions: self.max_sessions,
             direct: self.direct,
+            persist: self.persist.map(std::time::Duration::from_secs),
         }
     }
 }

@@ -544,3 +544,39 @@ fn ssh_endpoint_tuning_env_reaches_remote_agents() {
     assert!(r.stdout == data);
     assert!(!r.stderr.contains("RDPIPE_TCP_SEND"), "{}", r.stderr);
 }
+
+#[test]
+fn ssh_persist_reuses_the_masters_and_persist_stop_closes_them() {
+    need_ssh!();
+    let ssh = LocalSsh::start("persist");
+    // A runtime directory of this test's own (short: it holds the sockets).
+    let rt = Scratch::new("prt");
+    let env = format!("XDG_RUNTIME_DIR={}", rt.0.display());
+    let sockets = rt.path(&format!(
+        "rdpipe-persist-{}",
+        rustix::process::getuid().as_raw()
+    ));
+    let masters = || pgrep(&sockets.to_string_lossy());
+    let mut a = args(&ssh, &["-vv", "--persist", "60", "h1:cat", "h2:rev"]);
+    let r = start(&["env", &env], &a, Some(b"hello\n".to_vec())).finish(Duration::from_secs(60));
+    r.ok();
+    assert_eq!(r.stdout_str(), "olleh\n");
+    assert!(!r.stderr.contains("reusing"), "{}", r.stderr);
+    assert_eq!(masters().len(), 2, "two masters kept: {}", ps(&masters()));
+    // The second run logs in nowhere: both masters are reused.
+    let r = start(&["env", &env], &a, Some(b"again\n".to_vec())).finish(Duration::from_secs(60));
+    r.ok();
+    assert_eq!(r.stdout_str(), "niaga\n");
+    assert_eq!(r.stderr.matches(": reusing ").count(), 2, "{}", r.stderr);
+    assert_eq!(masters().len(), 2);
+    a = args(&ssh, &["--persist-stop"]);
+    start(&["env", &env], &a, None)
+        .finish(Duration::from_secs(30))
+        .ok();
+    assert!(
+        wait_gone(&sockets.to_string_lossy(), Duration::from_secs(10)),
+        "{}",
+        ps(&masters())
+    );
+    assert_eq!(std::fs::read_dir(&sockets).unwrap().count(), 0);
+}

@@ -19,6 +19,7 @@ pub mod control;
 pub mod doctor;
 pub mod guard;
 pub mod install;
+pub mod persist;
 pub mod plan;
 pub mod reach;
 pub mod report;

@@ -92,7 +92,9 @@ impl SshConfig {
 
 /// A running master connection.
 pub struct Master {
-    guard: tokio::process::Child,
+    /// The guard that ends the master with the run (none for a `--persist`
+    /// master, which outlives it).
+    guard: Option<tokio::process::Child>,
     guard_stdin: Option<tokio::process::ChildStdin>,
     /// The session, for opening channels.
     pub session: Arc<Session>,
@@ -154,7 +156,7 @@ impl Master {
             }
             if ctl.exists() && session.check().await.is_ok() {
                 return Ok(Master {
-                    guard,
+                    guard: Some(guard),
                     guard_stdin,
                     session,
                 });
@@ -171,15 +173,87 @@ impl Master {
         }
     }
 
-    /// Ends the master (and with it every channel still open) and waits for it.
+    /// A master that outlives the run (`--persist`, [`crate::persist`]):
+    /// the one answering at `ctl` if there is one, else a new one that ssh
+    /// puts in the background once logged in (`-f`) and that ends by itself
+    /// `keep` after its last session. Returns whether it was reused.
+    pub async fn persistent(
+        cfg: &SshConfig,
+        host: &RemoteHost,
+        ctl: &Path,
+        keep: Duration,
+    ) -> Result<(Master, bool), SshError> {
+        let log = ctl.with_extension("log");
+        let session = Arc::new(Session::resume_mux(ctl.into(), Some(log.clone().into())));
+        if ctl.exists() && session.check().await.is_ok() {
+            return Ok((
+                Master {
+                    guard: None,
+                    guard_stdin: None,
+                    session,
+                },
+                true,
+            ));
+        }
+        // A socket left by a master that is gone.
+        let _ = std::fs::remove_file(ctl);
+        let limit = Duration::from_secs(cfg.connect_timeout.max(1) + 30);
+        let start = tokio::process::Command::new("ssh")
+            .args(cfg.args(host))
+            .arg("-M")
+            .arg("-S")
+            .arg(ctl)
+            .args(["-N", "-f", "-E"])
+            .arg(&log)
+            .args(["-o", &format!("ControlPersist={}", keep.as_secs().max(1))])
+            .args(["-o", "RemoteCommand=none"])
+            .arg("--")
+            .arg(host.destination())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        // With -f, ssh returns once it has logged in and gone to the background.
+        match tokio::time::timeout(limit, start).await {
+            Ok(Ok(st)) if st.success() => {}
+            Ok(Ok(_)) => return Err(SshError::Connect(last_log_line(&log))),
+            Ok(Err(e)) => return Err(SshError::Spawn(e)),
+            Err(_) => {
+                return Err(SshError::Connect(format!(
+                    "no master connection after {} s",
+                    limit.as_secs()
+                )))
+            }
+        }
+        for _ in 0..400 {
+            if ctl.exists() && session.check().await.is_ok() {
+                return Ok((
+                    Master {
+                        guard: None,
+                        guard_stdin: None,
+                        session,
+                    },
+                    false,
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        Err(SshError::Connect(last_log_line(&log)))
+    }
+
+    /// Ends the master (and with it every channel still open) and waits for
+    /// it; a `--persist` master is left running, its sessions closed.
     pub async fn close(mut self) {
         self.guard_stdin.take();
-        if tokio::time::timeout(Duration::from_secs(4), self.guard.wait())
+        let Some(mut guard) = self.guard.take() else {
+            return;
+        };
+        if tokio::time::timeout(Duration::from_secs(4), guard.wait())
             .await
             .is_err()
         {
-            let _ = self.guard.start_kill();
-            let _ = self.guard.wait().await;
+            let _ = guard.start_kill();
+            let _ = guard.wait().await;
         }
     }
 }

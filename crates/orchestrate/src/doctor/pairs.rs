@@ -42,6 +42,7 @@ fn config(cfg: &DoctorConfig, from: &Target, to: &Target, transport: TransportPr
         compress: rdpipe_wire::Compress::None,
         max_sessions: 10,
         direct: false,
+        persist: None,
     }
 }
 

@@ -5,6 +5,7 @@ use super::verdict::{self, Verdict};
 use crate::plan::PlanError;
 use rdpipe_wire::{Integrity, TransportPref};
 use std::path::PathBuf;
+use std::time::Duration;
 
 /// Everything rdpipe was asked to do (built from the command line by the
 /// `rdma-pipe` crate's `cli::pipe`).
@@ -68,6 +69,9 @@ pub struct Config {
     pub max_sessions: u32,
     /// `--direct`: `> FILE` segments are written with O_DIRECT.
     pub direct: bool,
+    /// `--persist`: ssh masters outlive the run by this long after their last
+    /// use, and a run finds and reuses them ([`crate::persist`]).
+    pub persist: Option<Duration>,
 }
 
 /// Where rdpipe finds the programs it runs locally.

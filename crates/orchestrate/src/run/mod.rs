@@ -126,7 +126,8 @@ struct SegState {
     usage: Option<crate::control::Usage>,
 }
 
-pub(crate) fn runtime_dir() -> PathBuf {
+/// Where control sockets live: `$XDG_RUNTIME_DIR` when it is short, else `/tmp`.
+pub fn runtime_dir() -> PathBuf {
     // sun_path is 108 bytes: keep the control sockets in a short directory.
     if let Some(d) = std::env::var_os("XDG_RUNTIME_DIR") {
         let d = PathBuf::from(d);

@@ -274,13 +274,32 @@ impl Runner {
         // guard removes its own when the master ends, and the run's directory
         // when that leaves it empty (see `guard::main`).
         let mut ctls = Vec::new();
-        for n in 0..jobs.len() {
+        let persist_dir = match self.a.persist.map(|_| crate::persist::dir()).transpose() {
+            Ok(d) => d,
+            Err(e) => {
+                self.fail(None, Cause::Local(format!("--persist: {e}")));
+                return None;
+            }
+        };
+        for (n, (host, _)) in jobs.iter().enumerate() {
+            if let Some(pd) = &persist_dir {
+                // Per host, the k-th master of this run: stable across runs.
+                let k = jobs[..n].iter().filter(|(h, _)| h == host).count();
+                ctls.push(crate::persist::socket(
+                    pd,
+                    &ssh.args(host),
+                    &host.destination(),
+                    k,
+                ));
+                continue;
+            }
             let sub = dir.join(format!("m{n}"));
             if let Err(e) = std::fs::create_dir(&sub) {
                 tracing::warn!("cannot create {}: {e}", sub.display());
             }
             ctls.push(sub.join("ctl"));
         }
+        let persist = self.a.persist;
         let mut set = tokio::task::JoinSet::new();
         for (n, (host, _)) in jobs.iter().enumerate() {
             let ssh = ssh.clone();
@@ -295,7 +314,24 @@ impl Runner {
             );
             set.spawn(async move {
                 let t = Instant::now();
-                let m = Master::launch(&ssh, &host, &ctl, &exe).await;
+                let m = match persist {
+                    None => Master::launch(&ssh, &host, &ctl, &exe).await,
+                    Some(keep) => {
+                        Master::persistent(&ssh, &host, &ctl, keep)
+                            .await
+                            .map(|(m, reused)| {
+                                if reused {
+                                    debug!(
+                                        "ssh master {} for {}: reusing {}",
+                                        n + 1,
+                                        host.spec,
+                                        ctl.display()
+                                    );
+                                }
+                                m
+                            })
+                    }
+                };
                 if m.is_ok() {
                     let ms = t.elapsed().as_millis();
                     debug!("ssh master {} for {} is up after {ms} ms", n + 1, host.spec);
@@ -471,6 +507,7 @@ mod tests {
             compress: rdpipe_wire::Compress::Zstd(5),
             max_sessions: 10,
             direct: false,
+            persist: None,
         }
     }
 
