@@ -5,7 +5,8 @@
 //! will land, every regular file (path, size, mtime: [`Entry::Have`]) and
 //! every temporary file an interrupted copy left (`.NAME.rdcp-PID-N`: its
 //! size and the xxh3-64 of what it holds, [`Entry::Partial`]; the largest one
-//! per NAME). The listing travels to the sources' host as an ordinary
+//! per NAME, even an empty one, so that it is reused rather than left; older
+//! smaller ones are removed). The listing travels to the sources' host as an ordinary
 //! transfer; there the packer ([`crate::pack`]) skips each file whose size
 //! and mtime are the listed ones, and continues a file from its partial copy
 //! when the first bytes of the source hash to the same value: only the rest
@@ -66,7 +67,7 @@ pub fn list<W: Write>(
     }
     out.write_all(&head)?;
     let mut entries = 0u64;
-    let mut partials: HashMap<Vec<u8>, Entry> = HashMap::new();
+    let mut partials: HashMap<Vec<u8>, Vec<Candidate>> = HashMap::new();
     let mut stack = roots;
     // The one source lands as DEST: a partial copy of DEST itself (a file cut
     // short) lies beside it, in its parent.
@@ -108,24 +109,17 @@ pub fn list<W: Write>(
                 let Ok(path_rel) = RelPath::new([dir, target].concat()) else {
                     continue;
                 };
-                let bigger = partials
-                    .get(path_rel.as_bytes())
-                    .is_none_or(|p| matches!(p, Entry::Partial { size, .. } if *size < md.len()));
-                if bigger && md.len() > 0 && md.nlink() == 1 {
-                    match hash_file(&path) {
-                        Ok((size, hash)) => {
-                            partials.insert(
-                                path_rel.as_bytes().to_vec(),
-                                Entry::Partial {
-                                    path: path_rel,
-                                    tmp: name.to_vec(),
-                                    size,
-                                    hash,
-                                },
-                            );
-                        }
-                        Err(e) => warn(format_args!("cannot read {}: {e}", path.display())),
-                    }
+                if md.nlink() == 1 {
+                    partials
+                        .entry(path_rel.as_bytes().to_vec())
+                        .or_default()
+                        .push(Candidate {
+                            path: path.clone(),
+                            rel: path_rel,
+                            tmp: name.to_vec(),
+                            size: md.len(),
+                            mtime: md.mtime(),
+                        });
                 }
                 continue;
             }
@@ -144,16 +138,47 @@ pub fn list<W: Write>(
             entries += 1;
         }
     }
-    for p in partials.into_values() {
-        head.clear();
-        p.encode(&mut head);
-        out.write_all(&head)?;
-        entries += 1;
+    // Per file, the largest partial copy is offered; older, smaller ones of
+    // earlier interruptions (untouched for a minute: not a copy running now)
+    // are removed.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    for mut cands in partials.into_values() {
+        cands.sort_by_key(|c| std::cmp::Reverse(c.size));
+        let best = cands.remove(0);
+        for stale in cands.iter().filter(|c| now - c.mtime > 60) {
+            let _ = std::fs::remove_file(&stale.path);
+        }
+        match hash_file(&best.path) {
+            Ok((size, hash)) => {
+                head.clear();
+                Entry::Partial {
+                    path: best.rel,
+                    tmp: best.tmp,
+                    size,
+                    hash,
+                }
+                .encode(&mut head);
+                out.write_all(&head)?;
+                entries += 1;
+            }
+            Err(e) => warn(format_args!("cannot read {}: {e}", best.path.display())),
+        }
     }
     head.clear();
     Entry::End { entries, failed: 0 }.encode(&mut head);
     out.write_all(&head)?;
     out.flush()
+}
+
+/// A temporary file found while listing.
+struct Candidate {
+    path: PathBuf,
+    rel: RelPath,
+    tmp: Vec<u8>,
+    size: u64,
+    mtime: i64,
 }
 
 /// Size and xxh3-64 of a file's content.

@@ -287,7 +287,7 @@ impl<W: Write> Packer<'_, W> {
         };
         let size = before.len();
         let meta = meta_of(&before);
-        let mut offset = 0;
+        let (mut offset, mut resumed) = (0, false);
         if let Some(m) = self.manifest {
             if m.have(&rel)
                 .is_some_and(|h| h.size == size && h.mtime == (meta.mtime, meta.mtime_ns))
@@ -299,7 +299,7 @@ impl<W: Write> Packer<'_, W> {
             }
             if let Some(p) = m.partial(&rel).filter(|p| p.size <= size) {
                 if prefix_hash(&f, p.size)? == Some(p.hash) {
-                    offset = p.size;
+                    (offset, resumed) = (p.size, true);
                     self.stats.resumed += 1;
                     self.stats.skipped_bytes += offset;
                     self.entry(&Entry::Resume {
@@ -313,7 +313,7 @@ impl<W: Write> Packer<'_, W> {
                 }
             }
         }
-        if offset == 0 {
+        if !resumed {
             self.entry(&Entry::File {
                 path: rel.clone(),
                 meta,

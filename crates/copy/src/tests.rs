@@ -268,3 +268,33 @@ fn a_single_file_cut_short_is_continued_beside_its_name() {
     assert_eq!(std::fs::read(&dst).unwrap(), data);
     assert!(!d.path().join(".copy.rdcp-7-0").exists());
 }
+
+#[test]
+fn an_empty_partial_copy_is_reused_not_left_behind() {
+    let d = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir(d.path().join("src")).unwrap();
+    std::fs::write(d.path().join("src/a"), b"abc").unwrap();
+    std::fs::write(d.path().join("src/b"), b"def").unwrap();
+    let out = d.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    // An interruption right after `a`'s temporary file was created.
+    std::fs::write(out.join(".a.rdcp-1-0"), b"").unwrap();
+    let mut listing = Vec::new();
+    list::list(&out, false, &[b"src".to_vec()], &mut listing).unwrap();
+    let lpath = d.path().join("listing");
+    std::fs::write(&lpath, &listing).unwrap();
+    let m = Manifest::read(&lpath).unwrap();
+    let mut buf = Vec::new();
+    let stats = pack(&[d.path().join("src")], true, Some(&m), &mut buf).unwrap();
+    assert_eq!(stats.resumed, 1);
+    let mut u = Unpacker::new(Dest::open(&out, false, Some(b"src")).unwrap(), "out", true);
+    u.write_all(&buf).unwrap();
+    u.flush().unwrap();
+    let mut names: Vec<_> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["a", "b"]);
+    assert_eq!(std::fs::read(out.join("a")).unwrap(), b"abc");
+}
