@@ -21,12 +21,14 @@
 use crate::warn;
 use rdpipe_wire::entry::{encode_start, Decoder, Entry, Event, RelPath};
 use rdpipe_wire::StreamHasher;
+use rustix::fs::{AtFlags, Mode, OFlags};
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
+use std::sync::Arc;
 
 /// The temporary-name infix of a file being received.
 pub const TMP_INFIX: &[u8] = b".rdcp-";
@@ -41,7 +43,10 @@ pub fn tmp_target(file: &[u8]) -> Option<&[u8]> {
 }
 
 /// Writes the listing of `dest` for sources whose top-level names are
-/// `tops` (see the module doc).
+/// `tops` (see the module doc). The walk goes through directory descriptors,
+/// each opened without following links ([`crate::beneath`]), and looks at
+/// every name with `fstatat(AT_SYMLINK_NOFOLLOW)`: a directory swapped for a
+/// link while it runs cannot make it list, size or hash anything outside.
 pub fn list<W: Write>(
     dest: &Path,
     must_be_dir: bool,
@@ -51,16 +56,35 @@ pub fn list<W: Write>(
     let mut head = Vec::new();
     let resumed_as = matches!(tops, [t] if crate::unpack::is_resumed_as(dest, must_be_dir, t));
     let is_dir = !resumed_as && std::fs::metadata(dest).is_ok_and(|m| m.is_dir());
-    let mut roots: Vec<(PathBuf, Vec<u8>)> = vec![];
+    let dir_flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    // (directory holding the name, the name, its path in the stream)
+    let mut roots: Vec<(Arc<OwnedFd>, Vec<u8>, Vec<u8>)> = vec![];
     if is_dir {
         encode_start(0, &mut head);
-        for t in tops {
-            roots.push((dest.join(std::ffi::OsStr::from_bytes(t)), t.clone()));
+        // DEST itself is followed, as the user named it (cp does too).
+        if let Ok(d) = rustix::fs::open(dest, dir_flags, Mode::empty()) {
+            let d = Arc::new(d);
+            roots.extend(tops.iter().map(|t| (d.clone(), t.clone(), t.clone())));
         }
     } else if !must_be_dir {
         encode_start(1, &mut head);
-        if let Some(n) = dest.file_name() {
-            roots.push((dest.to_path_buf(), n.as_bytes().to_vec()));
+        let parent = match dest.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        if let (Some(n), Ok(pd)) = (
+            dest.file_name(),
+            rustix::fs::open(parent, dir_flags, Mode::empty()),
+        ) {
+            let (pd, n) = (Arc::new(pd), n.as_bytes().to_vec());
+            // DEST itself, and beside it the partial copies of DEST (the one
+            // source being a file cut short).
+            for e in names(&pd) {
+                if tmp_target(&e) == Some(&n[..]) {
+                    roots.push((pd.clone(), e.clone(), e));
+                }
+            }
+            roots.push((pd, n.clone(), n));
         }
     } else {
         encode_start(0, &mut head);
@@ -69,56 +93,45 @@ pub fn list<W: Write>(
     let mut entries = 0u64;
     let mut partials: HashMap<Vec<u8>, Vec<Candidate>> = HashMap::new();
     let mut stack = roots;
-    // The one source lands as DEST: a partial copy of DEST itself (a file cut
-    // short) lies beside it, in its parent.
-    if let (false, Some((_, top))) = (is_dir, stack.first()) {
-        let parent = match dest.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p,
-            _ => Path::new("."),
-        };
-        if let Ok(rd) = std::fs::read_dir(parent) {
-            let top = top.clone();
-            for e in rd.filter_map(Result::ok) {
-                let n = e.file_name();
-                if tmp_target(n.as_bytes()) == Some(&top[..]) {
-                    stack.push((e.path(), n.as_bytes().to_vec()));
-                }
-            }
-        }
-    }
-    while let Some((path, rel)) = stack.pop() {
-        let Ok(md) = std::fs::symlink_metadata(&path) else {
+    while let Some((dir, name, rel)) = stack.pop() {
+        let Ok(st) = rustix::fs::statat(
+            &*dir,
+            crate::beneath::name(&name),
+            AtFlags::SYMLINK_NOFOLLOW,
+        ) else {
             continue;
         };
-        if md.is_dir() {
-            let Ok(rd) = std::fs::read_dir(&path) else {
+        let kind = rustix::fs::FileType::from_raw_mode(st.st_mode);
+        if kind == rustix::fs::FileType::Directory {
+            let Ok(sub) = crate::beneath::open_dir(dir.as_fd(), &[&name], false) else {
                 continue;
             };
-            for e in rd.filter_map(Result::ok) {
+            let sub = Arc::new(sub);
+            for e in names(&sub) {
                 let mut r = rel.clone();
                 r.push(b'/');
-                r.extend_from_slice(e.file_name().as_bytes());
-                stack.push((e.path(), r));
+                r.extend_from_slice(&e);
+                stack.push((sub.clone(), e, r));
             }
-        } else if md.is_file() {
-            let (dir, name) = match rel.iter().rposition(|&b| b == b'/') {
-                Some(i) => (&rel[..=i], &rel[i + 1..]),
-                None => (&rel[..0], &rel[..]),
+        } else if kind == rustix::fs::FileType::RegularFile {
+            let parent_rel = match rel.iter().rposition(|&b| b == b'/') {
+                Some(i) => &rel[..=i],
+                None => &rel[..0],
             };
-            if let Some(target) = tmp_target(name) {
-                let Ok(path_rel) = RelPath::new([dir, target].concat()) else {
+            if let Some(target) = tmp_target(&name) {
+                let Ok(path_rel) = RelPath::new([parent_rel, target].concat()) else {
                     continue;
                 };
-                if md.nlink() == 1 {
+                if st.st_nlink == 1 {
                     partials
                         .entry(path_rel.as_bytes().to_vec())
                         .or_default()
                         .push(Candidate {
-                            path: path.clone(),
+                            dir: dir.clone(),
+                            name: name.clone(),
                             rel: path_rel,
-                            tmp: name.to_vec(),
-                            size: md.len(),
-                            mtime: md.mtime(),
+                            size: st.st_size as u64,
+                            mtime: st.st_mtime as i64,
                         });
                 }
                 continue;
@@ -129,9 +142,9 @@ pub fn list<W: Write>(
             head.clear();
             Entry::Have {
                 path: path_rel,
-                size: md.len(),
-                mtime: md.mtime(),
-                mtime_ns: md.mtime_nsec().clamp(0, 999_999_999) as u32,
+                size: st.st_size as u64,
+                mtime: st.st_mtime as i64,
+                mtime_ns: st.st_mtime_nsec.min(999_999_999) as u32,
             }
             .encode(&mut head);
             out.write_all(&head)?;
@@ -148,14 +161,18 @@ pub fn list<W: Write>(
         cands.sort_by_key(|c| std::cmp::Reverse(c.size));
         let best = cands.remove(0);
         for stale in cands.iter().filter(|c| now - c.mtime > 60) {
-            let _ = std::fs::remove_file(&stale.path);
+            let _ = rustix::fs::unlinkat(
+                &*stale.dir,
+                crate::beneath::name(&stale.name),
+                AtFlags::empty(),
+            );
         }
-        match hash_file(&best.path) {
+        match hash_at(&best.dir, &best.name) {
             Ok((size, hash)) => {
                 head.clear();
                 Entry::Partial {
                     path: best.rel,
-                    tmp: best.tmp,
+                    tmp: best.name,
                     size,
                     hash,
                 }
@@ -163,7 +180,10 @@ pub fn list<W: Write>(
                 out.write_all(&head)?;
                 entries += 1;
             }
-            Err(e) => warn(format_args!("cannot read {}: {e}", best.path.display())),
+            Err(e) => warn(format_args!(
+                "cannot read a partial copy of {}: {e}",
+                crate::shown(best.rel.as_bytes())
+            )),
         }
     }
     head.clear();
@@ -172,18 +192,39 @@ pub fn list<W: Write>(
     out.flush()
 }
 
+/// The names in directory `d` (not `.` and `..`).
+fn names(d: &OwnedFd) -> Vec<Vec<u8>> {
+    let Ok(dir) = rustix::fs::Dir::read_from(d) else {
+        return vec![];
+    };
+    dir.filter_map(Result::ok)
+        .map(|e| e.file_name().to_bytes().to_vec())
+        .filter(|n| n != b"." && n != b"..")
+        .collect()
+}
+
 /// A temporary file found while listing.
 struct Candidate {
-    path: PathBuf,
+    dir: Arc<OwnedFd>,
+    name: Vec<u8>,
     rel: RelPath,
-    tmp: Vec<u8>,
     size: u64,
     mtime: i64,
 }
 
-/// Size and xxh3-64 of a file's content.
-fn hash_file(path: &Path) -> io::Result<(u64, u64)> {
-    let mut f = File::open(path)?;
+/// Size and xxh3-64 of the regular file `name` in `dir`, opened without
+/// following a link or blocking on a FIFO.
+fn hash_at(dir: &OwnedFd, name: &[u8]) -> io::Result<(u64, u64)> {
+    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+    let mut f = File::from(rustix::fs::openat(
+        dir,
+        crate::beneath::name(name),
+        flags,
+        Mode::empty(),
+    )?);
+    if !f.metadata()?.is_file() {
+        return Err(io::Error::other("not a regular file"));
+    }
     let mut h = StreamHasher::new();
     let mut buf = vec![0; 1 << 20];
     loop {

@@ -218,7 +218,7 @@ fn resume_sends_only_what_the_destination_lacks() {
     std::fs::write(&lpath, &listing).unwrap();
     let m = Manifest::read(&lpath).unwrap();
     let mut buf = Vec::new();
-    let stats = pack(&[src.clone()], true, Some(&m), &mut buf).unwrap();
+    let stats = pack(std::slice::from_ref(&src), true, Some(&m), &mut buf).unwrap();
     assert_eq!(stats.resumed, 1);
     assert_eq!(
         stats.bytes,

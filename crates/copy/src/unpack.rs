@@ -167,6 +167,9 @@ pub struct Unpacker {
     current: Option<Current>,
     /// Directories whose metadata is applied at the end, in stream order.
     dirs: Vec<(RelPath, Meta)>,
+    /// Where each directory is in `dirs`: a path sent again updates its
+    /// metadata instead of growing the list.
+    dir_index: std::collections::HashMap<RelPath, usize>,
     /// The last directory opened (entries of a tree come grouped by directory).
     last_dir: Option<(Vec<u8>, OwnedFd)>,
     stats: UnpackStats,
@@ -198,6 +201,7 @@ impl Unpacker {
             top: None,
             current: None,
             dirs: Vec::new(),
+            dir_index: std::collections::HashMap::new(),
             last_dir: None,
             stats: UnpackStats::default(),
         }
@@ -295,7 +299,13 @@ impl Unpacker {
                 match self.dir(&comps) {
                     Ok(_) => {
                         self.stats.created += 1;
-                        self.dirs.push((path, meta));
+                        match self.dir_index.get(&path) {
+                            Some(&i) => self.dirs[i].1 = meta,
+                            None => {
+                                self.dir_index.insert(path.clone(), self.dirs.len());
+                                self.dirs.push((path, meta));
+                            }
+                        }
                     }
                     Err(e) => self.failed(&path, e),
                 }
@@ -309,7 +319,8 @@ impl Unpacker {
                         | OFlags::EXCL
                         | OFlags::NOFOLLOW
                         | OFlags::CLOEXEC;
-                    let mode = Mode::from_raw_mode((meta.mode & 0o777 | 0o600) as _);
+                    // Private until published: the final mode is set then.
+                    let mode = Mode::from_raw_mode(0o600);
                     let f = rustix::fs::openat(&dir, name(&tmp), flags, mode)?;
                     Ok((dir, File::from(f), Vec::new()))
                 });
@@ -417,10 +428,11 @@ impl Unpacker {
 
     /// Renames `tmp` over `leaf` in `dir`; removes `tmp` if that fails.
     fn publish(&self, dir: &OwnedFd, tmp: &[u8], leaf: &[u8]) -> io::Result<()> {
-        rustix::fs::renameat(dir, name(tmp), dir, name(leaf)).map_err(|e| {
-            let _ = rustix::fs::unlinkat(dir, name(tmp), AtFlags::empty());
-            io::Error::from(e)
-        })
+        let r = rustix::fs::renameat(dir, name(tmp), dir, name(leaf));
+        // Renaming a link over another link to the same inode succeeds and
+        // does nothing (rename(2)); a failed rename leaves `tmp` too.
+        let _ = rustix::fs::unlinkat(dir, name(tmp), AtFlags::empty());
+        r.map_err(io::Error::from)
     }
 
     /// Writes `b` at the current file's position, leaving whole zero blocks as holes.
@@ -507,6 +519,7 @@ impl Unpacker {
             ));
         }
         let dirs = std::mem::take(&mut self.dirs);
+        self.dir_index.clear();
         for (rel, meta) in dirs.iter().rev() {
             let (mut comps, leaf) = self.place(rel)?;
             comps.push(leaf);

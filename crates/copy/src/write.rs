@@ -42,9 +42,17 @@ pub fn reopen_partial(
     }
     // One name only: a hard link planted under a temporary name must not
     // let the copy write into a file elsewhere.
-    if std::os::unix::fs::MetadataExt::nlink(&md) != 1 {
+    use std::os::unix::fs::MetadataExt;
+    if md.nlink() != 1 {
         return Err(io::Error::other(
             "its partial copy has other names (hard links); not continued",
+        ));
+    }
+    // Ours and writable by nobody else: no other user can hold it open for
+    // writing and change the verified prefix before it is published.
+    if md.uid() != rustix::process::geteuid().as_raw() || md.mode() & 0o022 != 0 {
+        return Err(io::Error::other(
+            "its partial copy belongs to another user or others may write it; not continued",
         ));
     }
     let mut h = StreamHasher::new();
