@@ -7,7 +7,6 @@ use crate::cli::common::{fail, Failure};
 use crate::cli::run_opts::RunOpts;
 use clap::Parser;
 use rdpipe_orchestrate::plan::{parse_segment, Action, Host, Segment};
-use rdpipe_orchestrate::report::write_json_atomic;
 use rdpipe_orchestrate::run::LocalExe;
 use std::path::PathBuf;
 
@@ -309,22 +308,7 @@ pub fn run(args: CpArgs, exe: PathBuf) -> Result<(), Failure> {
     let json = args.run.json.clone();
     let mut config = args.run.config();
     config.prepared = Some(segments);
-    let (outcome, report) = rdpipe_orchestrate::run::run_reported(config, LocalExe { exe });
-    let outcome = outcome.map_err(|e| Failure {
-        messages: e.messages(),
-        code: e.exit_code(),
-    });
-    match (json, report) {
-        (Some(path), Some(report)) => match (write_json_atomic(&path, &report), outcome) {
-            (Ok(()), outcome) => outcome,
-            (Err(e), Ok(())) => Err(fail(1, e)),
-            (Err(e), Err(mut f)) => {
-                f.messages.push(e.to_string());
-                Err(f)
-            }
-        },
-        _ => outcome,
-    }
+    crate::cli::run_opts::run_and_report(config, exe, json)
 }
 
 #[cfg(test)]

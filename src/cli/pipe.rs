@@ -4,8 +4,7 @@
 use crate::cli::common::Failure;
 pub use crate::cli::run_opts::{RunOpts, DEBUG_ENV};
 use clap::Parser;
-use rdpipe_orchestrate::report::write_json_atomic;
-use rdpipe_orchestrate::run::{Config, LocalExe};
+use rdpipe_orchestrate::run::Config;
 use std::path::PathBuf;
 
 /// Examples for `--help` and the man page.
@@ -167,22 +166,7 @@ pub fn run(args: PipeArgs, exe: PathBuf) -> Result<(), Failure> {
     if let (Some(r), true, false) = (args.run.rate_limit, args.verbosity() > 0, args.run.dry_run) {
         crate::cli::term::say("rdpipe", format!("rate limit {r} on every hop"));
     }
-    let (outcome, report) = rdpipe_orchestrate::run::run_reported(args.config(), LocalExe { exe });
-    let outcome = outcome.map_err(|e| Failure {
-        messages: e.messages(),
-        code: e.exit_code(),
-    });
-    match (json, report) {
-        (Some(path), Some(report)) => match (write_json_atomic(&path, &report), outcome) {
-            (Ok(()), outcome) => outcome,
-            (Err(e), Ok(())) => Err(crate::cli::fail(1, e)),
-            (Err(e), Err(mut f)) => {
-                f.messages.push(e.to_string());
-                Err(f)
-            }
-        },
-        _ => outcome,
-    }
+    crate::cli::run_opts::run_and_report(args.config(), exe, json)
 }
 
 #[cfg(test)]

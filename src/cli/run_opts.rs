@@ -217,3 +217,34 @@ impl RunOpts {
         }
     }
 }
+
+/// Runs `config` (rdpipe's or rdcp's) and writes the `--json` report to
+/// `json` if asked, also for a failed run; the outcome as the tools end with.
+pub fn run_and_report(
+    config: Config,
+    exe: std::path::PathBuf,
+    json: Option<PathBuf>,
+) -> Result<(), crate::cli::Failure> {
+    let (outcome, report) =
+        rdpipe_orchestrate::run::run_reported(config, rdpipe_orchestrate::run::LocalExe { exe });
+    let outcome = outcome.map_err(|e| crate::cli::Failure {
+        messages: e.messages(),
+        code: e.exit_code(),
+    });
+    match (json, report) {
+        (Some(path), Some(report)) => {
+            match (
+                rdpipe_orchestrate::report::write_json_atomic(&path, &report),
+                outcome,
+            ) {
+                (Ok(()), outcome) => outcome,
+                (Err(e), Ok(())) => Err(crate::cli::fail(1, e)),
+                (Err(e), Err(mut f)) => {
+                    f.messages.push(e.to_string());
+                    Err(f)
+                }
+            }
+        }
+        _ => outcome,
+    }
+}

@@ -80,6 +80,20 @@ fn assert_same_tree(a: &Path, b: &Path) {
     }
 }
 
+/// No `.NAME.rdcp-…` temporary file anywhere below `dirs`.
+fn assert_no_temporary_files(dirs: &[&str]) {
+    let found = std::process::Command::new("find")
+        .args(dirs)
+        .args(["-name", ".*.rdcp-*"])
+        .output()
+        .unwrap();
+    assert!(
+        found.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&found.stdout)
+    );
+}
+
 #[test]
 fn rdcp_tree_there_and_back_and_host_to_host() {
     need_ssh!();
@@ -146,21 +160,7 @@ fn rdcp_tree_there_and_back_and_host_to_host() {
         "{}",
         ps(&pgrep(&d.s("h2copy")))
     );
-    let leftovers = std::process::Command::new("find")
-        .args([
-            &d.s("there"),
-            &d.s("back"),
-            &d.s("h2copy"),
-            "-name",
-            ".*.rdcp-*",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        leftovers.stdout.is_empty(),
-        "{}",
-        String::from_utf8_lossy(&leftovers.stdout)
-    );
+    assert_no_temporary_files(&[&d.s("there"), &d.s("back"), &d.s("h2copy")]);
 }
 
 #[test]
@@ -336,13 +336,5 @@ fn rdcp_resume_after_an_interrupted_copy_moves_only_the_rest() {
         "{}",
         r.stderr
     );
-    let leftovers = std::process::Command::new("find")
-        .args([&d.s("dst"), "-name", ".*.rdcp-*"])
-        .output()
-        .unwrap();
-    assert!(
-        leftovers.stdout.is_empty(),
-        "{}",
-        String::from_utf8_lossy(&leftovers.stdout)
-    );
+    assert_no_temporary_files(&[&d.s("dst")]);
 }

@@ -185,15 +185,13 @@ impl Master {
     ) -> Result<(Master, bool), SshError> {
         let log = ctl.with_extension("log");
         let session = Arc::new(Session::resume_mux(ctl.into(), Some(log.clone().into())));
+        let kept = |session| Master {
+            guard: None,
+            guard_stdin: None,
+            session,
+        };
         if ctl.exists() && session.check().await.is_ok() {
-            return Ok((
-                Master {
-                    guard: None,
-                    guard_stdin: None,
-                    session,
-                },
-                true,
-            ));
+            return Ok((kept(session), true));
         }
         // A socket left by a master that is gone.
         let _ = std::fs::remove_file(ctl);
@@ -227,14 +225,7 @@ impl Master {
         }
         for _ in 0..400 {
             if ctl.exists() && session.check().await.is_ok() {
-                return Ok((
-                    Master {
-                        guard: None,
-                        guard_stdin: None,
-                        session,
-                    },
-                    false,
-                ));
+                return Ok((kept(session), false));
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }

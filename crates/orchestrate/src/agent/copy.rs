@@ -144,13 +144,5 @@ pub fn start_unpack(
             seg.setup_failed(Part::File, msg);
         }
     }
-    if seg.pending(Direction::Out) {
-        match File::open("/dev/null") {
-            Ok(f) => t.spawn_send(f),
-            Err(e) => {
-                seg.drop_transfer(Direction::Out);
-                seg.setup_failed(Part::Agent, format!("cannot open /dev/null: {e}"));
-            }
-        }
-    }
+    super::file::send_empty(seg, t);
 }

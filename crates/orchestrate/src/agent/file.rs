@@ -84,8 +84,13 @@ pub fn start_write(path: &str, append: bool, direct: bool, seg: &mut Segment, t:
             Err(e) => seg.setup_failed(Part::File, format!("{path}: {e}")),
         }
     }
+    // `>` in the middle: an empty stream goes onward.
+    send_empty(seg, t);
+}
+
+/// A segment that writes and has an outgoing transfer sends an empty stream.
+pub fn send_empty(seg: &mut Segment, t: &mut Transfers) {
     if seg.pending(Direction::Out) {
-        // `>` in the middle: an empty stream goes onward.
         match File::open("/dev/null") {
             Ok(f) => t.spawn_send(f),
             Err(e) => {
