@@ -351,17 +351,19 @@ impl Unpacker {
                 let tmp = Self::tmp_name(&leaf);
                 let r = self.dir(&comps).and_then(|dir| {
                     rustix::fs::symlinkat(name(&target), &dir, name(&tmp))?;
-                    self.publish(&dir, &tmp, &leaf)?;
                     if self.preserve {
-                        // A link's own times; failure here is not worth a warning.
+                        // The link's own times, set on its temporary name (the
+                        // rename keeps them): by its final name, a link swapped
+                        // in meanwhile would get them. Failure is not worth a
+                        // warning.
                         let _ = rustix::fs::utimensat(
                             &dir,
-                            name(&leaf),
+                            name(&tmp),
                             &times(&meta),
                             AtFlags::SYMLINK_NOFOLLOW,
                         );
                     }
-                    Ok(())
+                    self.publish(&dir, &tmp, &leaf)
                 });
                 match r {
                     Ok(()) => self.stats.created += 1,
