@@ -148,14 +148,16 @@ fn slow_consumer_keeps_receiver_memory_flat() {
 }
 
 /// Starts rdsend to the receiver at `port`, writes `data` into its stdin and
-/// returns it with its stdin still open (the stream goes on).
+/// returns it with its stdin still open (the stream goes on). With
+/// `--reconnect-timeout 5`: a sender whose receiver is gone tries that long to
+/// reconnect (60 s by default) before it fails, within the tests' bounds.
 fn open_sender(
     port: u16,
     key: &str,
     data: &[u8],
 ) -> (std::process::Child, std::process::ChildStdin) {
     let mut s = Command::new(bin("rdsend"))
-        .args(["127.0.0.1", &port.to_string(), key])
+        .args(["--reconnect-timeout", "5", "127.0.0.1", &port.to_string(), key])
         .env_remove("RDPIPE_KEY")
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
