@@ -157,7 +157,13 @@ fn open_sender(
     data: &[u8],
 ) -> (std::process::Child, std::process::ChildStdin) {
     let mut s = Command::new(bin("rdsend"))
-        .args(["--reconnect-timeout", "5", "127.0.0.1", &port.to_string(), key])
+        .args([
+            "--reconnect-timeout",
+            "5",
+            "127.0.0.1",
+            &port.to_string(),
+            key,
+        ])
         .env_remove("RDPIPE_KEY")
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
