@@ -104,6 +104,16 @@ fn a_tree_round_trips_with_links_modes_and_holes() {
     assert_eq!(std::fs::read(out.join("src/a.txt")).unwrap(), b"hello\n");
 }
 
+/// The destination `dest`'s resume listing for one source named `top`, read
+/// back as the sending side reads it (through a file in `scratch`).
+fn listing_of(dest: &Path, top: &[u8], scratch: &Path) -> Manifest {
+    let mut listing = Vec::new();
+    list::list(dest, false, &[top.to_vec()], &mut listing).unwrap();
+    let path = scratch.join("listing");
+    std::fs::write(&path, &listing).unwrap();
+    Manifest::read(&path).unwrap()
+}
+
 fn entry(e: Entry) -> Vec<u8> {
     let mut v = Vec::new();
     e.encode(&mut v);
@@ -212,11 +222,7 @@ fn resume_sends_only_what_the_destination_lacks() {
     let big = std::fs::read(src.join("big.bin")).unwrap();
     std::fs::remove_file(out.join("big.bin")).unwrap();
     std::fs::write(out.join(".big.bin.rdcp-1-1"), &big[..1_000_001]).unwrap();
-    let mut listing = Vec::new();
-    list::list(&out, false, &[b"src".to_vec()], &mut listing).unwrap();
-    let lpath = d.path().join("listing");
-    std::fs::write(&lpath, &listing).unwrap();
-    let m = Manifest::read(&lpath).unwrap();
+    let m = listing_of(&out, b"src", d.path());
     let mut buf = Vec::new();
     let stats = pack(std::slice::from_ref(&src), true, Some(&m), &mut buf).unwrap();
     assert_eq!(stats.resumed, 1);
@@ -236,10 +242,7 @@ fn resume_sends_only_what_the_destination_lacks() {
     // A partial copy that does not match the source's start is not continued.
     std::fs::remove_file(out.join("big.bin")).unwrap();
     std::fs::write(out.join(".big.bin.rdcp-1-2"), b"not the start").unwrap();
-    let mut listing = Vec::new();
-    list::list(&out, false, &[b"src".to_vec()], &mut listing).unwrap();
-    std::fs::write(&lpath, &listing).unwrap();
-    let m = Manifest::read(&lpath).unwrap();
+    let m = listing_of(&out, b"src", d.path());
     let stats = pack(&[src], true, Some(&m), &mut Vec::new()).unwrap();
     assert_eq!((stats.resumed, stats.bytes), (0, big.len() as u64));
 }
@@ -251,11 +254,7 @@ fn a_single_file_cut_short_is_continued_beside_its_name() {
     std::fs::write(d.path().join("f"), &data).unwrap();
     std::fs::write(d.path().join(".copy.rdcp-7-0"), &data[..777_777]).unwrap();
     let dst = d.path().join("copy");
-    let mut listing = Vec::new();
-    list::list(&dst, false, &[b"f".to_vec()], &mut listing).unwrap();
-    let lpath = d.path().join("listing");
-    std::fs::write(&lpath, &listing).unwrap();
-    let m = Manifest::read(&lpath).unwrap();
+    let m = listing_of(&dst, b"f", d.path());
     let mut buf = Vec::new();
     let stats = pack(&[d.path().join("f")], false, Some(&m), &mut buf).unwrap();
     assert_eq!(
@@ -279,11 +278,7 @@ fn an_empty_partial_copy_is_reused_not_left_behind() {
     std::fs::create_dir(&out).unwrap();
     // An interruption right after `a`'s temporary file was created.
     std::fs::write(out.join(".a.rdcp-1-0"), b"").unwrap();
-    let mut listing = Vec::new();
-    list::list(&out, false, &[b"src".to_vec()], &mut listing).unwrap();
-    let lpath = d.path().join("listing");
-    std::fs::write(&lpath, &listing).unwrap();
-    let m = Manifest::read(&lpath).unwrap();
+    let m = listing_of(&out, b"src", d.path());
     let mut buf = Vec::new();
     let stats = pack(&[d.path().join("src")], true, Some(&m), &mut buf).unwrap();
     assert_eq!(stats.resumed, 1);

@@ -67,7 +67,7 @@ pub struct Negotiated {
     pub peer_addr: String,
     /// The protection both ends use (the stronger of the two wishes).
     pub integrity: Integrity,
-    /// This session's keys.
+    /// The keys this connection's handshake derived.
     pub keys: SessionKeys,
     /// The rate the sender paces the stream to: the lower of the two ends'
     /// `--rate-limit` (the peer's as its authenticated hello carries it).

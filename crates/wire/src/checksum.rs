@@ -5,7 +5,7 @@
 //! corruption anywhere between the sender's input and the receiver's output,
 //! including bugs in our own buffer handling, at memory speed, and it is what
 //! `-v` shows (the same for every hop of a pipeline). The MAC is keyed with a
-//! key of this session only ([`crate::session`]): without it nobody can alter,
+//! key derived for this connection only ([`crate::session`]): without it nobody can alter,
 //! reorder, drop or add bytes and make the MAC come out right. It costs far more
 //! CPU than the checksum (see docs/performance.md); `--integrity checksum` turns
 //! it off on trusted fabrics.

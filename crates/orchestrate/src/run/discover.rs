@@ -7,7 +7,7 @@
 //! [`super::fabric::after_probe`], said at `-v`, kept for `--json`).
 //!
 //! A hop where discovery runs has its listener bound to all addresses (see
-//! [`super::spawn::agent_args`]), so that whichever address is chosen reaches it.
+//! [`super::agent_args::agent_args`]), so that whichever address is chosen reaches it.
 
 use super::fabric::{self, Choice, Origin};
 use super::{tool, Runner};

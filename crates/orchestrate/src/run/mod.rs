@@ -20,7 +20,7 @@
 //! and teardown and for every control line; rdpipe hands the level (and its
 //! `RUST_LOG`) to the agents, whose log is forwarded like their stderr.
 
-pub mod action_args;
+pub mod agent_args;
 pub mod agents;
 pub mod config;
 pub mod discover;

@@ -5,10 +5,12 @@
 //! (and `PROGRESS`) go down its stdin; its stdout lines and exit come back as
 //! events; its stderr is forwarded line by line, prefixed with the host.
 
+pub use super::agent_args::agent_args;
+use super::agent_args::chain_hops;
 use super::verdict::Cause;
-use super::{ssh_config, Config, Event, Runner};
+use super::{ssh_config, Event, Runner};
 use crate::control::{Direction, KeyLine, ToAgent};
-use crate::plan::{Action, Host, Node, Pipeline};
+use crate::plan::{Host, Node};
 use crate::ssh::Master;
 use std::collections::HashMap;
 use std::path::Path;
@@ -98,93 +100,6 @@ pub fn remote_command_line(bin: &str, args: &[String], env: &[(String, String)])
         .chain(args.iter().map(|w| sh_quote(w)))
         .collect::<Vec<_>>()
         .join(" ")
-}
-
-/// The agent's argv (after the program) for segment `i`.
-pub fn agent_args(p: &Pipeline, i: usize, a: &Config) -> Vec<String> {
-    let (input, output) = p.links(i);
-    let seg = &p.segments[i];
-    let mut v = vec![
-        "--agent".to_string(),
-        "--label".into(),
-        format!("{}[{}]", seg.host.label(), i + 1),
-        "--input".into(),
-        input.as_str().into(),
-        "--output".into(),
-        output.as_str().into(),
-        "--chunk-size".into(),
-        a.chunk_size.to_string(),
-        "--slots".into(),
-        a.slots.to_string(),
-        "--transport".into(),
-        crate::transport_name(a.transport).into(),
-        "--connect-timeout".into(),
-        a.connect_timeout.to_string(),
-        "--handshake-timeout".into(),
-        a.handshake_timeout.to_string(),
-        "--reconnect-timeout".into(),
-        a.reconnect_timeout.to_string(),
-        "--reconnect-window".into(),
-        a.replay_window.to_string(),
-        "--integrity".into(),
-        a.integrity.as_str().into(),
-    ];
-    if let Some(r) = a.rate_limit {
-        v.extend(["--rate-limit".into(), r.bytes_per_sec().to_string()]);
-    }
-    if a.compress.is_on() {
-        v.extend(["--compress".into(), a.compress.to_string()]);
-    }
-    // Only when asked for: the usual command line stays short.
-    if a.verbose >= 2 {
-        v.extend(["--verbose".into(), a.verbose.min(3).to_string()]);
-    }
-    if a.quiet {
-        v.push("--quiet".into());
-    }
-    if a.direct && matches!(seg.action, Action::WriteFile { .. }) {
-        v.push("--direct".into());
-    }
-    if let Some(f) = &a.log {
-        v.extend(["--log".into(), f.clone()]);
-    }
-    // Where a listening side listens: the address its peer connects to, unless
-    // data-address discovery may pick another (then all addresses).
-    let me = Node::Segment(i);
-    let discovers = super::discover::discovery_hops(p, &a.data_host, a.transport);
-    for (flag, hop) in [
-        ("--in-addr", p.hop_into(me)),
-        ("--out-addr", p.hop_from(me)),
-    ] {
-        let discovered = |h: &&crate::plan::Hop| {
-            p.hops
-                .iter()
-                .position(|x| x == *h)
-                .is_some_and(|k| discovers[k])
-        };
-        if let Some(h) = hop.filter(|h| h.listener == me && !discovered(h)) {
-            v.extend([flag.to_string(), h.address.clone()]);
-        }
-    }
-    if p.is_sink(i) {
-        v.push("--sink".into());
-        if chain_hops(p, i, a) {
-            if p.relays(i) {
-                v.extend(["--replay-window".into(), a.replay_window.to_string()]);
-            }
-            if i > p.sinks().start {
-                v.push("--chain-in".into());
-            }
-        }
-    }
-    v.extend(super::action_args::action_args(&seg.action));
-    v
-}
-
-/// Whether segment `i` has a chain hop (one between two sinks) that re-links
-/// around a dead relay: not without `--replay-window`.
-fn chain_hops(p: &Pipeline, i: usize, a: &Config) -> bool {
-    a.replay_window > 0 && (p.relays(i) || (p.is_sink(i) && i > p.sinks().start))
 }
 
 /// Starts a local agent (`EXE ARGS`), its stderr piped when `pipe_stderr`.
@@ -477,6 +392,7 @@ impl Runner {
 mod tests {
     use super::*;
     use crate::plan::{plan, RemoteHost};
+    use crate::run::Config;
     use rdpipe_wire::TransportPref;
 
     fn config(verbose: u8, quiet: bool, log: Option<&str>) -> Config {

@@ -1,0 +1,154 @@
+//! An agent's command line (after the program): its links, tuning, roles in
+//! a `--to` chain, and what its segment does (`--cmd`, `--read`, `--write`,
+//! `--relay`, rdcp's `--pack`, `--unpack`, `--list`); the agent parses it back
+//! (`crate::agent::AgentArgs`).
+
+use super::Config;
+use crate::plan::{Action, Node, Pipeline};
+
+/// The agent's argv (after the program) for segment `i`.
+pub fn agent_args(p: &Pipeline, i: usize, a: &Config) -> Vec<String> {
+    let (input, output) = p.links(i);
+    let seg = &p.segments[i];
+    let mut v = vec![
+        "--agent".to_string(),
+        "--label".into(),
+        format!("{}[{}]", seg.host.label(), i + 1),
+        "--input".into(),
+        input.as_str().into(),
+        "--output".into(),
+        output.as_str().into(),
+        "--chunk-size".into(),
+        a.chunk_size.to_string(),
+        "--slots".into(),
+        a.slots.to_string(),
+        "--transport".into(),
+        crate::transport_name(a.transport).into(),
+        "--connect-timeout".into(),
+        a.connect_timeout.to_string(),
+        "--handshake-timeout".into(),
+        a.handshake_timeout.to_string(),
+        "--reconnect-timeout".into(),
+        a.reconnect_timeout.to_string(),
+        "--reconnect-window".into(),
+        a.replay_window.to_string(),
+        "--integrity".into(),
+        a.integrity.as_str().into(),
+    ];
+    if let Some(r) = a.rate_limit {
+        v.extend(["--rate-limit".into(), r.bytes_per_sec().to_string()]);
+    }
+    if a.compress.is_on() {
+        v.extend(["--compress".into(), a.compress.to_string()]);
+    }
+    // Only when asked for: the usual command line stays short.
+    if a.verbose >= 2 {
+        v.extend(["--verbose".into(), a.verbose.min(3).to_string()]);
+    }
+    if a.quiet {
+        v.push("--quiet".into());
+    }
+    if a.direct && matches!(seg.action, Action::WriteFile { .. }) {
+        v.push("--direct".into());
+    }
+    if let Some(f) = &a.log {
+        v.extend(["--log".into(), f.clone()]);
+    }
+    // Where a listening side listens: the address its peer connects to, unless
+    // data-address discovery may pick another (then all addresses).
+    let me = Node::Segment(i);
+    let discovers = super::discover::discovery_hops(p, &a.data_host, a.transport);
+    for (flag, hop) in [
+        ("--in-addr", p.hop_into(me)),
+        ("--out-addr", p.hop_from(me)),
+    ] {
+        let discovered = |h: &&crate::plan::Hop| {
+            p.hops
+                .iter()
+                .position(|x| x == *h)
+                .is_some_and(|k| discovers[k])
+        };
+        if let Some(h) = hop.filter(|h| h.listener == me && !discovered(h)) {
+            v.extend([flag.to_string(), h.address.clone()]);
+        }
+    }
+    if p.is_sink(i) {
+        v.push("--sink".into());
+        if chain_hops(p, i, a) {
+            if p.relays(i) {
+                v.extend(["--replay-window".into(), a.replay_window.to_string()]);
+            }
+            if i > p.sinks().start {
+                v.push("--chain-in".into());
+            }
+        }
+    }
+    v.extend(action_args(&seg.action));
+    v
+}
+
+/// Whether segment `i` has a chain hop (one between two sinks) that re-links
+/// around a dead relay: not without `--replay-window`.
+pub(super) fn chain_hops(p: &Pipeline, i: usize, a: &Config) -> bool {
+    a.replay_window > 0 && (p.relays(i) || (p.is_sink(i) && i > p.sinks().start))
+}
+
+/// The agent arguments of `action`.
+pub fn action_args(action: &Action) -> Vec<String> {
+    let mut v: Vec<String> = vec![];
+    match action {
+        Action::Command(c) => v.extend(["--cmd".into(), c.clone()]),
+        Action::ReadFile(f) => v.extend(["--read".into(), f.clone()]),
+        Action::WriteFile { path, append } => v.extend([
+            if *append { "--append" } else { "--write" }.into(),
+            path.clone(),
+        ]),
+        Action::Relay => v.push("--relay".into()),
+        Action::Pack {
+            sources,
+            recursive,
+            manifest,
+        } => {
+            for src in sources {
+                v.extend(["--pack".into(), src.clone()]);
+            }
+            if *recursive {
+                v.push("--recursive".into());
+            }
+            if let Some(m) = manifest {
+                v.extend(["--manifest".into(), m.clone()]);
+            }
+        }
+        Action::List {
+            dest,
+            must_be_dir,
+            tops,
+        } => {
+            v.extend(["--list".into(), dest.clone()]);
+            for t in tops {
+                v.extend(["--top".into(), t.clone()]);
+            }
+            if *must_be_dir {
+                v.push("--must-be-dir".into());
+            }
+        }
+        Action::Unpack {
+            dest,
+            must_be_dir,
+            preserve,
+            resumed_top,
+        } => {
+            v.extend(["--unpack".into(), dest.clone()]);
+            if let Some(t) = resumed_top {
+                v.extend(["--top".into(), t.clone()]);
+            }
+            if *must_be_dir {
+                v.push("--must-be-dir".into());
+            }
+            if *preserve {
+                v.push("--preserve".into());
+            }
+        }
+    }
+    v
+}
