@@ -379,8 +379,11 @@ fn signal_at(sig: &str, num: i32, tag: &str) {
                 rng.millis(50, 1000)
             }
             When::AtTheEnd => {
+                // `sleep` runs once `cat` has written its output; the agent
+                // still has to pass it on to rdpipe's stdout: a margin for
+                // that on a loaded machine.
                 wait_for(&format!("^sleep {nap}"), Duration::from_secs(20));
-                rng.millis(0, 300)
+                rng.millis(250, 500)
             }
         };
         std::thread::sleep(at);
