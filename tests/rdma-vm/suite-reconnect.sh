@@ -1,68 +1,88 @@
 # Sourced by rdma-suite.sh (uses its xfer helpers, $W, $SEND, $RECV, $KEY):
-#   reconnect  an RDMA stream whose link goes down mid-stream: rxe1's netdev
-#              (v1) is down for 3 s, the sender's queue pair exhausts its
-#              retries and goes to the error state, the hop reconnects (RDMA
-#              again when the device is back, else TCP) and resumes at the
-#              bytes the receiver holds; the output is byte-exact and both
-#              ends report the reconnect with the transport after it.
+#   reconnect  an RDMA stream whose path fails mid-stream resumes byte-exact,
+#              both ends reporting the reconnect with the transport after it:
+#              drop: every RoCE packet (UDP 4791) dropped by nft for 4 s, a
+#                    path that fails silently (no link event, no error from
+#                    the device): the queue pairs run out of retries (ACK
+#                    timeout 0.27 s x 7 tries, crates/verbs/src/cm.rs)
+#              down: rxe1's netdev (v1) down for 3 s: sends fail at once.
+#              The link-down case runs last (after it rxe1 takes new
+#              connections only slowly, see rdma-suite.sh).
 
-if want reconnect; then
-    echo "== reconnect: rxe1's link down for 3 s in the middle of an RDMA stream"
-    RCIN=$W/in.reconnect
-    head -c $((24 * CHUNK)) /dev/urandom >"$RCIN"
-    chmod 644 "$RCIN"
-    rm -f "$W/rc.fifo" "$W/rc.out"
-    mkfifo -m 666 "$W/rc.fifo"
-    # 24 MiB at 2 MiB/s: about 12 s, so that the stream is still running when
-    # the link comes back.
+# reconnect_case NAME HOW: one stream of 24 MiB at 2 MiB/s (about 12 s, so
+# that it still runs when the path comes back), the path failing once the
+# receiver holds 4 MiB.
+reconnect_case() {
+    local name=$1 how=$2 rpid spid port ok src rrc
+    local in=$W/in.$name out=$W/$name.out fifo=$W/$name.fifo
+    head -c $((24 * CHUNK)) /dev/urandom >"$in"
+    chmod 644 "$in"
+    rm -f "$fifo" "$out"
+    mkfifo -m 666 "$fifo"
     # --handshake-timeout 60: a loaded host slows the emulated guest a lot.
-    timeout 300 "$RECV" -v --reconnect-timeout 60 --handshake-timeout 60 --announce-fd 3 0 "$KEY" "$W/rc.out" \
-        3>"$W/rc.fifo" 2>"$W/rc.recv.err" &
+    timeout 300 "$RECV" -v --reconnect-timeout 60 --handshake-timeout 60 --announce-fd 3 0 "$KEY" "$out" \
+        3>"$fifo" 2>"$W/$name.recv.err" &
     rpid=$!
     port=
-    read -r _ port <"$W/rc.fifo" || true
+    read -r _ port <"$fifo" || true
     ok=1
     if [ -z "$port" ]; then
         ok=; echo "    rdrecv announced no port"
     else
-        timeout 300 "$SEND" -v --rate-limit 2M --handshake-timeout 60 "$RXE_SERVER_IP" "$port" "$KEY" "$RCIN" \
-            2>"$W/rc.send.err" &
+        timeout 300 "$SEND" ${RC_SEND_V:--v} --rate-limit 2M --handshake-timeout 60 "$RXE_SERVER_IP" "$port" "$KEY" "$in" \
+            2>"$W/$name.send.err" &
         spid=$!
         # Readiness: the receiver's temporary file holds 4 MiB.
         for _ in $(seq 1 600); do
-            [ -n "$(find "$W" -maxdepth 1 -name '.rc.out.rdpipe-*' -size +4M 2>/dev/null)" ] && break
+            [ -n "$(find "$W" -maxdepth 1 -name ".$name.out.rdpipe-*" -size +4M 2>/dev/null)" ] && break
             sleep 0.1
         done
-        ip link set v1 down
-        sleep 3
-        ip link set v1 up
-        # Taking v1 down dropped the harness's route and neighbour entries
-        # through it (guest/stage2.sh); put them back.
-        ip route replace 10.77.0.1 dev v1 src 10.77.0.2 table 77
-        ip neigh replace 10.77.0.1 lladdr "$(cat /sys/class/net/v0/address)" dev v1 nud permanent
-        # rxe1 comes back ACTIVE with its GID once the link is up.
-        wait_for 30 sh -c "rdma link show rxe1/1 | grep -q 'state ACTIVE'" \
-            || echo "    rxe1 did not come back ACTIVE"
+        case $how in
+        drop)
+            nft -f - <<<$'table ip rdreconnect {\n chain in {\n  type filter hook input priority 0;\n  udp dport 4791 drop\n }\n}'
+            sleep "${RC_DROP_S:-4}"
+            nft delete table ip rdreconnect
+            ;;
+        down)
+            ip link set v1 down
+            sleep 3
+            ip link set v1 up
+            # Taking v1 down dropped the harness's route and neighbour entries
+            # through it (guest/stage2.sh); put them back.
+            ip route replace 10.77.0.1 dev v1 src 10.77.0.2 table 77
+            ip neigh replace 10.77.0.1 lladdr "$(cat /sys/class/net/v0/address)" dev v1 nud permanent
+            # rxe1 comes back ACTIVE with its GID once the link is up.
+            wait_for 30 sh -c "rdma link show rxe1/1 | grep -q 'state ACTIVE'" \
+                || echo "    rxe1 did not come back ACTIVE"
+            ;;
+        esac
         wait "$spid"
         src=$?
         wait "$rpid"
         rrc=$?
         [ "$rrc" = 0 ] && [ "$src" = 0 ] || { ok=; echo "    exit codes: rdrecv $rrc, rdsend $src"; }
     fi
-    cmp -s "$RCIN" "$W/rc.out" || { ok=; echo "    output differs from input ($(stat -c %s "$W/rc.out" 2>/dev/null) bytes)"; }
+    cmp -s "$in" "$out" || { ok=; echo "    output differs from input ($(stat -c %s "$out" 2>/dev/null) bytes)"; }
     # The loss the sender reports is the RDMA one (a failed work completion):
     # the stream started over RDMA.
-    grep -q 'was lost at byte [0-9]* (RDMA: ' "$W/rc.send.err" \
+    grep -q 'was lost at byte [0-9]* (.*RDMA' "$W/$name.send.err" \
         || { ok=; echo "    rdsend -v reports no lost RDMA connection"; }
     for side in recv send; do
-        grep -q 'reconnected at byte [0-9]* after [0-9.]* s, over ' "$W/rc.$side.err" \
+        grep -q 'reconnected at byte [0-9]* after [0-9.]* s, over ' "$W/$name.$side.err" \
             || { ok=; echo "    rd$side -v reports no reconnect"; }
     done
     if [ -n "$ok" ]; then
-        pass "reconnect over rdma: $(stat -c %s "$RCIN") bytes byte-exact, $(grep -o 'lost at byte [0-9]* (RDMA: [^)]*)' "$W/rc.send.err" | head -n1), $(grep -o 'reconnected at byte .*' "$W/rc.recv.err" | head -n1)"
+        pass "reconnect over rdma ($how): $(stat -c %s "$in") bytes byte-exact, $(grep -o 'lost at byte [0-9]* (.*RDMA[^)]*)' "$W/$name.send.err" | head -n1), $(grep -o 'reconnected at byte .*' "$W/$name.recv.err" | head -n1)"
     else
-        fail "reconnect over rdma: link down for 3 s mid-stream"
-        show rc
+        fail "reconnect over rdma ($how): the path failing mid-stream"
+        show "$name"
     fi
-    rm -f "$RCIN" "$W/rc.out" "$W/rc.fifo"
+    rm -f "$in" "$out" "$fifo"
+}
+
+if want reconnect; then
+    echo "== reconnect: every RoCE packet dropped for 4 s in the middle of an RDMA stream"
+    reconnect_case rcdrop drop
+    echo "== reconnect: rxe1's link down for 3 s in the middle of an RDMA stream"
+    reconnect_case rc down
 fi

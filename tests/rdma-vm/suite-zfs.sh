@@ -21,10 +21,11 @@
 #                (--rate-limit keeps the stream running) until rdpipe -v
 #                reports the hop lost, then up: the hop reconnects (over TCP:
 #                see flap()), no token, the snapshot received whole
-#   flapdrop     only when named: --transport rdma, every RoCE packet dropped
-#                (nft) mid-stream, then let through.  It fails here: neither
-#                end's queue pair reports an error within 60 s, so the hop is
-#                never found lost (see docs/zfs.md)
+#   flapdrop     --transport rdma: every RoCE packet dropped on arrival (nft,
+#                input hook: the path fails silently, as a switch that drops
+#                would) mid-stream until the hop is lost (its queue pair runs
+#                out of retries), then let through: the hop reconnects over
+#                RDMA, no token, the snapshot received whole
 # Every check prints PASS or FAIL; the script exits 1 on any failure.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
@@ -384,7 +385,10 @@ flap() {
     if wait_sent "$W/$name.sent" $((8 * MiB)) "$rp"; then
         down_at=$SECONDS
         case $how in
-        drop) nft -f - <<<$'table ip rdflap {\n chain out {\n  type filter hook output priority 0;\n  udp dport 4791 drop\n }\n}' ;;
+        # On arrival, not on the way out: a drop in the output hook fails
+        # rxe's send at once (EAGAIN) and rxe retries it without end, which
+        # is not what a silent fabric does.
+        drop) nft -f - <<<$'table ip rdflap {\n chain in {\n  type filter hook input priority 0;\n  udp dport 4791 drop\n }\n}' ;;
         down) ip link set v1 down ;;
         esac
         lost=
@@ -432,7 +436,7 @@ if want flap; then
     echo "== flap: rxehost1's rxe netdev down mid-stream until the hop is lost, then up (--transport auto)"
     flap flap auto down
 fi
-if [ ${#ONLY[@]} != 0 ] && want flapdrop; then
+if want flapdrop; then
     echo "== flapdrop: every RoCE packet dropped mid-stream until the hop is lost, then let through (--transport rdma)"
     flap flapdrop rdma drop
 fi

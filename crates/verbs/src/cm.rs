@@ -338,6 +338,17 @@ fn to_sockaddr(addr: std::net::SocketAddr) -> libc::sockaddr_storage {
     ss
 }
 
+/// `rdma_set_option` level and name (rdma/rdma_cma.h; not in rdma-sys's
+/// bindings).
+const RDMA_OPTION_ID: libc::c_int = 0;
+const RDMA_OPTION_ID_ACK_TIMEOUT: libc::c_int = 3;
+
+/// The QP's local ACK timeout, as the exponent of 4.096 us: 16 = 0.27 s per
+/// try (the CM's default on RoCE is the path lifetime plus one, about a
+/// second). With `retry_count` 6, a peer that acknowledges nothing for ~2 s
+/// fails the QP (`IBV_WC_RETRY_EXC_ERR`), and the hop reconnects.
+pub const ACK_TIMEOUT: u8 = 16;
+
 fn conn_param(private: &[u8]) -> sys::rdma_conn_param {
     sys::rdma_conn_param {
         private_data: if private.is_empty() {
@@ -349,7 +360,11 @@ fn conn_param(private: &[u8]) -> sys::rdma_conn_param {
         responder_resources: 1,
         initiator_depth: 1,
         flow_control: 1,
-        retry_count: 7,
+        // 6, not 7: Soft-RoCE (rxe) takes 7 to mean "retry forever", so a
+        // path that silently drops packets would never fail the queue pair;
+        // hardware takes it as 7 tries. With [`ACK_TIMEOUT`] a path that
+        // answers nothing fails the QP after about 7 x 0.27 s.
+        retry_count: 6,
         // 7 = retry forever on "receiver not ready": a receive is always posted
         // before the peer may send, so RNR only means "a moment late".
         rnr_retry_count: 7,
@@ -458,6 +473,24 @@ impl CmId {
     /// used with the other).
     pub fn same_device(&self, other: &CmId) -> bool {
         matches!((self.verbs(), other.verbs()), (Ok(a), Ok(b)) if a == b)
+    }
+
+    /// Sets the local ACK timeout of this id's QP ([`ACK_TIMEOUT`]), before
+    /// the QP is created. Kernels older than 4.17 lack the option (an
+    /// error the caller may ignore: the path's lifetime then decides).
+    pub fn set_ack_timeout(&self) -> Result<(), VerbsError> {
+        let mut t: u8 = ACK_TIMEOUT;
+        // SAFETY: valid id; `t` outlives the call, which copies the one byte.
+        let rc = unsafe {
+            (dl::cm().rdma_set_option)(
+                self.raw(),
+                RDMA_OPTION_ID,
+                RDMA_OPTION_ID_ACK_TIMEOUT,
+                (&mut t as *mut u8).cast(),
+                1,
+            )
+        };
+        rc_minus_one(rc).map_err(VerbsError::SetOption)
     }
 
     /// Connects (the QP must exist); `private` (at most 56 bytes) goes to the peer.

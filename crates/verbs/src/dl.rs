@@ -129,6 +129,7 @@ fn_table! {
         rdma_accept: fn(*mut sys::rdma_cm_id, *mut sys::rdma_conn_param) -> c_int;
         rdma_reject: fn(*mut sys::rdma_cm_id, *const c_void, u8) -> c_int;
         rdma_disconnect: fn(*mut sys::rdma_cm_id) -> c_int;
+        rdma_set_option: fn(*mut sys::rdma_cm_id, c_int, c_int, *mut c_void, usize) -> c_int;
         rdma_get_cm_event: fn(*mut sys::rdma_event_channel, *mut *mut sys::rdma_cm_event) -> c_int;
         rdma_ack_cm_event: fn(*mut sys::rdma_cm_event) -> c_int;
         rdma_create_qp: fn(*mut sys::rdma_cm_id, *mut sys::ibv_pd, *mut sys::ibv_qp_init_attr) -> c_int;

@@ -138,6 +138,9 @@ pub enum VerbsError {
     /// `ibv_poll_cq` failed.
     #[error("ibv_poll_cq failed: {0}")]
     PollCq(#[source] io::Error),
+    /// `rdma_set_option` failed.
+    #[error("rdma_set_option failed: {0}")]
+    SetOption(#[source] io::Error),
     /// `rdma_create_qp` failed.
     #[error("rdma_create_qp failed: {0}")]
     CreateQp(#[source] io::Error),

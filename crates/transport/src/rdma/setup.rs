@@ -101,6 +101,9 @@ fn build_qp(
     let chan = CompletionChannel::new(id)?;
     let send_cq = CompletionQueue::new(id, &chan, s.send_cqe)?;
     let recv_cq = CompletionQueue::new(id, &chan, s.recv_cqe)?;
+    if let Err(e) = id.set_ack_timeout() {
+        tracing::debug!("{e}: the path's lifetime sets the ACK timeout");
+    }
     let qp = QueuePair::with_cqs(id, &pd, &send_cq, &recv_cq, s.caps)?;
     for i in 0..s.n_recv {
         qp.post_recv(
