@@ -234,10 +234,11 @@ pub struct CommonArgs {
     pub reconnect_timeout: Duration,
 
     /// The sender keeps the last SIZE bytes it sent until the receiver has
-    /// them, to resume after a reconnect (ordinary memory, allocated as the
-    /// stream passes; at least what can be in flight: ring plus socket
-    /// buffers). A regular-file input is not copied: a resend reads the file
-    /// again, from any offset. 0: nothing to resend from a pipe.
+    /// them, to resume after a reconnect (at least what can be in flight:
+    /// ring plus socket buffers). A regular-file input is not copied: a
+    /// resend reads the file again, from any offset. A pipe's pages are kept
+    /// in pipes of the sender's (tee), not copied; a socket's bytes are
+    /// copied. 0: nothing to resend from a pipe.
     #[arg(long, value_name = "SIZE", default_value = "32M", value_parser = parse_window)]
     pub replay_window: usize,
 

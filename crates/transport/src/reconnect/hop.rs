@@ -106,7 +106,7 @@ pub(crate) fn send_reconnecting<R: Read + AsFd>(
                 &n2,
                 &first,
                 &binding,
-                &input,
+                &mut input,
                 opts.handshake_timeout,
             )? {
                 Rejoined::Yes((offset, bytes)) => {

@@ -245,7 +245,7 @@ pub(crate) fn answer_resume<R>(
     n: &Negotiated,
     first: &Negotiated,
     binding: &[u8],
-    input: &crate::replay::Recorded<R>,
+    input: &mut crate::replay::Recorded<R>,
     timeout: Duration,
 ) -> Result<Rejoined<(u64, Vec<u8>)>, TransportError> {
     let peer = n.peer_addr.as_str();

@@ -10,7 +10,8 @@
 //! hop's): every byte read from it (and so hashed into the outgoing stream's
 //! MAC) is recorded, so the window's end is always the number of stream bytes
 //! the sender has taken. A regular-file input is not copied: a resend reads
-//! the file again.
+//! the file again. A pipe input is not copied either: the kernel links the
+//! pipe's pages into the window's own pipes ([`pipes`]).
 //!
 //! Memory: at most the window's capacity per relay (rdpipe's
 //! `--replay-window`, default 32 MiB), allocated as the
@@ -19,6 +20,9 @@
 //! pageable memory, not registered for RDMA: it does not count against
 //! `ulimit -l` (memlock).
 
+mod pipes;
+
+use pipes::PipeWindow;
 use rdpipe_wire::resume::ResumeReply;
 use std::io::{self, Read};
 use std::os::fd::{AsFd, BorrowedFd};
@@ -134,8 +138,11 @@ pub struct Recorded<R> {
 
 /// Where a [`Recorded`] input's bytes are kept.
 enum Kept {
-    /// A pipe, socket or terminal: copied into the window as read.
+    /// A socket or terminal (or a pipe where pipes cannot hold the window):
+    /// copied into the window as read.
     Copied(ReplayWindow),
+    /// A pipe: its pages linked into the window's pipes (`tee`), no copy.
+    Piped(PipeWindow),
     /// A regular file: read again from it (`pread`) for a resend, which costs
     /// nothing on the steady path and reaches back to the stream's start.
     /// `at` is the file offset of stream byte 0, `end` the bytes read so far.
@@ -148,13 +155,27 @@ enum Kept {
 
 impl<R: AsFd> Recorded<R> {
     /// Records `inner`, keeping up to `capacity` bytes; a regular file (with
-    /// a non-zero `capacity`) keeps its bytes where they are.
+    /// a non-zero `capacity`) keeps its bytes where they are, a pipe keeps
+    /// them in pipes.
     pub fn new(inner: R, capacity: usize) -> Self {
         let kept = match Self::file_of(&inner) {
             Some((file, at)) if capacity > 0 => Kept::File { file, at, end: 0 },
+            _ if capacity > 0 && Self::is_pipe(&inner) => match PipeWindow::new(capacity) {
+                Ok(w) => Kept::Piped(w),
+                Err(e) => {
+                    tracing::debug!("the replay window copies the input pipe: {e}");
+                    Kept::Copied(ReplayWindow::new(capacity))
+                }
+            },
             _ => Kept::Copied(ReplayWindow::new(capacity)),
         };
         Recorded { inner, kept }
+    }
+
+    fn is_pipe(inner: &R) -> bool {
+        rustix::fs::fstat(inner.as_fd()).is_ok_and(|st| {
+            rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Fifo
+        })
     }
 
     /// A second handle on `inner` and its current offset when it is a
@@ -176,6 +197,7 @@ impl<R> Recorded<R> {
     pub fn range(&self) -> std::ops::Range<u64> {
         match &self.kept {
             Kept::Copied(w) => w.range(),
+            Kept::Piped(w) => w.range(),
             Kept::File { end, .. } => 0..*end,
         }
     }
@@ -187,18 +209,23 @@ impl<R> Recorded<R> {
     }
 
     /// The bytes from stream offset `offset` to what was read so far.
-    pub fn since(&self, offset: u64) -> Result<Vec<u8>, Resend> {
-        match &self.kept {
+    pub fn since(&mut self, offset: u64) -> Result<Vec<u8>, Resend> {
+        match &mut self.kept {
             Kept::Copied(w) => w
                 .since(offset)
                 .map(|[a, b]| [a, b].concat())
                 .map_err(Resend::OutOfWindow),
+            Kept::Piped(w) => w
+                .since(offset)
+                .map_err(Resend::Window)?
+                .map_err(Resend::OutOfWindow),
             Kept::File { file, at, end } => {
-                if offset > *end {
+                let (at, end) = (*at, *end);
+                if offset > end {
                     return Err(Resend::OutOfWindow(OutOfWindow {
                         offset,
                         start: 0,
-                        end: *end,
+                        end,
                     }));
                 }
                 let mut b = vec![0u8; (end - offset) as usize];
@@ -217,6 +244,8 @@ pub enum Resend {
     OutOfWindow(OutOfWindow),
     /// The input file no longer holds them (it shrank while being sent).
     File(io::Error),
+    /// The window's pipes could not be read back.
+    Window(io::Error),
 }
 
 impl Resend {
@@ -232,15 +261,23 @@ impl Resend {
                 e.kind(),
                 format!("cannot read the input file again to resend it: {e} (did it shrink while being sent?)"),
             )),
+            Resend::Window(e) => crate::TransportError::Io {
+                context: "reading the replay window back",
+                source: e,
+            },
         }
     }
 }
 
-impl<R: Read> Read for Recorded<R> {
+impl<R: Read + AsFd> Read for Recorded<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if let Kept::Piped(w) = &mut self.kept {
+            return w.read(&mut self.inner, buf);
+        }
         let n = self.inner.read(buf)?;
         match &mut self.kept {
             Kept::Copied(w) => w.push(&buf[..n]),
+            Kept::Piped(_) => unreachable!("read above"),
             Kept::File { end, .. } => *end += n as u64,
         }
         Ok(n)
@@ -308,15 +345,15 @@ mod tests {
     }
 
     #[test]
-    fn a_recorded_input_keeps_what_was_read() {
+    fn a_recorded_socket_keeps_what_was_read() {
         let s = stream(5000);
-        let (r, w) = rustix::pipe::pipe().unwrap();
-        let mut w = std::fs::File::from(w);
+        let (r, w) = std::os::unix::net::UnixStream::pair().unwrap();
         let writer = {
             let s = s.clone();
+            let mut w = w;
             std::thread::spawn(move || std::io::Write::write_all(&mut w, &s).unwrap())
         };
-        let mut rec = Recorded::new(std::fs::File::from(r), 1000);
+        let mut rec = Recorded::new(r, 1000);
         let mut got = Vec::new();
         rec.read_to_end(&mut got).unwrap();
         writer.join().unwrap();
