@@ -20,6 +20,9 @@ complete -c rdcp -l compress -d 'Compress every hop, each chunk on its own with 
 complete -c rdcp -l json -d 'Write a JSON report of the run to FILE at the end, also when it fails or is interrupted: per hop the transport, bytes, checksum, seconds and rate; per segment the host, command and exit status or signal; the verdict' -r -F
 complete -c rdcp -l max-sessions -d 'SSH sessions per master connection (sshd\'s MaxSessions, 10 by default); a host with more segments gets more connections' -r
 complete -c rdcp -l persist -d 'Keep the ssh connections to the hosts open for SECS after the run (OpenSSH\'s ControlPersist; sockets in a private directory of this user), and reuse those a run with the same ssh options left: a run to the same hosts within SECS starts without logging in again. `rdpipe --persist-stop` closes them all' -r
+complete -c rdcp -l launcher -d 'How agents on other hosts start: `ssh` (a master connection per host) or `srun` (a Slurm job step per agent in the current allocation, on the node named by HOST; for clusters where nodes are reached through the workload manager)' -r -f -a "ssh\t'OpenSSH'
+srun\t'Slurm\'s srun'"
+complete -c rdcp -l jobid -d 'The Slurm job whose allocation `--launcher srun` runs steps in (default: SLURM_JOB_ID, set inside salloc and sbatch)' -r
 complete -c rdcp -s r -l recursive -d 'Copy directories and what is in them (implies -p, like cp -a)'
 complete -c rdcp -s p -l preserve -d 'Keep modes and modification times (and owner and group when the destination side runs as root)'
 complete -c rdcp -l no-preserve -d 'With -r: do not keep modes and times (new files get the source\'s permission bits less the umask)'

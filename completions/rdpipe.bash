@@ -23,7 +23,7 @@ _rdpipe() {
 
     case "${cmd}" in
         rdpipe)
-            opts="-n -v -q -o -F -h -V --persist-stop --to --min-ok --replay-window --dry-run --verbose --quiet --progress --ssh-option --ssh-config --data-host --remote-bin --no-install --transport --chunk-size --slots --connect-timeout --reconnect-timeout --handshake-timeout --integrity --encrypt --rate-limit --compress --json --max-sessions --direct --persist --help --version"
+            opts="-n -v -q -o -F -h -V --persist-stop --to --min-ok --replay-window --dry-run --verbose --quiet --progress --ssh-option --ssh-config --data-host --remote-bin --no-install --transport --chunk-size --slots --connect-timeout --reconnect-timeout --handshake-timeout --integrity --encrypt --rate-limit --compress --json --max-sessions --direct --persist --launcher --jobid --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -110,6 +110,14 @@ _rdpipe() {
                     return 0
                     ;;
                 --persist)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --launcher)
+                    COMPREPLY=($(compgen -W "ssh srun" -- "${cur}"))
+                    return 0
+                    ;;
+                --jobid)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

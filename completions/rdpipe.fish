@@ -22,6 +22,9 @@ complete -c rdpipe -l compress -d 'Compress every hop, each chunk on its own wit
 complete -c rdpipe -l json -d 'Write a JSON report of the run to FILE at the end, also when it fails or is interrupted: per hop the transport, bytes, checksum, seconds and rate; per segment the host, command and exit status or signal; the verdict' -r -F
 complete -c rdpipe -l max-sessions -d 'SSH sessions per master connection (sshd\'s MaxSessions, 10 by default); a host with more segments gets more connections' -r
 complete -c rdpipe -l persist -d 'Keep the ssh connections to the hosts open for SECS after the run (OpenSSH\'s ControlPersist; sockets in a private directory of this user), and reuse those a run with the same ssh options left: a run to the same hosts within SECS starts without logging in again. `rdpipe --persist-stop` closes them all' -r
+complete -c rdpipe -l launcher -d 'How agents on other hosts start: `ssh` (a master connection per host) or `srun` (a Slurm job step per agent in the current allocation, on the node named by HOST; for clusters where nodes are reached through the workload manager)' -r -f -a "ssh\t'OpenSSH'
+srun\t'Slurm\'s srun'"
+complete -c rdpipe -l jobid -d 'The Slurm job whose allocation `--launcher srun` runs steps in (default: SLURM_JOB_ID, set inside salloc and sbatch)' -r
 complete -c rdpipe -l persist-stop -d 'Close every ssh connection that --persist kept open (this user\'s), and run nothing else'
 complete -c rdpipe -s n -l dry-run -d 'Print the plan (segments, hosts, who listens, who connects to whom) and run nothing'
 complete -c rdpipe -s v -l verbose -d 'Print each hop\'s transport, byte count and checksum, and the final `Bandwidth X.XXX GB/s`, on stderr. `-vv` adds a debug log of the set-up and teardown (ssh masters, agents, control lines; the hosts\' endpoints log theirs too), `-vvv` a trace; RUST_LOG overrides both'

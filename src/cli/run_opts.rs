@@ -168,6 +168,33 @@ pub struct RunOpts {
     #[arg(long, value_name = "SECS",
           value_parser = clap::value_parser!(u64).range(1..=604800))]
     pub persist: Option<u64>,
+
+    /// How agents on other hosts start: `ssh` (a master connection per host)
+    /// or `srun` (a Slurm job step per agent in the current allocation, on
+    /// the node named by HOST; for clusters where nodes are reached through
+    /// the workload manager).
+    #[arg(
+        long,
+        value_enum,
+        value_name = "HOW",
+        default_value = "ssh",
+        env = "RDPIPE_LAUNCHER"
+    )]
+    pub launcher: LauncherArg,
+
+    /// The Slurm job whose allocation `--launcher srun` runs steps in
+    /// (default: SLURM_JOB_ID, set inside salloc and sbatch).
+    #[arg(long, value_name = "JOB")]
+    pub jobid: Option<String>,
+}
+
+/// `--launcher`'s values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LauncherArg {
+    /// OpenSSH.
+    Ssh,
+    /// Slurm's srun.
+    Srun,
 }
 
 impl RunOpts {
@@ -214,6 +241,11 @@ impl RunOpts {
             max_sessions: self.max_sessions,
             direct: self.direct,
             persist: self.persist.map(std::time::Duration::from_secs),
+            launcher: match self.launcher {
+                LauncherArg::Ssh => rdpipe_orchestrate::srun::Launcher::Ssh,
+                LauncherArg::Srun => rdpipe_orchestrate::srun::Launcher::Srun,
+            },
+            jobid: self.jobid,
         }
     }
 }

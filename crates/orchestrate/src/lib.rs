@@ -24,6 +24,7 @@ pub mod plan;
 pub mod reach;
 pub mod report;
 pub mod run;
+pub mod srun;
 pub mod ssh;
 
 use rdpipe_wire::{Integrity, TransportPref};

@@ -140,7 +140,14 @@ async fn probe_remote(
         // As a pipeline would: rdrecv in PATH if it speaks our protocol, else
         // the cached or a freshly installed copy.
         let limit = std::time::Duration::from_secs(ssh.connect_timeout.max(30));
-        match prepare_host(host.clone(), m.session.clone(), agent, limit).await {
+        match prepare_host(
+            host.clone(),
+            crate::run::install::Via::Ssh(m.session.clone()),
+            agent,
+            limit,
+        )
+        .await
+        {
             Ok(None) => p.agent = Some("rdrecv in PATH".into()),
             Ok(Some(path)) => {
                 p.agent = Some(format!("{path} (self-installed)"));

@@ -43,6 +43,8 @@ fn config(cfg: &DoctorConfig, from: &Target, to: &Target, transport: TransportPr
         max_sessions: 10,
         direct: false,
         persist: None,
+        launcher: Default::default(),
+        jobid: None,
     }
 }
 

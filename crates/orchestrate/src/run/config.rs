@@ -72,6 +72,11 @@ pub struct Config {
     /// `--persist`: ssh masters outlive the run by this long after their last
     /// use, and a run finds and reuses them ([`crate::persist`]).
     pub persist: Option<Duration>,
+    /// `--launcher`: how agents on other hosts start.
+    pub launcher: crate::srun::Launcher,
+    /// `--jobid`: the Slurm allocation for `--launcher srun` (else
+    /// `SLURM_JOB_ID`).
+    pub jobid: Option<String>,
 }
 
 /// Where rdpipe finds the programs it runs locally.

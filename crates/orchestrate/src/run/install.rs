@@ -1,6 +1,6 @@
 //! The run's side of self-install ([`crate::install`]): before any agent
 //! starts, per remote host and in parallel, the probe over the host's SSH
-//! master, then the choice of the `rdrecv` in PATH, the cached copy or an
+//! master (or as an srun job step), then the choice of the `rdrecv` in PATH, the cached copy or an
 //! upload (each bounded in time). Skipped with `--no-install` or
 //! `--remote-bin`: then agents start as `rdrecv` from PATH or `DIR/rdrecv`.
 
@@ -9,6 +9,7 @@ use super::verdict::Cause;
 use super::Runner;
 use crate::install::{cksum, decide, probe, AgentBinary, AgentId, Choice, InstallError};
 use crate::plan::{Node, RemoteHost};
+use crate::srun::Srun;
 use openssh::Session;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -54,10 +55,19 @@ impl Output {
     }
 }
 
-/// Runs `sh -c SCRIPT sh ARGS...` in a session on `session` (whatever the
-/// login shell is), `input` on its stdin, within `limit`.
+/// How a probe or an upload reaches its host.
+#[derive(Clone)]
+pub(crate) enum Via {
+    /// A session on the host's SSH master.
+    Ssh(Arc<Session>),
+    /// A job step on the node (`--launcher srun`).
+    Srun(Arc<Srun>, String),
+}
+
+/// Runs `sh -c SCRIPT sh ARGS...` on the host (in an ssh session, whatever
+/// the login shell is; or as a job step), `input` on its stdin, within `limit`.
 async fn remote_sh(
-    session: Arc<Session>,
+    via: Via,
     script: &str,
     args: &[&str],
     input: Option<Arc<Vec<u8>>>,
@@ -70,31 +80,9 @@ async fn remote_sh(
         .collect::<Vec<_>>()
         .join(" ");
     let job = async move {
-        let mut cmd = Session::to_raw_command(session, line);
-        cmd.stdin(if input.is_some() {
-            openssh::Stdio::piped()
-        } else {
-            openssh::Stdio::null()
-        })
-        .stdout(openssh::Stdio::piped())
-        .stderr(openssh::Stdio::piped());
-        let mut ch = cmd
-            .spawn()
-            .await
-            .map_err(|e| format!("cannot open an ssh session: {e}"))?;
-        if let (Some(data), Some(mut w)) = (input, ch.stdin().take()) {
-            // A failed write shows in the exit status and stderr.
-            if w.write_all(&data).await.is_ok() {
-                let _ = w.shutdown().await;
-            }
-        }
-        match ch.wait_with_output().await {
-            Ok(o) => Ok(Output {
-                code: o.status.code(),
-                stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
-                stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
-            }),
-            Err(e) => Err(format!("the ssh session failed: {e}")),
+        match via {
+            Via::Ssh(session) => ssh_sh(session, line, input).await,
+            Via::Srun(srun, node) => srun_sh(&srun, &node, &line, input).await,
         }
     };
     tokio::time::timeout(limit, job)
@@ -102,11 +90,77 @@ async fn remote_sh(
         .unwrap_or_else(|_| Err(format!("no answer within {} s", limit.as_secs())))
 }
 
+async fn ssh_sh(
+    session: Arc<Session>,
+    line: String,
+    input: Option<Arc<Vec<u8>>>,
+) -> Result<Output, String> {
+    let mut cmd = Session::to_raw_command(session, line);
+    cmd.stdin(if input.is_some() {
+        openssh::Stdio::piped()
+    } else {
+        openssh::Stdio::null()
+    })
+    .stdout(openssh::Stdio::piped())
+    .stderr(openssh::Stdio::piped());
+    let mut ch = cmd
+        .spawn()
+        .await
+        .map_err(|e| format!("cannot open an ssh session: {e}"))?;
+    if let (Some(data), Some(mut w)) = (input, ch.stdin().take()) {
+        // A failed write shows in the exit status and stderr.
+        if w.write_all(&data).await.is_ok() {
+            let _ = w.shutdown().await;
+        }
+    }
+    match ch.wait_with_output().await {
+        Ok(o) => Ok(Output {
+            code: o.status.code(),
+            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        }),
+        Err(e) => Err(format!("the ssh session failed: {e}")),
+    }
+}
+
+async fn srun_sh(
+    srun: &Srun,
+    node: &str,
+    line: &str,
+    input: Option<Arc<Vec<u8>>>,
+) -> Result<Output, String> {
+    let mut cmd = srun.command(node, line);
+    cmd.stdin(if input.is_some() {
+        std::process::Stdio::piped()
+    } else {
+        std::process::Stdio::null()
+    })
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped());
+    let mut ch = cmd
+        .spawn()
+        .map_err(|e| format!("cannot run srun: {e} (is Slurm's client installed?)"))?;
+    if let (Some(data), Some(mut w)) = (input, ch.stdin.take()) {
+        // A failed write shows in the exit status and stderr.
+        if w.write_all(&data).await.is_ok() {
+            let _ = w.shutdown().await;
+        }
+    }
+    match ch.wait_with_output().await {
+        Ok(o) => Ok(Output {
+            code: o.status.code(),
+            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        }),
+        Err(e) => Err(format!("srun failed: {e}")),
+    }
+}
+
 /// Finds or installs the agent on one host: the path to run (None: `rdrecv`
 /// in PATH). Also `rdpipe doctor`'s way to the agent it probes with.
 pub(crate) async fn prepare_host(
     host: RemoteHost,
-    session: Arc<Session>,
+    session: Via,
     bin: Arc<AgentBinary>,
     limit: Duration,
 ) -> Result<Option<String>, InstallError> {
@@ -226,13 +280,26 @@ impl Runner {
         };
         let limit = Duration::from_secs(self.a.connect_timeout.max(30));
         let mut set = tokio::task::JoinSet::new();
+        let bound = Arc::new(tokio::sync::Semaphore::new(
+            super::spawn::MAX_PARALLEL_STARTS,
+        ));
         for (n, (host, segs)) in hosts.iter().enumerate() {
-            let Some(&m) = masters.of_segment.get(&segs[0]) else {
-                continue;
+            let session = match &masters.srun {
+                Some(srun) => Via::Srun(srun.clone(), host.name.clone()),
+                None => {
+                    let Some(&m) = masters.of_segment.get(&segs[0]) else {
+                        continue;
+                    };
+                    Via::Ssh(masters.masters[m].session.clone())
+                }
             };
-            let session = masters.masters[m].session.clone();
             let (host, bin) = (host.clone(), bin.clone());
-            set.spawn(async move { (n, prepare_host(host, session, bin, limit).await) });
+            let bound = bound.clone();
+            set.spawn(async move {
+                // Never closed, so acquiring only waits.
+                let _permit = bound.acquire_owned().await;
+                (n, prepare_host(host, session, bin, limit).await)
+            });
         }
         let mut ok = true;
         while let Some(r) = set.join_next().await {

@@ -27,6 +27,7 @@ pub mod discover;
 pub mod ends;
 pub mod fabric;
 pub mod install;
+pub mod launch_srun;
 pub mod outcome;
 pub mod progress;
 pub mod record;
@@ -139,7 +140,7 @@ pub fn runtime_dir() -> PathBuf {
 }
 
 /// Builds the plan from the arguments, resolving data addresses (`--data-host`,
-/// else `ssh -G`'s HostName).
+/// else `ssh -G`'s HostName, or Slurm's NodeAddr with `--launcher srun`).
 pub fn build_plan(a: &Config, stdin_is_input: bool) -> Result<Pipeline, PlanError> {
     let mut overrides = HashMap::new();
     for d in &a.data_host {
@@ -155,7 +156,10 @@ pub fn build_plan(a: &Config, stdin_is_input: bool) -> Result<Pipeline, PlanErro
         if let Some(a) = cache.borrow().get(r) {
             return a.clone();
         }
-        let h = ssh.hostname(r);
+        let h = match a.launcher {
+            crate::srun::Launcher::Ssh => ssh.hostname(r),
+            crate::srun::Launcher::Srun => crate::srun::Srun::node_addr(&r.name),
+        };
         cache.borrow_mut().insert(r.clone(), h.clone());
         h
     };
@@ -452,8 +456,14 @@ impl Runner {
         if let Some(t) = self.progress.take() {
             t.finish();
         }
+        let srun = masters.as_ref().and_then(|m| m.srun.clone());
         self.teardown(masters.map(|m| m.masters).unwrap_or_default())
             .await;
+        if let Some(s) = srun {
+            // Steps whose srun was killed may outlive it: nothing of this run
+            // stays in the allocation.
+            let _ = tokio::task::spawn_blocking(move || s.cancel_steps()).await;
+        }
         drop(dir);
         let wall = start.elapsed();
         let report = self.record(wall);

@@ -15,32 +15,33 @@ use crate::ssh::Master;
 use std::collections::HashMap;
 use std::path::Path;
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tracing::debug;
 
 /// An agent's control channel (its stdin).
 pub type Writer = Box<dyn AsyncWrite + Unpin + Send>;
-type Reader = Box<dyn AsyncRead + Unpin + Send>;
+pub(super) type Reader = Box<dyn AsyncRead + Unpin + Send>;
 /// Waits for an agent's exit: (status, description). Only awaited after its
 /// stdout and stderr reached end of file: with native mux, finishing the wait
 /// closes the mux session, and the master then drops whatever output it had not
 /// yet passed on.
-type WaitFuture =
+pub(super) type WaitFuture =
     std::pin::Pin<Box<dyn std::future::Future<Output = (Option<i32>, String)> + Send>>;
 
 /// A started agent.
 pub struct AgentHandle {
     /// Its control channel.
-    stdin: Writer,
+    pub(super) stdin: Writer,
     /// Its control lines.
-    stdout: Reader,
+    pub(super) stdout: Reader,
     /// Its stderr, when forwarded (remote, or local with a progress line).
-    stderr: Option<Reader>,
-    /// A local agent's pid.
-    pid: Option<u32>,
+    pub(super) stderr: Option<Reader>,
+    /// A local process's pid (the agent's, or its `srun`'s).
+    pub(super) pid: Option<u32>,
     /// Its exit.
-    wait: WaitFuture,
+    pub(super) wait: WaitFuture,
 }
 
 /// The SSH masters, and which one each remote segment uses.
@@ -53,7 +54,16 @@ pub struct Masters {
     /// Segment index → the agent binary to run there, when [`super::install`]
     /// chose one.
     pub(super) bins: HashMap<usize, String>,
+    /// With `--launcher srun`: the allocation the agents run in (no masters).
+    pub(super) srun: Option<std::sync::Arc<crate::srun::Srun>>,
 }
+
+/// The most SSH masters (and self-install probes) starting at once: each is
+/// a key exchange and a login, costing this machine CPU; past a few dozen at
+/// once they only slow each other (and sshd's `MaxStartups` elsewhere may
+/// refuse bursts from one client). See docs/fanout.md for the measured
+/// set-up time per host.
+pub const MAX_PARALLEL_STARTS: usize = 32;
 
 /// A forwarded stderr line, `host: line`, written whole (the progress line, if
 /// any, is cleared and drawn again).
@@ -177,6 +187,9 @@ async fn spawn_remote(m: &Master, line: String, max_sessions: u32) -> Result<Age
 impl Runner {
     /// Starts every SSH master in parallel; `None` when one failed (reported).
     pub(super) async fn launch_masters(&mut self, dir: &Path) -> Option<Masters> {
+        if self.a.launcher == crate::srun::Launcher::Srun {
+            return self.launch_srun().await;
+        }
         let ssh = ssh_config(&self.a);
         let per = self.a.max_sessions.max(1) as usize;
         let mut jobs = Vec::new();
@@ -216,7 +229,9 @@ impl Runner {
         }
         let persist = self.a.persist;
         let mut set = tokio::task::JoinSet::new();
+        let bound = Arc::new(tokio::sync::Semaphore::new(MAX_PARALLEL_STARTS));
         for (n, (host, _)) in jobs.iter().enumerate() {
+            let bound = bound.clone();
             let ssh = ssh.clone();
             let host = host.clone();
             let ctl = ctls[n].clone();
@@ -228,6 +243,8 @@ impl Runner {
                 ctl.display()
             );
             set.spawn(async move {
+                // Never closed, so acquiring only waits.
+                let _permit = bound.acquire_owned().await;
                 let t = Instant::now();
                 let m = match persist {
                     None => Master::launch(&ssh, &host, &ctl, &exe).await,
@@ -310,11 +327,16 @@ impl Runner {
             let args = agent_args(&self.p, i, &self.a);
             let spawned = match &self.p.segments[i].host {
                 Host::Local => spawn_local(&self.exe.exe, &args, self.progress.is_some()),
-                Host::Remote(_) => {
+                Host::Remote(r) => {
                     let bin = masters.agent_bin(i, self.a.remote_bin.as_deref());
                     let line = remote_command_line(&bin, &args, &tuning);
-                    let m = &masters.masters[masters.of_segment[&i]];
-                    spawn_remote(m, line, self.a.max_sessions).await
+                    match &masters.srun {
+                        Some(srun) => super::launch_srun::spawn_srun(srun, &r.name, &line),
+                        None => {
+                            let m = &masters.masters[masters.of_segment[&i]];
+                            spawn_remote(m, line, self.a.max_sessions).await
+                        }
+                    }
                 }
             };
             match spawned {
@@ -424,6 +446,8 @@ mod tests {
             max_sessions: 10,
             direct: false,
             persist: None,
+            launcher: Default::default(),
+            jobid: None,
         }
     }
 

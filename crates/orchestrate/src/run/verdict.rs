@@ -94,6 +94,13 @@ pub enum Cause {
         /// ssh's error.
         message: String,
     },
+    /// srun cannot start an agent on a host (`--launcher srun`).
+    Srun {
+        /// The host (a node name).
+        host: String,
+        /// Why.
+        message: String,
+    },
     /// A transfer failed; `echo` when it is the abort of a stream stopped for a
     /// failure reported elsewhere (exit code 5, or an agent's poisoned output).
     Transfer {
@@ -157,6 +164,7 @@ impl Cause {
                 teardown: false, ..
             }
             | Cause::Ssh { .. }
+            | Cause::Srun { .. }
             | Cause::Interrupted(_)
             | Cause::Sinks { .. }
             | Cause::Local(_) => 0,
@@ -217,7 +225,9 @@ impl fmt::Display for Cause {
             Cause::Incomplete { seg } => {
                 write!(f, "{seg}: the agent ended without completing its transfers")
             }
-            Cause::Ssh { host, message } => write!(f, "{host}: {message}"),
+            Cause::Ssh { host, message } | Cause::Srun { host, message } => {
+                write!(f, "{host}: {message}")
+            }
             Cause::Transfer { text, .. } => f.write_str(text),
             Cause::StdoutClosed => f.write_str("rdpipe's stdout was closed"),
             Cause::Mismatch {

@@ -1,0 +1,221 @@
+//! Slurm's `srun` as the way to start agents (`--launcher srun`), where a
+//! cluster runs processes on its nodes through the workload manager (slurmd
+//! and munge), not ssh. Each remote segment's agent is one job step of the
+//! current allocation on its node: `srun --jobid J -w NODE -N1 -n1 --overlap
+//! --unbuffered sh -c LINE`; the step's stdin and stdout are the agent's
+//! control channel, exactly as an ssh session's are, so keys still travel on
+//! stdin, never in argv or the environment. The probe and the upload of
+//! self-install run the same way.
+//!
+//! Every step of a run is named `rdpipe.PID`; teardown cancels whatever step
+//! of that name is still alive ([`Srun::cancel_steps`]), so nothing is left
+//! in `squeue -s` after a failure or Ctrl-C. Node names are Slurm's; a node's
+//! data address is its `NodeAddr` (`scontrol show node`) unless `--data-host`
+//! says otherwise.
+
+use std::fmt;
+use std::process::Stdio;
+
+/// How agents on other hosts are started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Launcher {
+    /// One OpenSSH master per host, a session per agent.
+    #[default]
+    Ssh,
+    /// One `srun` job step per agent, in the current Slurm allocation.
+    Srun,
+}
+
+impl fmt::Display for Launcher {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Launcher::Ssh => "ssh",
+            Launcher::Srun => "srun",
+        })
+    }
+}
+
+/// Why srun cannot start this run's agents.
+#[derive(Debug, thiserror::Error)]
+pub enum SrunError {
+    /// Neither `--jobid` nor `SLURM_JOB_ID`.
+    #[error(
+        "--launcher srun needs a Slurm allocation: run rdpipe inside one (salloc, sbatch) \
+         or pass --jobid JOB"
+    )]
+    NoAllocation,
+    /// A Slurm command could not run or failed.
+    #[error("{command}: {message}")]
+    Command {
+        /// The command, e.g. `squeue -j 12`.
+        command: String,
+        /// Its error or last stderr line.
+        message: String,
+    },
+    /// The allocation's node list did not parse.
+    #[error("job {job}: cannot read its node list '{list}': {message}")]
+    NodeList {
+        /// The job.
+        job: String,
+        /// What squeue said.
+        list: String,
+        /// Why.
+        message: String,
+    },
+}
+
+/// One run's use of srun: the allocation and the name of its steps.
+#[derive(Debug, Clone)]
+pub struct Srun {
+    /// The job whose allocation the steps run in.
+    pub job: String,
+    /// The name every step of this run gets (`rdpipe.PID`).
+    pub step_name: String,
+}
+
+/// Runs a Slurm command; its stdout, or the error with its last stderr line.
+fn slurm_cmd(program: &str, args: &[&str]) -> Result<String, SrunError> {
+    let command = format!("{program} {}", args.join(" "));
+    let out = std::process::Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| SrunError::Command {
+            command: command.clone(),
+            message: format!("cannot run it: {e} (is Slurm's client installed?)"),
+        })?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let message = err
+            .lines()
+            .map(str::trim)
+            .rfind(|l| !l.is_empty())
+            .map_or_else(|| format!("{}", out.status), str::to_string);
+        return Err(SrunError::Command { command, message });
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+impl Srun {
+    /// The allocation: `jobid`, else `SLURM_JOB_ID`.
+    pub fn new(jobid: Option<&str>) -> Result<Srun, SrunError> {
+        let job = match jobid {
+            Some(j) => j.to_string(),
+            None => std::env::var("SLURM_JOB_ID")
+                .ok()
+                .filter(|j| !j.trim().is_empty())
+                .ok_or(SrunError::NoAllocation)?,
+        };
+        Ok(Srun {
+            job: job.trim().to_string(),
+            step_name: format!("rdpipe.{}", std::process::id()),
+        })
+    }
+
+    /// The allocation's nodes, in Slurm's order.
+    pub fn nodes(&self) -> Result<Vec<String>, SrunError> {
+        let out = slurm_cmd("squeue", &["-h", "-j", &self.job, "-o", "%N"])?;
+        let list = out.lines().map(str::trim).find(|l| !l.is_empty());
+        let Some(list) = list else {
+            return Err(SrunError::Command {
+                command: format!("squeue -j {}", self.job),
+                message: "no such running job (has the allocation ended?)".into(),
+            });
+        };
+        crate::plan::hostlist::expand(list).map_err(|e| SrunError::NodeList {
+            job: self.job.clone(),
+            list: list.to_string(),
+            message: e.to_string(),
+        })
+    }
+
+    /// `node`'s address as Slurm knows it (`NodeAddr`); the name itself when
+    /// Slurm does not say.
+    pub fn node_addr(node: &str) -> String {
+        let Ok(out) = slurm_cmd("scontrol", &["show", "node", "-o", node]) else {
+            return node.to_string();
+        };
+        out.split_whitespace()
+            .find_map(|w| w.strip_prefix("NodeAddr="))
+            .filter(|a| !a.is_empty() && *a != "(null)")
+            .unwrap_or(node)
+            .to_string()
+    }
+
+    /// The arguments of `srun` that start `line` (a shell command line) as one
+    /// task on `node`.
+    pub fn args(&self, node: &str, line: &str) -> Vec<String> {
+        [
+            format!("--jobid={}", self.job),
+            format!("--job-name={}", self.step_name),
+            format!("--nodelist={node}"),
+            "--nodes=1".into(),
+            "--ntasks=1".into(),
+            // Steps share the allocation's CPUs (every segment of a node at
+            // once), as processes over ssh would.
+            "--overlap".into(),
+            // The control channel is lines: each goes on as written.
+            "--unbuffered".into(),
+            "--quiet".into(),
+            "sh".into(),
+            "-c".into(),
+            line.to_string(),
+        ]
+        .into()
+    }
+
+    /// The `srun` command that starts `line` on `node`.
+    pub fn command(&self, node: &str, line: &str) -> tokio::process::Command {
+        let mut c = tokio::process::Command::new("srun");
+        c.args(self.args(node, line)).kill_on_drop(true);
+        c
+    }
+
+    /// Cancels every step of this run still in the allocation; how many.
+    pub fn cancel_steps(&self) -> usize {
+        let Ok(out) = slurm_cmd("squeue", &["-h", "-s", "-j", &self.job, "-o", "%i %j"]) else {
+            return 0;
+        };
+        let mine: Vec<&str> = out
+            .lines()
+            .filter_map(|l| l.split_once(' '))
+            .filter(|(_, name)| name.trim() == self.step_name)
+            .map(|(id, _)| id.trim())
+            .collect();
+        for id in &mine {
+            tracing::debug!("teardown: scancel {id} (a step of this run still alive)");
+            if let Err(e) = slurm_cmd("scancel", &["--signal=KILL", id]) {
+                tracing::warn!("cannot cancel job step {id}: {e}");
+            }
+        }
+        mine.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steps_run_one_task_on_the_named_node_in_the_allocation() {
+        let s = Srun {
+            job: "42".into(),
+            step_name: "rdpipe.7".into(),
+        };
+        let a = s.args("n003", "rdrecv --agent 'a b'");
+        assert_eq!(a[0], "--jobid=42");
+        assert!(a.contains(&"--nodelist=n003".to_string()));
+        assert!(a.contains(&"--job-name=rdpipe.7".to_string()));
+        assert!(a.contains(&"--ntasks=1".to_string()));
+        assert_eq!(a[a.len() - 3..], ["sh", "-c", "rdrecv --agent 'a b'"]);
+    }
+
+    #[test]
+    fn no_allocation_is_a_clear_error() {
+        if std::env::var_os("SLURM_JOB_ID").is_none() {
+            let e = Srun::new(None).unwrap_err();
+            assert!(e.to_string().contains("--jobid"), "{e}");
+        }
+        assert_eq!(Srun::new(Some(" 17 ")).unwrap().job, "17");
+    }
+}
