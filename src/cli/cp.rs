@@ -95,6 +95,12 @@ pub struct CpArgs {
     #[arg(long)]
     pub resume: bool,
 
+    /// Copy extended attributes too: the user.* namespace and POSIX ACLs
+    /// (security.* and trusted.* never travel; values over 4 KiB are skipped
+    /// with a warning).
+    #[arg(short = 'X', long)]
+    pub xattrs: bool,
+
     /// How to reach the hosts and move the data (as rdpipe's).
     #[command(flatten)]
     pub run: RunOpts,
@@ -206,6 +212,7 @@ pub fn plan(a: &CpArgs) -> Result<Vec<Segment>, String> {
                     action: Action::Pack {
                         sources: paths,
                         recursive: a.recursive,
+                        xattrs: a.xattrs,
                         manifest: None,
                     },
                 },
@@ -350,6 +357,7 @@ mod tests {
             Action::Pack {
                 sources: vec!["/a".into(), "b".into()],
                 recursive: true,
+                xattrs: false,
                 manifest: None
             }
         );

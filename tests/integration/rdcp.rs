@@ -100,6 +100,18 @@ fn rdcp_tree_there_and_back_and_host_to_host() {
     let ssh = LocalSsh::start("rdcp");
     let d = &ssh.dir;
     make_tree(&d.path("tree"));
+    // Extended attributes (copied with -X only): a user attribute on a file
+    // and on a directory.
+    let set = |p: &str, v: &[u8]| {
+        rustix::fs::setxattr(d.path(p), "user.origin", v, rustix::fs::XattrFlags::empty())
+    };
+    let xattrs = set("tree/a.txt", b"lab 3").is_ok() && set("tree/sub", b"dir").is_ok();
+    let origin = |p: &str| {
+        let mut b = [0u8; 64];
+        rustix::fs::getxattr(d.path(p), "user.origin", &mut b)
+            .ok()
+            .map(|n| b[..n].to_vec())
+    };
     // Local to remote: `there` does not exist, so the copy is named so.
     run_rdcp(
         &args(&ssh, &["-r", &d.s("tree"), &format!("h1:{}", d.s("there"))]),
@@ -130,6 +142,7 @@ fn rdcp_tree_there_and_back_and_host_to_host() {
             &[
                 "-v",
                 "-r",
+                "-X",
                 &format!("h1:{}", d.s("tree")),
                 &format!("h2:{}", d.s("h2copy")),
             ],
@@ -139,6 +152,13 @@ fn rdcp_tree_there_and_back_and_host_to_host() {
     );
     r.ok();
     assert_same_tree(&d.path("tree"), &d.path("h2copy"));
+    if xattrs {
+        assert_eq!(origin("h2copy/a.txt").as_deref(), Some(&b"lab 3"[..]));
+        assert_eq!(origin("h2copy/sub").as_deref(), Some(&b"dir"[..]));
+        assert_eq!(origin("there/a.txt"), None, "copied without -X");
+    } else {
+        eprintln!("note: no user xattrs on this file system; -X not checked");
+    }
     assert!(
         r.stderr.contains("rdcp: [1] h1 -> [2] h2: "),
         "{}",

@@ -13,6 +13,7 @@ pub mod list;
 pub mod pack;
 pub mod unpack;
 pub mod write;
+pub mod xattr;
 
 pub use list::{list, Manifest};
 pub use pack::{pack, PackStats};

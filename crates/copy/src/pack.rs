@@ -65,6 +65,8 @@ struct Packer<'a, W: Write> {
     head: Vec<u8>,
     buf: Vec<u8>,
     links: HashMap<(u64, u64), RelPath>,
+    /// `--xattrs`: extended attributes travel before their entry.
+    xattrs: bool,
     stats: PackStats,
 }
 
@@ -75,6 +77,7 @@ struct Packer<'a, W: Write> {
 pub fn pack<W: Write>(
     sources: &[PathBuf],
     recursive: bool,
+    xattrs: bool,
     manifest: Option<&Manifest>,
     out: &mut W,
 ) -> io::Result<PackStats> {
@@ -84,6 +87,7 @@ pub fn pack<W: Write>(
         head: Vec::with_capacity(256),
         buf: vec![0; BUF],
         links: HashMap::new(),
+        xattrs,
         stats: PackStats::default(),
     };
     p.head.clear();
@@ -138,6 +142,32 @@ impl<W: Write> Packer<'_, W> {
         self.out.write_all(&self.head)?;
         if !matches!(e, Entry::End { .. }) {
             self.stats.entries += 1;
+        }
+        Ok(())
+    }
+
+    /// With `--xattrs`, the copied extended attributes of `fd` (the entry's
+    /// file or directory, `path` for messages), as entries before its own.
+    fn attrs<F: std::os::fd::AsFd>(&mut self, fd: F, path: &Path) -> io::Result<()> {
+        if !self.xattrs {
+            return Ok(());
+        }
+        match crate::xattr::read(fd) {
+            Ok((attrs, skipped)) => {
+                for name in skipped {
+                    warn(format_args!(
+                        "{}: extended attribute {name} is larger than rdcp copies (4 KiB); skipped",
+                        path.display()
+                    ));
+                }
+                for (name, value) in attrs.into_iter().take(crate::xattr::MAX_PER_ENTRY) {
+                    self.entry(&Entry::Xattr { name, value })?;
+                }
+            }
+            Err(e) => warn(format_args!(
+                "{}: cannot read its extended attributes: {e}",
+                path.display()
+            )),
         }
         Ok(())
     }
@@ -207,6 +237,17 @@ impl<W: Write> Packer<'_, W> {
                     return Ok(());
                 }
             };
+            if self.xattrs {
+                let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+                match rustix::fs::open(path, flags, Mode::empty()) {
+                    Ok(fd) => self.attrs(&fd, path)?,
+                    Err(e) => warn(format_args!(
+                        "{}: cannot read its extended attributes: {}",
+                        path.display(),
+                        io::Error::from(e)
+                    )),
+                }
+            }
             self.entry(&Entry::Dir {
                 path: rel.clone(),
                 meta: meta_of(md),
@@ -299,6 +340,7 @@ impl<W: Write> Packer<'_, W> {
             }
             if let Some(p) = m.partial(&rel).filter(|p| p.size <= size) {
                 if prefix_hash(&f, p.size)? == Some(p.hash) {
+                    self.attrs(&f, path)?;
                     (offset, resumed) = (p.size, true);
                     self.stats.resumed += 1;
                     self.stats.skipped_bytes += offset;
@@ -314,6 +356,7 @@ impl<W: Write> Packer<'_, W> {
             }
         }
         if !resumed {
+            self.attrs(&f, path)?;
             self.entry(&Entry::File {
                 path: rel.clone(),
                 meta,

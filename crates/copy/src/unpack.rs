@@ -31,6 +31,7 @@
 
 use crate::beneath::{name, open_dir, umask};
 use crate::write::{put, reopen_partial, write_sparse, BLOCK};
+use crate::xattr::Attr;
 use crate::{shown, warn};
 use rdpipe_wire::entry::{Decoder, Entry, Event, FileEnd, Meta, RelPath};
 use rdpipe_wire::StreamHasher;
@@ -143,6 +144,8 @@ struct Current {
     /// 4 KiB in the file, so zero blocks are found however the data is cut).
     pend: Vec<u8>,
     hash: StreamHasher,
+    /// Extended attributes to set before it is published.
+    xattrs: Vec<Attr>,
 }
 
 impl Current {
@@ -170,6 +173,10 @@ pub struct Unpacker {
     /// Where each directory is in `dirs`: a path sent again updates its
     /// metadata instead of growing the list.
     dir_index: std::collections::HashMap<RelPath, usize>,
+    /// Extended attributes of directories, applied with their metadata.
+    dir_xattrs: std::collections::HashMap<RelPath, Vec<Attr>>,
+    /// Extended attributes received for the next entry.
+    xattrs: Vec<Attr>,
     /// The last directory opened (entries of a tree come grouped by directory).
     last_dir: Option<(Vec<u8>, OwnedFd)>,
     stats: UnpackStats,
@@ -202,6 +209,8 @@ impl Unpacker {
             current: None,
             dirs: Vec::new(),
             dir_index: std::collections::HashMap::new(),
+            dir_xattrs: std::collections::HashMap::new(),
+            xattrs: Vec::new(),
             last_dir: None,
             stats: UnpackStats::default(),
         }
@@ -292,13 +301,43 @@ impl Unpacker {
     }
 
     fn entry(&mut self, e: Entry) -> io::Result<()> {
+        let xattrs = match e {
+            Entry::Xattr { name, value } => {
+                if !crate::xattr::copied(&name) {
+                    return Err(io::Error::other(format!(
+                        "the sender sent extended attribute {}, which rdcp does not copy",
+                        shown(&name)
+                    )));
+                }
+                if self.xattrs.len() >= crate::xattr::MAX_PER_ENTRY {
+                    return Err(io::Error::other(
+                        "more extended attributes for one entry than rdcp sends",
+                    ));
+                }
+                self.xattrs.push((name, value));
+                return Ok(());
+            }
+            Entry::Dir { .. } | Entry::File { .. } | Entry::Resume { .. } => {
+                std::mem::take(&mut self.xattrs)
+            }
+            _ if !self.xattrs.is_empty() => {
+                return Err(io::Error::other(
+                    "extended attributes before an entry that has none",
+                ))
+            }
+            _ => Vec::new(),
+        };
         match e {
+            Entry::Xattr { .. } => unreachable!("handled above"),
             Entry::Dir { path, meta } => {
                 let (mut comps, leaf) = self.place(&path)?;
                 comps.push(leaf);
                 match self.dir(&comps) {
                     Ok(_) => {
                         self.stats.created += 1;
+                        if !xattrs.is_empty() {
+                            self.dir_xattrs.insert(path.clone(), xattrs);
+                        }
                         match self.dir_index.get(&path) {
                             Some(&i) => self.dirs[i].1 = meta,
                             None => {
@@ -324,7 +363,7 @@ impl Unpacker {
                     let f = rustix::fs::openat(&dir, name(&tmp), flags, mode)?;
                     Ok((dir, File::from(f), Vec::new()))
                 });
-                self.start_file(path, leaf, tmp, meta, size, 0, opened);
+                self.start_file(path, leaf, tmp, meta, size, 0, opened, xattrs);
             }
             Entry::Resume {
                 path,
@@ -344,7 +383,7 @@ impl Unpacker {
                     std::os::unix::fs::FileExt::read_exact_at(&file, &mut pend, start)?;
                     Ok((dir, file, pend))
                 });
-                self.start_file(path, leaf, tmp, meta, size, offset, opened);
+                self.start_file(path, leaf, tmp, meta, size, offset, opened, xattrs);
             }
             Entry::Symlink { path, meta, target } => {
                 let (comps, leaf) = self.place(&path)?;
@@ -406,6 +445,7 @@ impl Unpacker {
         size: u64,
         pos: u64,
         opened: io::Result<(OwnedFd, File, Vec<u8>)>,
+        xattrs: Vec<Attr>,
     ) {
         let (dir, file, pend) = match opened {
             Ok((d, f, p)) => (Some(d), Some(f), p),
@@ -425,6 +465,7 @@ impl Unpacker {
             pos,
             pend,
             hash: StreamHasher::new(),
+            xattrs,
         });
     }
 
@@ -492,6 +533,8 @@ impl Unpacker {
                 let mode = cur.meta.mode & 0o777 & !self.umask;
                 rustix::fs::fchmod(file, Mode::from_raw_mode(mode as _))?;
             }
+            // After the mode: an ACL's mask entry is the group bits.
+            crate::xattr::apply(file, &cur.xattrs)?;
             Ok(())
         })();
         if let Err(e) = r {
@@ -520,6 +563,11 @@ impl Unpacker {
                 "the rdcp stream ended before its end entry",
             ));
         }
+        if !self.xattrs.is_empty() {
+            return Err(io::Error::other(
+                "extended attributes at the end of the stream",
+            ));
+        }
         let dirs = std::mem::take(&mut self.dirs);
         self.dir_index.clear();
         for (rel, meta) in dirs.iter().rev() {
@@ -535,6 +583,9 @@ impl Unpacker {
                     std::os::unix::fs::fchown(&fd, Some(meta.uid), Some(meta.gid))?;
                 }
                 rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode as _))?;
+                if let Some(x) = self.dir_xattrs.get(rel) {
+                    crate::xattr::apply(&fd, x)?;
+                }
                 if self.preserve {
                     rustix::fs::futimens(&fd, &times(meta))?;
                 }

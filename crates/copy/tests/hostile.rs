@@ -493,3 +493,43 @@ fn the_listing_does_not_delete_through_a_swapped_symlink() {
         "the listing deleted a file outside the destination"
     );
 }
+
+/// Extended attributes a sender may not hand out (file capabilities, SELinux
+/// labels, root's trusted.*), too many for one entry, or before an entry
+/// that has none: the stream is refused, and no file gets them.
+#[test]
+fn forbidden_or_misplaced_extended_attributes_are_refused() {
+    let x = |name: &[u8]| Entry::Xattr {
+        name: name.to_vec(),
+        value: b"\x01\x00\x00\x02".to_vec(),
+    };
+    for name in [
+        b"security.capability".as_slice(),
+        b"security.selinux",
+        b"trusted.overlay.opaque",
+    ] {
+        let (_t, dst, _) = setup();
+        let s = S::new().e(x(name)).file(b"f", 0o755, b"#!/bin/sh\n").end();
+        let (w, _) = unpack(into(&dst), &s, true);
+        assert!(w.is_err(), "{}", String::from_utf8_lossy(name));
+        assert!(!dst.join("f").exists());
+    }
+    let (_t, dst, _) = setup();
+    let mut s = S::new();
+    for i in 0..=rdpipe_copy::xattr::MAX_PER_ENTRY {
+        s.e(x(format!("user.a{i}").as_bytes()));
+    }
+    let s = s.file(b"f", 0o644, b"x").end();
+    assert!(unpack(into(&dst), &s, true).0.is_err());
+    let (_t, dst, _) = setup();
+    let s = S::new()
+        .file(b"f", 0o644, b"x")
+        .e(x(b"user.a"))
+        .link(b"g", b"f")
+        .end();
+    assert!(unpack(into(&dst), &s, true).0.is_err());
+    let (_t, dst, _) = setup();
+    let s = S::new().file(b"f", 0o644, b"x").e(x(b"user.a")).end();
+    let (w, f) = unpack(into(&dst), &s, true);
+    assert!(w.is_err() || f.is_err());
+}

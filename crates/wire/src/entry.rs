@@ -11,6 +11,8 @@
 //!   link    (4) path target:path          (a hard link to an earlier file)
 //!   resume  (7) path meta size:u64 offset:u64 prefix:u64 tmp:bytes
 //!               DATA(size - offset)  xxh3:u64 flags:u8
+//!   xattr   (8) name:bytes value:value  (an extended attribute of the next
+//!               dir, file or resume entry; `rdcp --xattrs`)
 //! end     = (0) entries:u64 failed:u64
 //!
 //! A destination's listing for `rdcp --resume` (sent the other way, before
@@ -20,6 +22,7 @@
 //!               an interrupted copy, and the hash of what it holds)
 //! path    = len:u16 bytes                 (relative, see [`RelPath`])
 //! bytes   = len:u16 bytes                 (1..=4096, no NUL)
+//! value   = len:u16 bytes                 (0..=4096, any bytes)
 //! meta    = mode:u32 uid:u32 gid:u32 mtime:i64 mtime_ns:u32
 //! ```
 //!
@@ -47,6 +50,11 @@ use crate::WireError;
 pub const ENTRY_MAGIC: [u8; 8] = *b"RDCP\x00\x00\x00\x01";
 /// Longest path or symlink target accepted (Linux's `PATH_MAX`).
 pub const MAX_PATH_LEN: usize = 4096;
+/// Longest extended attribute name (Linux's `XATTR_NAME_MAX`).
+pub const MAX_XATTR_NAME: usize = 255;
+/// Longest extended attribute value a stream carries (larger ones, rare, are
+/// skipped by the sender with a warning).
+pub const MAX_XATTR_VALUE: usize = 4096;
 /// Longest entry header (tag, two length-prefixed names, metadata, size).
 pub const MAX_HEADER_LEN: usize = 1 + 2 * (2 + MAX_PATH_LEN) + META_LEN + 3 * 8;
 const META_LEN: usize = 4 + 4 + 4 + 8 + 4;
@@ -180,6 +188,14 @@ pub enum Entry {
         /// Their xxh3-64.
         hash: u64,
     },
+    /// An extended attribute (`user.*`, or an ACL's `system.posix_acl_*`)
+    /// of the next directory, file or resumed file in the stream.
+    Xattr {
+        /// Its name, with its namespace (`user.origin`).
+        name: Vec<u8>,
+        /// Its value (at most [`MAX_XATTR_VALUE`] bytes).
+        value: Vec<u8>,
+    },
     /// The end of the stream.
     End {
         /// Entries sent before this one.
@@ -308,6 +324,13 @@ impl Entry {
                 put_bytes(out, tmp);
                 out.extend_from_slice(&size.to_be_bytes());
                 out.extend_from_slice(&hash.to_be_bytes());
+            }
+            Entry::Xattr { name, value } => {
+                out.push(8);
+                put_bytes(out, name);
+                debug_assert!(value.len() <= MAX_XATTR_VALUE);
+                out.extend_from_slice(&(value.len() as u16).to_be_bytes());
+                out.extend_from_slice(value);
             }
             Entry::End { entries, failed } => {
                 out.push(0);

@@ -53,6 +53,7 @@ fn send_produced(
 pub fn start_pack(
     sources: &[String],
     recursive: bool,
+    xattrs: bool,
     manifest: Option<&str>,
     seg: &mut Segment,
     t: &mut Transfers,
@@ -75,7 +76,7 @@ pub fn start_pack(
         .map(|s| PathBuf::from(home_path(s)))
         .collect();
     send_produced(seg, t, move |out| {
-        match pack(&sources, recursive, manifest.as_ref(), out) {
+        match pack(&sources, recursive, xattrs, manifest.as_ref(), out) {
             Ok(s) => {
                 tracing::debug!(
                     "packed {} entries, {} bytes of data; {} failed, {} changed",

@@ -130,6 +130,9 @@ pub struct AgentArgs {
     /// With `--pack`: directories too (rdcp's `-r`).
     #[arg(long)]
     pub recursive: bool,
+    /// With `--pack`: extended attributes too (rdcp's `--xattrs`).
+    #[arg(long)]
+    pub xattrs: bool,
     /// With `--pack`: the destination's listing (`rdcp --resume`), a file
     /// read and then removed.
     #[arg(long, value_name = "FILE")]
@@ -300,6 +303,7 @@ fn run(a: AgentArgs) -> bool {
         copy::start_pack(
             &a.pack,
             a.recursive,
+            a.xattrs,
             a.manifest.as_deref(),
             &mut seg,
             &mut t,

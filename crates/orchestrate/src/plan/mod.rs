@@ -127,6 +127,8 @@ pub enum Action {
         sources: Vec<String>,
         /// `-r`.
         recursive: bool,
+        /// `--xattrs`: extended attributes (user.*, ACLs) travel too.
+        xattrs: bool,
         /// `--resume`: the destination's listing, a file on this host (read,
         /// then removed); what it lists complete is not sent.
         manifest: Option<String>,

@@ -107,6 +107,7 @@ pub fn action_args(action: &Action) -> Vec<String> {
         Action::Pack {
             sources,
             recursive,
+            xattrs,
             manifest,
         } => {
             for src in sources {
@@ -114,6 +115,9 @@ pub fn action_args(action: &Action) -> Vec<String> {
             }
             if *recursive {
                 v.push("--recursive".into());
+            }
+            if *xattrs {
+                v.push("--xattrs".into());
             }
             if let Some(m) = manifest {
                 v.extend(["--manifest".into(), m.clone()]);

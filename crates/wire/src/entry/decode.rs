@@ -2,7 +2,8 @@
 //! parsed, data passed through, in pieces of any size.
 
 use super::{
-    Entry, FileEnd, Meta, RelPath, ENTRY_MAGIC, MAX_HEADER_LEN, MAX_PATH_LEN, TRAILER_LEN,
+    Entry, FileEnd, Meta, RelPath, ENTRY_MAGIC, MAX_HEADER_LEN, MAX_PATH_LEN, MAX_XATTR_NAME,
+    MAX_XATTR_VALUE, TRAILER_LEN,
 };
 use crate::WireError;
 
@@ -152,6 +153,20 @@ fn parse_entry(b: &[u8]) -> Result<Option<(Entry, usize)>, WireError> {
                 offset,
                 prefix,
                 tmp,
+            }
+        }
+        8 => {
+            let name = need!(c.bytes()?);
+            if name.len() > MAX_XATTR_NAME || name.contains(&0) || !name.contains(&b'.') {
+                return Err(WireError::Entry("not an extended attribute name"));
+            }
+            let n = need!(c.u16()) as usize;
+            if n > MAX_XATTR_VALUE {
+                return Err(WireError::Entry("extended attribute value too long"));
+            }
+            Entry::Xattr {
+                name: name.to_vec(),
+                value: need!(c.take(n)).to_vec(),
             }
         }
         _ => return Err(WireError::Entry("unknown entry tag")),

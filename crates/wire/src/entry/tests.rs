@@ -171,6 +171,15 @@ fn arb_item() -> impl Strategy<Value = Item> {
                     unreadable: false
                 }),
             }),
+        (
+            arb_name().prop_map(|n| [b"user.".as_slice(), &n[..n.len().min(200)]].concat()),
+            proptest::collection::vec(any::<u8>(), 0..=super::MAX_XATTR_VALUE)
+        )
+            .prop_map(|(name, value)| Item {
+                entry: Entry::Xattr { name, value },
+                data: vec![],
+                end: None
+            }),
     ]
 }
 
@@ -276,4 +285,35 @@ fn hostile_headers_are_refused() {
     assert!(decode_all(&bad, &[]).is_err());
     // Not a stream at all.
     assert!(decode_all(b"GET / HTTP/1.1\r\n", &[]).is_err());
+}
+
+#[test]
+fn xattr_names_without_a_namespace_or_values_too_long_are_refused() {
+    let decode = |e: Vec<u8>| {
+        let mut b = Vec::new();
+        super::encode_start(1, &mut b);
+        b.extend_from_slice(&e);
+        let mut got = Vec::new();
+        Decoder::new()
+            .feed::<WireError>(&b, |ev| {
+                if let Event::Entry(e) = ev {
+                    got.push(e);
+                }
+                Ok(())
+            })
+            .map(|_| got)
+    };
+    let xattr = |name: &[u8], len: u16| {
+        let mut e = vec![8u8];
+        e.extend_from_slice(&(name.len() as u16).to_be_bytes());
+        e.extend_from_slice(name);
+        e.extend_from_slice(&len.to_be_bytes());
+        e.extend(std::iter::repeat_n(7u8, len as usize));
+        e
+    };
+    assert!(decode(xattr(b"user.a", 3)).is_ok());
+    assert!(decode(xattr(b"user.a", 0)).is_ok());
+    assert!(decode(xattr(b"noname", 3)).is_err());
+    assert!(decode(xattr(b"user.\0a", 3)).is_err());
+    assert!(decode(xattr(b"user.a", 4097)).is_err());
 }
