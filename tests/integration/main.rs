@@ -34,3 +34,5 @@ mod rdpipe_ssh;
 mod reconnect;
 mod relay_only;
 mod relink;
+mod slurm;
+mod srun;

@@ -1,6 +1,7 @@
 //! Support for the integration tests, one concern per file: scratch
 //! directories, test data, processes, the rdsend/rdrecv and rdpipe runners, real
-//! sshd servers (on 127.0.0.1, or in network namespaces as root), and skips.
+//! sshd servers (on 127.0.0.1, or in network namespaces as root), a Slurm
+//! cluster on those namespaces, and skips.
 //! Everything started is torn down by Drop guards, also when a test fails.
 
 pub mod data;
@@ -10,6 +11,7 @@ pub mod procs;
 pub mod rdpipe;
 pub mod scratch;
 pub mod skip;
+pub mod slurm;
 pub mod ssh;
 
 pub use data::*;
@@ -19,6 +21,7 @@ pub use procs::*;
 pub use rdpipe::*;
 pub use scratch::*;
 pub use skip::*;
+pub use slurm::*;
 pub use ssh::*;
 
 /// Skips the test (see [`skip::skip`]) unless sshd and ssh are installed.
@@ -50,6 +53,22 @@ macro_rules! need_root {
     };
 }
 pub(crate) use need_root;
+
+/// Skips the test unless it runs as root with sshd, ssh, Slurm (slurmctld,
+/// slurmd, slurm-client) and munge installed.
+macro_rules! need_slurm {
+    () => {
+        $crate::support::need_root!("network namespaces and Slurm's daemons");
+        if !$crate::support::have_slurm() {
+            $crate::support::skip(
+                &$crate::support::test_name(),
+                "needs slurmctld, slurmd, slurm-client and munge installed (scripts/install-deps)",
+            );
+            return;
+        }
+    };
+}
+pub(crate) use need_slurm;
 
 /// The running test's name: libtest names each test's thread after it.
 pub fn test_name() -> String {

@@ -1,0 +1,201 @@
+//! `rdpipe --launcher srun` on a real Slurm cluster (support/slurm.rs) in the
+//! network-namespace hosts: the pipelines the ssh tests run (OLLEH, 256 MiB
+//! byte-exact, fan-out with a failing sink, an agent killed mid-stream), a
+//! node outside the allocation, no allocation at all; after each, nothing is
+//! left running on any node and no step of the run is left in `squeue -s`.
+
+use crate::support::*;
+use std::time::Duration;
+
+/// rdpipe started in namespace 0 with the cluster's environment, the job's
+/// id (as inside `salloc`) and `--launcher srun`.
+fn start_srun(
+    net: &Netns,
+    slurm: &Slurm,
+    job: &str,
+    extra: &[String],
+    input: Option<Vec<u8>>,
+) -> Started {
+    let mut prefix = net.exec_prefix();
+    prefix.push("env".into());
+    prefix.extend(slurm.env().into_iter().map(|(k, v)| format!("{k}={v}")));
+    prefix.push(format!("SLURM_JOB_ID={job}"));
+    prefix.push("RDPIPE_LAUNCHER=srun".into());
+    let prefix: Vec<&str> = prefix.iter().map(String::as_str).collect();
+    let mut args = vec!["--remote-bin".to_string(), bin_dir()];
+    args.extend(extra.iter().cloned());
+    start(&prefix, &args, input)
+}
+
+fn strings(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+/// No process of the run on any host and no step of it in the job.
+fn assert_clean(net: &Netns, slurm: &Slurm, job: &str) {
+    let left = slurm.wait_clean(net, Duration::from_secs(15));
+    assert!(
+        left.is_empty(),
+        "processes left: {left:?}\n{}",
+        slurm.logs()
+    );
+    let steps = wait_until("no step left", Duration::from_secs(15), || {
+        Some(slurm.steps(job)).filter(Vec::is_empty)
+    });
+    assert!(steps.is_empty());
+}
+
+#[test]
+fn srun_olleh_and_256_mib_byte_exact() {
+    need_slurm!();
+    let net = Netns::start_with("sr", 2);
+    let slurm = Slurm::start(&net);
+    let job = slurm.allocate(2);
+    let r = start_srun(
+        &net,
+        &slurm,
+        &job,
+        &strings(&["-v", "n1:tr [:lower:] [:upper:]", "n2:rev"]),
+        Some(b"hello\n".to_vec()),
+    )
+    .finish(Duration::from_secs(120));
+    r.ok();
+    assert_eq!(r.stdout_str(), "OLLEH\n", "{}", r.stderr);
+    // The hop between the nodes went between their addresses.
+    assert!(r.stderr.contains("10.99.0.12"), "{}", r.stderr);
+    assert_clean(&net, &slurm, &job);
+
+    let data = random_bytes(256 << 20, 31);
+    let r = start_srun(
+        &net,
+        &slurm,
+        &job,
+        &strings(&["n1:cat", "n2:cat"]),
+        Some(data.clone()),
+    )
+    .finish(Duration::from_secs(180));
+    r.ok();
+    assert_eq!(r.stdout.len(), data.len(), "{}", r.stderr);
+    assert!(r.stdout == data, "the output differs from the input");
+    assert_clean(&net, &slurm, &job);
+}
+
+#[test]
+fn srun_fanout_with_a_failing_sink_and_an_agent_killed_mid_stream() {
+    need_slurm!();
+    let net = Netns::start_with("sf", 3);
+    let slurm = Slurm::start(&net);
+    let job = slurm.allocate(3);
+    let d = &net.dir;
+    let data = random_bytes(64 << 20, 78);
+    let sum = xxh3_hex(&data);
+    std::fs::write(d.path("src"), &data).unwrap();
+    // The middle sink's command fails: it still relays, the others finish
+    // byte-exact, the status is its command's.
+    let r = start_srun(
+        &net,
+        &slurm,
+        &job,
+        &[
+            format!("n1:< {}", d.s("src")),
+            "--to".into(),
+            format!("n2:> {}", d.s("o2")),
+            "--to".into(),
+            "n3:head -c 1000 >/dev/null; exit 4".into(),
+            "--to".into(),
+            format!("n1:cat > {}", d.s("o1")),
+        ],
+        None,
+    )
+    .finish(Duration::from_secs(120));
+    assert_eq!(r.code(), Some(4), "{}", r.stderr);
+    assert_eq!(file_xxh3(&d.path("o2")), sum);
+    assert_eq!(file_xxh3(&d.path("o1")), sum);
+    assert!(
+        r.stderr.contains("rdpipe: error: 1 of 3 sinks failed (n3)"),
+        "{}",
+        r.stderr
+    );
+    assert_clean(&net, &slurm, &job);
+
+    // n2's agent (and what runs under it) killed mid-stream: the run fails
+    // naming n2, within bounds, and leaves nothing anywhere.
+    let s = start_srun(
+        &net,
+        &slurm,
+        &job,
+        &strings(&[
+            "--reconnect-timeout",
+            "2",
+            "--rate-limit",
+            "8M",
+            "n1:head -c 400M /dev/zero",
+            "n2:cat",
+            "n3:cat > /dev/null",
+        ]),
+        None,
+    );
+    let agent = wait_until("n2's agent running", Duration::from_secs(30), || {
+        net.stray_pids(2)
+            .into_iter()
+            .filter(|p| !slurm.daemon_pids().contains(p))
+            .find(|p| {
+                std::fs::read_to_string(format!("/proc/{p}/cmdline"))
+                    .is_ok_and(|c| c.contains("--agent"))
+            })
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    kill("-9", agent);
+    let r = s.finish(Duration::from_secs(90));
+    assert!(!r.status.success(), "{}", r.stderr);
+    assert!(r.stderr.contains("n2"), "{}", r.stderr);
+    assert_clean(&net, &slurm, &job);
+}
+
+#[test]
+fn srun_refuses_a_node_outside_the_allocation_and_a_missing_allocation() {
+    need_slurm!();
+    let net = Netns::start_with("so", 2);
+    let slurm = Slurm::start(&net);
+    let job = slurm.allocate(1);
+    let r = start_srun(
+        &net,
+        &slurm,
+        &job,
+        &strings(&["n1:cat", "n2:cat"]),
+        Some(b"x".to_vec()),
+    )
+    .finish(Duration::from_secs(60));
+    assert_eq!(r.code(), Some(1), "{}", r.stderr);
+    let lines: Vec<&str> = r
+        .stderr
+        .lines()
+        .filter(|l| l.contains("not a node"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{}", r.stderr);
+    assert!(
+        lines[0].contains(&format!(
+            "n2: not a node of Slurm job {job} (its nodes: n1)"
+        )),
+        "{}",
+        r.stderr
+    );
+    assert_clean(&net, &slurm, &job);
+    // No job at all: one line saying how to get one.
+    let mut prefix = net.exec_prefix();
+    prefix.extend(["env".into(), "-u".into(), "SLURM_JOB_ID".into()]);
+    let prefix: Vec<&str> = prefix.iter().map(String::as_str).collect();
+    let r = start(
+        &prefix,
+        &strings(&["--launcher", "srun", "n1:cat"]),
+        Some(b"x".to_vec()),
+    )
+    .finish(Duration::from_secs(30));
+    assert_eq!(r.code(), Some(1), "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("--launcher srun needs a Slurm allocation: run rdpipe inside one (salloc, sbatch) or pass --jobid JOB"),
+        "{}",
+        r.stderr
+    );
+}
