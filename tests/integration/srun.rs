@@ -8,7 +8,8 @@ use crate::support::*;
 use std::time::Duration;
 
 /// rdpipe started in namespace 0 with the cluster's environment, the job's
-/// id (as inside `salloc`) and `--launcher srun`.
+/// id (as inside `salloc`), `--launcher srun` and `--remote-bin` (the agents
+/// cargo built).
 fn start_srun(
     net: &Netns,
     slurm: &Slurm,
@@ -16,15 +17,28 @@ fn start_srun(
     extra: &[String],
     input: Option<Vec<u8>>,
 ) -> Started {
+    let mut args = vec!["--remote-bin".to_string(), bin_dir()];
+    args.extend(extra.iter().cloned());
+    start_srun_as_is(net, slurm, job, &args, input, &[])
+}
+
+/// The same without `--remote-bin`, with `env` added.
+fn start_srun_as_is(
+    net: &Netns,
+    slurm: &Slurm,
+    job: &str,
+    args: &[String],
+    input: Option<Vec<u8>>,
+    env: &[(&str, String)],
+) -> Started {
     let mut prefix = net.exec_prefix();
     prefix.push("env".into());
     prefix.extend(slurm.env().into_iter().map(|(k, v)| format!("{k}={v}")));
     prefix.push(format!("SLURM_JOB_ID={job}"));
     prefix.push("RDPIPE_LAUNCHER=srun".into());
+    prefix.extend(env.iter().map(|(k, v)| format!("{k}={v}")));
     let prefix: Vec<&str> = prefix.iter().map(String::as_str).collect();
-    let mut args = vec!["--remote-bin".to_string(), bin_dir()];
-    args.extend(extra.iter().cloned());
-    start(&prefix, &args, input)
+    start(&prefix, args, input)
 }
 
 fn strings(v: &[&str]) -> Vec<String> {
@@ -77,6 +91,28 @@ fn srun_olleh_and_256_mib_byte_exact() {
     r.ok();
     assert_eq!(r.stdout.len(), data.len(), "{}", r.stderr);
     assert!(r.stdout == data, "the output differs from the input");
+    assert_clean(&net, &slurm, &job);
+
+    // Self-install through srun: with no rdrecv in the steps' PATH (srun
+    // passes rdpipe's environment on) and no --remote-bin, the probe and the
+    // upload run as steps (into HOME's cache), then the agents.
+    let home = net.dir.path("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let r = start_srun_as_is(
+        &net,
+        &slurm,
+        &job,
+        &strings(&["-vv", "n1:cat", "n2:tr a-z A-Z"]),
+        Some(b"self-installed\n".to_vec()),
+        &[
+            ("HOME", home.to_string_lossy().into_owned()),
+            ("PATH", "/usr/sbin:/usr/bin:/sbin:/bin".into()),
+        ],
+    );
+    let r = r.finish(Duration::from_secs(120));
+    r.ok();
+    assert_eq!(r.stdout_str(), "SELF-INSTALLED\n", "{}", r.stderr);
+    assert!(r.stderr.contains("probed in"), "{}", r.stderr);
     assert_clean(&net, &slurm, &job);
 }
 

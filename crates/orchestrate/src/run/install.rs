@@ -43,6 +43,14 @@ struct Output {
 }
 
 impl Output {
+    fn of(o: std::process::Output) -> Output {
+        Output {
+            code: o.status.code(),
+            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        }
+    }
+
     /// stderr's last line, else the exit status: for messages.
     fn why(&self) -> String {
         match self.stderr.lines().map(str::trim).rfind(|l| !l.is_empty()) {
@@ -107,19 +115,20 @@ async fn ssh_sh(
         .spawn()
         .await
         .map_err(|e| format!("cannot open an ssh session: {e}"))?;
-    if let (Some(data), Some(mut w)) = (input, ch.stdin().take()) {
-        // A failed write shows in the exit status and stderr.
+    feed(input, ch.stdin().take()).await;
+    match ch.wait_with_output().await {
+        Ok(o) => Ok(Output::of(o)),
+        Err(e) => Err(format!("the ssh session failed: {e}")),
+    }
+}
+
+/// Writes `input` (if any) to a child's stdin and closes it. A failed write
+/// shows in the exit status and stderr.
+async fn feed<W: tokio::io::AsyncWrite + Unpin>(input: Option<Arc<Vec<u8>>>, w: Option<W>) {
+    if let (Some(data), Some(mut w)) = (input, w) {
         if w.write_all(&data).await.is_ok() {
             let _ = w.shutdown().await;
         }
-    }
-    match ch.wait_with_output().await {
-        Ok(o) => Ok(Output {
-            code: o.status.code(),
-            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
-        }),
-        Err(e) => Err(format!("the ssh session failed: {e}")),
     }
 }
 
@@ -140,18 +149,9 @@ async fn srun_sh(
     let mut ch = cmd
         .spawn()
         .map_err(|e| format!("cannot run srun: {e} (is Slurm's client installed?)"))?;
-    if let (Some(data), Some(mut w)) = (input, ch.stdin.take()) {
-        // A failed write shows in the exit status and stderr.
-        if w.write_all(&data).await.is_ok() {
-            let _ = w.shutdown().await;
-        }
-    }
+    feed(input, ch.stdin.take()).await;
     match ch.wait_with_output().await {
-        Ok(o) => Ok(Output {
-            code: o.status.code(),
-            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
-        }),
+        Ok(o) => Ok(Output::of(o)),
         Err(e) => Err(format!("srun failed: {e}")),
     }
 }

@@ -4,7 +4,7 @@
 //! an `srun` job step whose stdin, stdout and stderr are those of the local
 //! `srun` process, as a local agent's are.
 
-use super::spawn::{AgentHandle, Masters, Reader, WaitFuture};
+use super::spawn::{AgentHandle, Masters};
 use super::verdict::Cause;
 use super::Runner;
 use crate::plan::Node;
@@ -89,24 +89,8 @@ pub(super) fn spawn_srun(srun: &Srun, node: &str, line: &str) -> Result<AgentHan
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
-    let mut ch = c
+    let ch = c
         .spawn()
         .map_err(|e| format!("cannot run srun: {e} (is Slurm's client installed?)"))?;
-    let stdin = Box::new(ch.stdin.take().expect("piped"));
-    let stdout = Box::new(ch.stdout.take().expect("piped"));
-    let stderr = ch.stderr.take().map(|e| Box::new(e) as Reader);
-    let pid = ch.id();
-    let wait: WaitFuture = Box::pin(async move {
-        match ch.wait().await {
-            Ok(s) => (s.code(), crate::agent::command::describe_exit(s)),
-            Err(e) => (None, format!("wait failed: {e}")),
-        }
-    });
-    Ok(AgentHandle {
-        stdin,
-        stdout,
-        stderr,
-        pid,
-        wait,
-    })
+    Ok(super::spawn::local_handle(ch))
 }

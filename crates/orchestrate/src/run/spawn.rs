@@ -128,9 +128,15 @@ fn spawn_local(exe: &Path, args: &[String], pipe_stderr: bool) -> Result<AgentHa
         })
         .process_group(0)
         .kill_on_drop(true);
-    let mut ch = c
+    let ch = c
         .spawn()
         .map_err(|e| format!("cannot run the local agent {}: {e}", exe.display()))?;
+    Ok(local_handle(ch))
+}
+
+/// The handle of a local process (an agent, or the `srun` of one) whose stdin
+/// and stdout are piped (its stderr too, unless inherited).
+pub(super) fn local_handle(mut ch: tokio::process::Child) -> AgentHandle {
     let stdin = Box::new(ch.stdin.take().expect("piped"));
     let stdout = Box::new(ch.stdout.take().expect("piped"));
     let stderr = ch.stderr.take().map(|e| Box::new(e) as Reader);
@@ -141,13 +147,13 @@ fn spawn_local(exe: &Path, args: &[String], pipe_stderr: bool) -> Result<AgentHa
             Err(e) => (None, format!("wait failed: {e}")),
         }
     });
-    Ok(AgentHandle {
+    AgentHandle {
         stdin,
         stdout,
         stderr,
         pid,
         wait,
-    })
+    }
 }
 
 /// Starts a remote agent: `line` in a native-mux session on `m`.
