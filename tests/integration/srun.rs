@@ -1,7 +1,7 @@
 //! `rdpipe --launcher srun` on a real Slurm cluster (support/slurm.rs) in the
 //! network-namespace hosts: the pipelines the ssh tests run (OLLEH, 256 MiB
-//! byte-exact, fan-out with a failing sink, an agent killed mid-stream), a
-//! node outside the allocation, no allocation at all; after each, nothing is
+//! byte-exact, self-install, fan-out with a failing sink, an agent killed
+//! mid-stream, Ctrl-C), a node outside the allocation, no allocation at all; after each, nothing is
 //! left running on any node and no step of the run is left in `squeue -s`.
 
 use crate::support::*;
@@ -182,9 +182,34 @@ fn srun_fanout_with_a_failing_sink_and_an_agent_killed_mid_stream() {
     });
     std::thread::sleep(Duration::from_millis(500));
     kill("-9", agent);
-    let r = s.finish(Duration::from_secs(90));
+    let r = s.finish(Duration::from_secs(30));
     assert!(!r.status.success(), "{}", r.stderr);
-    assert!(r.stderr.contains("n2"), "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("n2 [2] 'cat': the agent died without a report"),
+        "{}",
+        r.stderr
+    );
+    assert_clean(&net, &slurm, &job);
+
+    // Ctrl-C mid-stream: status 130, every step ended.
+    let s = start_srun(
+        &net,
+        &slurm,
+        &job,
+        &strings(&[
+            "--rate-limit",
+            "8M",
+            "n1:head -c 400M /dev/zero",
+            "n2:cat",
+            "n3:cat > /dev/null",
+        ]),
+        None,
+    );
+    wait_until("three steps running", Duration::from_secs(30), || {
+        (slurm.steps(&job).len() >= 3).then_some(())
+    });
+    s.interrupt();
     assert_clean(&net, &slurm, &job);
 }
 

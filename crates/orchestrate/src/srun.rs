@@ -2,7 +2,7 @@
 //! cluster runs processes on its nodes through the workload manager (slurmd
 //! and munge), not ssh. Each remote segment's agent is one job step of the
 //! current allocation on its node: `srun --jobid J -w NODE -N1 -n1 --overlap
-//! --unbuffered sh -c LINE`; the step's stdin and stdout are the agent's
+//! --unbuffered sh -c 'exec LINE'`; the step's stdin and stdout are the agent's
 //! control channel, exactly as an ssh session's are, so keys still travel on
 //! stdin, never in argv or the environment. The probe and the upload of
 //! self-install run the same way.
@@ -159,7 +159,9 @@ impl Srun {
             "--quiet".into(),
             "sh".into(),
             "-c".into(),
-            line.to_string(),
+            // exec: the task is the agent itself (dash does not always exec
+            // a lone command), so a signal to the task reaches the agent.
+            format!("exec {line}"),
         ]
         .into()
     }
@@ -207,7 +209,7 @@ mod tests {
         assert!(a.contains(&"--nodelist=n003".to_string()));
         assert!(a.contains(&"--job-name=rdpipe.7".to_string()));
         assert!(a.contains(&"--ntasks=1".to_string()));
-        assert_eq!(a[a.len() - 3..], ["sh", "-c", "rdrecv --agent 'a b'"]);
+        assert_eq!(a[a.len() - 3..], ["sh", "-c", "exec rdrecv --agent 'a b'"]);
     }
 
     #[test]
