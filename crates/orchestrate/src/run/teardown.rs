@@ -65,10 +65,14 @@ impl Runner {
         debug!("teardown: closing the agents' control channels");
         self.close_channels();
         self.kill_local_agents().await;
+        // All at once: each waits for its master to end (a round trip to
+        // its host), which one after another adds up with many hosts.
+        let mut closing = tokio::task::JoinSet::new();
         for (n, m) in masters.into_iter().enumerate() {
             debug!("teardown: closing ssh master {}", n + 1);
-            m.close().await;
+            closing.spawn(m.close());
         }
+        while closing.join_next().await.is_some() {}
         debug!("teardown done");
     }
 
