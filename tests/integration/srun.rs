@@ -75,8 +75,13 @@ fn srun_olleh_and_256_mib_byte_exact() {
     .finish(Duration::from_secs(120));
     r.ok();
     assert_eq!(r.stdout_str(), "OLLEH\n", "{}", r.stderr);
-    // The hop between the nodes went between their addresses.
-    assert!(r.stderr.contains("10.99.0.12"), "{}", r.stderr);
+    // The hop between the nodes went between their addresses, Slurm's NodeAddr.
+    assert!(
+        r.stderr
+            .contains("[2] n2: data address 10.99.0.12 for [1] n1 (from slurm;"),
+        "{}",
+        r.stderr
+    );
     assert_clean(&net, &slurm, &job);
 
     let data = random_bytes(256 << 20, 31);

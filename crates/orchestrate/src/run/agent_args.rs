@@ -57,7 +57,7 @@ pub fn agent_args(p: &Pipeline, i: usize, a: &Config) -> Vec<String> {
     // Where a listening side listens: the address its peer connects to, unless
     // data-address discovery may pick another (then all addresses).
     let me = Node::Segment(i);
-    let discovers = super::discover::discovery_hops(p, &a.data_host, a.transport);
+    let discovers = super::discover::discovery_hops(p, &a.data_host, a.transport, a.launcher);
     for (flag, hop) in [
         ("--in-addr", p.hop_into(me)),
         ("--out-addr", p.hop_from(me)),

@@ -13,6 +13,7 @@ use super::fabric::{self, Choice, Origin};
 use super::{tool, Runner};
 use crate::control::{Direction, NetAddr, Reach, ToAgent};
 use crate::plan::{parse_data_host, Node, Pipeline};
+use crate::srun::Launcher;
 use rdpipe_wire::TransportPref;
 use std::collections::HashMap;
 use std::net::{IpAddr, ToSocketAddrs};
@@ -47,20 +48,30 @@ pub fn overrides(data_host: &[String]) -> HashMap<String, String> {
 }
 
 /// Per hop of `p`: whether discovery runs for it.
-pub fn discovery_hops(p: &Pipeline, data_host: &[String], t: TransportPref) -> Vec<bool> {
+pub fn discovery_hops(
+    p: &Pipeline,
+    data_host: &[String],
+    t: TransportPref,
+    launcher: Launcher,
+) -> Vec<bool> {
     let o = overrides(data_host);
     p.hops
         .iter()
-        .map(|h| fabric::discovers(fabric::origin(p, h, &o), t))
+        .map(|h| fabric::discovers(fabric::origin(p, h, &o, launcher), t))
         .collect()
 }
 
 /// `rdpipe -n`'s section on data addresses (empty when no hop crosses hosts).
-pub fn describe(p: &Pipeline, data_host: &[String], t: TransportPref) -> String {
+pub fn describe(
+    p: &Pipeline,
+    data_host: &[String],
+    t: TransportPref,
+    launcher: Launcher,
+) -> String {
     let o = overrides(data_host);
     let mut s = String::new();
     for h in &p.hops {
-        let origin = fabric::origin(p, h, &o);
+        let origin = fabric::origin(p, h, &o, launcher);
         if origin == Origin::Loopback {
             continue;
         }
@@ -83,9 +94,18 @@ pub fn describe(p: &Pipeline, data_host: &[String], t: TransportPref) -> String 
 }
 
 impl Discovery {
-    pub(super) fn new(p: &Pipeline, data_host: &[String], t: TransportPref) -> Discovery {
+    pub(super) fn new(
+        p: &Pipeline,
+        data_host: &[String],
+        t: TransportPref,
+        launcher: Launcher,
+    ) -> Discovery {
         let o = overrides(data_host);
-        let origins: Vec<Origin> = p.hops.iter().map(|h| fabric::origin(p, h, &o)).collect();
+        let origins: Vec<Origin> = p
+            .hops
+            .iter()
+            .map(|h| fabric::origin(p, h, &o, launcher))
+            .collect();
         Discovery {
             runs: origins.iter().map(|&o| fabric::discovers(o, t)).collect(),
             origins,
@@ -229,6 +249,7 @@ impl Runner {
         let listener = self.host_name(hop.listener);
         let why = fabric::reason(
             &hop.address,
+            self.disc.origins[k].as_str(),
             &listener,
             &self.host_name(hop.connector()),
             &c,

@@ -16,6 +16,7 @@
 
 use crate::control::{NetAddr, Reach};
 use crate::plan::{Hop, Host, Pipeline};
+use crate::srun::Launcher;
 use rdpipe_wire::TransportPref;
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -30,6 +31,9 @@ pub enum Origin {
     /// ssh's HostName for the listening host, else its name: discovery may
     /// replace it.
     Ssh,
+    /// Slurm's NodeAddr for the listening node (`--launcher srun`), else
+    /// its name: discovery may replace it.
+    Slurm,
 }
 
 impl Origin {
@@ -39,13 +43,19 @@ impl Origin {
             Origin::Loopback => "loopback",
             Origin::DataHost => "--data-host",
             Origin::Ssh => "ssh",
+            Origin::Slurm => "slurm",
         }
     }
 }
 
 /// The origin of `hop`'s address, given the `--data-host` overrides (keyed by
 /// the host as written or its name, as [`super::build_plan`] looks them up).
-pub fn origin(p: &Pipeline, hop: &Hop, overrides: &HashMap<String, String>) -> Origin {
+pub fn origin(
+    p: &Pipeline,
+    hop: &Hop,
+    overrides: &HashMap<String, String>,
+    launcher: Launcher,
+) -> Origin {
     let host = |n| match n {
         crate::plan::Node::Segment(i) => &p.segments[i].host,
         _ => &Host::Local,
@@ -55,6 +65,8 @@ pub fn origin(p: &Pipeline, hop: &Hop, overrides: &HashMap<String, String>) -> O
         (Host::Remote(l), _) => {
             if overrides.contains_key(&l.spec) || overrides.contains_key(&l.name) {
                 Origin::DataHost
+            } else if launcher == Launcher::Srun {
+                Origin::Slurm
             } else {
                 Origin::Ssh
             }
@@ -65,7 +77,7 @@ pub fn origin(p: &Pipeline, hop: &Hop, overrides: &HashMap<String, String>) -> O
 
 /// Whether discovery runs for a hop of this origin under `--transport`.
 pub fn discovers(origin: Origin, transport: TransportPref) -> bool {
-    origin == Origin::Ssh && transport != TransportPref::Tcp
+    matches!(origin, Origin::Ssh | Origin::Slurm) && transport != TransportPref::Tcp
 }
 
 /// Why a hop keeps its planned address.
@@ -176,25 +188,25 @@ pub fn address(given: &str, c: &Choice) -> String {
 
 /// `-v`'s words for a decided hop, after `LISTENER: data address ADDR for CONNECTOR`:
 /// the parenthesis saying why.
-pub fn reason(given: &str, listener: &str, connector: &str, c: &Choice) -> String {
+pub fn reason(given: &str, from: &str, listener: &str, connector: &str, c: &Choice) -> String {
     match c {
-        Choice::Switch(_, Rule::SharedSubnet) => format!("RDMA-capable, instead of {given} from ssh"),
+        Choice::Switch(_, Rule::SharedSubnet) => format!("RDMA-capable, instead of {given} from {from}"),
         Choice::Switch(_, Rule::Routed) => format!(
-            "RDMA-capable, routed from {connector}'s fabric and answering, instead of {given} from ssh"
+            "RDMA-capable, routed from {connector}'s fabric and answering, instead of {given} from {from}"
         ),
         Choice::Probe(v) => format!(
-            "from ssh, while {connector} probes {}",
+            "from {from}, while {connector} probes {}",
             v.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(", ")
         ),
-        Choice::Keep(Keep::AlreadyRdma) => "from ssh, RDMA-capable".into(),
+        Choice::Keep(Keep::AlreadyRdma) => format!("from {from}, RDMA-capable"),
         Choice::Keep(Keep::NoRdmaAtListener) => {
-            format!("from ssh; {listener} reported no RDMA-capable address")
+            format!("from {from}; {listener} reported no RDMA-capable address")
         }
         Choice::Keep(Keep::NoRdmaAtConnector) => {
-            format!("from ssh; {connector} reported no RDMA-capable address")
+            format!("from {from}; {connector} reported no RDMA-capable address")
         }
         Choice::Keep(Keep::NoSharedSubnet(l)) => format!(
-            "from ssh; {listener}'s RDMA-capable {} share no subnet with {connector}'s and \
+            "from {from}; {listener}'s RDMA-capable {} share no subnet with {connector}'s and \
              none can be reached from another host: pass --data-host {listener}=ADDR",
             l.iter()
                 .map(|a| a.to_string())
@@ -202,7 +214,7 @@ pub fn reason(given: &str, listener: &str, connector: &str, c: &Choice) -> Strin
                 .join(", ")
         ),
         Choice::Keep(Keep::NoneAnswered(r)) => format!(
-            "from ssh; {listener}'s RDMA-capable addresses share no subnet with {connector}'s, \
+            "from {from}; {listener}'s RDMA-capable addresses share no subnet with {connector}'s, \
              and none was routed over {connector}'s fabric and answered ({}): \
              pass --data-host {listener}=ADDR for a routed one",
             r.iter()
@@ -218,12 +230,16 @@ pub fn plan_note(origin: Origin, transport: TransportPref, given: &str) -> Strin
     match origin {
         Origin::Loopback => format!("{given} (loopback)"),
         Origin::DataHost => format!("{given} (from --data-host, used as given)"),
-        Origin::Ssh if discovers(origin, transport) => format!(
-            "{given} (from ssh); RDMA-capable address discovered at start: when the \
+        Origin::Ssh | Origin::Slurm if discovers(origin, transport) => format!(
+            "{given} (from {}); RDMA-capable address discovered at start: when the \
              agents report that {given} is not one, one on a subnet both hosts share, \
-             else one the connecting host reaches over its fabric and that answers"
+             else one the connecting host reaches over its fabric and that answers",
+            origin.as_str()
         ),
-        Origin::Ssh => format!("{given} (from ssh; --transport tcp: no discovery)"),
+        Origin::Ssh | Origin::Slurm => format!(
+            "{given} (from {}; --transport tcp: no discovery)",
+            origin.as_str()
+        ),
     }
 }
 
@@ -249,7 +265,7 @@ mod tests {
         assert_eq!(choose(&ips(&["192.168.1.2"]), &h2, &h1), switch("10.1.0.2"));
         // Unresolvable name: switch all the same.
         assert_eq!(choose(&[], &h2, &h1), switch("10.1.0.2"));
-        let r = reason("192.168.1.2", "h2", "h1", &switch("10.1.0.2"));
+        let r = reason("192.168.1.2", "ssh", "h2", "h1", &switch("10.1.0.2"));
         assert_eq!(r, "RDMA-capable, instead of 192.168.1.2 from ssh");
         assert_eq!(address("192.168.1.2", &switch("10.1.0.2")), "10.1.0.2");
     }
@@ -287,7 +303,7 @@ mod tests {
         // The given address's family first; link-local is never probed.
         assert_eq!(c, Choice::Probe(ips(&["10.0.0.2", "10.5.0.2", "fd00::2"])));
         assert_eq!(address("192.168.1.2", &c), "192.168.1.2");
-        let r = reason("192.168.1.2", "h2", "h1", &c);
+        let r = reason("192.168.1.2", "ssh", "h2", "h1", &c);
         assert!(r.contains("h1 probes 10.0.0.2, 10.5.0.2, fd00::2"), "{r}");
         // A long report with repeats: each address once, at most MAX_PROBE.
         let many: Vec<NetAddr> = (0..200)
@@ -316,7 +332,7 @@ mod tests {
         let ch = after_probe(&r);
         assert_eq!(ch, Choice::Switch(b, Rule::Routed));
         assert_eq!(address("192.168.1.2", &ch), "10.5.0.2");
-        let why = reason("192.168.1.2", "h2", "h1", &ch);
+        let why = reason("192.168.1.2", "ssh", "h2", "h1", &ch);
         assert_eq!(
             why,
             "RDMA-capable, routed from h1's fabric and answering, instead of 192.168.1.2 from ssh"
@@ -334,7 +350,7 @@ mod tests {
         let ch = after_probe(&r);
         assert_eq!(ch, Choice::Keep(Keep::NoneAnswered(r.to_vec())));
         assert_eq!(address("192.168.1.2", &ch), "192.168.1.2");
-        let why = reason("192.168.1.2", "h2", "h1", &ch);
+        let why = reason("192.168.1.2", "ssh", "h2", "h1", &ch);
         assert!(
             why.contains("10.0.0.2 off-fabric@192.168.1.1, 10.5.0.2 silent, fd00::2 refused"),
             "{why}"
@@ -357,7 +373,7 @@ mod tests {
         let h1 = nets(&["fe80::1/64"]);
         let c = choose(&ips(&["2001:db8::2"]), &h2, &h1);
         assert_eq!(c, Choice::Keep(Keep::NoSharedSubnet(h2)));
-        let r = reason("2001:db8::2", "h2", "h1", &c);
+        let r = reason("2001:db8::2", "ssh", "h2", "h1", &c);
         assert!(r.contains("fe80::2/64 share no subnet with h1's"), "{r}");
         assert!(r.contains("--data-host h2=ADDR"), "{r}");
     }
@@ -369,7 +385,11 @@ mod tests {
             .to_vec();
         let p = plan(&args, true, &|r: &RemoteHost| r.name.clone()).unwrap();
         let none = HashMap::new();
-        let o: Vec<Origin> = p.hops.iter().map(|h| origin(&p, h, &none)).collect();
+        let o: Vec<Origin> = p
+            .hops
+            .iter()
+            .map(|h| origin(&p, h, &none, Launcher::Ssh))
+            .collect();
         // stdin -> h1 (h1 listens, rdpipe connects), h1 -> h2, h2 -> h2
         // (loopback), h2 -> local (h2 listens, the local agent connects).
         assert_eq!(p.hops[0].to, Node::Segment(0));
@@ -378,8 +398,11 @@ mod tests {
             [Origin::Ssh, Origin::Ssh, Origin::Loopback, Origin::Ssh]
         );
         let over = HashMap::from([("h2".to_string(), "10.0.0.2".to_string())]);
-        assert_eq!(origin(&p, &p.hops[1], &over), Origin::DataHost);
-        assert_eq!(origin(&p, &p.hops[0], &over), Origin::Ssh);
+        assert_eq!(
+            origin(&p, &p.hops[1], &over, Launcher::Ssh),
+            Origin::DataHost
+        );
+        assert_eq!(origin(&p, &p.hops[0], &over, Launcher::Ssh), Origin::Ssh);
         assert!(discovers(Origin::Ssh, TransportPref::Auto));
         assert!(discovers(Origin::Ssh, TransportPref::Rdma));
         assert!(!discovers(Origin::Ssh, TransportPref::Tcp));

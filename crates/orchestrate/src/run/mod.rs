@@ -249,7 +249,10 @@ fn run_inner(
     let p = build_plan(&a, stdin_is_input)?;
     if a.dry_run {
         print!("{}", p.describe(a.max_sessions as usize));
-        print!("{}", discover::describe(&p, &a.data_host, a.transport));
+        print!(
+            "{}",
+            discover::describe(&p, &a.data_host, a.transport, a.launcher)
+        );
         println!(
             "protection: {} on every transfer ({})",
             a.integrity.as_str(),
@@ -342,7 +345,7 @@ impl Runner {
         let n = p.segments.len();
         let source_done = p.hop_from(Node::Stdin).is_none();
         let sink_done = p.hop_into(Node::Stdout).is_none();
-        let disc = discover::Discovery::new(&p, &a.data_host, a.transport);
+        let disc = discover::Discovery::new(&p, &a.data_host, a.transport, a.launcher);
         Runner {
             a,
             p,
