@@ -156,9 +156,13 @@ pub(super) fn local_handle(mut ch: tokio::process::Child) -> AgentHandle {
     }
 }
 
-/// Starts a remote agent: `line` in a native-mux session on `m`.
-async fn spawn_remote(m: &Master, line: String, max_sessions: u32) -> Result<AgentHandle, String> {
-    let mut cmd = openssh::Session::to_raw_command(m.session.clone(), line);
+/// Starts a remote agent: `line` in a native-mux session on a master.
+async fn spawn_remote(
+    session: Arc<openssh::Session>,
+    line: String,
+    max_sessions: u32,
+) -> Result<AgentHandle, String> {
+    let mut cmd = openssh::Session::to_raw_command(session, line);
     cmd.stdin(openssh::Stdio::piped())
         .stdout(openssh::Stdio::piped())
         .stderr(openssh::Stdio::piped());
@@ -317,7 +321,52 @@ impl Runner {
     /// Starts one agent per segment and the tasks that read its output.
     pub(super) async fn spawn_agents(&mut self, masters: &Masters) {
         let tuning = tuning_env();
-        for i in 0..self.p.segments.len() {
+        let n = self.p.segments.len();
+        let mut started: Vec<Option<Result<AgentHandle, String>>> = (0..n).map(|_| None).collect();
+        let mut args_of = Vec::with_capacity(n);
+        // Sessions over the SSH masters open all at once (each is a round
+        // trip to its host; one after another they add up with many hosts),
+        // at most MAX_PARALLEL_STARTS at a time.
+        let mut opening = tokio::task::JoinSet::new();
+        let bound = Arc::new(tokio::sync::Semaphore::new(MAX_PARALLEL_STARTS));
+        for (i, slot) in started.iter_mut().enumerate() {
+            let args = agent_args(&self.p, i, &self.a);
+            match &self.p.segments[i].host {
+                Host::Local => {
+                    *slot = Some(spawn_local(&self.exe.exe, &args, self.progress.is_some()))
+                }
+                Host::Remote(r) => {
+                    let bin = masters.agent_bin(i, self.a.remote_bin.as_deref());
+                    let line = remote_command_line(&bin, &args, &tuning);
+                    match &masters.srun {
+                        Some(srun) => {
+                            *slot = Some(super::launch_srun::spawn_srun(srun, &r.name, &line))
+                        }
+                        None => {
+                            let session = masters.masters[masters.of_segment[&i]].session.clone();
+                            let (max, bound) = (self.a.max_sessions, bound.clone());
+                            opening.spawn(async move {
+                                // Never closed, so acquiring only waits.
+                                let _permit = bound.acquire_owned().await;
+                                (i, spawn_remote(session, line, max).await)
+                            });
+                        }
+                    }
+                }
+            }
+            args_of.push(args);
+        }
+        while let Some(r) = opening.join_next().await {
+            match r {
+                Ok((i, h)) => started[i] = Some(h),
+                Err(e) => self.fail(None, Cause::Local(format!("agent start task failed: {e}"))),
+            }
+        }
+        for (i, spawned) in started.into_iter().enumerate() {
+            let Some(spawned) = spawned else {
+                self.segs[i].exited = true;
+                continue;
+            };
             // The keys of its two hops, and the request for byte counts when
             // there is a progress line.
             let me = Node::Segment(i);
@@ -330,21 +379,6 @@ impl Runner {
             if self.progress.is_some() {
                 key_line.push_str(&format!("{}\n", ToAgent::Progress));
             }
-            let args = agent_args(&self.p, i, &self.a);
-            let spawned = match &self.p.segments[i].host {
-                Host::Local => spawn_local(&self.exe.exe, &args, self.progress.is_some()),
-                Host::Remote(r) => {
-                    let bin = masters.agent_bin(i, self.a.remote_bin.as_deref());
-                    let line = remote_command_line(&bin, &args, &tuning);
-                    match &masters.srun {
-                        Some(srun) => super::launch_srun::spawn_srun(srun, &r.name, &line),
-                        None => {
-                            let m = &masters.masters[masters.of_segment[&i]];
-                            spawn_remote(m, line, self.a.max_sessions).await
-                        }
-                    }
-                }
-            };
             match spawned {
                 Ok(h) => {
                     let pid = h.pid.map(|p| format!(" (pid {p})")).unwrap_or_default();
@@ -352,7 +386,7 @@ impl Runner {
                     debug!(
                         "[{}] agent started on {host}{pid}: {}",
                         i + 1,
-                        args.join(" ")
+                        args_of[i].join(" ")
                     );
                     self.watch_agent(i, h, &key_line).await;
                 }
