@@ -350,7 +350,7 @@ fn xattrs_and_acls_travel_and_others_do_not() {
     }
     // Without --xattrs nothing travels.
     let mut buf = Vec::new();
-    pack(&[src.clone()], true, false, None, &mut buf).unwrap();
+    pack(std::slice::from_ref(&src), true, false, None, &mut buf).unwrap();
     let out2 = d.path().join("out2");
     let mut u = Unpacker::new(Dest::open(&out2, false, None).unwrap(), "dst", true);
     u.write_all(&buf).unwrap();
