@@ -22,7 +22,8 @@ use std::collections::VecDeque;
 use std::io::{self, Read};
 use std::os::fd::{AsFd, OwnedFd};
 
-/// Bytes one window pipe holds, at full pages.
+/// Bytes one window pipe holds at most, at full pages (a window smaller than
+/// this uses pipes of its own size, rounded up to a power of two pages).
 const PIPE_BYTES: usize = 1 << 20;
 
 /// A tee smaller than this may leave partly filled pages in the window.
@@ -36,9 +37,9 @@ struct Piece {
 }
 
 impl Piece {
-    fn new() -> io::Result<Piece> {
+    fn new(size: usize) -> io::Result<Piece> {
         let (r, w) = pipe_with(PipeFlags::CLOEXEC | PipeFlags::NONBLOCK)?;
-        fcntl_setpipe_size(&w, PIPE_BYTES)?;
+        fcntl_setpipe_size(&w, size)?;
         Ok(Piece { r, w, bytes: 0 })
     }
 
@@ -84,6 +85,8 @@ impl Piece {
 /// stream offset, held in pipes.
 pub(crate) struct PipeWindow {
     pieces: VecDeque<Piece>,
+    /// The size asked for each pipe.
+    piece_size: usize,
     /// Pieces kept at most: enough that dropping the oldest still leaves
     /// the capacity.
     max_pieces: usize,
@@ -100,11 +103,13 @@ impl PipeWindow {
     /// A window of at least `capacity` bytes, or why pipes cannot hold it
     /// (the caller then copies: [`super::ReplayWindow`]).
     pub(crate) fn new(capacity: usize) -> io::Result<PipeWindow> {
+        let piece_size = capacity.next_power_of_two().clamp(4096, PIPE_BYTES);
         let mut pieces = VecDeque::new();
-        pieces.push_back(Piece::new()?);
+        pieces.push_back(Piece::new(piece_size)?);
         Ok(PipeWindow {
             pieces,
-            max_pieces: capacity.div_ceil(PIPE_BYTES) + 1,
+            piece_size,
+            max_pieces: capacity.div_ceil(piece_size) + 1,
             end: 0,
             held: 0,
             check_small: true,
@@ -122,7 +127,7 @@ impl PipeWindow {
 
     /// Starts a new newest piece, closing the oldest when there are enough.
     fn rotate(&mut self) -> io::Result<()> {
-        let piece = Piece::new()?;
+        let piece = Piece::new(self.piece_size)?;
         if self.pieces.len() >= self.max_pieces {
             if let Some(old) = self.pieces.pop_front() {
                 self.held -= old.bytes as u64;
@@ -314,6 +319,20 @@ mod tests {
             Err(Resend::OutOfWindow(_))
         ));
         assert!(matches!(rec.since(r.end + 1), Err(Resend::OutOfWindow(_))));
+    }
+
+    #[test]
+    fn a_small_window_keeps_little_more_than_its_capacity() {
+        let s = stream(300_000);
+        let (got, mut rec) = through_pipe(&s, 64 << 10, false, 4096);
+        assert_eq!(got, s);
+        let r = rec.range();
+        assert!((4096..=8192).contains(&(r.end - r.start)), "{r:?}");
+        assert_eq!(rec.since(r.start).unwrap(), s[r.start as usize..]);
+        assert!(matches!(
+            rec.since(r.start - 1),
+            Err(Resend::OutOfWindow(_))
+        ));
     }
 
     #[test]
