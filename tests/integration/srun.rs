@@ -45,6 +45,20 @@ fn strings(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| s.to_string()).collect()
 }
 
+/// `extra`, then a three-node pipeline paced to last about 50 s (so that it
+/// is still running when the test interrupts it).
+fn paced_chain(extra: &[&str]) -> Vec<String> {
+    let mut v = strings(extra);
+    v.extend(strings(&[
+        "--rate-limit",
+        "8M",
+        "n1:head -c 400M /dev/zero",
+        "n2:cat",
+        "n3:cat > /dev/null",
+    ]));
+    v
+}
+
 /// No process of the run on any host and no step of it in the job.
 fn assert_clean(net: &Netns, slurm: &Slurm, job: &str) {
     let left = slurm.wait_clean(net, Duration::from_secs(15));
@@ -165,15 +179,7 @@ fn srun_fanout_with_a_failing_sink_and_an_agent_killed_mid_stream() {
         &net,
         &slurm,
         &job,
-        &strings(&[
-            "--reconnect-timeout",
-            "2",
-            "--rate-limit",
-            "8M",
-            "n1:head -c 400M /dev/zero",
-            "n2:cat",
-            "n3:cat > /dev/null",
-        ]),
+        &paced_chain(&["--reconnect-timeout", "2"]),
         None,
     );
     let agent = wait_until("n2's agent running", Duration::from_secs(30), || {
@@ -198,19 +204,7 @@ fn srun_fanout_with_a_failing_sink_and_an_agent_killed_mid_stream() {
     assert_clean(&net, &slurm, &job);
 
     // Ctrl-C mid-stream: status 130, every step ended.
-    let s = start_srun(
-        &net,
-        &slurm,
-        &job,
-        &strings(&[
-            "--rate-limit",
-            "8M",
-            "n1:head -c 400M /dev/zero",
-            "n2:cat",
-            "n3:cat > /dev/null",
-        ]),
-        None,
-    );
+    let s = start_srun(&net, &slurm, &job, &paced_chain(&[]), None);
     wait_until("three steps running", Duration::from_secs(30), || {
         (slurm.steps(&job).len() >= 3).then_some(())
     });

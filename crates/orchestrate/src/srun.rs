@@ -130,16 +130,20 @@ impl Srun {
     }
 
     /// `node`'s address as Slurm knows it (`NodeAddr`); the name itself when
-    /// Slurm does not say.
+    /// Slurm does not say. Every node's is read once per run (one
+    /// `scontrol show node -o`, not one call per host).
     pub fn node_addr(node: &str) -> String {
-        let Ok(out) = slurm_cmd("scontrol", &["show", "node", "-o", node]) else {
-            return node.to_string();
-        };
-        out.split_whitespace()
-            .find_map(|w| w.strip_prefix("NodeAddr="))
-            .filter(|a| !a.is_empty() && *a != "(null)")
-            .unwrap_or(node)
-            .to_string()
+        static ADDRS: std::sync::OnceLock<std::collections::HashMap<String, String>> =
+            std::sync::OnceLock::new();
+        ADDRS
+            .get_or_init(|| {
+                slurm_cmd("scontrol", &["show", "node", "-o"])
+                    .map(|out| node_addrs(&out))
+                    .unwrap_or_default()
+            })
+            .get(node)
+            .cloned()
+            .unwrap_or_else(|| node.to_string())
     }
 
     /// The arguments of `srun` that start `line` (a shell command line) as one
@@ -194,6 +198,17 @@ impl Srun {
     }
 }
 
+/// `NodeName` → `NodeAddr` from `scontrol show node -o` (one node a line).
+fn node_addrs(out: &str) -> std::collections::HashMap<String, String> {
+    out.lines()
+        .filter_map(|l| {
+            let field = |k: &str| l.split_whitespace().find_map(|w| w.strip_prefix(k));
+            let addr = field("NodeAddr=").filter(|a| !a.is_empty() && *a != "(null)")?;
+            Some((field("NodeName=")?.to_string(), addr.to_string()))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -210,6 +225,17 @@ mod tests {
         assert!(a.contains(&"--job-name=rdpipe.7".to_string()));
         assert!(a.contains(&"--ntasks=1".to_string()));
         assert_eq!(a[a.len() - 3..], ["sh", "-c", "exec rdrecv --agent 'a b'"]);
+    }
+
+    #[test]
+    fn node_addresses_come_from_one_listing() {
+        let out = "NodeName=n1 Arch=x86_64 CoresPerSocket=1 NodeAddr=10.99.0.11 NodeHostName=n1\n\
+                   NodeName=n2 NodeAddr=(null) State=IDLE\n\
+                   NodeName=gpu07 NodeAddr=gpu07-ib State=IDLE\n";
+        let m = node_addrs(out);
+        assert_eq!(m.get("n1").map(String::as_str), Some("10.99.0.11"));
+        assert_eq!(m.get("gpu07").map(String::as_str), Some("gpu07-ib"));
+        assert!(!m.contains_key("n2"));
     }
 
     #[test]
