@@ -28,6 +28,7 @@ complete -c rdcp -s p -l preserve -d 'Keep modes and modification times (and own
 complete -c rdcp -l no-preserve -d 'With -r: do not keep modes and times (new files get the source\'s permission bits less the umask)'
 complete -c rdcp -l resume -d 'Continue an interrupted copy: first list what DEST already holds (one more connection to its host); files there with the same size and mtime (kept with -p, the default with -r) are not sent again, and a file cut short continues from its partial copy (the temporary file the interrupted run left) once both sides\' hashes of that part agree'
 complete -c rdcp -s X -l xattrs -d 'Copy extended attributes too: the user.* namespace and POSIX ACLs (security.* and trusted.* never travel; values over 4 KiB are skipped with a warning)'
+complete -c rdcp -l specials -d 'Copy FIFOs, sockets and device nodes as nodes (device nodes need root on the destination\'s host); without it each is skipped with a warning'
 complete -c rdcp -s n -l dry-run -d 'Print the plan (segments, hosts, who listens, who connects to whom) and run nothing'
 complete -c rdcp -s v -l verbose -d 'Print each hop\'s transport, byte count and checksum, and the final `Bandwidth X.XXX GB/s`, on stderr. `-vv` adds a debug log of the set-up and teardown (ssh masters, agents, control lines; the hosts\' endpoints log theirs too), `-vvv` a trace; RUST_LOG overrides both'
 complete -c rdcp -s q -l quiet -d 'No progress line (unless --progress is given) and no warnings (from any host); errors are still printed'

@@ -101,6 +101,12 @@ pub struct CpArgs {
     #[arg(short = 'X', long)]
     pub xattrs: bool,
 
+    /// Copy FIFOs, sockets and device nodes as nodes (device nodes need root
+    /// on the destination's host); without it each is skipped with a
+    /// warning.
+    #[arg(long)]
+    pub specials: bool,
+
     /// How to reach the hosts and move the data (as rdpipe's).
     #[command(flatten)]
     pub run: RunOpts,
@@ -213,6 +219,7 @@ pub fn plan(a: &CpArgs) -> Result<Vec<Segment>, String> {
                         sources: paths,
                         recursive: a.recursive,
                         xattrs: a.xattrs,
+                        specials: a.specials,
                         manifest: None,
                     },
                 },
@@ -222,6 +229,7 @@ pub fn plan(a: &CpArgs) -> Result<Vec<Segment>, String> {
                         dest: path,
                         must_be_dir,
                         preserve,
+                        specials: a.specials,
                         resumed_top: None,
                     },
                 },
@@ -358,6 +366,7 @@ mod tests {
                 sources: vec!["/a".into(), "b".into()],
                 recursive: true,
                 xattrs: false,
+                specials: false,
                 manifest: None
             }
         );
@@ -367,6 +376,7 @@ mod tests {
                 dest: "/dst".into(),
                 must_be_dir: true,
                 preserve: true,
+                specials: false,
                 resumed_top: None
             }
         );

@@ -33,7 +33,8 @@ fn make_tree(root: &Path) {
 }
 
 /// Asserts that `b` is a copy of `a`: same names, bytes, link targets, modes
-/// and mtimes (to the second at least), hard links kept.
+/// and mtimes (to the second at least), hard links kept, nodes of the same
+/// kind and device number.
 fn assert_same_tree(a: &Path, b: &Path) {
     let mut names: Vec<_> = std::fs::read_dir(a)
         .unwrap()
@@ -68,6 +69,9 @@ fn assert_same_tree(a: &Path, b: &Path) {
         );
         if ma.is_dir() {
             assert_same_tree(&pa, &pb);
+        } else if !ma.is_file() {
+            // A FIFO, socket or device node: never read (it would block).
+            assert_eq!(ma.rdev(), mb.rdev(), "device number of {}", pb.display());
         } else {
             assert!(
                 std::fs::read(&pa).unwrap() == std::fs::read(&pb).unwrap(),
@@ -297,6 +301,75 @@ fn rdcp_reports_what_it_could_not_copy_and_copies_the_rest() {
     assert_eq!(r.code(), Some(1), "{}", r.stderr);
     assert!(r.stderr.contains("omitting directory"), "{}", r.stderr);
     assert!(!d.path("norec").exists());
+}
+
+/// `--specials` host to host: a FIFO, a socket's name and (as root) a
+/// character device arrive as nodes with their modes, times, owners and
+/// device number; without it each is skipped with a warning naming it and
+/// the rest is copied.
+#[test]
+fn rdcp_specials_copy_nodes_host_to_host_or_are_skipped_by_name() {
+    need_ssh!();
+    let ssh = LocalSsh::start("rdcpspec");
+    let d = &ssh.dir;
+    std::fs::create_dir(d.path("src")).unwrap();
+    std::fs::write(d.path("src/plain"), b"plain").unwrap();
+    let node = |name: &str, t: rustix::fs::FileType, mode: u32, dev: u64| {
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            d.path(&format!("src/{name}")),
+            t,
+            rustix::fs::Mode::from_raw_mode(mode),
+            dev,
+        )
+    };
+    node("fifo", rustix::fs::FileType::Fifo, 0o640, 0).unwrap();
+    drop(std::os::unix::net::UnixListener::bind(d.path("src/sock")).unwrap());
+    let root = rustix::process::geteuid().is_root();
+    if root {
+        let dev = rustix::fs::makedev(1, 5);
+        node("zero", rustix::fs::FileType::CharacterDevice, 0o644, dev).unwrap();
+        std::os::unix::fs::chown(d.path("src/zero"), Some(2345), Some(2346)).unwrap();
+    } else {
+        eprintln!("note: not root; the device node case is not checked");
+    }
+    let r = run_rdcp(
+        &args(
+            &ssh,
+            &[
+                "-r",
+                "--specials",
+                &format!("h1:{}", d.s("src")),
+                &format!("h2:{}", d.s("dst")),
+            ],
+        ),
+        None,
+        LIMIT,
+    );
+    r.ok();
+    assert_same_tree(&d.path("src"), &d.path("dst"));
+    if root {
+        let z = std::fs::symlink_metadata(d.path("dst/zero")).unwrap();
+        assert_eq!(z.rdev(), rustix::fs::makedev(1, 5));
+        assert_eq!((z.uid(), z.gid()), (2345, 2346));
+    }
+    // Without --specials: one warning per node, the rest copied, exit 0.
+    let r = run_rdcp(
+        &args(&ssh, &["-r", &d.s("src"), &format!("h1:{}", d.s("plain"))]),
+        None,
+        LIMIT,
+    );
+    r.ok();
+    assert!(
+        r.stderr
+            .contains(&format!("skipping FIFO {}/fifo", d.s("src"))),
+        "{}",
+        r.stderr
+    );
+    assert!(r.stderr.contains("skipping socket "), "{}", r.stderr);
+    assert_eq!(std::fs::read(d.path("plain/plain")).unwrap(), b"plain");
+    assert!(std::fs::symlink_metadata(d.path("plain/fifo")).is_err());
+    assert_no_temporary_files(&[&d.s("dst"), &d.s("plain")]);
 }
 
 #[test]

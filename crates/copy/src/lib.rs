@@ -16,7 +16,7 @@ pub mod write;
 pub mod xattr;
 
 pub use list::{list, Manifest};
-pub use pack::{pack, PackStats};
+pub use pack::{pack, PackOptions, PackStats};
 pub use unpack::{Dest, Unpacker};
 
 /// One line about a file that was not copied (or copied while it changed),

@@ -7,8 +7,8 @@
 //! warning, as `cp` does). Inside a tree, names are sent in byte order, so two
 //! runs over the same tree send the same stream. Symbolic links are sent as
 //! links; a file with more than one link inside the copy is sent once and
-//! then as hard links to it; devices, FIFOs and sockets are skipped with a
-//! warning each.
+//! then as hard links to it; devices, FIFOs and sockets are sent as nodes
+//! with `specials` (`rdcp --specials`), else skipped with a warning each.
 //!
 //! A file is read through one descriptor opened without following links, for
 //! exactly the size it had when opened: a file that shrinks is padded with
@@ -18,7 +18,7 @@
 
 use crate::list::Manifest;
 use crate::warn;
-use rdpipe_wire::entry::{encode_start, Entry, FileEnd, Meta, RelPath};
+use rdpipe_wire::entry::{encode_start, Entry, FileEnd, Meta, RelPath, SpecialKind};
 use rdpipe_wire::StreamHasher;
 use rustix::fs::{Mode, OFlags};
 use std::collections::HashMap;
@@ -47,6 +47,18 @@ pub struct PackStats {
     pub skipped_bytes: u64,
 }
 
+/// What a pack sends besides regular files, directories and links.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PackOptions {
+    /// Directories' contents (`-r`); without it a directory operand is
+    /// omitted with a warning.
+    pub recursive: bool,
+    /// Extended attributes and ACLs (`--xattrs`).
+    pub xattrs: bool,
+    /// FIFOs, sockets and device nodes (`--specials`).
+    pub specials: bool,
+}
+
 const BUF: usize = 1 << 20;
 
 fn meta_of(m: &Metadata) -> Meta {
@@ -65,8 +77,7 @@ struct Packer<'a, W: Write> {
     head: Vec<u8>,
     buf: Vec<u8>,
     links: HashMap<(u64, u64), RelPath>,
-    /// `--xattrs`: extended attributes travel before their entry.
-    xattrs: bool,
+    opts: PackOptions,
     stats: PackStats,
 }
 
@@ -76,8 +87,7 @@ struct Packer<'a, W: Write> {
 /// a warning and a count in the stats and the end entry, not an error.
 pub fn pack<W: Write>(
     sources: &[PathBuf],
-    recursive: bool,
-    xattrs: bool,
+    opts: PackOptions,
     manifest: Option<&Manifest>,
     out: &mut W,
 ) -> io::Result<PackStats> {
@@ -87,14 +97,14 @@ pub fn pack<W: Write>(
         head: Vec::with_capacity(256),
         buf: vec![0; BUF],
         links: HashMap::new(),
-        xattrs,
+        opts,
         stats: PackStats::default(),
     };
     p.head.clear();
     encode_start(sources.len() as u32, &mut p.head);
     p.out.write_all(&p.head)?;
     for src in sources {
-        p.operand(src, recursive)?;
+        p.operand(src)?;
     }
     p.entry(&Entry::End {
         entries: p.stats.entries,
@@ -149,7 +159,7 @@ impl<W: Write> Packer<'_, W> {
     /// With `--xattrs`, the copied extended attributes of `fd` (the entry's
     /// file or directory, `path` for messages), as entries before its own.
     fn attrs<F: std::os::fd::AsFd>(&mut self, fd: F, path: &Path) -> io::Result<()> {
-        if !self.xattrs {
+        if !self.opts.xattrs {
             return Ok(());
         }
         match crate::xattr::read(fd) {
@@ -177,7 +187,7 @@ impl<W: Write> Packer<'_, W> {
         self.stats.failed += 1;
     }
 
-    fn operand(&mut self, src: &Path, recursive: bool) -> io::Result<()> {
+    fn operand(&mut self, src: &Path) -> io::Result<()> {
         // `dir/` names the directory a link points to, as for `cp`.
         let follow = src.as_os_str().as_bytes().ends_with(b"/");
         let md = if follow {
@@ -199,7 +209,7 @@ impl<W: Write> Packer<'_, W> {
             ));
             return Ok(());
         };
-        if md.is_dir() && !recursive {
+        if md.is_dir() && !self.opts.recursive {
             self.failed(format_args!(
                 "omitting directory {} (use -r)",
                 src.display()
@@ -237,7 +247,7 @@ impl<W: Write> Packer<'_, W> {
                     return Ok(());
                 }
             };
-            if self.xattrs {
+            if self.opts.xattrs {
                 let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
                 match rustix::fs::open(path, flags, Mode::empty()) {
                     Ok(fd) => self.attrs(&fd, path)?,
@@ -288,13 +298,29 @@ impl<W: Write> Packer<'_, W> {
             self.file(path, rel)?;
         } else {
             let kind = if ft.is_fifo() {
-                "FIFO"
+                SpecialKind::Fifo
             } else if ft.is_socket() {
-                "socket"
+                SpecialKind::Socket
+            } else if ft.is_char_device() {
+                SpecialKind::Char
             } else {
-                "device"
+                SpecialKind::Block
             };
-            warn(format_args!("skipping {kind} {}", path.display()));
+            if !self.opts.specials {
+                warn(format_args!(
+                    "skipping {} {} (--specials copies it)",
+                    kind.name(),
+                    path.display()
+                ));
+                return Ok(());
+            }
+            let rdev = if kind.is_device() { md.rdev() } else { 0 };
+            self.entry(&Entry::Special {
+                path: rel,
+                meta: meta_of(md),
+                kind,
+                rdev,
+            })?;
         }
         Ok(())
     }

@@ -39,7 +39,16 @@ fn tree(root: &Path) {
 
 fn copy(src: &Path, dst: &Path, must_be_dir: bool) -> std::io::Result<()> {
     let mut buf = Vec::new();
-    pack(&[src.to_path_buf()], true, true, None, &mut buf)?;
+    pack(
+        &[src.to_path_buf()],
+        PackOptions {
+            recursive: true,
+            xattrs: true,
+            specials: false,
+        },
+        None,
+        &mut buf,
+    )?;
     let mut u = Unpacker::new(
         Dest::open(dst, must_be_dir, None).map_err(std::io::Error::other)?,
         "dst",
@@ -224,7 +233,17 @@ fn resume_sends_only_what_the_destination_lacks() {
     std::fs::write(out.join(".big.bin.rdcp-1-1"), &big[..1_000_001]).unwrap();
     let m = listing_of(&out, b"src", d.path());
     let mut buf = Vec::new();
-    let stats = pack(std::slice::from_ref(&src), true, false, Some(&m), &mut buf).unwrap();
+    let stats = pack(
+        std::slice::from_ref(&src),
+        PackOptions {
+            recursive: true,
+            xattrs: false,
+            specials: false,
+        },
+        Some(&m),
+        &mut buf,
+    )
+    .unwrap();
     assert_eq!(stats.resumed, 1);
     assert_eq!(
         stats.bytes,
@@ -243,7 +262,17 @@ fn resume_sends_only_what_the_destination_lacks() {
     std::fs::remove_file(out.join("big.bin")).unwrap();
     std::fs::write(out.join(".big.bin.rdcp-1-2"), b"not the start").unwrap();
     let m = listing_of(&out, b"src", d.path());
-    let stats = pack(&[src], true, false, Some(&m), &mut Vec::new()).unwrap();
+    let stats = pack(
+        &[src],
+        PackOptions {
+            recursive: true,
+            xattrs: false,
+            specials: false,
+        },
+        Some(&m),
+        &mut Vec::new(),
+    )
+    .unwrap();
     assert_eq!((stats.resumed, stats.bytes), (0, big.len() as u64));
 }
 
@@ -256,7 +285,17 @@ fn a_single_file_cut_short_is_continued_beside_its_name() {
     let dst = d.path().join("copy");
     let m = listing_of(&dst, b"f", d.path());
     let mut buf = Vec::new();
-    let stats = pack(&[d.path().join("f")], false, false, Some(&m), &mut buf).unwrap();
+    let stats = pack(
+        &[d.path().join("f")],
+        PackOptions {
+            recursive: false,
+            xattrs: false,
+            specials: false,
+        },
+        Some(&m),
+        &mut buf,
+    )
+    .unwrap();
     assert_eq!(
         (stats.resumed, stats.bytes),
         (1, (data.len() - 777_777) as u64)
@@ -280,7 +319,17 @@ fn an_empty_partial_copy_is_reused_not_left_behind() {
     std::fs::write(out.join(".a.rdcp-1-0"), b"").unwrap();
     let m = listing_of(&out, b"src", d.path());
     let mut buf = Vec::new();
-    let stats = pack(&[d.path().join("src")], true, false, Some(&m), &mut buf).unwrap();
+    let stats = pack(
+        &[d.path().join("src")],
+        PackOptions {
+            recursive: true,
+            xattrs: false,
+            specials: false,
+        },
+        Some(&m),
+        &mut buf,
+    )
+    .unwrap();
     assert_eq!(stats.resumed, 1);
     let mut u = Unpacker::new(Dest::open(&out, false, Some(b"src")).unwrap(), "out", true);
     u.write_all(&buf).unwrap();
@@ -350,7 +399,17 @@ fn xattrs_and_acls_travel_and_others_do_not() {
     }
     // Without --xattrs nothing travels.
     let mut buf = Vec::new();
-    pack(std::slice::from_ref(&src), true, false, None, &mut buf).unwrap();
+    pack(
+        std::slice::from_ref(&src),
+        PackOptions {
+            recursive: true,
+            xattrs: false,
+            specials: false,
+        },
+        None,
+        &mut buf,
+    )
+    .unwrap();
     let out2 = d.path().join("out2");
     let mut u = Unpacker::new(Dest::open(&out2, false, None).unwrap(), "dst", true);
     u.write_all(&buf).unwrap();

@@ -13,6 +13,8 @@
 //!               DATA(size - offset)  xxh3:u64 flags:u8
 //!   xattr   (8) name:bytes value:value  (an extended attribute of the next
 //!               dir, file or resume entry; `rdcp --xattrs`)
+//!   special (9) path meta kind:u8 rdev:u64  (a FIFO, socket or device node;
+//!               `rdcp --specials`)
 //! end     = (0) entries:u64 failed:u64
 //!
 //! A destination's listing for `rdcp --resume` (sent the other way, before
@@ -196,6 +198,17 @@ pub enum Entry {
         /// Its value (at most [`MAX_XATTR_VALUE`] bytes).
         value: Vec<u8>,
     },
+    /// A FIFO, socket or device node (`rdcp --specials`).
+    Special {
+        /// Where.
+        path: RelPath,
+        /// Mode, owner and times.
+        meta: Meta,
+        /// Which kind of node.
+        kind: SpecialKind,
+        /// The device number of a device node (`st_rdev`); 0 otherwise.
+        rdev: u64,
+    },
     /// The end of the stream.
     End {
         /// Entries sent before this one.
@@ -203,6 +216,57 @@ pub enum Entry {
         /// Files the sender could not read (reported on its side).
         failed: u64,
     },
+}
+
+/// The kinds of [`Entry::Special`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpecialKind {
+    /// A named pipe.
+    Fifo,
+    /// A Unix socket's name (the socket itself is not copied: nothing listens).
+    Socket,
+    /// A character device.
+    Char,
+    /// A block device.
+    Block,
+}
+
+impl SpecialKind {
+    /// Its byte in the stream.
+    pub fn code(self) -> u8 {
+        match self {
+            SpecialKind::Fifo => 1,
+            SpecialKind::Socket => 2,
+            SpecialKind::Char => 3,
+            SpecialKind::Block => 4,
+        }
+    }
+
+    /// The kind a byte of the stream names.
+    pub fn from_code(b: u8) -> Option<SpecialKind> {
+        Some(match b {
+            1 => SpecialKind::Fifo,
+            2 => SpecialKind::Socket,
+            3 => SpecialKind::Char,
+            4 => SpecialKind::Block,
+            _ => return None,
+        })
+    }
+
+    /// Whether it is a device node (creating one needs `CAP_MKNOD`).
+    pub fn is_device(self) -> bool {
+        matches!(self, SpecialKind::Char | SpecialKind::Block)
+    }
+
+    /// How messages name it.
+    pub fn name(self) -> &'static str {
+        match self {
+            SpecialKind::Fifo => "FIFO",
+            SpecialKind::Socket => "socket",
+            SpecialKind::Char => "character device",
+            SpecialKind::Block => "block device",
+        }
+    }
 }
 
 /// A file's trailer, after its data.
@@ -331,6 +395,18 @@ impl Entry {
                 debug_assert!(value.len() <= MAX_XATTR_VALUE);
                 out.extend_from_slice(&(value.len() as u16).to_be_bytes());
                 out.extend_from_slice(value);
+            }
+            Entry::Special {
+                path,
+                meta,
+                kind,
+                rdev,
+            } => {
+                out.push(9);
+                put_bytes(out, path.as_bytes());
+                put_meta(out, meta);
+                out.push(kind.code());
+                out.extend_from_slice(&rdev.to_be_bytes());
             }
             Entry::End { entries, failed } => {
                 out.push(0);

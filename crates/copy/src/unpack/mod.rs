@@ -9,6 +9,8 @@
 //!   there), so a sparse file stays sparse.
 //! - Symbolic links and hard links are made under a temporary name and
 //!   renamed too.
+//! - FIFOs, sockets and device nodes (`--specials`) are made under a
+//!   temporary name and renamed too (`special.rs`).
 //! - Directories are created as they come (0700) and get their mode and
 //!   times at the end, deepest first, so that a read-only directory can be
 //!   filled and its mtime is not disturbed by what is created inside.
@@ -30,6 +32,7 @@
 //! sender's permission bits less the umask, as `cp` does.
 
 mod publish;
+mod special;
 
 use crate::beneath::{name, open_dir, umask};
 use crate::write::{put, reopen_partial, write_sparse, BLOCK};
@@ -164,6 +167,9 @@ pub struct Unpacker {
     /// The destination operand, for messages.
     label: String,
     preserve: bool,
+    /// `--specials`: FIFOs, sockets and device nodes are created; without
+    /// it a stream that carries one is refused.
+    specials: bool,
     root: bool,
     umask: u32,
     decoder: Decoder,
@@ -204,6 +210,7 @@ impl Unpacker {
             dest,
             label: label.trim_end_matches('/').to_string(),
             preserve,
+            specials: false,
             root: rustix::process::geteuid().is_root(),
             umask: umask(),
             decoder: Decoder::new(),
@@ -216,6 +223,14 @@ impl Unpacker {
             last_dir: None,
             stats: UnpackStats::default(),
         }
+    }
+
+    /// With `yes`, FIFOs, sockets and device nodes in the stream are
+    /// created (device nodes only where this process may: as root);
+    /// otherwise a stream that carries one is refused.
+    pub fn with_specials(mut self, yes: bool) -> Unpacker {
+        self.specials = yes;
+        self
     }
 
     /// What it did so far.
@@ -425,6 +440,12 @@ impl Unpacker {
                     Err(e) => self.failed(&path, e),
                 }
             }
+            Entry::Special {
+                path,
+                meta,
+                kind,
+                rdev,
+            } => self.special(path, meta, kind, rdev)?,
             Entry::End { failed, .. } => self.stats.sender_failed = failed,
             Entry::Have { .. } | Entry::Partial { .. } => {
                 return Err(io::Error::other(

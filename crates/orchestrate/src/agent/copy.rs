@@ -9,7 +9,7 @@ use super::file::expand_home;
 use super::segment::Segment;
 use super::transfers::Transfers;
 use crate::control::{Direction, Part};
-use rdpipe_copy::{list, pack, Dest, Manifest, Unpacker};
+use rdpipe_copy::{list, pack, Dest, Manifest, PackOptions, Unpacker};
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::PathBuf;
@@ -52,8 +52,7 @@ fn send_produced(
 /// destination listed as complete is not sent.
 pub fn start_pack(
     sources: &[String],
-    recursive: bool,
-    xattrs: bool,
+    opts: PackOptions,
     manifest: Option<&str>,
     seg: &mut Segment,
     t: &mut Transfers,
@@ -76,7 +75,7 @@ pub fn start_pack(
         .map(|s| PathBuf::from(home_path(s)))
         .collect();
     send_produced(seg, t, move |out| {
-        match pack(&sources, recursive, xattrs, manifest.as_ref(), out) {
+        match pack(&sources, opts, manifest.as_ref(), out) {
             Ok(s) => {
                 tracing::debug!(
                     "packed {} entries, {} bytes of data; {} failed, {} changed",
@@ -120,6 +119,7 @@ pub fn start_unpack(
     dest: &str,
     must_be_dir: bool,
     preserve: bool,
+    specials: bool,
     resumed_top: Option<&str>,
     seg: &mut Segment,
     t: &mut Transfers,
@@ -132,7 +132,8 @@ pub fn start_unpack(
             let label = dest.clone();
             t.spawn_recv(
                 Box::new(move || {
-                    Ok(Box::new(Unpacker::new(d, &label, preserve)) as Box<dyn Write + Send>)
+                    let u = Unpacker::new(d, &label, preserve).with_specials(specials);
+                    Ok(Box::new(u) as Box<dyn Write + Send>)
                 }),
                 None,
             )

@@ -133,6 +133,10 @@ pub struct AgentArgs {
     /// With `--pack`: extended attributes too (rdcp's `--xattrs`).
     #[arg(long)]
     pub xattrs: bool,
+    /// With `--pack`: FIFOs, sockets and device nodes too; with `--unpack`:
+    /// create them (rdcp's `--specials`).
+    #[arg(long)]
+    pub specials: bool,
     /// With `--pack`: the destination's listing (`rdcp --resume`), a file
     /// read and then removed.
     #[arg(long, value_name = "FILE")]
@@ -300,14 +304,12 @@ fn run(a: AgentArgs) -> bool {
     } else if let Some(path) = a.write.as_ref().or(a.append.as_ref()) {
         file::start_write(path, a.append.is_some(), a.direct, &mut seg, &mut t);
     } else if !a.pack.is_empty() {
-        copy::start_pack(
-            &a.pack,
-            a.recursive,
-            a.xattrs,
-            a.manifest.as_deref(),
-            &mut seg,
-            &mut t,
-        );
+        let opts = rdpipe_copy::PackOptions {
+            recursive: a.recursive,
+            xattrs: a.xattrs,
+            specials: a.specials,
+        };
+        copy::start_pack(&a.pack, opts, a.manifest.as_deref(), &mut seg, &mut t);
     } else if let Some(dest) = &a.list {
         copy::start_list(dest, a.must_be_dir, &a.top, &mut seg, &mut t);
     } else if let Some(dest) = &a.unpack {
@@ -316,6 +318,7 @@ fn run(a: AgentArgs) -> bool {
             dest,
             a.must_be_dir,
             a.preserve,
+            a.specials,
             resumed_top,
             &mut seg,
             &mut t,

@@ -129,6 +129,8 @@ pub enum Action {
         recursive: bool,
         /// `--xattrs`: extended attributes (user.*, ACLs) travel too.
         xattrs: bool,
+        /// `--specials`: FIFOs, sockets and device nodes travel too.
+        specials: bool,
         /// `--resume`: the destination's listing, a file on this host (read,
         /// then removed); what it lists complete is not sent.
         manifest: Option<String>,
@@ -153,6 +155,9 @@ pub enum Action {
         must_be_dir: bool,
         /// `-p`: keep modes and times (and owners as root).
         preserve: bool,
+        /// `--specials`: create the FIFOs, sockets and device nodes the
+        /// stream carries (without it, a stream with one is refused).
+        specials: bool,
         /// `--resume` of one source with this name: see
         /// `rdpipe_copy::unpack::is_resumed_as`.
         resumed_top: Option<String>,

@@ -108,6 +108,7 @@ pub fn action_args(action: &Action) -> Vec<String> {
             sources,
             recursive,
             xattrs,
+            specials,
             manifest,
         } => {
             for src in sources {
@@ -118,6 +119,9 @@ pub fn action_args(action: &Action) -> Vec<String> {
             }
             if *xattrs {
                 v.push("--xattrs".into());
+            }
+            if *specials {
+                v.push("--specials".into());
             }
             if let Some(m) = manifest {
                 v.extend(["--manifest".into(), m.clone()]);
@@ -140,6 +144,7 @@ pub fn action_args(action: &Action) -> Vec<String> {
             dest,
             must_be_dir,
             preserve,
+            specials,
             resumed_top,
         } => {
             v.extend(["--unpack".into(), dest.clone()]);
@@ -151,6 +156,9 @@ pub fn action_args(action: &Action) -> Vec<String> {
             }
             if *preserve {
                 v.push("--preserve".into());
+            }
+            if *specials {
+                v.push("--specials".into());
             }
         }
     }

@@ -2,8 +2,8 @@
 //! parsed, data passed through, in pieces of any size.
 
 use super::{
-    Entry, FileEnd, Meta, RelPath, ENTRY_MAGIC, MAX_HEADER_LEN, MAX_PATH_LEN, MAX_XATTR_NAME,
-    MAX_XATTR_VALUE, TRAILER_LEN,
+    Entry, FileEnd, Meta, RelPath, SpecialKind, ENTRY_MAGIC, MAX_HEADER_LEN, MAX_PATH_LEN,
+    MAX_XATTR_NAME, MAX_XATTR_VALUE, TRAILER_LEN,
 };
 use crate::WireError;
 
@@ -167,6 +167,23 @@ fn parse_entry(b: &[u8]) -> Result<Option<(Entry, usize)>, WireError> {
             Entry::Xattr {
                 name: name.to_vec(),
                 value: need!(c.take(n)).to_vec(),
+            }
+        }
+        9 => {
+            let path = need!(c.path()?);
+            let meta = need!(c.meta()?);
+            let kind = need!(c.take(1))[0];
+            let rdev = need!(c.u64());
+            let kind = SpecialKind::from_code(kind)
+                .ok_or(WireError::Entry("unknown kind of special file"))?;
+            if !kind.is_device() && rdev != 0 {
+                return Err(WireError::Entry("a device number on a FIFO or socket"));
+            }
+            Entry::Special {
+                path,
+                meta,
+                kind,
+                rdev,
             }
         }
         _ => return Err(WireError::Entry("unknown entry tag")),

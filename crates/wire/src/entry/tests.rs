@@ -180,6 +180,19 @@ fn arb_item() -> impl Strategy<Value = Item> {
                 data: vec![],
                 end: None
             }),
+        (arb_path(), arb_meta(), 1u8..=4, any::<u64>()).prop_map(|(path, meta, k, rdev)| {
+            let kind = SpecialKind::from_code(k).expect("1..=4");
+            Item {
+                entry: Entry::Special {
+                    path,
+                    meta,
+                    kind,
+                    rdev: if kind.is_device() { rdev } else { 0 },
+                },
+                data: vec![],
+                end: None,
+            }
+        }),
     ]
 }
 
@@ -316,4 +329,30 @@ fn xattr_names_without_a_namespace_or_values_too_long_are_refused() {
     assert!(decode(xattr(b"noname", 3)).is_err());
     assert!(decode(xattr(b"user.\0a", 3)).is_err());
     assert!(decode(xattr(b"user.a", 4097)).is_err());
+}
+
+#[test]
+fn specials_of_unknown_kinds_or_with_stray_device_numbers_are_refused() {
+    let special = |kind: u8, rdev: u64| {
+        let mut b = Vec::new();
+        encode_start(1, &mut b);
+        Entry::Special {
+            path: path("n"),
+            meta: Meta::default(),
+            kind: SpecialKind::Char,
+            rdev,
+        }
+        .encode(&mut b);
+        // The kind byte sits before the device number.
+        let n = b.len();
+        b[n - 9] = kind;
+        decode_all(&b, &[])
+    };
+    assert!(special(3, 0x0103).is_ok());
+    assert!(special(4, 0x0801).is_ok());
+    assert!(special(1, 0).is_ok());
+    assert!(special(0, 0).is_err());
+    assert!(special(5, 0).is_err());
+    assert!(special(1, 5).is_err());
+    assert!(special(2, 1).is_err());
 }
