@@ -266,12 +266,36 @@ fn rdcp_reports_what_it_could_not_copy_and_copies_the_rest() {
     std::fs::create_dir_all(d.path("dst/src/blocked/inside")).unwrap();
     std::fs::create_dir(d.path("outside")).unwrap();
     std::os::unix::fs::symlink(d.path("outside"), d.path("dst/src/sub")).unwrap();
+    let json = d.path("r.json");
     let r = run_rdcp(
-        &args(&ssh, &["-r", &d.s("src"), &format!("h1:{}", d.s("dst"))]),
+        &args(
+            &ssh,
+            &[
+                "-r",
+                "--json",
+                json.to_str().unwrap(),
+                &d.s("src"),
+                &format!("h1:{}", d.s("dst")),
+            ],
+        ),
         None,
         LIMIT,
     );
     assert_eq!(r.code(), Some(1), "{}", r.stderr);
+    // The report counts both sides: what was sent, what was written, what
+    // could not be.
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let copy = |i: usize| v["segments"][i]["copy"].clone();
+    assert_eq!(copy(0)["side"], "pack", "{v:#}");
+    assert_eq!(copy(0)["sent"], 6, "{v:#}");
+    assert_eq!(copy(0)["bytes"], 43, "{v:#}");
+    assert_eq!(copy(0)["unreadable"], 0, "{v:#}");
+    assert_eq!(copy(1)["side"], "unpack", "{v:#}");
+    assert_eq!(copy(1)["bytes"], 22, "{v:#}");
+    assert_eq!(copy(1)["created"], 3, "{v:#}");
+    // blocked, sub, and sub/x under it.
+    assert_eq!(copy(1)["failed"], 3, "{v:#}");
     assert!(
         r.stderr
             .contains(&format!("cannot write {}/src/blocked: ", d.s("dst"))),
@@ -401,7 +425,15 @@ fn rdcp_resume_after_an_interrupted_copy_moves_only_the_rest() {
     let r = run_rdcp(
         &args(
             &ssh,
-            &["-v", "-r", "--resume", &format!("h1:{}", d.s("src")), &to],
+            &[
+                "-v",
+                "-r",
+                "--resume",
+                "--json",
+                &d.s("r.json"),
+                &format!("h1:{}", d.s("src")),
+                &to,
+            ],
         ),
         None,
         LIMIT,
@@ -428,6 +460,16 @@ fn rdcp_resume_after_an_interrupted_copy_moves_only_the_rest() {
         r.stderr.contains("1 continued from a partial copy"),
         "{}",
         r.stderr
+    );
+    // The report says the same: one file continued, a third or more of it
+    // not sent.
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.path("r.json")).unwrap()).unwrap();
+    let pack = &v["segments"][0]["copy"];
+    assert_eq!(pack["resumed"], 1, "{v:#}");
+    assert!(
+        pack["skipped_bytes"].as_u64().unwrap() > size as u64 / 3,
+        "{v:#}"
     );
     assert_no_temporary_files(&[&d.s("dst")]);
 }

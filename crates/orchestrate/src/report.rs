@@ -268,6 +268,11 @@ pub struct SegmentReport {
     /// The CPU its command used (the processes the agent waited for); absent as
     /// `agent_cpu` is.
     pub command_cpu: Option<CpuReport>,
+    /// An rdcp side's counts (`side`: `pack` or `unpack`): entries sent or
+    /// created, bytes, failures, files that changed while read, and for the
+    /// sources' side what `--resume` did not send. Only in rdcp's report.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub copy: Option<crate::control::CopyCounts>,
 }
 
 /// CPU time, in a segment of rdpipe's report.

@@ -8,11 +8,64 @@
 use super::file::expand_home;
 use super::segment::Segment;
 use super::transfers::Transfers;
-use crate::control::{Direction, Part};
+use crate::control::{CopyCounts, Direction, Part};
 use rdpipe_copy::{list, pack, Dest, Manifest, PackOptions, Unpacker};
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+/// Where a side's counts go for the segment's `COPIED` line.
+type Slot = Arc<Mutex<Option<CopyCounts>>>;
+
+fn record(slot: &Slot, c: CopyCounts) {
+    *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(c);
+}
+
+/// The unpacker as the incoming transfer's output, recording its counts when
+/// the stream ends (verified or not).
+struct Counted {
+    u: Unpacker,
+    slot: Slot,
+    recorded: bool,
+}
+
+impl Counted {
+    fn record(&mut self) {
+        let s = self.u.stats();
+        record(
+            &self.slot,
+            CopyCounts::Unpack {
+                created: s.created,
+                bytes: s.bytes,
+                failed: s.failed,
+                changed: s.changed,
+            },
+        );
+        self.recorded = true;
+    }
+}
+
+impl Write for Counted {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.u.write(buf)
+    }
+
+    /// The transfer's end: the unpacker's verdict, then the counts.
+    fn flush(&mut self) -> io::Result<()> {
+        let r = self.u.flush();
+        self.record();
+        r
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        if !self.recorded {
+            self.record();
+        }
+    }
+}
 
 fn home_path(p: &str) -> String {
     expand_home(p, std::env::var_os("HOME").as_deref())
@@ -74,9 +127,22 @@ pub fn start_pack(
         .iter()
         .map(|s| PathBuf::from(home_path(s)))
         .collect();
+    let slot = seg.copied.clone();
     send_produced(seg, t, move |out| {
         match pack(&sources, opts, manifest.as_ref(), out) {
             Ok(s) => {
+                record(
+                    &slot,
+                    CopyCounts::Pack {
+                        sent: s.entries,
+                        bytes: s.bytes,
+                        unreadable: s.failed,
+                        changed: s.changed,
+                        skipped: s.skipped,
+                        resumed: s.resumed,
+                        skipped_bytes: s.skipped_bytes,
+                    },
+                );
                 tracing::debug!(
                     "packed {} entries, {} bytes of data; {} failed, {} changed",
                     s.entries,
@@ -130,9 +196,14 @@ pub fn start_unpack(
     match Dest::open(std::path::Path::new(&dest), must_be_dir, top) {
         Ok(d) if seg.pending(Direction::In) => {
             let label = dest.clone();
+            let slot = seg.copied.clone();
             t.spawn_recv(
                 Box::new(move || {
-                    let u = Unpacker::new(d, &label, preserve).with_specials(specials);
+                    let u = Counted {
+                        u: Unpacker::new(d, &label, preserve).with_specials(specials),
+                        slot,
+                        recorded: false,
+                    };
                     Ok(Box::new(u) as Box<dyn Write + Send>)
                 }),
                 None,

@@ -112,6 +112,9 @@ pub struct Segment {
     /// The CPU used before the segment started (the agent's start-up helpers,
     /// such as `ip`, count as the agent's, not as the command's).
     usage_base: Option<crate::control::Usage>,
+    /// An rdcp side's counts, filled by the packer or unpacker when it is
+    /// done, reported before `USAGE`.
+    pub copied: Arc<std::sync::Mutex<Option<crate::control::CopyCounts>>>,
 }
 
 impl Segment {
@@ -135,6 +138,7 @@ impl Segment {
             deadline: None,
             exited_first: false,
             usage_base: super::usage::measure(),
+            copied: Arc::default(),
         }
     }
 
@@ -219,6 +223,10 @@ impl Segment {
         }
         if !self.ok {
             self.kill(Signal::Kill);
+        }
+        let copied = *self.copied.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = copied {
+            self.say.send(&FromAgent::Copied(c));
         }
         if let Some(u) = super::usage::measure() {
             let u = super::usage::command_since(u, self.usage_base);

@@ -44,12 +44,14 @@
 //!   ([`FailKind`]); CODE is the rdsend/rdrecv exit code of a transfer error (1
 //!   otherwise); MESSAGE is for people only, never parsed;
 //! - `SIZE N`: a `< FILE` segment's file has N bytes (once, after `PROGRESS`);
+//! - `COPIED pack ...` / `COPIED unpack ...`: right before `USAGE`, what a
+//!   side of an rdcp copy counted ([`CopyCounts`]);
 //! - `USAGE AU AS CU CS`: right before `END`, the CPU the agent and its command
 //!   used ([`Usage`]);
 //! - `BYTES in|out N`: a running byte count (after `PROGRESS`);
 //! - `END ok` / `END fail`: the last line.
 //!
-//! Version 2 (this one) typed the failure kind (version 1 had `FAIL PART CODE
+//! Version 2 typed the failure kind (version 1 had `FAIL PART CODE
 //! MESSAGE`, and rdpipe recognised some failures by their text) and renamed the
 //! `IN`/`OUT` reports to `DONE in`/`DONE out`. Version 3 added `FABRIC`, which
 //! rdpipe waits for before it tells a connecting side where to connect.
@@ -58,7 +60,9 @@
 //! chain re-link: `RELINK`, `UNLINK`, the chain secret on the key line
 //! ([`KeyLine::chain`]) and the agent's `--replay-window` and `--chain-in`;
 //! and `USAGE` (the agent's and its command's CPU time). Version 6 added
-//! DONE's COMPRESS field and the agent's `--compress`.
+//! DONE's COMPRESS field and the agent's `--compress`. Version 7 added rdcp's
+//! pack and unpack actions. Version 8 added
+//! `COPIED` and the agent's `--specials`.
 
 use rdpipe_transport::reconnect::Reconnect;
 use std::fmt;
@@ -66,6 +70,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 mod addr;
+mod copied;
 mod hop_report;
 mod keys;
 mod part;
@@ -73,6 +78,7 @@ mod reach;
 mod squeeze;
 mod usage;
 pub use addr::NetAddr;
+pub use copied::CopyCounts;
 pub use hop_report::{CmdExit, HopReport};
 pub use keys::{decode_hex, encode_hex, KeyLine};
 pub use part::{FailKind, Part};
@@ -83,7 +89,7 @@ pub use usage::{CpuTimes, Usage};
 
 /// Version of the control protocol (`HELLO 5`). An agent of another version is
 /// not used.
-pub const PROTOCOL: u32 = 7;
+pub const PROTOCOL: u32 = 8;
 
 /// The most addresses one `PROBE` asks about (and an agent accepts).
 pub const MAX_PROBE: usize = 16;
@@ -318,6 +324,8 @@ pub enum FromAgent {
     },
     /// `USAGE AU AS CU CS`.
     Usage(Usage),
+    /// `COPIED pack|unpack N...`.
+    Copied(CopyCounts),
 }
 
 impl FromAgent {
@@ -391,6 +399,7 @@ impl fmt::Display for FromAgent {
                 one_line(&r.transport)
             ),
             FromAgent::Usage(u) => write!(f, "USAGE {u}"),
+            FromAgent::Copied(c) => write!(f, "COPIED {c}"),
         }
     }
 }
@@ -517,6 +526,7 @@ impl FromStr for FromAgent {
                 })
             }
             "USAGE" => Ok(FromAgent::Usage(rest.parse()?)),
+            "COPIED" => Ok(FromAgent::Copied(rest.parse()?)),
             _ => Err(ParseError::Unknown),
         }
     }

@@ -81,6 +81,32 @@ fn every_agent_message_round_trips() {
         agent: t(1_230_000, 450_001),
         command: t(u64::MAX / 2, 7),
     }));
+    round_trip_from(FromAgent::Copied(CopyCounts::Pack {
+        sent: 1841,
+        bytes: 6 << 30,
+        unreadable: 1,
+        changed: 2,
+        skipped: 3,
+        resumed: 4,
+        skipped_bytes: u64::MAX,
+    }));
+    round_trip_from(FromAgent::Copied(CopyCounts::Unpack {
+        created: 0,
+        bytes: 0,
+        failed: 9,
+        changed: 0,
+    }));
+    for bad in [
+        "COPIED",
+        "COPIED pack",
+        "COPIED pack 1 2 3 4 5 6",
+        "COPIED pack 1 2 3 4 5 6 7 8",
+        "COPIED unpack 1 2 3 -4",
+        "COPIED both 1 2 3 4",
+        "COPIED unpack  1 2 3 4",
+    ] {
+        assert!(bad.parse::<FromAgent>().is_err(), "{bad:?}");
+    }
 }
 
 #[test]
@@ -310,6 +336,15 @@ fn relink_lines_round_trip() {
 }
 
 proptest::proptest! {
+    #[test]
+    fn copied_lines_never_panic_and_round_trip(line in "COPIED[ 0-9a-z-]{0,60}", v in proptest::array::uniform7(proptest::prelude::any::<u64>())) {
+        let _ = line.parse::<FromAgent>();
+        let m = FromAgent::Copied(CopyCounts::Pack { sent: v[0], bytes: v[1], unreadable: v[2], changed: v[3], skipped: v[4], resumed: v[5], skipped_bytes: v[6] });
+        proptest::prop_assert_eq!(m.to_string().parse::<FromAgent>(), Ok(m));
+        let m = FromAgent::Copied(CopyCounts::Unpack { created: v[0], bytes: v[1], failed: v[2], changed: v[3] });
+        proptest::prop_assert_eq!(m.to_string().parse::<FromAgent>(), Ok(m));
+    }
+
     #[test]
     fn usage_lines_never_panic_and_round_trip(line in "USAGE[ 0-9.a-z-]{0,40}", v in proptest::array::uniform4(0u64..1 << 50)) {
         let _ = line.parse::<FromAgent>();

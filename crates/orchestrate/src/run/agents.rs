@@ -118,6 +118,7 @@ impl Runner {
             FromAgent::Size(n) => self.segs[i].size = Some(n),
             FromAgent::RelinkPort(port) => self.relink_port(i, port).await,
             FromAgent::Usage(u) => self.segs[i].usage = Some(u),
+            FromAgent::Copied(c) => self.segs[i].copied = Some(c),
             FromAgent::Lost { dir, offset } => {
                 info!(
                     "{}: the {} hop's connection was lost at byte {offset}; reconnecting",

@@ -125,6 +125,8 @@ struct SegState {
     size: Option<u64>,
     /// `USAGE`: the CPU the agent and its command used.
     usage: Option<crate::control::Usage>,
+    /// `COPIED`: an rdcp side's counts.
+    copied: Option<crate::control::CopyCounts>,
 }
 
 /// Where control sockets live: `$XDG_RUNTIME_DIR` when it is short, else `/tmp`.

@@ -69,6 +69,7 @@ impl Runner {
                 ok: st.ended == Some(true),
                 agent_cpu: st.usage.map(|u| CpuReport::of(u.agent)),
                 command_cpu: st.usage.map(|u| CpuReport::of(u.command)),
+                copy: st.copied,
             })
             .collect();
         PipeReport {
