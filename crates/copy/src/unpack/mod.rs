@@ -47,6 +47,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, LazyLock};
 
 /// Where the stream's top-level entries go.
 pub enum Dest {
@@ -137,7 +138,7 @@ pub struct UnpackStats {
 struct Current {
     rel: RelPath,
     /// Its directory (`None` when it could not be opened).
-    dir: Option<OwnedFd>,
+    dir: Option<Arc<OwnedFd>>,
     name: Vec<u8>,
     tmp: Vec<u8>,
     /// `None`: its data is discarded (it could not be created or written).
@@ -148,6 +149,9 @@ struct Current {
     /// The start of a block not yet complete (it begins at a multiple of
     /// 4 KiB in the file, so zero blocks are found however the data is cut).
     pend: Vec<u8>,
+    /// The file's length: the end of what is written to it (holes past it
+    /// need the length set).
+    end: u64,
     hash: StreamHasher,
     /// Extended attributes to set before it is published.
     xattrs: Vec<Attr>,
@@ -186,11 +190,13 @@ pub struct Unpacker {
     /// Extended attributes received for the next entry.
     xattrs: Vec<Attr>,
     /// The last directory opened (entries of a tree come grouped by directory).
-    last_dir: Option<(Vec<u8>, OwnedFd)>,
+    last_dir: Option<(Vec<u8>, Arc<OwnedFd>)>,
     stats: UnpackStats,
 }
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
+/// This process's id, in every temporary name (asked once, not per file).
+static PID: LazyLock<u32> = LazyLock::new(std::process::id);
 
 fn times(m: &Meta) -> Timestamps {
     let t = Timespec {
@@ -258,12 +264,14 @@ impl Unpacker {
         Ok((comps, leaf))
     }
 
-    /// Opens (creating) the directory `comps` beneath the base.
-    fn dir(&mut self, comps: &[Vec<u8>]) -> io::Result<OwnedFd> {
+    /// Opens (creating) the directory `comps` beneath the base; the last
+    /// one opened is shared by the entries after it in the same directory
+    /// (no descriptor duplicated and closed per file).
+    fn dir(&mut self, comps: &[Vec<u8>]) -> io::Result<Arc<OwnedFd>> {
         let key = comps.join(&b'/');
         if let Some((k, fd)) = &self.last_dir {
             if *k == key {
-                return fd.try_clone();
+                return Ok(fd.clone());
             }
         }
         let base = match &self.dest {
@@ -271,8 +279,8 @@ impl Unpacker {
             Dest::As { parent, .. } => parent.as_fd(),
         };
         let refs: Vec<&[u8]> = comps.iter().map(Vec::as_slice).collect();
-        let fd = open_dir(base, &refs, true)?;
-        self.last_dir = Some((key, fd.try_clone()?));
+        let fd = Arc::new(open_dir(base, &refs, true)?);
+        self.last_dir = Some((key, fd.clone()));
         Ok(fd)
     }
 
@@ -298,7 +306,7 @@ impl Unpacker {
         let mut t = b".".to_vec();
         // Keep the temporary name within NAME_MAX.
         t.extend_from_slice(&leaf[..leaf.len().min(200)]);
-        t.extend_from_slice(format!(".rdcp-{}-{n}", std::process::id()).as_bytes());
+        t.extend_from_slice(format!(".rdcp-{}-{n}", *PID).as_bytes());
         t
     }
 
@@ -433,7 +441,11 @@ impl Unpacker {
                 let r = self.dir(&tcomps).and_then(|tdir| {
                     let dir = self.dir(&comps)?;
                     rustix::fs::linkat(&tdir, name(&tleaf), &dir, name(&tmp), AtFlags::empty())?;
-                    self.publish(&dir, &tmp, &leaf)
+                    let r = self.publish(&dir, &tmp, &leaf);
+                    // Renaming a link over another link to the same inode
+                    // succeeds and does nothing (rename(2)): `tmp` stays.
+                    let _ = rustix::fs::unlinkat(&dir, name(&tmp), AtFlags::empty());
+                    r
                 });
                 match r {
                     Ok(()) => self.stats.created += 1,
@@ -467,7 +479,7 @@ impl Unpacker {
         meta: Meta,
         size: u64,
         pos: u64,
-        opened: io::Result<(OwnedFd, File, Vec<u8>)>,
+        opened: io::Result<(Arc<OwnedFd>, File, Vec<u8>)>,
         xattrs: Vec<Attr>,
     ) {
         let (dir, file, pend) = match opened {
@@ -487,17 +499,19 @@ impl Unpacker {
             size,
             pos,
             pend,
+            end: pos,
             hash: StreamHasher::new(),
             xattrs,
         });
     }
 
-    /// Renames `tmp` over `leaf` in `dir`; removes `tmp` if that fails.
+    /// Renames `tmp` (a new inode: a file, symbolic link or node made under
+    /// it) over `leaf` in `dir`; removes `tmp` if that fails.
     fn publish(&self, dir: &OwnedFd, tmp: &[u8], leaf: &[u8]) -> io::Result<()> {
         let r = rustix::fs::renameat(dir, name(tmp), dir, name(leaf));
-        // Renaming a link over another link to the same inode succeeds and
-        // does nothing (rename(2)); a failed rename leaves `tmp` too.
-        let _ = rustix::fs::unlinkat(dir, name(tmp), AtFlags::empty());
+        if r.is_err() {
+            let _ = rustix::fs::unlinkat(dir, name(tmp), AtFlags::empty());
+        }
         r.map_err(io::Error::from)
     }
 
@@ -509,8 +523,12 @@ impl Unpacker {
             cur.pos += b.len() as u64;
             return;
         };
-        let r = put(file, &mut cur.pend, b, cur.pos);
+        let last = cur.pos + b.len() as u64 >= cur.size;
+        let r = put(file, &mut cur.pend, b, cur.pos, last);
         cur.pos += b.len() as u64;
+        if let Ok(end) = r {
+            cur.end = cur.end.max(end);
+        }
         if let Err(e) = r {
             let cur = self.current.as_mut().expect("current");
             cur.remove_tmp();

@@ -35,8 +35,11 @@ impl Unpacker {
             );
         }
         let r = (|| -> io::Result<()> {
-            write_sparse(file, &cur.pend, cur.pos - cur.pend.len() as u64)?;
-            file.set_len(cur.size)?;
+            let end = write_sparse(file, &cur.pend, cur.pos - cur.pend.len() as u64)?;
+            if cur.end.max(end) < cur.size {
+                // It ends in a hole.
+                file.set_len(cur.size)?;
+            }
             if self.preserve {
                 if self.root {
                     std::os::unix::fs::fchown(file, Some(cur.meta.uid), Some(cur.meta.gid))?;
