@@ -53,7 +53,9 @@ fn copy(src: &Path, dst: &Path, must_be_dir: bool) -> std::io::Result<()> {
         Dest::open(dst, must_be_dir, None).map_err(std::io::Error::other)?,
         "dst",
         true,
-    );
+    )
+    // Small files (a hard link to one among them) created by workers.
+    .with_create_threads(3);
     for piece in buf.chunks(7777) {
         u.write_all(piece)?;
     }
@@ -193,18 +195,30 @@ fn a_wrong_checksum_or_a_truncated_stream_publishes_nothing() {
         entries: 1,
         failed: 0,
     }));
-    let mut u = Unpacker::new(Dest::open(d.path(), true, None).unwrap(), "d", false);
-    u.write_all(&s).unwrap();
+    for threads in [1, 2] {
+        let mut u = Unpacker::new(Dest::open(d.path(), true, None).unwrap(), "d", false)
+            .with_create_threads(threads);
+        u.write_all(&s).unwrap();
+        assert!(u.flush().is_err());
+        drop(u);
+        assert_eq!(
+            std::fs::read_dir(d.path()).unwrap().count(),
+            0,
+            "nothing left ({threads} threads)"
+        );
+    }
+    // Cut before the trailer, a small file held in memory for the workers:
+    // nothing at all is left (--resume sends it again whole).
+    let mut u =
+        Unpacker::new(Dest::open(d.path(), true, None).unwrap(), "d", false).with_create_threads(2);
+    u.write_all(&s[..at_trailer]).unwrap();
     assert!(u.flush().is_err());
     drop(u);
-    assert_eq!(
-        std::fs::read_dir(d.path()).unwrap().count(),
-        0,
-        "nothing left"
-    );
-    // Cut before the trailer: nothing under the final name; what arrived stays
-    // under the temporary name, for --resume.
-    let mut u = Unpacker::new(Dest::open(d.path(), true, None).unwrap(), "d", false);
+    assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 0);
+    // Cut before the trailer, a file written as it comes: nothing under the
+    // final name; what arrived stays under the temporary name, for --resume.
+    let mut u =
+        Unpacker::new(Dest::open(d.path(), true, None).unwrap(), "d", false).with_create_threads(1);
     u.write_all(&s[..at_trailer]).unwrap();
     assert!(u.flush().is_err());
     drop(u);

@@ -86,9 +86,12 @@ impl S {
 fn into(d: &Path) -> Dest {
     Dest::open(d, true, None).unwrap()
 }
-/// Writes the whole stream then flushes: (write, flush).
+/// Writes the whole stream then flushes: (write, flush). Small files are
+/// created by the pool's workers (the integration tests, on 2 cores, run
+/// the decoding thread's path), so the stream's order must hold across
+/// threads too.
 fn unpack(dest: Dest, s: &[u8], preserve: bool) -> (io::Result<()>, io::Result<()>) {
-    let mut u = Unpacker::new(dest, "dst", preserve);
+    let mut u = Unpacker::new(dest, "dst", preserve).with_create_threads(3);
     let w = u.write_all(s);
     let f = if w.is_ok() { u.flush() } else { Ok(()) };
     (w, f)

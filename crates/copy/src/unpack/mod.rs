@@ -7,6 +7,10 @@
 //!   visible under its final name, and an existing file is replaced only by a
 //!   complete one. Whole blocks of zeros are not written (the file gets holes
 //!   there), so a sparse file stays sparse.
+//! - Small files can be created on a few threads (`pool.rs`): held in
+//!   memory until their checksum matched, then written, given their metadata
+//!   and renamed by a worker; an entry at or beneath a path a worker has not
+//!   finished waits for it, so the stream's order decides as before.
 //! - Symbolic links and hard links are made under a temporary name and
 //!   renamed too.
 //! - FIFOs, sockets and device nodes (`--specials`) are made under a
@@ -31,15 +35,17 @@
 //! and owner and group when running as root; without it new files get the
 //! sender's permission bits less the umask, as `cp` does.
 
+mod current;
+mod pool;
 mod publish;
 mod special;
 
 use crate::beneath::{name, open_dir, umask};
-use crate::write::{put, reopen_partial, write_sparse, BLOCK};
+use crate::write::{reopen_partial, write_sparse, BLOCK};
 use crate::xattr::Attr;
 use crate::{shown, warn};
+use current::{Current, Held, Opened};
 use rdpipe_wire::entry::{Decoder, Entry, Event, Meta, RelPath};
-use rdpipe_wire::StreamHasher;
 use rustix::fs::{AtFlags, Mode, OFlags, Timespec, Timestamps};
 use std::fs::File;
 use std::io::{self, Write};
@@ -134,37 +140,6 @@ pub struct UnpackStats {
     pub bytes: u64,
 }
 
-/// The file being received.
-struct Current {
-    rel: RelPath,
-    /// Its directory (`None` when it could not be opened).
-    dir: Option<Arc<OwnedFd>>,
-    name: Vec<u8>,
-    tmp: Vec<u8>,
-    /// `None`: its data is discarded (it could not be created or written).
-    file: Option<File>,
-    meta: Meta,
-    size: u64,
-    pos: u64,
-    /// The start of a block not yet complete (it begins at a multiple of
-    /// 4 KiB in the file, so zero blocks are found however the data is cut).
-    pend: Vec<u8>,
-    /// The file's length: the end of what is written to it (holes past it
-    /// need the length set).
-    end: u64,
-    hash: StreamHasher,
-    /// Extended attributes to set before it is published.
-    xattrs: Vec<Attr>,
-}
-
-impl Current {
-    fn remove_tmp(&self) {
-        if let (Some(_), Some(dir)) = (&self.file, &self.dir) {
-            let _ = rustix::fs::unlinkat(dir, name(&self.tmp), AtFlags::empty());
-        }
-    }
-}
-
 /// The receiving side; see the module doc.
 pub struct Unpacker {
     dest: Dest,
@@ -192,6 +167,15 @@ pub struct Unpacker {
     /// The last directory opened (entries of a tree come grouped by directory).
     last_dir: Option<(Vec<u8>, Arc<OwnedFd>)>,
     stats: UnpackStats,
+    /// The threads creating small files (started with the first one).
+    pool: Option<pool::Pool>,
+    /// How many ([`pool::threads`]); below 2, none.
+    create_threads: usize,
+    /// The paths of the files handed to the pool and not yet counted: an
+    /// entry at or beneath one of them waits for the pool first, so that
+    /// the stream's order still decides (a file, then a directory of the
+    /// same name; a hard link to a file just sent).
+    pending: std::collections::HashSet<Vec<u8>>,
 }
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
@@ -228,6 +212,17 @@ impl Unpacker {
             xattrs: Vec::new(),
             last_dir: None,
             stats: UnpackStats::default(),
+            pool: None,
+            create_threads: pool::threads(),
+            pending: std::collections::HashSet::new(),
+        }
+    }
+
+    fn policy(&self) -> pool::Policy {
+        pool::Policy {
+            preserve: self.preserve,
+            root: self.root,
+            umask: self.umask,
         }
     }
 
@@ -236,6 +231,13 @@ impl Unpacker {
     /// otherwise a stream that carries one is refused.
     pub fn with_specials(mut self, yes: bool) -> Unpacker {
         self.specials = yes;
+        self
+    }
+
+    /// Creates small files on `n` threads (below 2: on the decoding
+    /// thread) instead of [`pool::threads`]'s choice.
+    pub fn with_create_threads(mut self, n: usize) -> Unpacker {
+        self.create_threads = n;
         self
     }
 
@@ -282,6 +284,16 @@ impl Unpacker {
         let fd = Arc::new(open_dir(base, &refs, true)?);
         self.last_dir = Some((key, fd.clone()));
         Ok(fd)
+    }
+
+    /// Whether `rel`, or a directory on its way, is a file the pool has not
+    /// finished.
+    fn is_pending(&self, rel: &RelPath) -> bool {
+        let b = rel.as_bytes();
+        self.pending.contains(b)
+            || b.iter()
+                .enumerate()
+                .any(|(i, &c)| c == b'/' && self.pending.contains(&b[..i]))
     }
 
     /// Where `rel` goes, as the user would name it.
@@ -352,6 +364,20 @@ impl Unpacker {
             }
             _ => Vec::new(),
         };
+        if !self.pending.is_empty() {
+            let touched = match &e {
+                Entry::Dir { path, .. }
+                | Entry::File { path, .. }
+                | Entry::Resume { path, .. }
+                | Entry::Symlink { path, .. }
+                | Entry::Special { path, .. } => [Some(path), None],
+                Entry::HardLink { path, target } => [Some(path), Some(target)],
+                _ => [None, None],
+            };
+            if touched.into_iter().flatten().any(|p| self.is_pending(p)) {
+                self.wait_pool();
+            }
+        }
         match e {
             Entry::Xattr { .. } => unreachable!("handled above"),
             Entry::Dir { path, meta } => {
@@ -377,6 +403,11 @@ impl Unpacker {
             Entry::File { path, meta, size } => {
                 let (comps, leaf) = self.place(&path)?;
                 let tmp = Self::tmp_name(&leaf);
+                if size <= pool::POOLED_MAX && self.create_threads >= 2 {
+                    let dir = self.dir(&comps);
+                    self.start_file(path, leaf, tmp, meta, size, 0, dir.map(Held), xattrs);
+                    return Ok(());
+                }
                 let opened = self.dir(&comps).and_then(|dir| {
                     let flags = OFlags::WRONLY
                         | OFlags::CREATE
@@ -386,7 +417,7 @@ impl Unpacker {
                     // Private until published: the final mode is set then.
                     let mode = Mode::from_raw_mode(0o600);
                     let f = rustix::fs::openat(&dir, name(&tmp), flags, mode)?;
-                    Ok((dir, File::from(f), Vec::new()))
+                    Ok(Opened(dir, File::from(f), Vec::new()))
                 });
                 self.start_file(path, leaf, tmp, meta, size, 0, opened, xattrs);
             }
@@ -406,7 +437,7 @@ impl Unpacker {
                     let start = offset - offset % BLOCK as u64;
                     let mut pend = vec![0; (offset - start) as usize];
                     std::os::unix::fs::FileExt::read_exact_at(&file, &mut pend, start)?;
-                    Ok((dir, file, pend))
+                    Ok(Opened(dir, file, pend))
                 });
                 self.start_file(path, leaf, tmp, meta, size, offset, opened, xattrs);
             }
@@ -468,43 +499,6 @@ impl Unpacker {
         Ok(())
     }
 
-    /// Makes the file being received current (or, when it could not be
-    /// opened, a failure whose data is read and discarded).
-    #[allow(clippy::too_many_arguments)]
-    fn start_file(
-        &mut self,
-        rel: RelPath,
-        name: Vec<u8>,
-        tmp: Vec<u8>,
-        meta: Meta,
-        size: u64,
-        pos: u64,
-        opened: io::Result<(Arc<OwnedFd>, File, Vec<u8>)>,
-        xattrs: Vec<Attr>,
-    ) {
-        let (dir, file, pend) = match opened {
-            Ok((d, f, p)) => (Some(d), Some(f), p),
-            Err(e) => {
-                self.failed(&rel, e);
-                (None, None, Vec::new())
-            }
-        };
-        self.current = Some(Current {
-            rel,
-            dir,
-            name,
-            tmp,
-            file,
-            meta,
-            size,
-            pos,
-            pend,
-            end: pos,
-            hash: StreamHasher::new(),
-            xattrs,
-        });
-    }
-
     /// Renames `tmp` (a new inode: a file, symbolic link or node made under
     /// it) over `leaf` in `dir`; removes `tmp` if that fails.
     fn publish(&self, dir: &OwnedFd, tmp: &[u8], leaf: &[u8]) -> io::Result<()> {
@@ -513,29 +507,6 @@ impl Unpacker {
             let _ = rustix::fs::unlinkat(dir, name(tmp), AtFlags::empty());
         }
         r.map_err(io::Error::from)
-    }
-
-    /// Writes `b` at the current file's position, leaving whole zero blocks as holes.
-    fn data(&mut self, b: &[u8]) {
-        let Some(cur) = &mut self.current else { return };
-        cur.hash.update(b);
-        let Some(file) = &cur.file else {
-            cur.pos += b.len() as u64;
-            return;
-        };
-        let last = cur.pos + b.len() as u64 >= cur.size;
-        let r = put(file, &mut cur.pend, b, cur.pos, last);
-        cur.pos += b.len() as u64;
-        if let Ok(end) = r {
-            cur.end = cur.end.max(end);
-        }
-        if let Err(e) = r {
-            let cur = self.current.as_mut().expect("current");
-            cur.remove_tmp();
-            cur.file = None;
-            let rel = cur.rel.clone();
-            self.failed(&rel, e);
-        }
     }
 }
 

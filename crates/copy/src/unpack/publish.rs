@@ -3,7 +3,8 @@
 //! matched; at the stream's end the directories get their metadata and the
 //! run its verdict.
 
-use super::{times, Unpacker};
+use super::pool::{set_meta, Done, Job, Pool};
+use super::{times, Current, Unpacker};
 use crate::warn;
 use crate::write::write_sparse;
 use rdpipe_wire::entry::FileEnd;
@@ -12,9 +13,12 @@ use std::io;
 
 impl Unpacker {
     pub(super) fn file_end(&mut self, end: FileEnd) {
-        let Some(cur) = self.current.take() else {
+        let Some(mut cur) = self.current.take() else {
             return;
         };
+        if let Some(data) = cur.buffered.take() {
+            return self.end_buffered(cur, data, end);
+        }
         let (Some(file), Some(dir)) = (&cur.file, &cur.dir) else {
             return;
         };
@@ -40,19 +44,7 @@ impl Unpacker {
                 // It ends in a hole.
                 file.set_len(cur.size)?;
             }
-            if self.preserve {
-                if self.root {
-                    std::os::unix::fs::fchown(file, Some(cur.meta.uid), Some(cur.meta.gid))?;
-                }
-                rustix::fs::fchmod(file, Mode::from_raw_mode(cur.meta.mode as _))?;
-                rustix::fs::futimens(file, &times(&cur.meta))?;
-            } else {
-                let mode = cur.meta.mode & 0o777 & !self.umask;
-                rustix::fs::fchmod(file, Mode::from_raw_mode(mode as _))?;
-            }
-            // After the mode: an ACL's mask entry is the group bits.
-            crate::xattr::apply(file, &cur.xattrs)?;
-            Ok(())
+            set_meta(file, &cur.meta, &cur.xattrs, self.policy())
         })();
         if let Err(e) = r {
             return discard(Some(e.to_string()), self);
@@ -73,8 +65,71 @@ impl Unpacker {
         }
     }
 
+    /// The end of a small file held in memory: checked, then handed to the
+    /// pool that creates it.
+    fn end_buffered(&mut self, cur: Current, data: Vec<u8>, end: FileEnd) {
+        if end.unreadable {
+            return;
+        }
+        let Some(dir) = cur.dir else { return };
+        if cur.pos != cur.size || cur.hash.digest() != end.checksum {
+            return self.failed(&cur.rel, "its checksum does not match the sender's");
+        }
+        let job = Job {
+            dir,
+            rel: cur.rel,
+            leaf: cur.name,
+            tmp: cur.tmp,
+            meta: cur.meta,
+            data,
+            xattrs: cur.xattrs,
+            changed: end.changed,
+        };
+        let policy = self.policy();
+        let pool = match &mut self.pool {
+            Some(p) => p,
+            None => match Pool::start(self.create_threads, policy) {
+                Ok(p) => self.pool.insert(p),
+                Err(e) => return self.failed(&job.rel, e),
+            },
+        };
+        let rel = job.rel.as_bytes().to_vec();
+        let done = pool.submit(job);
+        self.pending.insert(rel);
+        self.outcomes(done);
+    }
+
+    /// Waits for the files handed to the pool, and counts them.
+    pub(super) fn wait_pool(&mut self) {
+        if let Some(p) = &mut self.pool {
+            let done = p.wait();
+            self.outcomes(done);
+        }
+    }
+
+    fn outcomes(&mut self, done: Vec<Done>) {
+        for d in done {
+            self.pending.remove(d.rel.as_bytes());
+            match d.result {
+                Ok(()) => {
+                    self.stats.created += 1;
+                    self.stats.bytes += d.size;
+                    if d.changed {
+                        warn(format_args!(
+                            "{}: copied while it changed on the sending side",
+                            self.target(&d.rel)
+                        ));
+                        self.stats.changed += 1;
+                    }
+                }
+                Err(e) => self.failed(&d.rel, e),
+            }
+        }
+    }
+
     /// The end of a verified stream: directories' metadata, then the verdict.
     pub(super) fn finish(&mut self) -> io::Result<()> {
+        self.wait_pool();
         if !self.decoder.finished() {
             return Err(io::Error::other(
                 "the rdcp stream ended before its end entry",
