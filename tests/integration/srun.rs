@@ -1,8 +1,10 @@
 //! `rdpipe --launcher srun` on a real Slurm cluster (support/slurm.rs) in the
 //! network-namespace hosts: the pipelines the ssh tests run (OLLEH, 256 MiB
 //! byte-exact, self-install, fan-out with a failing sink, an agent killed
-//! mid-stream, Ctrl-C), a node outside the allocation, no allocation at all; after each, nothing is
-//! left running on any node and no step of the run is left in `squeue -s`.
+//! mid-stream, Ctrl-C), a node that dies mid-stream, a node outside the
+//! allocation, no allocation at all; after each, nothing is left running on
+//! any node and no step of the run is left in `squeue -s` (but the dead
+//! node's, until Slurm declares the node down).
 
 use crate::support::*;
 use std::time::Duration;
@@ -258,4 +260,95 @@ fn srun_refuses_a_node_outside_the_allocation_and_a_missing_allocation() {
         "{}",
         r.stderr
     );
+}
+
+/// n2 of a chain dies mid-stream as a host does: its link goes down first, so
+/// no FIN or RST from its sockets reaches anyone, then every process on it
+/// (slurmd, the step's slurmstepd, the agent and its command) is SIGKILLed.
+/// Its neighbours notice only by their dead-peer timeout (30 s, transport's
+/// DEAD_PEER_SECS) and `--reconnect-timeout`; n2's srun notices nothing (its
+/// slurmstepd just stops answering). rdpipe fails within that bound with one
+/// line naming n2, and leaves nothing running on n1, n3 or its own host.
+#[test]
+fn srun_chain_with_a_node_that_dies_mid_stream() {
+    need_slurm!();
+    let net = Netns::start_with("sd", 3);
+    let slurm = Slurm::start(&net);
+    let job = slurm.allocate(3);
+    let s = start_srun(
+        &net,
+        &slurm,
+        &job,
+        &paced_chain(&["--reconnect-timeout", "2"]),
+        None,
+    );
+    // Mid-stream: n2's command has read the first MiB of the stream.
+    wait_until("a MiB through n2's cat", Duration::from_secs(30), || {
+        net.stray_pids(2)
+            .into_iter()
+            .find(|p| comm(*p) == "cat" && read_bytes(*p).is_some_and(|n| n > 1 << 20))
+    });
+    sh(std::process::Command::new("ip").args(["-n", &net.ns(2), "link", "set", "eth0", "down"]));
+    let died = std::time::Instant::now();
+    // Until nothing is left: a process forked while the list was read is
+    // killed in the next round.
+    wait_until(
+        "nothing left running on n2",
+        Duration::from_secs(10),
+        || {
+            let left = net.stray_pids(2);
+            left.iter().for_each(|p| kill("-9", *p));
+            left.is_empty().then_some(())
+        },
+    );
+    let r = s.finish(Duration::from_secs(120));
+    let took = died.elapsed();
+    assert_eq!(r.code(), Some(1), "{}", r.stderr);
+    // The 30 s dead-peer timeout and 2 s of reconnecting, then rdpipe's
+    // teardown (it waits for the agents, kills n2's srun, cancels the run's
+    // steps through slurmctld): 44 to 54 s in all on an idle machine.
+    assert!(took < Duration::from_secs(80), "{took:?}\n{}", r.stderr);
+    let errors: Vec<&str> = r
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("rdpipe: error:"))
+        .collect();
+    assert_eq!(errors.len(), 1, "{}", r.stderr);
+    // Which neighbours are named depends on which timed out before rdpipe
+    // closed the control channels (both, usually).
+    assert!(
+        errors[0].starts_with("rdpipe: error: n2 [2] 'cat': no word from it since [")
+            && errors[0].ends_with("to it: is n2 down or cut off from the network?"),
+        "{}",
+        r.stderr
+    );
+    assert!(!r.stderr.contains("panicked"), "{}", r.stderr);
+    // Nothing on n1, n3 or rdpipe's host (no srun of the run left).
+    let left = slurm.wait_clean(&net, Duration::from_secs(15));
+    assert!(
+        left.is_empty(),
+        "processes left: {left:?}\n{}",
+        slurm.logs()
+    );
+    // The steps on n1 and n3 ended. n2's stays listed: only its slurmstepd
+    // can report it complete, and slurmctld drops it only when it declares n2
+    // DOWN (after SlurmdTimeout, 300 s by default, longer than a test should
+    // wait); rdpipe's `scancel` of it cannot reach n2 either. So that one is
+    // allowed, and then n2 is declared DOWN as SlurmdTimeout would, which ends
+    // the job (NODE_FAIL) and its last step.
+    let steps = wait_until("steps on n1 and n3 ended", Duration::from_secs(15), || {
+        Some(slurm.steps_with_nodes(&job)).filter(|s| s.iter().all(|(_, n)| n == "n2"))
+    });
+    assert!(steps.len() <= 1, "{steps:?}");
+    slurm.ok(&[
+        "scontrol",
+        "update",
+        "NodeName=n2",
+        "State=DOWN",
+        "Reason=died",
+    ]);
+    wait_until("n2's step gone", Duration::from_secs(30), || {
+        let o = slurm.run(&["squeue", "-h", "-s", "-j", &job, "-o", "%i"], None);
+        o.stdout.is_empty().then_some(())
+    });
 }

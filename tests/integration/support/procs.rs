@@ -113,6 +113,16 @@ pub fn rss_kib(pid: u32) -> Option<u64> {
         .ok()
 }
 
+/// Bytes a process has read so far (`rchar` in /proc/PID/io).
+pub fn read_bytes(pid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/io")).ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix("rchar: "))?
+        .trim()
+        .parse()
+        .ok()
+}
+
 /// The `comm` of a process.
 pub fn comm(pid: u32) -> String {
     std::fs::read_to_string(format!("/proc/{pid}/comm"))

@@ -333,6 +333,16 @@ impl Slurm {
             .collect()
     }
 
+    /// The live steps of `job` as [`Slurm::steps`] lists them, each with
+    /// the node (list) it runs on.
+    pub fn steps_with_nodes(&self, job: &str) -> Vec<(String, String)> {
+        self.ok(&["squeue", "-h", "-s", "-j", job, "-o", "%i %N"])
+            .lines()
+            .filter_map(|l| l.trim().split_once(' '))
+            .map(|(id, nodes)| (id.to_string(), nodes.trim().to_string()))
+            .collect()
+    }
+
     /// The pids of this cluster's daemons: munged, slurmctld and its
     /// slurmscriptd, each slurmd (not a step's slurmstepd).
     pub fn daemon_pids(&self) -> Vec<u32> {

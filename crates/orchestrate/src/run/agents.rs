@@ -111,6 +111,14 @@ impl Runner {
                 }
                 self.segs[i].failed = true;
                 let cause = self.failure_cause(i, part, kind, code, message);
+                if matches!(cause, Cause::Transfer { echo: false, .. }) {
+                    let peer = match part {
+                        Part::In => self.p.hop_into(me).map(|h| h.from),
+                        Part::Out => self.p.hop_from(me).map(|h| h.to),
+                        _ => None,
+                    };
+                    self.peer_lost(me, peer);
+                }
                 self.fail(Some(me), cause);
             }
             FromAgent::End { ok } => self.segs[i].ended = Some(ok),

@@ -84,10 +84,14 @@ impl Runner {
             Err(e) => {
                 let to = self.p.hop_from(Node::Stdin).map(|h| h.to);
                 let name = to.map(|n| self.p.node_name(n)).unwrap_or_default();
+                let echo = e.exit_code() == EXIT_ABORTED;
                 let cause = Cause::Transfer {
                     text: format!("sending rdpipe's stdin to {name} failed: {e}"),
-                    echo: e.exit_code() == EXIT_ABORTED,
+                    echo,
                 };
+                if !echo {
+                    self.peer_lost(Node::Stdin, to);
+                }
                 self.fail(Some(Node::Stdin), cause);
             }
         }
@@ -103,10 +107,14 @@ impl Runner {
             Err(e) => {
                 let from = self.p.hop_into(Node::Stdout).map(|h| h.from);
                 let name = from.map(|n| self.p.node_name(n)).unwrap_or_default();
+                let echo = e.exit_code() == EXIT_ABORTED;
                 let cause = Cause::Transfer {
                     text: format!("receiving rdpipe's stdout from {name} failed: {e}"),
-                    echo: e.exit_code() == EXIT_ABORTED,
+                    echo,
                 };
+                if !echo {
+                    self.peer_lost(Node::Stdout, from);
+                }
                 self.fail(Some(Node::Stdout), cause);
             }
         }

@@ -127,6 +127,10 @@ struct SegState {
     usage: Option<crate::control::Usage>,
     /// `COPIED`: an rdcp side's counts.
     copied: Option<crate::control::CopyCounts>,
+    /// The ends (segments, rdpipe's stdin or stdout) whose transfer with this
+    /// segment failed on its own account (not an echo): what
+    /// [`Runner::judge_silent`] weighs against this segment's silence.
+    lost_by: Vec<Node>,
 }
 
 /// Where control sockets live: `$XDG_RUNTIME_DIR` when it is short, else `/tmp`.
@@ -410,6 +414,7 @@ impl Runner {
             // stays in the allocation.
             let _ = tokio::task::spawn_blocking(move || s.cancel_steps()).await;
         }
+        self.judge_silent();
         drop(dir);
         let wall = start.elapsed();
         let report = self.record(wall);

@@ -58,6 +58,50 @@ impl Runner {
         }
     }
 
+    /// `by`'s transfer with `peer` failed on its own account (not an echo).
+    pub(super) fn peer_lost(&mut self, by: Node, peer: Option<Node>) {
+        if let Some(Node::Segment(k)) = peer {
+            self.segs[k].lost_by.push(by);
+        }
+    }
+
+    /// After teardown: a segment whose transfers' other ends lost them while
+    /// it said nothing at all (no `FAIL`, no `END`, though its control channel
+    /// was closed and a live agent answers that with `END`) is the root cause:
+    /// its host died or was cut off, and its neighbours' losses (each only a
+    /// dead-peer timeout) echo that. A `--to` sink is judged with the sinks.
+    pub(super) fn judge_silent(&mut self) {
+        if self.signal.is_some() {
+            return;
+        }
+        for k in 0..self.segs.len() {
+            let st = &self.segs[k];
+            let spoke = st.failed || st.ended.is_some();
+            let known = self
+                .failures
+                .iter()
+                .any(|f| f.node == Some(Node::Segment(k)) && f.cause.rank() < 2);
+            if st.lost_by.is_empty() || spoke || known || self.p.is_sink(k) {
+                continue;
+            }
+            // In stream order, whichever reported first.
+            let mut by = st.lost_by.clone();
+            by.sort_by_key(|n| match n {
+                Node::Stdin => 0,
+                Node::Segment(i) => i + 1,
+                Node::Stdout => usize::MAX,
+            });
+            by.dedup();
+            let by = by.iter().map(|&n| self.p.node_name(n)).collect();
+            let cause = Cause::Lost {
+                seg: self.seg_desc(k),
+                host: self.p.segments[k].host.label().to_string(),
+                by,
+            };
+            self.fail(Some(Node::Segment(k)), cause);
+        }
+    }
+
     /// `-v`: each hop's transport, bytes, rate and checksum, and the bandwidth.
     fn say_hop_reports(&self, wall: Duration) {
         for h in &self.p.hops {

@@ -127,6 +127,18 @@ pub enum Cause {
         /// The segment.
         seg: String,
     },
+    /// The ends that shared a transfer with the segment lost it, and the
+    /// segment's agent said nothing about it, not even `END` when its control
+    /// channel closed: its host is down or cut off (a host that dies without
+    /// a FIN or RST reaching anyone, e.g. a node that loses power).
+    Lost {
+        /// The segment.
+        seg: String,
+        /// Its host.
+        host: String,
+        /// The ends that lost their transfer with it (`[1] n1`, `rdpipe stdout`).
+        by: Vec<String>,
+    },
     /// An agent was stopped from outside (control channel closed, signal).
     Stopped {
         /// The segment.
@@ -165,6 +177,7 @@ impl Cause {
             }
             | Cause::Ssh { .. }
             | Cause::Srun { .. }
+            | Cause::Lost { .. }
             | Cause::Interrupted(_)
             | Cause::Sinks { .. }
             | Cause::Local(_) => 0,
@@ -222,6 +235,17 @@ impl fmt::Display for Cause {
             Cause::Died { seg, how, .. } => {
                 write!(f, "{seg}: the agent died without a report ({how})")
             }
+            Cause::Lost { seg, host, by } => write!(
+                f,
+                "{seg}: no word from it since {} lost {} to it: is {host} down or cut off \
+                 from the network?",
+                by.join(" and "),
+                if by.len() > 1 {
+                    "their connections"
+                } else {
+                    "the connection"
+                }
+            ),
             Cause::Incomplete { seg } => {
                 write!(f, "{seg}: the agent ended without completing its transfers")
             }
@@ -389,6 +413,36 @@ mod tests {
             assert!(v.lines[0].starts_with("h1 [1] 'x'"), "{v:?}");
             assert_eq!(v.status, 3);
         }
+    }
+
+    #[test]
+    fn a_lost_host_outranks_its_neighbours_timeouts() {
+        let timeout = |i: usize| {
+            at(
+                i,
+                Cause::Transfer {
+                    text: format!("h{} [{}] 'x': connection lost", i + 1, i + 1),
+                    echo: false,
+                },
+            )
+        };
+        let lost = at(
+            1,
+            Cause::Lost {
+                seg: "h2 [2] 'cat'".into(),
+                host: "h2".into(),
+                by: vec!["[1] h1".into(), "[3] h3".into()],
+            },
+        );
+        let v = decide(&[timeout(0), timeout(2), lost], &[None; 3], false);
+        assert_eq!(
+            v.lines,
+            [
+                "h2 [2] 'cat': no word from it since [1] h1 and [3] h3 lost their connections \
+              to it: is h2 down or cut off from the network?"
+            ]
+        );
+        assert_eq!(v.status, EXIT_FAILED);
     }
 
     #[test]
