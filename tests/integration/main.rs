@@ -31,6 +31,7 @@ mod rdpipe_local;
 mod rdpipe_messages;
 mod rdpipe_netns;
 mod rdpipe_ssh;
+mod readme;
 mod reconnect;
 mod relay_only;
 mod relink;

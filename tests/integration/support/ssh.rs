@@ -145,6 +145,12 @@ impl LocalSsh {
     /// Generates keys and a configuration in a fresh scratch directory and
     /// starts the sshd (a few ports are tried).
     pub fn start(tag: &str) -> LocalSsh {
+        Self::start_with(tag, "")
+    }
+
+    /// As [`LocalSsh::start`], with `extra` lines added to sshd's
+    /// configuration.
+    pub fn start_with(tag: &str, extra: &str) -> LocalSsh {
         let dir = Scratch::new(tag);
         let keys = Keys::generate(&dir);
         if is_root() {
@@ -153,6 +159,11 @@ impl LocalSsh {
         for _attempt in 0..5 {
             let port = free_port();
             let cfg = sshd_config(&dir, &keys, "local", "127.0.0.1", port);
+            if !extra.is_empty() {
+                let mut text = std::fs::read_to_string(&cfg).unwrap();
+                text.push_str(extra);
+                std::fs::write(&cfg, text).unwrap();
+            }
             let log = std::fs::File::create(dir.path("sshd.log")).unwrap();
             let child = Command::new("/usr/sbin/sshd")
                 .args(["-D", "-e", "-f"])

@@ -288,6 +288,10 @@ pub enum PlanError {
     /// No `:`.
     #[error("'{0}' is not HOST:CMD (no ':')")]
     NoColon(String),
+    /// `doctor` after an option (`rdpipe -v doctor HOST`): it is a
+    /// subcommand only as the first argument.
+    #[error("'doctor' must be rdpipe's first argument, before its options: rdpipe doctor [OPTIONS] HOST...")]
+    DoctorNotFirst,
     /// Empty host part.
     #[error("empty host in '{0}'")]
     EmptyHost(String),

@@ -101,6 +101,8 @@ pub fn parse_segment(arg: &str) -> Result<Segment, PlanError> {
             .strip_prefix(':')
             .ok_or_else(|| PlanError::NoColon(arg.to_string()))?;
         (&rest[..close], cmd, true)
+    } else if arg == "doctor" {
+        return Err(PlanError::DoctorNotFirst);
     } else {
         let (h, c) = arg
             .split_once(':')

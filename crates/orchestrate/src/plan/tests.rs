@@ -10,6 +10,13 @@ fn addr(r: &RemoteHost) -> String {
 }
 
 #[test]
+fn doctor_after_an_option_says_where_it_goes() {
+    let e = parse_segment("doctor").unwrap_err();
+    assert_eq!(e, PlanError::DoctorNotFirst);
+    assert!(e.to_string().contains("rdpipe doctor [OPTIONS] HOST"));
+}
+
+#[test]
 fn parses_hosts_and_commands() {
     let s = parse_segment("h1:tr [:lower:] [:upper:]").unwrap();
     assert_eq!(s.action, Action::Command("tr [:lower:] [:upper:]".into()));
