@@ -7,7 +7,7 @@ use super::pool::{set_meta, Done, Job, Pool};
 use super::{times, Current, Unpacker};
 use crate::warn;
 use crate::write::write_sparse;
-use rdpipe_wire::entry::FileEnd;
+use rdpipe_wire::entry::{FileEnd, RelPath};
 use rustix::fs::Mode;
 use std::io;
 
@@ -49,19 +49,25 @@ impl Unpacker {
         if let Err(e) = r {
             return discard(Some(e.to_string()), self);
         }
-        match self.publish(dir, &cur.tmp, &cur.name) {
+        let result = self.publish(dir, &cur.tmp, &cur.name);
+        self.counted(&cur.rel, cur.size, end.changed, result);
+    }
+
+    /// Counts a file published (`result` Ok) or not.
+    fn counted(&mut self, rel: &RelPath, size: u64, changed: bool, result: io::Result<()>) {
+        match result {
             Ok(()) => {
                 self.stats.created += 1;
-                self.stats.bytes += cur.size;
-                if end.changed {
+                self.stats.bytes += size;
+                if changed {
                     warn(format_args!(
                         "{}: copied while it changed on the sending side",
-                        self.target(&cur.rel)
+                        self.target(rel)
                     ));
                     self.stats.changed += 1;
                 }
             }
-            Err(e) => self.failed(&cur.rel, e),
+            Err(e) => self.failed(rel, e),
         }
     }
 
@@ -110,20 +116,7 @@ impl Unpacker {
     fn outcomes(&mut self, done: Vec<Done>) {
         for d in done {
             self.pending.remove(d.rel.as_bytes());
-            match d.result {
-                Ok(()) => {
-                    self.stats.created += 1;
-                    self.stats.bytes += d.size;
-                    if d.changed {
-                        warn(format_args!(
-                            "{}: copied while it changed on the sending side",
-                            self.target(&d.rel)
-                        ));
-                        self.stats.changed += 1;
-                    }
-                }
-                Err(e) => self.failed(&d.rel, e),
-            }
+            self.counted(&d.rel, d.size, d.changed, d.result);
         }
     }
 
