@@ -91,6 +91,29 @@ fn with_args(cmd: &str, extra: &str) -> String {
     )
 }
 
+/// /dev/null is still the null device: a copy "to /dev/null" writes into it
+/// and never renames a file over it. If not, it is made again (as root),
+/// so that the rest of the suite runs, and the test fails.
+fn dev_null_kept(line: &str) {
+    use std::os::unix::fs::FileTypeExt;
+    let ok = std::fs::symlink_metadata("/dev/null").is_ok_and(|m| m.file_type().is_char_device());
+    if !ok {
+        let _ = std::fs::remove_file("/dev/null");
+        let _ = rustix::fs::mknodat(
+            rustix::fs::CWD,
+            "/dev/null",
+            rustix::fs::FileType::CharacterDevice,
+            rustix::fs::Mode::from_raw_mode(0o666),
+            rustix::fs::makedev(1, 3),
+        );
+        let _ = std::fs::set_permissions(
+            "/dev/null",
+            std::os::unix::fs::PermissionsExt::from_mode(0o666),
+        );
+        panic!("README line `{line}` replaced /dev/null with something else (made again)");
+    }
+}
+
 #[test]
 fn readme_commands_run_as_written() {
     need_ssh!();
@@ -142,6 +165,7 @@ fn readme_commands_run_as_written() {
             r.status,
             r.stderr
         );
+        dev_null_kept(&cmd);
         let shouted = !comment.is_empty() && comment.chars().all(|c| c.is_ascii_uppercase());
         if shouted {
             assert_eq!(r.stdout_str().trim(), comment, "README line `{cmd}`");

@@ -430,3 +430,72 @@ fn xattrs_and_acls_travel_and_others_do_not() {
     u.flush().unwrap();
     assert!(get(&out2.join("a.txt"), "user.origin").is_err());
 }
+
+/// A FIFO as the destination (as `/dev/null` or a terminal would be): the
+/// one file's bytes go into it, in order, and it stays a FIFO; a tree into
+/// it is refused.
+#[test]
+fn a_file_into_a_fifo_is_written_into_it_not_renamed_over_it() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let src = d.path().join("src");
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i * 13 % 251) as u8).collect();
+    std::fs::write(&src, &data).unwrap();
+    let fifo = d.path().join("fifo");
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &fifo,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::read(fifo).unwrap())
+    };
+    let mut stream = Vec::new();
+    let opts = PackOptions {
+        recursive: false,
+        xattrs: false,
+        specials: false,
+    };
+    pack(&[src], opts, None, &mut stream).unwrap();
+    let dest = Dest::open(&fifo, false, None).unwrap();
+    assert!(matches!(dest, Dest::Device(_)));
+    let mut u = Unpacker::new(dest, "fifo", true);
+    for piece in stream.chunks(4000) {
+        u.write_all(piece).unwrap();
+    }
+    u.flush().unwrap();
+    assert_eq!(u.stats().bytes, data.len() as u64);
+    drop(u);
+    assert_eq!(reader.join().unwrap(), data);
+    let ft = std::fs::symlink_metadata(&fifo).unwrap().file_type();
+    assert!(std::os::unix::fs::FileTypeExt::is_fifo(&ft));
+    assert_eq!(
+        std::fs::read_dir(d.path()).unwrap().count(),
+        2,
+        "no temporaries"
+    );
+
+    // A tree cannot go into it.
+    std::fs::create_dir(d.path().join("tree")).unwrap();
+    let mut stream = Vec::new();
+    let opts = PackOptions {
+        recursive: true,
+        ..opts
+    };
+    pack(&[d.path().join("tree")], opts, None, &mut stream).unwrap();
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::read(fifo).unwrap())
+    };
+    let mut u = Unpacker::new(Dest::open(&fifo, false, None).unwrap(), "fifo", true);
+    let e = u.write_all(&stream).unwrap_err().to_string();
+    assert!(
+        e.contains("fifo is not a directory or a regular file"),
+        "{e}"
+    );
+    drop(u);
+    assert!(reader.join().unwrap().is_empty());
+}

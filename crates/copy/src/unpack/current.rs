@@ -25,6 +25,9 @@ pub(super) struct Current {
     pub(super) file: Option<File>,
     /// A small file's data, held until its end entry ([`super::pool`]).
     pub(super) buffered: Option<Vec<u8>>,
+    /// `file` is the destination itself ([`super::Dest::Device`]): written
+    /// in order, no holes, no metadata, no rename.
+    pub(super) straight: bool,
     pub(super) meta: Meta,
     pub(super) size: u64,
     pub(super) pos: u64,
@@ -106,6 +109,7 @@ impl Unpacker {
             tmp,
             file,
             buffered,
+            straight: false,
             meta,
             size,
             pos,
@@ -123,6 +127,18 @@ impl Unpacker {
         if let Some(v) = &mut cur.buffered {
             v.extend_from_slice(b);
             cur.pos += b.len() as u64;
+            return;
+        }
+        if cur.straight {
+            cur.pos += b.len() as u64;
+            let Some(mut file) = cur.file.as_ref() else {
+                return;
+            };
+            if let Err(e) = io::Write::write_all(&mut file, b) {
+                cur.file = None;
+                let rel = cur.rel.clone();
+                self.failed(&rel, e);
+            }
             return;
         }
         let Some(file) = &cur.file else {

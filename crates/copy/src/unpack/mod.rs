@@ -36,6 +36,7 @@
 //! sender's permission bits less the umask, as `cp` does.
 
 mod current;
+mod device;
 mod pool;
 mod publish;
 mod special;
@@ -67,6 +68,10 @@ pub enum Dest {
         /// Its name there.
         name: Vec<u8>,
     },
+    /// An existing file that is neither a directory nor a regular file
+    /// (`/dev/null`, a FIFO, a terminal): one file's data is written straight
+    /// into it, as `cp` does, never replaced by a rename (`device.rs`).
+    Device(File),
 }
 
 impl Dest {
@@ -91,6 +96,12 @@ impl Dest {
                 .map(Dest::Into)
                 .map_err(|e| format!("cannot open {shown}: {}", io::Error::from(e))),
             Ok(_) if must_be_dir => Err(format!("{shown} is not a directory")),
+            Ok(m) if !m.is_file() && !resumed_as => {
+                let flags = OFlags::WRONLY | OFlags::NOCTTY | OFlags::CLOEXEC;
+                rustix::fs::open(dest, flags, Mode::empty())
+                    .map(|fd| Dest::Device(File::from(fd)))
+                    .map_err(|e| format!("cannot open {shown}: {}", io::Error::from(e)))
+            }
             Err(_) if must_be_dir => Err(format!(
                 "{shown}: no such directory (create it first, or name one source without a trailing /)"
             )),
@@ -279,6 +290,7 @@ impl Unpacker {
         let base = match &self.dest {
             Dest::Into(fd) => fd.as_fd(),
             Dest::As { parent, .. } => parent.as_fd(),
+            Dest::Device(_) => return Err(io::Error::other("the destination is not a directory")),
         };
         let refs: Vec<&[u8]> = comps.iter().map(Vec::as_slice).collect();
         let fd = Arc::new(open_dir(base, &refs, true)?);
@@ -305,6 +317,7 @@ impl Unpacker {
                 Some((_, rest)) => format!("{}/{rest}", self.label),
                 None => self.label.clone(),
             },
+            Dest::Device(_) => self.label.clone(),
         }
     }
 
@@ -364,6 +377,9 @@ impl Unpacker {
             }
             _ => Vec::new(),
         };
+        if let Dest::Device(_) = self.dest {
+            return self.device_entry(e);
+        }
         if !self.pending.is_empty() {
             let touched = match &e {
                 Entry::Dir { path, .. }

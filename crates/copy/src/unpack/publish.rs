@@ -19,6 +19,20 @@ impl Unpacker {
         if let Some(data) = cur.buffered.take() {
             return self.end_buffered(cur, data, end);
         }
+        if cur.straight {
+            // Written into the destination itself (`device.rs`).
+            if end.unreadable || cur.file.is_none() {
+                return;
+            }
+            let result = if cur.pos == cur.size && cur.hash.digest() == end.checksum {
+                Ok(())
+            } else {
+                Err(io::Error::other(
+                    "its checksum does not match the sender's (its bytes were written)",
+                ))
+            };
+            return self.counted(&cur.rel, cur.size, end.changed, result);
+        }
         let (Some(file), Some(dir)) = (&cur.file, &cur.dir) else {
             return;
         };
