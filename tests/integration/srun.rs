@@ -301,13 +301,14 @@ fn srun_chain_with_a_node_that_dies_mid_stream() {
             left.is_empty().then_some(())
         },
     );
-    let r = s.finish(Duration::from_secs(120));
+    let r = s.finish(Duration::from_secs(150));
     let took = died.elapsed();
     assert_eq!(r.code(), Some(1), "{}", r.stderr);
     // The 30 s dead-peer timeout and 2 s of reconnecting, then rdpipe's
     // teardown (it waits for the agents, kills n2's srun, cancels the run's
-    // steps through slurmctld): 44 to 54 s in all on an idle machine.
-    assert!(took < Duration::from_secs(80), "{took:?}\n{}", r.stderr);
+    // steps through slurmctld): 44 to 54 s in all on an idle machine; the
+    // bound leaves room for a loaded one (CI runs tests side by side).
+    assert!(took < Duration::from_secs(100), "{took:?}\n{}", r.stderr);
     let errors: Vec<&str> = r
         .stderr
         .lines()
