@@ -50,28 +50,13 @@ impl Current {
     }
 }
 
-/// A file opened on the decoding thread: its directory, the file, and the
-/// start of its incomplete last block.
-pub(super) struct Opened(pub Arc<OwnedFd>, pub File, pub Vec<u8>);
-/// A small file to hold in memory: its directory.
-pub(super) struct Held(pub Arc<OwnedFd>);
-
 /// How a file's data is taken.
 pub(super) enum Start {
-    Opened(Opened),
-    Held(Held),
-}
-
-impl From<Opened> for Start {
-    fn from(o: Opened) -> Start {
-        Start::Opened(o)
-    }
-}
-
-impl From<Held> for Start {
-    fn from(h: Held) -> Start {
-        Start::Held(h)
-    }
+    /// Written as it comes, by the decoding thread: its directory, the
+    /// file, and the start of its incomplete last block.
+    Opened(Arc<OwnedFd>, File, Vec<u8>),
+    /// A small file held in memory for the pool: its directory.
+    Held(Arc<OwnedFd>),
 }
 
 impl Unpacker {
@@ -86,12 +71,12 @@ impl Unpacker {
         meta: Meta,
         size: u64,
         pos: u64,
-        opened: io::Result<impl Into<Start>>,
+        opened: io::Result<Start>,
         xattrs: Vec<Attr>,
     ) {
-        let (dir, file, pend, buffered) = match opened.map(Into::into) {
-            Ok(Start::Opened(Opened(d, f, p))) => (Some(d), Some(f), p, None),
-            Ok(Start::Held(Held(d))) => (
+        let (dir, file, pend, buffered) = match opened {
+            Ok(Start::Opened(d, f, p)) => (Some(d), Some(f), p, None),
+            Ok(Start::Held(d)) => (
                 Some(d),
                 None,
                 Vec::new(),

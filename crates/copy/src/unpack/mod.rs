@@ -45,7 +45,7 @@ use crate::beneath::{name, open_dir, umask};
 use crate::write::{reopen_partial, write_sparse, BLOCK};
 use crate::xattr::Attr;
 use crate::{shown, warn};
-use current::{Current, Held, Opened};
+use current::{Current, Start};
 use rdpipe_wire::entry::{Decoder, Entry, Event, Meta, RelPath};
 use rustix::fs::{AtFlags, Mode, OFlags, Timespec, Timestamps};
 use std::fs::File;
@@ -421,7 +421,7 @@ impl Unpacker {
                 let tmp = Self::tmp_name(&leaf);
                 if size <= pool::POOLED_MAX && self.create_threads >= 2 {
                     let dir = self.dir(&comps);
-                    self.start_file(path, leaf, tmp, meta, size, 0, dir.map(Held), xattrs);
+                    self.start_file(path, leaf, tmp, meta, size, 0, dir.map(Start::Held), xattrs);
                     return Ok(());
                 }
                 let opened = self.dir(&comps).and_then(|dir| {
@@ -433,7 +433,7 @@ impl Unpacker {
                     // Private until published: the final mode is set then.
                     let mode = Mode::from_raw_mode(0o600);
                     let f = rustix::fs::openat(&dir, name(&tmp), flags, mode)?;
-                    Ok(Opened(dir, File::from(f), Vec::new()))
+                    Ok(Start::Opened(dir, File::from(f), Vec::new()))
                 });
                 self.start_file(path, leaf, tmp, meta, size, 0, opened, xattrs);
             }
@@ -453,7 +453,7 @@ impl Unpacker {
                     let start = offset - offset % BLOCK as u64;
                     let mut pend = vec![0; (offset - start) as usize];
                     std::os::unix::fs::FileExt::read_exact_at(&file, &mut pend, start)?;
-                    Ok(Opened(dir, file, pend))
+                    Ok(Start::Opened(dir, file, pend))
                 });
                 self.start_file(path, leaf, tmp, meta, size, offset, opened, xattrs);
             }
