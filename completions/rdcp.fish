@@ -27,6 +27,7 @@ complete -c rdcp -s r -l recursive -d 'Copy directories and what is in them (imp
 complete -c rdcp -s p -l preserve -d 'Keep modes and modification times (and owner and group when the destination side runs as root)'
 complete -c rdcp -l no-preserve -d 'With -r: do not keep modes and times (new files get the source\'s permission bits less the umask)'
 complete -c rdcp -l resume -d 'Continue an interrupted copy: first list what DEST already holds (one more connection to its host); files there with the same size and mtime (kept with -p, the default with -r) are not sent again, and a file cut short continues from its partial copy (the temporary file the interrupted run left) once both sides\' hashes of that part agree'
+complete -c rdcp -s c -l checksum -d 'Compare by content too (implies --resume): the destination\'s host hashes every file it holds where the sources land, the sources\' host hashes each source whose size and mtime match, and a file is skipped only when the hashes agree as well (one more read of both sides; a mismatch is named in a warning and sent again)'
 complete -c rdcp -s X -l xattrs -d 'Copy extended attributes too: the user.* namespace and POSIX ACLs (security.* and trusted.* never travel; values over 4 KiB are skipped with a warning)'
 complete -c rdcp -l specials -d 'Copy FIFOs, sockets and device nodes as nodes (device nodes need root on the destination\'s host); without it each is skipped with a warning'
 complete -c rdcp -s n -l dry-run -d 'Print the plan (segments, hosts, who listens, who connects to whom) and run nothing'

@@ -29,6 +29,9 @@ Examples:
   # after an interruption, only what is missing (a file cut short continues):
   rdcp -r --resume dir host:dir
 
+  # check a copy by content and repair what differs:
+  rdcp -rc dir host:dir
+
   # standard input to a file on a host, and a file to standard output:
   zfs send tank/x@s | rdcp - host:/backup/x.zfs
   rdcp host:/var/log/syslog - | less";
@@ -94,6 +97,14 @@ pub struct CpArgs {
     /// the interrupted run left) once both sides' hashes of that part agree.
     #[arg(long)]
     pub resume: bool,
+
+    /// Compare by content too (implies --resume): the destination's host
+    /// hashes every file it holds where the sources land, the sources' host
+    /// hashes each source whose size and mtime match, and a file is skipped
+    /// only when the hashes agree as well (one more read of both sides; a
+    /// mismatch is named in a warning and sent again).
+    #[arg(short = 'c', long)]
+    pub checksum: bool,
 
     /// Copy extended attributes too: the user.* namespace and POSIX ACLs
     /// (security.* and trusted.* never travel; values over 4 KiB are skipped
@@ -285,6 +296,7 @@ fn listing(args: &CpArgs, segments: &mut [Segment], exe: &std::path::Path) -> Re
                 dest: dest.clone(),
                 must_be_dir: *must_be_dir,
                 tops: tops.clone(),
+                checksum: args.checksum,
             },
         },
         Segment {
@@ -317,7 +329,7 @@ fn listing(args: &CpArgs, segments: &mut [Segment], exe: &std::path::Path) -> Re
 /// master's guard).
 pub fn run(args: CpArgs, exe: PathBuf) -> Result<(), Failure> {
     let mut segments = plan(&args).map_err(|m| fail(2, m))?;
-    if args.resume {
+    if args.resume || args.checksum {
         listing(&args, &mut segments, &exe)?;
     }
     let json = args.run.json.clone();

@@ -472,4 +472,41 @@ fn rdcp_resume_after_an_interrupted_copy_moves_only_the_rest() {
         "{v:#}"
     );
     assert_no_temporary_files(&[&d.s("dst")]);
+
+    // Damage the copy in place and put its mtime back: `--resume` trusts
+    // size and mtime and sends nothing; `-c` compares content and repairs it.
+    let when = std::fs::metadata(d.path("dst/big"))
+        .unwrap()
+        .modified()
+        .unwrap();
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(d.path("dst/big"))
+            .unwrap();
+        f.write_all_at(b"bit rot", size as u64 / 2).unwrap();
+        f.set_modified(when).unwrap();
+    }
+    let again = |flag: &str| {
+        let mut a = args(&ssh, &["-v", "-r", flag]);
+        a.extend([format!("h1:{}", d.s("src")), to.clone()]);
+        let r = run_rdcp(&a, None, LIMIT);
+        r.ok();
+        r.stderr
+    };
+    let trusted = again("--resume");
+    assert!(trusted.contains("2 files complete"), "{trusted}");
+    assert_ne!(
+        std::fs::read(d.path("dst/big")).unwrap(),
+        std::fs::read(d.path("src/big")).unwrap()
+    );
+    let checked = again("-c");
+    assert!(
+        checked.contains("big: the destination's copy has its size and mtime but other content"),
+        "{checked}"
+    );
+    assert!(checked.contains("1 files complete"), "{checked}");
+    assert_same_tree(&d.path("src"), &d.path("dst"));
+    assert_no_temporary_files(&[&d.s("dst")]);
 }

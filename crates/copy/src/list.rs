@@ -13,6 +13,11 @@
 //! crosses the wire ([`Entry::Resume`]), and the receiver checks the prefix
 //! again before it appends.
 //!
+//! With `checksum` (`rdcp --checksum`) each complete file's entry also
+//! carries the xxh3-64 of its content, and the packer skips it only when its
+//! source hashes the same: a copy with the right size and mtime but other
+//! bytes (damaged, or changed with its mtime put back) is sent again.
+//!
 //! The listing's start says how its paths map to the stream's: `0` when the
 //! destination is a directory (paths as the stream names them), `1` when the
 //! one source lands as the destination itself (the first component is the
@@ -51,6 +56,7 @@ pub fn list<W: Write>(
     dest: &Path,
     must_be_dir: bool,
     tops: &[Vec<u8>],
+    checksum: bool,
     out: &mut W,
 ) -> io::Result<()> {
     let mut head = Vec::new();
@@ -139,12 +145,24 @@ pub fn list<W: Write>(
             let Ok(path_rel) = RelPath::new(rel) else {
                 continue;
             };
+            let size = st.st_size as u64;
+            let hash = if checksum {
+                // A file that cannot be read, or whose size moved while it
+                // was hashed, is not listed: it is sent again.
+                match hash_at(&dir, &name) {
+                    Ok((n, h)) if n == size => Some(h),
+                    _ => continue,
+                }
+            } else {
+                None
+            };
             head.clear();
             Entry::Have {
                 path: path_rel,
-                size: st.st_size as u64,
+                size,
                 mtime: st.st_mtime as i64,
                 mtime_ns: st.st_mtime_nsec.min(999_999_999) as u32,
+                hash,
             }
             .encode(&mut head);
             out.write_all(&head)?;
@@ -244,6 +262,8 @@ pub struct Have {
     pub size: u64,
     /// Its mtime (seconds, nanoseconds).
     pub mtime: (i64, u32),
+    /// The xxh3-64 of its content (a `--checksum` listing).
+    pub hash: Option<u64>,
 }
 
 /// A partial copy at the destination.
@@ -280,6 +300,7 @@ impl Manifest {
                     size,
                     mtime,
                     mtime_ns,
+                    hash,
                 }) => {
                     let k = m.key(path.as_bytes());
                     m.have.insert(
@@ -287,6 +308,7 @@ impl Manifest {
                         Have {
                             size,
                             mtime: (mtime, mtime_ns),
+                            hash,
                         },
                     );
                 }

@@ -356,16 +356,28 @@ impl<W: Write> Packer<'_, W> {
         let meta = meta_of(&before);
         let (mut offset, mut resumed) = (0, false);
         if let Some(m) = self.manifest {
-            if m.have(&rel)
-                .is_some_and(|h| h.size == size && h.mtime == (meta.mtime, meta.mtime_ns))
+            if let Some(h) = m
+                .have(&rel)
+                .filter(|h| h.size == size && h.mtime == (meta.mtime, meta.mtime_ns))
             {
-                // Complete at the destination, same size and mtime: not sent.
-                self.stats.skipped += 1;
-                self.stats.skipped_bytes += size;
-                return Ok(());
+                // Complete at the destination, same size and mtime (and, in
+                // a `--checksum` listing, same content): not sent.
+                let same = match h.hash {
+                    None => true,
+                    Some(want) => matches!(prefix_hash(&f, size), Ok(Some(h)) if h == want),
+                };
+                if same {
+                    self.stats.skipped += 1;
+                    self.stats.skipped_bytes += size;
+                    return Ok(());
+                }
+                warn(format_args!(
+                    "{}: the destination's copy has its size and mtime but other content; sending it again",
+                    path.display()
+                ));
             }
             if let Some(p) = m.partial(&rel).filter(|p| p.size <= size) {
-                if prefix_hash(&f, p.size)? == Some(p.hash) {
+                if matches!(prefix_hash(&f, p.size), Ok(Some(h)) if h == p.hash) {
                     self.attrs(&f, path)?;
                     (offset, resumed) = (p.size, true);
                     self.stats.resumed += 1;

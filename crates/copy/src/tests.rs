@@ -118,8 +118,13 @@ fn a_tree_round_trips_with_links_modes_and_holes() {
 /// The destination `dest`'s resume listing for one source named `top`, read
 /// back as the sending side reads it (through a file in `scratch`).
 fn listing_of(dest: &Path, top: &[u8], scratch: &Path) -> Manifest {
+    listing_with(dest, top, scratch, false)
+}
+
+/// As [`listing_of`], with content hashes when `checksum`.
+fn listing_with(dest: &Path, top: &[u8], scratch: &Path, checksum: bool) -> Manifest {
     let mut listing = Vec::new();
-    list::list(dest, false, &[top.to_vec()], &mut listing).unwrap();
+    list::list(dest, false, &[top.to_vec()], checksum, &mut listing).unwrap();
     let path = scratch.join("listing");
     std::fs::write(&path, &listing).unwrap();
     Manifest::read(&path).unwrap()
@@ -288,6 +293,58 @@ fn resume_sends_only_what_the_destination_lacks() {
     )
     .unwrap();
     assert_eq!((stats.resumed, stats.bytes), (0, big.len() as u64));
+}
+
+#[test]
+fn checksum_sends_again_a_copy_with_its_size_and_mtime_but_other_bytes() {
+    let d = tempfile::tempdir().expect("tempdir");
+    tree(d.path());
+    let src = d.path().join("src");
+    let out = d.path().join("out");
+    copy(&src, &out, false).expect("first copy");
+    // Damage the copy in the middle; put its mtime back.
+    let big = std::fs::read(src.join("big.bin")).unwrap();
+    let when = std::fs::metadata(out.join("big.bin"))
+        .unwrap()
+        .modified()
+        .unwrap();
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(out.join("big.bin"))
+            .unwrap();
+        f.write_all_at(b"rot", 1_500_000).unwrap();
+        f.set_modified(when).unwrap();
+    }
+    let opts = PackOptions {
+        recursive: true,
+        xattrs: false,
+        specials: false,
+    };
+    let resend = |checksum: bool| {
+        let m = listing_with(&out, b"src", d.path(), checksum);
+        let mut buf = Vec::new();
+        let stats = pack(std::slice::from_ref(&src), opts, Some(&m), &mut buf).unwrap();
+        (stats, buf)
+    };
+    // Size and mtime alone: nothing is sent.
+    let (stats, _) = resend(false);
+    assert_eq!(stats.bytes, 0, "{stats:?}");
+    // By content: the damaged file alone goes again, and is repaired.
+    let (stats, buf) = resend(true);
+    assert_eq!(stats.bytes, big.len() as u64, "{stats:?}");
+    assert_eq!(
+        stats.skipped, 3,
+        "a.txt, sparse and the odd name stay: {stats:?}"
+    );
+    let mut u = Unpacker::new(Dest::open(&out, false, Some(b"src")).unwrap(), "out", true);
+    u.write_all(&buf).unwrap();
+    u.flush().unwrap();
+    drop(u);
+    assert_eq!(std::fs::read(out.join("big.bin")).unwrap(), big);
+    let (stats, _) = resend(true);
+    assert_eq!(stats.bytes, 0, "repaired: {stats:?}");
 }
 
 #[test]

@@ -484,7 +484,7 @@ fn the_listing_does_not_delete_through_a_swapped_symlink() {
             rustix::io::read(&ino, &mut [0; 4096]).unwrap(); // the walk read `sub`
             rustix::fs::renameat_with(CWD, &sub, CWD, &lnk, RenameFlags::EXCHANGE).unwrap();
         });
-        list::list(&dst, true, &[b"top".to_vec()], &mut Vec::new()).unwrap();
+        list::list(&dst, true, &[b"top".to_vec()], false, &mut Vec::new()).unwrap();
         swap.join().unwrap();
         deleted = !out.join(".leak.rdcp-1-2").exists();
         if deleted {

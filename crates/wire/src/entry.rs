@@ -178,6 +178,9 @@ pub enum Entry {
         mtime: i64,
         /// Its mtime's nanoseconds.
         mtime_ns: u32,
+        /// The xxh3-64 of its content, in a listing made for
+        /// `rdcp --checksum` (tag 10 instead of 5).
+        hash: Option<u64>,
     },
     /// In a listing: a partial copy of `path` left by an interrupted copy.
     Partial {
@@ -370,12 +373,16 @@ impl Entry {
                 size,
                 mtime,
                 mtime_ns,
+                hash,
             } => {
-                out.push(5);
+                out.push(if hash.is_some() { 10 } else { 5 });
                 put_bytes(out, path.as_bytes());
                 out.extend_from_slice(&size.to_be_bytes());
                 out.extend_from_slice(&mtime.to_be_bytes());
                 out.extend_from_slice(&mtime_ns.to_be_bytes());
+                if let Some(h) = hash {
+                    out.extend_from_slice(&h.to_be_bytes());
+                }
             }
             Entry::Partial {
                 path,

@@ -163,18 +163,20 @@ pub fn start_pack(
     });
 }
 
-/// Starts `rdcp --resume`'s listing of `dest` (for sources named `tops`).
+/// Starts `rdcp --resume`'s listing of `dest` (for sources named `tops`;
+/// with each file's content hash for `--checksum`).
 pub fn start_list(
     dest: &str,
     must_be_dir: bool,
     tops: &[String],
+    checksum: bool,
     seg: &mut Segment,
     t: &mut Transfers,
 ) {
     let dest = PathBuf::from(home_path(dest));
     let tops: Vec<Vec<u8>> = tops.iter().map(|s| s.as_bytes().to_vec()).collect();
     send_produced(seg, t, move |out| {
-        if let Err(e) = list(&dest, must_be_dir, &tops, out) {
+        if let Err(e) = list(&dest, must_be_dir, &tops, checksum, out) {
             tracing::debug!("listing stopped: {e}");
         }
     });

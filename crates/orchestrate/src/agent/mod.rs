@@ -144,6 +144,10 @@ pub struct AgentArgs {
     /// `rdcp --resume`'s first step: send the listing of what DEST holds.
     #[arg(long, value_name = "DEST")]
     pub list: Option<String>,
+    /// With `--list`: each complete file's content hash too (rdcp's
+    /// `--checksum`).
+    #[arg(long)]
+    pub checksum: bool,
     /// With `--list`: a source's last component (repeated); with `--unpack`,
     /// the one source's name of a resumed copy.
     #[arg(long, value_name = "NAME")]
@@ -311,7 +315,7 @@ fn run(a: AgentArgs) -> bool {
         };
         copy::start_pack(&a.pack, opts, a.manifest.as_deref(), &mut seg, &mut t);
     } else if let Some(dest) = &a.list {
-        copy::start_list(dest, a.must_be_dir, &a.top, &mut seg, &mut t);
+        copy::start_list(dest, a.must_be_dir, &a.top, a.checksum, &mut seg, &mut t);
     } else if let Some(dest) = &a.unpack {
         let resumed_top = a.top.first().map(String::as_str);
         copy::start_unpack(

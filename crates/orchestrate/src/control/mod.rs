@@ -89,7 +89,7 @@ pub use usage::{CpuTimes, Usage};
 
 /// Version of the control protocol (`HELLO 5`). An agent of another version is
 /// not used.
-pub const PROTOCOL: u32 = 8;
+pub const PROTOCOL: u32 = 9;
 
 /// The most addresses one `PROBE` asks about (and an agent accepts).
 pub const MAX_PROBE: usize = 16;

@@ -145,6 +145,8 @@ pub enum Action {
         must_be_dir: bool,
         /// The sources' last components.
         tops: Vec<String>,
+        /// `--checksum`: each complete file's content hash too.
+        checksum: bool,
     },
     /// rdcp's destination side: the entry stream created beneath `dest`
     /// (`rdpipe_copy::Unpacker`).

@@ -131,6 +131,7 @@ pub fn action_args(action: &Action) -> Vec<String> {
             dest,
             must_be_dir,
             tops,
+            checksum,
         } => {
             v.extend(["--list".into(), dest.clone()]);
             for t in tops {
@@ -138,6 +139,9 @@ pub fn action_args(action: &Action) -> Vec<String> {
             }
             if *must_be_dir {
                 v.push("--must-be-dir".into());
+            }
+            if *checksum {
+                v.push("--checksum".into());
             }
         }
         Action::Unpack {

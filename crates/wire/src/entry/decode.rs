@@ -119,17 +119,19 @@ fn parse_entry(b: &[u8]) -> Result<Option<(Entry, usize)>, WireError> {
             path: need!(c.path()?),
             target: need!(c.path()?),
         },
-        5 => {
+        t @ (5 | 10) => {
             let path = need!(c.path()?);
             let (size, mtime, mtime_ns) = (need!(c.u64()), need!(c.u64()), need!(c.u32()));
             if mtime_ns >= 1_000_000_000 {
                 return Err(WireError::Entry("mode or mtime out of range"));
             }
+            let hash = if t == 10 { Some(need!(c.u64())) } else { None };
             Entry::Have {
                 path,
                 size,
                 mtime: mtime as i64,
                 mtime_ns,
+                hash,
             }
         }
         6 => Entry::Partial {

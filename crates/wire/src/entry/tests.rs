@@ -123,18 +123,24 @@ fn arb_item() -> impl Strategy<Value = Item> {
             data: vec![],
             end: None
         }),
-        (arb_path(), any::<u64>(), any::<i64>(), 0u32..1_000_000_000).prop_map(
-            |(path, size, mtime, mtime_ns)| Item {
+        (
+            arb_path(),
+            any::<u64>(),
+            any::<i64>(),
+            0u32..1_000_000_000,
+            proptest::option::of(any::<u64>())
+        )
+            .prop_map(|(path, size, mtime, mtime_ns, hash)| Item {
                 entry: Entry::Have {
                     path,
                     size,
                     mtime,
-                    mtime_ns
+                    mtime_ns,
+                    hash
                 },
                 data: vec![],
                 end: None
-            }
-        ),
+            }),
         (arb_path(), arb_name(), any::<u64>(), any::<u64>()).prop_map(|(path, tmp, size, hash)| {
             Item {
                 entry: Entry::Partial {
