@@ -45,6 +45,7 @@ fn packed() -> Vec<u8> {
         recursive: true,
         xattrs: false,
         specials: false,
+        direct: false,
     };
     pack(&[src.path().join("tree")], opts, None, &mut out).expect("pack");
     out

@@ -156,7 +156,8 @@ pub struct RunOpts {
     /// Write the `> FILE` and `>> FILE` segments with O_DIRECT, past the page
     /// cache (as `rdrecv --direct`): for big sequential streams to fast disks. A
     /// filesystem that refuses it is written the usual way (-v notes it); `--to`
-    /// sinks' `> FILE` too.
+    /// sinks' `> FILE` too. rdcp reads and writes every file of 1 MiB or more
+    /// so, on both hosts.
     #[arg(long)]
     pub direct: bool,
 

@@ -510,3 +510,78 @@ fn rdcp_resume_after_an_interrupted_copy_moves_only_the_rest() {
     assert_same_tree(&d.path("src"), &d.path("dst"));
     assert_no_temporary_files(&[&d.s("dst")]);
 }
+
+/// Bytes of `path` in the page cache (util-linux's fincore); `None` without it.
+fn cached(path: &Path) -> Option<u64> {
+    let out = std::process::Command::new("fincore")
+        .args(["--bytes", "--noheadings", "--output", "RES"])
+        .arg(path)
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    Some(text.trim().parse().unwrap_or_else(|_| {
+        panic!(
+            "fincore {}: {text:?} {}",
+            path.display(),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    }))
+}
+
+#[test]
+fn rdcp_direct_passes_the_page_cache_by_on_both_sides() {
+    need_ssh!();
+    let ssh = LocalSsh::start("rdcpdirect");
+    let d = &ssh.dir;
+    std::fs::create_dir_all(d.path("src")).unwrap();
+    let probe = rustix::fs::open(
+        d.path("src/probe"),
+        rustix::fs::OFlags::CREATE | rustix::fs::OFlags::WRONLY | rustix::fs::OFlags::DIRECT,
+        rustix::fs::Mode::from_raw_mode(0o600),
+    );
+    std::fs::remove_file(d.path("src/probe")).ok();
+    if let Err(e) = probe {
+        skip(
+            &test_name(),
+            &format!("the test directory refuses O_DIRECT: {e}"),
+        );
+        return;
+    }
+    let size = (32 << 20) + 4321;
+    let big = d.path("src/big");
+    std::fs::write(&big, random_bytes(size, 9)).unwrap();
+    std::fs::write(d.path("src/small"), b"small").unwrap();
+    let f = std::fs::File::open(&big).unwrap();
+    f.sync_all().unwrap();
+    rustix::fs::fadvise(&f, 0, 0, rustix::fs::Advice::DontNeed).unwrap();
+    let Some(before) = cached(&big) else {
+        skip(&test_name(), "needs fincore (util-linux-extra)");
+        return;
+    };
+    let copy = |flags: &[&str], to: &str| {
+        let mut a = args(&ssh, flags);
+        a.extend([format!("h1:{}", d.s("src")), format!("h2:{}", d.s(to))]);
+        run_rdcp(&a, None, LIMIT).ok();
+    };
+    copy(&["-r", "--direct"], "dst");
+    // Read and written past the cache: at most the unaligned tail and the
+    // small file went through it.
+    let (src_after, dst) = (cached(&big).unwrap(), cached(&d.path("dst/big")).unwrap());
+    assert!(
+        src_after <= before + (64 << 10),
+        "the source was read through the cache: {before} -> {src_after} bytes cached"
+    );
+    assert!(dst <= 64 << 10, "the copy is in the cache: {dst} bytes");
+    // Without --direct the same copy is cached: the check above means something.
+    copy(&["-r"], "plain");
+    let plain = cached(&d.path("plain/big")).unwrap();
+    eprintln!(
+        "bytes cached: source {before} -> {src_after}, --direct copy {dst}, plain copy {plain}"
+    );
+    assert!(
+        plain > size as u64 / 2,
+        "a plain copy left {plain} bytes cached"
+    );
+    assert_same_tree(&d.path("src"), &d.path("dst"));
+    assert_no_temporary_files(&[&d.s("dst")]);
+}

@@ -9,6 +9,7 @@
 //! does I/O on the network itself.
 
 pub mod beneath;
+pub mod direct;
 pub mod list;
 pub mod pack;
 pub mod unpack;

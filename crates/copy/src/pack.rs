@@ -16,6 +16,7 @@
 //! its trailer says `changed` and a warning names it. A read error part way is
 //! marked `unreadable` (the receiver discards the file) and counted as failed.
 
+use crate::direct::{self, Aligned, BLOCK, DIRECT_MIN};
 use crate::list::Manifest;
 use crate::warn;
 use rdpipe_wire::entry::{encode_start, Entry, FileEnd, Meta, RelPath, SpecialKind};
@@ -57,6 +58,8 @@ pub struct PackOptions {
     pub xattrs: bool,
     /// FIFOs, sockets and device nodes (`--specials`).
     pub specials: bool,
+    /// Big files read with `O_DIRECT` (`--direct`, [`crate::direct`]).
+    pub direct: bool,
 }
 
 const BUF: usize = 1 << 20;
@@ -75,7 +78,8 @@ struct Packer<'a, W: Write> {
     out: &'a mut W,
     manifest: Option<&'a Manifest>,
     head: Vec<u8>,
-    buf: Vec<u8>,
+    /// Aligned, for `O_DIRECT` reads.
+    buf: Aligned,
     links: HashMap<(u64, u64), RelPath>,
     opts: PackOptions,
     stats: PackStats,
@@ -95,7 +99,7 @@ pub fn pack<W: Write>(
         out,
         manifest,
         head: Vec::with_capacity(256),
-        buf: vec![0; BUF],
+        buf: Aligned::new(BUF),
         links: HashMap::new(),
         opts,
         stats: PackStats::default(),
@@ -409,6 +413,18 @@ impl<W: Write> Packer<'_, W> {
             use std::io::Seek;
             src.seek(std::io::SeekFrom::Start(offset))?;
         }
+        // `--direct`: whole aligned blocks from an aligned offset (the
+        // kernel returns the short last one).
+        let mut direct_on = self.opts.direct
+            && left >= DIRECT_MIN
+            && offset % BLOCK as u64 == 0
+            && match direct::set(&f, true) {
+                Ok(()) => true,
+                Err(e) => {
+                    direct::note_fallback("the filesystem refuses O_DIRECT", &e);
+                    false
+                }
+            };
         while left > 0 {
             let want = left.min(BUF as u64) as usize;
             let n = if short || error.is_some() {
@@ -416,13 +432,25 @@ impl<W: Write> Packer<'_, W> {
                 self.buf[..want].fill(0);
                 want
             } else {
-                match src.read(&mut self.buf[..want]) {
+                let ask = if direct_on {
+                    want.next_multiple_of(BLOCK)
+                } else {
+                    want
+                };
+                match src.read(&mut self.buf[..ask]) {
                     Ok(0) => {
                         short = true;
                         continue;
                     }
-                    Ok(n) => n,
+                    // A file grown since it was opened is cut at its size.
+                    Ok(n) => n.min(want),
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) if direct_on && direct::refused(&e) => {
+                        direct::note_fallback("a device refused an O_DIRECT read", &e);
+                        let _ = direct::set(&f, false);
+                        direct_on = false;
+                        continue;
+                    }
                     Err(e) => {
                         error = Some(e);
                         continue;

@@ -45,6 +45,7 @@ fn copy(src: &Path, dst: &Path, must_be_dir: bool) -> std::io::Result<()> {
             recursive: true,
             xattrs: true,
             specials: false,
+            direct: false,
         },
         None,
         &mut buf,
@@ -258,6 +259,7 @@ fn resume_sends_only_what_the_destination_lacks() {
             recursive: true,
             xattrs: false,
             specials: false,
+            direct: false,
         },
         Some(&m),
         &mut buf,
@@ -287,6 +289,7 @@ fn resume_sends_only_what_the_destination_lacks() {
             recursive: true,
             xattrs: false,
             specials: false,
+            direct: false,
         },
         Some(&m),
         &mut Vec::new(),
@@ -321,6 +324,7 @@ fn checksum_sends_again_a_copy_with_its_size_and_mtime_but_other_bytes() {
         recursive: true,
         xattrs: false,
         specials: false,
+        direct: false,
     };
     let resend = |checksum: bool| {
         let m = listing_with(&out, b"src", d.path(), checksum);
@@ -362,6 +366,7 @@ fn a_single_file_cut_short_is_continued_beside_its_name() {
             recursive: false,
             xattrs: false,
             specials: false,
+            direct: false,
         },
         Some(&m),
         &mut buf,
@@ -396,6 +401,7 @@ fn an_empty_partial_copy_is_reused_not_left_behind() {
             recursive: true,
             xattrs: false,
             specials: false,
+            direct: false,
         },
         Some(&m),
         &mut buf,
@@ -476,6 +482,7 @@ fn xattrs_and_acls_travel_and_others_do_not() {
             recursive: true,
             xattrs: false,
             specials: false,
+            direct: false,
         },
         None,
         &mut buf,
@@ -515,6 +522,7 @@ fn a_file_into_a_fifo_is_written_into_it_not_renamed_over_it() {
         recursive: false,
         xattrs: false,
         specials: false,
+        direct: false,
     };
     pack(&[src], opts, None, &mut stream).unwrap();
     let dest = Dest::open(&fifo, false, None).unwrap();

@@ -13,6 +13,7 @@ fn opts(specials: bool) -> PackOptions {
         recursive: true,
         xattrs: false,
         specials,
+        direct: false,
     }
 }
 

@@ -6,7 +6,7 @@
 //! It gets no holes, no metadata and no rename; a file whose checksum does
 //! not match is a failure like any other, though its bytes were written.
 
-use super::current::Current;
+use super::current::{Current, Sink};
 use super::{Dest, Unpacker};
 use rdpipe_wire::entry::Entry;
 use rdpipe_wire::StreamHasher;
@@ -28,14 +28,10 @@ impl Unpacker {
                     dir: None,
                     name: Vec::new(),
                     tmp: Vec::new(),
-                    file: Some(file),
-                    buffered: None,
-                    straight: true,
+                    sink: Sink::Straight(file),
                     meta,
                     size,
                     pos: 0,
-                    pend: Vec::new(),
-                    end: 0,
                     hash: StreamHasher::new(),
                     xattrs: Vec::new(),
                 });

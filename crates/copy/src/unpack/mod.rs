@@ -42,10 +42,10 @@ mod publish;
 mod special;
 
 use crate::beneath::{name, open_dir, umask};
-use crate::write::{reopen_partial, write_sparse, BLOCK};
+use crate::write::{reopen_partial, BLOCK};
 use crate::xattr::Attr;
 use crate::{shown, warn};
-use current::{Current, Start};
+use current::{Current, Sink, Start};
 use rdpipe_wire::entry::{Decoder, Entry, Event, Meta, RelPath};
 use rustix::fs::{AtFlags, Mode, OFlags, Timespec, Timestamps};
 use std::fs::File;
@@ -187,6 +187,8 @@ pub struct Unpacker {
     /// the stream's order still decides (a file, then a directory of the
     /// same name; a hard link to a file just sent).
     pending: std::collections::HashSet<Vec<u8>>,
+    /// `--direct`: big files written with `O_DIRECT` ([`crate::direct`]).
+    direct: bool,
 }
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
@@ -226,6 +228,7 @@ impl Unpacker {
             pool: None,
             create_threads: pool::threads(),
             pending: std::collections::HashSet::new(),
+            direct: false,
         }
     }
 
@@ -249,6 +252,13 @@ impl Unpacker {
     /// thread) instead of [`pool::threads`]'s choice.
     pub fn with_create_threads(mut self, n: usize) -> Unpacker {
         self.create_threads = n;
+        self
+    }
+
+    /// With `yes`, files of [`crate::direct::DIRECT_MIN`] bytes or more are
+    /// written with `O_DIRECT` where the filesystem allows it (`--direct`).
+    pub fn with_direct(mut self, yes: bool) -> Unpacker {
+        self.direct = yes;
         self
     }
 
@@ -545,9 +555,9 @@ impl Drop for Unpacker {
         // A stream cut part way: the file in progress stays under its
         // temporary name (never its own), for `rdcp --resume` to continue,
         // with what was written of it flushed out of the pending block.
-        if let Some(cur) = self.current.take() {
-            if let Some(file) = &cur.file {
-                let _ = write_sparse(file, &cur.pend, cur.pos - cur.pend.len() as u64);
+        if let Some(mut cur) = self.current.take() {
+            if let Sink::Temp(t) = &mut cur.sink {
+                let _ = t.flush(cur.pos);
             }
         }
     }

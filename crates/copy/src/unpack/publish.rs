@@ -3,10 +3,10 @@
 //! matched; at the stream's end the directories get their metadata and the
 //! run its verdict.
 
+use super::current::Sink;
 use super::pool::{set_meta, Done, Job, Pool};
 use super::{times, Current, Unpacker};
 use crate::warn;
-use crate::write::write_sparse;
 use rdpipe_wire::entry::{FileEnd, RelPath};
 use rustix::fs::Mode;
 use std::io;
@@ -16,28 +16,30 @@ impl Unpacker {
         let Some(mut cur) = self.current.take() else {
             return;
         };
-        if let Some(data) = cur.buffered.take() {
-            return self.end_buffered(cur, data, end);
-        }
-        if cur.straight {
-            // Written into the destination itself (`device.rs`).
-            if end.unreadable || cur.file.is_none() {
-                return;
+        let mut t = match std::mem::replace(&mut cur.sink, Sink::Discard) {
+            Sink::Discard => return,
+            Sink::Held(data) => return self.end_buffered(cur, data, end),
+            Sink::Straight(_) => {
+                // Written into the destination itself (`device.rs`).
+                if end.unreadable {
+                    return;
+                }
+                let result = if cur.pos == cur.size && cur.hash.digest() == end.checksum {
+                    Ok(())
+                } else {
+                    Err(io::Error::other(
+                        "its checksum does not match the sender's (its bytes were written)",
+                    ))
+                };
+                return self.counted(&cur.rel, cur.size, end.changed, result);
             }
-            let result = if cur.pos == cur.size && cur.hash.digest() == end.checksum {
-                Ok(())
-            } else {
-                Err(io::Error::other(
-                    "its checksum does not match the sender's (its bytes were written)",
-                ))
-            };
-            return self.counted(&cur.rel, cur.size, end.changed, result);
-        }
-        let (Some(file), Some(dir)) = (&cur.file, &cur.dir) else {
+            Sink::Temp(t) => t,
+        };
+        let Some(dir) = &cur.dir else {
             return;
         };
         let discard = |why: Option<String>, me: &mut Unpacker| {
-            cur.remove_tmp();
+            cur.unlink_tmp();
             if let Some(w) = why {
                 me.failed(&cur.rel, w);
             }
@@ -53,12 +55,12 @@ impl Unpacker {
             );
         }
         let r = (|| -> io::Result<()> {
-            let end = write_sparse(file, &cur.pend, cur.pos - cur.pend.len() as u64)?;
-            if cur.end.max(end) < cur.size {
+            t.flush(cur.pos)?;
+            if t.end < cur.size {
                 // It ends in a hole.
-                file.set_len(cur.size)?;
+                t.file.set_len(cur.size)?;
             }
-            set_meta(file, &cur.meta, &cur.xattrs, self.policy())
+            set_meta(&t.file, &cur.meta, &cur.xattrs, self.policy())
         })();
         if let Err(e) = r {
             return discard(Some(e.to_string()), self);

@@ -182,16 +182,13 @@ pub fn start_list(
     });
 }
 
-/// Starts the destination side of a copy.
-pub fn start_unpack(
-    dest: &str,
-    must_be_dir: bool,
-    preserve: bool,
-    specials: bool,
-    resumed_top: Option<&str>,
-    seg: &mut Segment,
-    t: &mut Transfers,
-) {
+/// Starts the destination side of a copy into `dest`, with `a`'s
+/// `--must-be-dir`, `--preserve`, `--specials`, `--direct` and `--top` (the
+/// one source's name of a resumed copy).
+pub fn start_unpack(dest: &str, a: &super::AgentArgs, seg: &mut Segment, t: &mut Transfers) {
+    let (must_be_dir, preserve, specials, direct) =
+        (a.must_be_dir, a.preserve, a.specials, a.direct);
+    let resumed_top = a.top.first().map(String::as_str);
     let dest = home_path(dest);
     seg.file_target = Some(dest.clone());
     let top = resumed_top.map(str::as_bytes);
@@ -202,7 +199,9 @@ pub fn start_unpack(
             t.spawn_recv(
                 Box::new(move || {
                     let u = Counted {
-                        u: Unpacker::new(d, &label, preserve).with_specials(specials),
+                        u: Unpacker::new(d, &label, preserve)
+                            .with_specials(specials)
+                            .with_direct(direct),
                         slot,
                         recorded: false,
                     };

@@ -161,7 +161,8 @@ pub struct AgentArgs {
     /// With `--unpack`: keep modes and times (rdcp's `-p`).
     #[arg(long)]
     pub preserve: bool,
-    /// Write `--write`/`--append`'s file with O_DIRECT (rdpipe's `--direct`).
+    /// Write `--write`/`--append`'s file with O_DIRECT (rdpipe's `--direct`);
+    /// with `--pack`/`--unpack`, read or write big files so (rdcp's).
     #[arg(long)]
     pub direct: bool,
     /// A `--to` sink of a fan-out: the incoming stream feeds the command (or
@@ -312,21 +313,13 @@ fn run(a: AgentArgs) -> bool {
             recursive: a.recursive,
             xattrs: a.xattrs,
             specials: a.specials,
+            direct: a.direct,
         };
         copy::start_pack(&a.pack, opts, a.manifest.as_deref(), &mut seg, &mut t);
     } else if let Some(dest) = &a.list {
         copy::start_list(dest, a.must_be_dir, &a.top, a.checksum, &mut seg, &mut t);
     } else if let Some(dest) = &a.unpack {
-        let resumed_top = a.top.first().map(String::as_str);
-        copy::start_unpack(
-            dest,
-            a.must_be_dir,
-            a.preserve,
-            a.specials,
-            resumed_top,
-            &mut seg,
-            &mut t,
-        );
+        copy::start_unpack(dest, &a, &mut seg, &mut t);
     }
     drop(t);
     seg.run(rx)

@@ -48,7 +48,12 @@ pub fn agent_args(p: &Pipeline, i: usize, a: &Config) -> Vec<String> {
     if a.quiet {
         v.push("--quiet".into());
     }
-    if a.direct && matches!(seg.action, Action::WriteFile { .. }) {
+    if a.direct
+        && matches!(
+            seg.action,
+            Action::WriteFile { .. } | Action::Pack { .. } | Action::Unpack { .. }
+        )
+    {
         v.push("--direct".into());
     }
     if let Some(f) = &a.log {
