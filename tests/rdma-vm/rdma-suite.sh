@@ -11,7 +11,7 @@
 # relink (a dead relay of an RDMA chain re-linked around; tests/rdma-vm/suite-relink.sh)
 # reconnect (an RDMA hop whose link goes down mid-stream resumes; tests/rdma-vm/suite-reconnect.sh)
 # compress (--compress over RDMA under each protection)
-# perf (default: all), and `ring`, `syscalls` and `relaycpu`, only when named
+# perf (default: all), and `ring`, `syscalls`, `relaycpu` and `rdcpbig` (tests/rdma-vm/suite-rdcp.sh), only when named
 # (measurements, not checks: --slots 2 / 4 / 8; system calls per chunk; the relay
 # host's CPU s/GB against rdrecv | rdsend).
 # Readiness: rdrecv --announce-fd writes its port into a FIFO, which this
@@ -352,7 +352,7 @@ rm -f "$W/rkill.out"
 
 fi
 
-if want rdpipe || want fabric || want fanout || want relaycpu || want relink; then
+if want rdpipe || want fabric || want fanout || want relaycpu || want relink || want rdcpbig; then
 echo "== rdpipe over RDMA: two 'hosts' (an sshd on rxe0's and on rxe1's address)"
 PIPE=$(rdma_bin rdpipe) || die "rdpipe not built (cargo build --release)"
 BIN_DIR=$(dirname "$PIPE")
@@ -511,6 +511,8 @@ fi
 . "$(dirname "$0")/suite-fanout.sh"
 # relink: a dead relay of an RDMA chain.
 . "$(dirname "$0")/suite-relink.sh"
+# rdcpbig: rdcp's rate for one big file against the plain transfer.
+. "$(dirname "$0")/suite-rdcp.sh"
 for f in "$S"/sshd-*.pid; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null; done
 rm -f "$W"/pipe*.out "$W/pipe.in"
 fi

@@ -17,15 +17,15 @@
 //! a stricter alignment) turns it off for that file: the bytes are the same,
 //! only the page cache is used; each side warns once.
 
-use std::fs::File;
+use rdpipe_transport::buf::PageBuf;
 use std::io;
-use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use rustix::fs::{fcntl_getfl, fcntl_setfl, OFlags};
+pub use rdpipe_transport::direct::set_direct as set;
 
-/// The alignment of every `O_DIRECT` access: memory, offset and length.
-pub const BLOCK: usize = crate::write::BLOCK;
+/// The alignment of every `O_DIRECT` access: memory, offset and length (the
+/// transport's, a multiple of every common logical block size).
+pub const BLOCK: usize = rdpipe_transport::direct::BLOCK;
 
 /// Files smaller than this are read and written through the page cache even
 /// with `--direct`.
@@ -34,51 +34,8 @@ pub const DIRECT_MIN: u64 = 1 << 20;
 /// The receiving side's staging buffer per file.
 pub const STAGE: usize = 1 << 20;
 
-/// A zeroed buffer whose first byte is [`BLOCK`]-aligned (a slice of a
-/// slightly larger `Vec`, as the transport's page buffers are; this crate
-/// does not depend on the transport).
-pub struct Aligned {
-    raw: Vec<u8>,
-    start: usize,
-    len: usize,
-}
-
-impl Aligned {
-    /// A zeroed, aligned buffer of `len` bytes.
-    pub fn new(len: usize) -> Aligned {
-        let raw = vec![0u8; len + BLOCK];
-        let start = match raw.as_ptr().align_offset(BLOCK) {
-            off if off < BLOCK => off,
-            _ => 0,
-        };
-        Aligned { raw, start, len }
-    }
-}
-
-impl Deref for Aligned {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        &self.raw[self.start..self.start + self.len]
-    }
-}
-
-impl DerefMut for Aligned {
-    fn deref_mut(&mut self) -> &mut [u8] {
-        &mut self.raw[self.start..self.start + self.len]
-    }
-}
-
-/// Turns `O_DIRECT` on or off for `file`.
-pub fn set(file: &File, on: bool) -> io::Result<()> {
-    let flags = fcntl_getfl(file)?;
-    let flags = if on {
-        flags | OFlags::DIRECT
-    } else {
-        flags - OFlags::DIRECT
-    };
-    fcntl_setfl(file, flags)?;
-    Ok(())
-}
+/// A zeroed buffer whose first byte is [`BLOCK`]-aligned.
+pub type Aligned = PageBuf;
 
 /// Whether `e` is the kernel refusing an `O_DIRECT` access's alignment.
 pub fn refused(e: &io::Error) -> bool {
@@ -110,21 +67,5 @@ impl Stage {
             filled: 0,
             at,
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn aligned_zeroed_and_of_the_asked_length_after_a_move() {
-        for len in [1, 4096, 1 << 20, 1000] {
-            let b = Aligned::new(len);
-            let b = std::thread::spawn(move || b).join().unwrap();
-            assert_eq!(b.len(), len);
-            assert_eq!(b.as_ptr() as usize % BLOCK, 0);
-            assert!(b.iter().all(|&x| x == 0));
-        }
     }
 }

@@ -51,7 +51,8 @@ pub struct Direct {
     on: bool,
 }
 
-fn set_direct(file: &File, on: bool) -> io::Result<()> {
+/// Turns `O_DIRECT` on or off for `file` (also rdcp's, `rdpipe_copy::direct`).
+pub fn set_direct(file: &File, on: bool) -> io::Result<()> {
     let flags = fcntl_getfl(file)?;
     let flags = if on {
         flags | OFlags::DIRECT
