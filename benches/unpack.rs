@@ -4,7 +4,8 @@
 //! 1 (the decoding thread), 2 and 4 threads. It tells whether the file
 //! system and the cores here create files faster in parallel, apart from a
 //! sender competing for the same cores. Figures, not pass/fail:
-//! `cargo bench --bench unpack`.
+//! `cargo bench --bench unpack`; `RDCP_BENCH_THREADS=1,4,8,16` picks the
+//! thread counts, `RDCP_BENCH_DIR` the file system (default /dev/shm).
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use rdpipe_copy::{pack, Dest, PackOptions, Unpacker};
@@ -14,6 +15,9 @@ use std::path::{Path, PathBuf};
 const FILES: usize = 5000;
 
 fn scratch() -> PathBuf {
+    if let Some(d) = std::env::var_os("RDCP_BENCH_DIR") {
+        return PathBuf::from(d);
+    }
     let shm = Path::new("/dev/shm");
     if shm.is_dir() {
         shm.to_path_buf()
@@ -56,7 +60,11 @@ fn unpack(c: &mut Criterion) {
     let mut g = c.benchmark_group("unpack");
     g.sample_size(10);
     g.throughput(Throughput::Elements(FILES as u64));
-    for threads in [1, 2, 4] {
+    let threads: Vec<usize> = std::env::var("RDCP_BENCH_THREADS")
+        .ok()
+        .map(|s| s.split(',').filter_map(|t| t.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![1, 2, 4]);
+    for threads in threads {
         g.bench_function(format!("{FILES} small files, {threads} threads"), |b| {
             b.iter_batched(
                 || tempfile::tempdir_in(scratch()).expect("dest"),
