@@ -9,7 +9,9 @@ use super::file::expand_home;
 use super::segment::Segment;
 use super::transfers::Transfers;
 use crate::control::{CopyCounts, Direction, Part};
-use rdpipe_copy::{list, pack, Dest, Manifest, PackOptions, Unpacker};
+use rdpipe_copy::pack::handoff::{handoff, Handoff};
+use rdpipe_copy::pack::pack_to;
+use rdpipe_copy::{list, Dest, Manifest, PackOptions, Unpacker};
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::PathBuf;
@@ -78,12 +80,7 @@ fn send_produced(
     t: &mut Transfers,
     produce: impl FnOnce(&mut BufWriter<File>) + Send + 'static,
 ) {
-    if seg.pending(Direction::In) {
-        t.spawn_recv(
-            Box::new(|| Ok(Box::new(io::sink()) as Box<dyn Write + Send>)),
-            None,
-        );
-    }
+    discard_incoming(seg, t);
     if !seg.pending(Direction::Out) {
         return;
     }
@@ -99,6 +96,40 @@ fn send_produced(
     let _ = rustix::pipe::fcntl_setpipe_size(&w, 1 << 20);
     std::thread::spawn(move || produce(&mut BufWriter::with_capacity(1 << 20, File::from(w))));
     t.spawn_send(File::from(r));
+}
+
+/// An incoming stream, if any, is read and discarded.
+fn discard_incoming(seg: &mut Segment, t: &mut Transfers) {
+    if seg.pending(Direction::In) {
+        t.spawn_recv(
+            Box::new(|| Ok(Box::new(io::sink()) as Box<dyn Write + Send>)),
+            None,
+        );
+    }
+}
+
+/// Starts the outgoing transfer from the packer `produce` runs on a thread
+/// of its own, handing big files to the transfer's thread
+/// ([`rdpipe_copy::pack::handoff`]: no pipe between them).
+fn send_packed(
+    seg: &mut Segment,
+    t: &mut Transfers,
+    produce: impl FnOnce(&mut Handoff) + Send + 'static,
+) {
+    discard_incoming(seg, t);
+    if !seg.pending(Direction::Out) {
+        return;
+    }
+    let (mut out, input) = match handoff() {
+        Ok(p) => p,
+        Err(e) => {
+            seg.drop_transfer(Direction::Out);
+            seg.setup_failed(Part::Agent, format!("cannot make an eventfd: {e}"));
+            return;
+        }
+    };
+    std::thread::spawn(move || produce(&mut out));
+    t.spawn_send(input);
 }
 
 /// Starts the source side of a copy; with `manifest` (`--resume`), what the
@@ -128,8 +159,8 @@ pub fn start_pack(
         .map(|s| PathBuf::from(home_path(s)))
         .collect();
     let slot = seg.copied.clone();
-    send_produced(seg, t, move |out| {
-        match pack(&sources, opts, manifest.as_ref(), out) {
+    send_packed(seg, t, move |out| {
+        match pack_to(&sources, opts, manifest.as_ref(), out) {
             Ok(s) => {
                 record(
                     &slot,

@@ -16,7 +16,6 @@
 //! its trailer says `changed` and a warning names it. A read error part way is
 //! marked `unreadable` (the receiver discards the file) and counted as failed.
 
-use crate::direct::{self, Aligned, BLOCK, DIRECT_MIN};
 use crate::list::Manifest;
 use crate::warn;
 use rdpipe_wire::entry::{encode_start, Entry, FileEnd, Meta, RelPath, SpecialKind};
@@ -24,10 +23,15 @@ use rdpipe_wire::StreamHasher;
 use rustix::fs::{Mode, OFlags};
 use std::collections::HashMap;
 use std::fs::{File, Metadata};
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
+
+pub mod handoff;
+mod out;
+use out::BUF;
+pub use out::{DataRead, PackOut, Writing};
 
 /// What a pack sent.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -62,8 +66,6 @@ pub struct PackOptions {
     pub direct: bool,
 }
 
-const BUF: usize = 1 << 20;
-
 fn meta_of(m: &Metadata) -> Meta {
     Meta {
         mode: m.mode() & 0o7777,
@@ -74,12 +76,10 @@ fn meta_of(m: &Metadata) -> Meta {
     }
 }
 
-struct Packer<'a, W: Write> {
-    out: &'a mut W,
+struct Packer<'a, O: PackOut> {
+    out: &'a mut O,
     manifest: Option<&'a Manifest>,
     head: Vec<u8>,
-    /// Aligned, for `O_DIRECT` reads.
-    buf: Aligned,
     links: HashMap<(u64, u64), RelPath>,
     opts: PackOptions,
     stats: PackStats,
@@ -95,18 +95,27 @@ pub fn pack<W: Write>(
     manifest: Option<&Manifest>,
     out: &mut W,
 ) -> io::Result<PackStats> {
+    pack_to(sources, opts, manifest, &mut Writing::new(out))
+}
+
+/// [`pack`] into any [`PackOut`] (the agent's is [`handoff`]'s).
+pub fn pack_to<O: PackOut>(
+    sources: &[PathBuf],
+    opts: PackOptions,
+    manifest: Option<&Manifest>,
+    out: &mut O,
+) -> io::Result<PackStats> {
     let mut p = Packer {
         out,
         manifest,
         head: Vec::with_capacity(256),
-        buf: Aligned::new(BUF),
         links: HashMap::new(),
         opts,
         stats: PackStats::default(),
     };
     p.head.clear();
     encode_start(sources.len() as u32, &mut p.head);
-    p.out.write_all(&p.head)?;
+    p.out.put(&p.head)?;
     for src in sources {
         p.operand(src)?;
     }
@@ -149,11 +158,11 @@ fn prefix_hash(f: &File, n: u64) -> io::Result<Option<u64>> {
     Ok(Some(h.digest()))
 }
 
-impl<W: Write> Packer<'_, W> {
+impl<O: PackOut> Packer<'_, O> {
     fn entry(&mut self, e: &Entry) -> io::Result<()> {
         self.head.clear();
         e.encode(&mut self.head);
-        self.out.write_all(&self.head)?;
+        self.out.put(&self.head)?;
         if !matches!(e, Entry::End { .. }) {
             self.stats.entries += 1;
         }
@@ -405,62 +414,12 @@ impl<W: Write> Packer<'_, W> {
                 size,
             })?;
         }
-        let mut h = StreamHasher::new();
-        let mut left = size - offset;
-        let (mut short, mut error) = (false, None);
         let mut src = &f;
         if offset > 0 {
             use std::io::Seek;
             src.seek(std::io::SeekFrom::Start(offset))?;
         }
-        // `--direct`: whole aligned blocks from an aligned offset (the
-        // kernel returns the short last one).
-        let mut direct_on = self.opts.direct
-            && left >= DIRECT_MIN
-            && offset % BLOCK as u64 == 0
-            && match direct::set(&f, true) {
-                Ok(()) => true,
-                Err(e) => {
-                    direct::note_fallback("the filesystem refuses O_DIRECT", &e);
-                    false
-                }
-            };
-        while left > 0 {
-            let want = left.min(BUF as u64) as usize;
-            let n = if short || error.is_some() {
-                // Padding after a short read or an error.
-                self.buf[..want].fill(0);
-                want
-            } else {
-                let ask = if direct_on {
-                    want.next_multiple_of(BLOCK)
-                } else {
-                    want
-                };
-                match src.read(&mut self.buf[..ask]) {
-                    Ok(0) => {
-                        short = true;
-                        continue;
-                    }
-                    // A file grown since it was opened is cut at its size.
-                    Ok(n) => n.min(want),
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(e) if direct_on && direct::refused(&e) => {
-                        direct::note_fallback("a device refused an O_DIRECT read", &e);
-                        let _ = direct::set(&f, false);
-                        direct_on = false;
-                        continue;
-                    }
-                    Err(e) => {
-                        error = Some(e);
-                        continue;
-                    }
-                }
-            };
-            h.update(&self.buf[..n]);
-            self.out.write_all(&self.buf[..n])?;
-            left -= n as u64;
-        }
+        let DataRead { hash, short, error } = self.out.data(&f, size - offset, self.opts.direct)?;
         let after = f.metadata().ok();
         let changed = short
             || after.as_ref().is_none_or(|a| {
@@ -471,12 +430,12 @@ impl<W: Write> Packer<'_, W> {
         let unreadable = error.is_some();
         self.head.clear();
         FileEnd {
-            checksum: h.digest(),
+            checksum: hash,
             changed: changed && !unreadable,
             unreadable,
         }
         .encode(&mut self.head);
-        self.out.write_all(&self.head)?;
+        self.out.put(&self.head)?;
         self.stats.bytes += size - offset;
         if let Some(e) = error {
             self.failed(format_args!("cannot read {}: {e}", path.display()));
