@@ -111,8 +111,14 @@ impl PackOut for Handoff {
 
     fn data(&mut self, f: &File, len: u64, direct: bool) -> io::Result<DataRead> {
         // `--direct` needs aligned reads, which a chunk filled from an
-        // unaligned point cannot take: those files are read here.
-        if direct || len < HANDOFF_MIN {
+        // unaligned point cannot take: those files are read here (as is one
+        // whose descriptor cannot be duplicated).
+        let handed = if direct || len < HANDOFF_MIN {
+            None
+        } else {
+            f.try_clone().ok()
+        };
+        let Some(file) = handed else {
             let (tx, batch) = (&self.tx, &mut self.batch);
             return read_through(f, len, direct, &mut self.buf, |b| {
                 batch.extend_from_slice(b);
@@ -122,10 +128,9 @@ impl PackOut for Handoff {
                 }
                 Ok(())
             });
-        }
+        };
         self.send_batch()?;
         let (reply, answer) = sync_channel(1);
-        let file = f.try_clone()?;
         self.tx
             .send(Msg::File { file, len, reply })
             .map_err(|_| gone())?;
