@@ -26,6 +26,26 @@ pub(crate) fn warn(what: std::fmt::Arguments<'_>) {
     eprintln!("rdcp: {what}");
 }
 
+/// Reads `f` from its start with positioned reads until `limit` bytes or its
+/// end: how many bytes that was, and their xxh3-64. The buffer is no larger
+/// than the file (at most 1 MiB): `--checksum` hashes every file of a tree.
+pub(crate) fn hash_file(f: &std::fs::File, limit: u64) -> std::io::Result<(u64, u64)> {
+    use std::os::unix::fs::FileExt;
+    let len = f.metadata()?.len().min(limit).clamp(1, 1 << 20);
+    let mut buf = vec![0; len as usize];
+    let mut h = rdpipe_wire::StreamHasher::new();
+    while h.bytes() < limit {
+        let want = (limit - h.bytes()).min(buf.len() as u64) as usize;
+        match f.read_at(&mut buf[..want], h.bytes()) {
+            Ok(0) => break,
+            Ok(k) => h.update(&buf[..k]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok((h.bytes(), h.digest()))
+}
+
 /// A path's bytes for a message (lossy: messages are text).
 pub(crate) fn shown(p: &[u8]) -> String {
     String::from_utf8_lossy(p).into_owned()

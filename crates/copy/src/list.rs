@@ -25,11 +25,10 @@
 
 use crate::warn;
 use rdpipe_wire::entry::{encode_start, Decoder, Entry, Event, RelPath};
-use rdpipe_wire::StreamHasher;
 use rustix::fs::{AtFlags, Mode, OFlags};
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -234,7 +233,7 @@ struct Candidate {
 /// following a link or blocking on a FIFO.
 fn hash_at(dir: &OwnedFd, name: &[u8]) -> io::Result<(u64, u64)> {
     let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
-    let mut f = File::from(rustix::fs::openat(
+    let f = File::from(rustix::fs::openat(
         dir,
         crate::beneath::name(name),
         flags,
@@ -243,16 +242,7 @@ fn hash_at(dir: &OwnedFd, name: &[u8]) -> io::Result<(u64, u64)> {
     if !f.metadata()?.is_file() {
         return Err(io::Error::other("not a regular file"));
     }
-    let mut h = StreamHasher::new();
-    let mut buf = vec![0; 1 << 20];
-    loop {
-        match f.read(&mut buf) {
-            Ok(0) => return Ok((h.bytes(), h.digest())),
-            Ok(n) => h.update(&buf[..n]),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
+    crate::hash_file(&f, u64::MAX)
 }
 
 /// A complete file at the destination.

@@ -3,7 +3,6 @@
 //! (`rdcp --resume`).
 
 use crate::beneath::name;
-use rdpipe_wire::StreamHasher;
 use rustix::fs::{Mode, OFlags};
 use std::fs::File;
 use std::io;
@@ -55,17 +54,11 @@ pub fn reopen_partial(
             "its partial copy belongs to another user or others may write it; not continued",
         ));
     }
-    let mut h = StreamHasher::new();
-    let mut buf = vec![0; 1 << 20];
-    while h.bytes() < offset {
-        let want = (offset - h.bytes()).min(buf.len() as u64) as usize;
-        let n = std::os::unix::fs::FileExt::read_at(&file, &mut buf[..want], h.bytes())?;
-        if n == 0 {
-            return Err(io::ErrorKind::UnexpectedEof.into());
-        }
-        h.update(&buf[..n]);
+    let (got, hash) = crate::hash_file(&file, offset)?;
+    if got < offset {
+        return Err(io::ErrorKind::UnexpectedEof.into());
     }
-    if h.digest() != prefix {
+    if hash != prefix {
         return Err(io::Error::other(
             "its partial copy changed since it was listed",
         ));

@@ -19,7 +19,6 @@
 use crate::list::Manifest;
 use crate::warn;
 use rdpipe_wire::entry::{encode_start, Entry, FileEnd, Meta, RelPath, SpecialKind};
-use rdpipe_wire::StreamHasher;
 use rustix::fs::{Mode, OFlags};
 use std::collections::HashMap;
 use std::fs::{File, Metadata};
@@ -30,7 +29,6 @@ use std::path::{Path, PathBuf};
 
 pub mod handoff;
 mod out;
-use out::BUF;
 pub use out::{DataRead, PackOut, Writing};
 
 /// What a pack sent.
@@ -143,19 +141,8 @@ fn top_name(src: &Path) -> Option<Vec<u8>> {
 /// xxh3-64 of the first `n` bytes of `f` (read with positioned reads), or
 /// `None` when it is shorter.
 fn prefix_hash(f: &File, n: u64) -> io::Result<Option<u64>> {
-    use std::os::unix::fs::FileExt;
-    let mut h = StreamHasher::new();
-    let mut buf = vec![0; BUF];
-    while h.bytes() < n {
-        let want = (n - h.bytes()).min(BUF as u64) as usize;
-        match f.read_at(&mut buf[..want], h.bytes()) {
-            Ok(0) => return Ok(None),
-            Ok(k) => h.update(&buf[..k]),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(Some(h.digest()))
+    let (got, hash) = crate::hash_file(f, n)?;
+    Ok((got == n).then_some(hash))
 }
 
 impl<O: PackOut> Packer<'_, O> {
