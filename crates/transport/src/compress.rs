@@ -174,6 +174,8 @@ struct Job {
     n: usize,
     out: Vec<u8>,
     level: Option<i32>,
+    /// Under `auto`: compressed only if [`Encoder::worth_trying`] says so.
+    sample: bool,
     packed: Packed,
 }
 
@@ -184,6 +186,7 @@ impl Job {
             n: 0,
             out: vec![0; room],
             level: None,
+            sample: false,
             packed: Packed::Stored,
         }
     }
@@ -194,8 +197,13 @@ impl Job {
         }
         self.packed = match self.level {
             Some(l) => ENCODER.with(|e| {
-                e.borrow_mut()
-                    .compress(&self.raw[..self.n], l, &mut self.out[..self.n])
+                let mut e = e.borrow_mut();
+                let raw = &self.raw[..self.n];
+                if self.sample && !e.worth_trying(raw, &mut self.out) {
+                    Packed::Stored
+                } else {
+                    e.compress(raw, l, &mut self.out[..self.n])
+                }
             }),
             None => Packed::Stored,
         };
@@ -318,6 +326,7 @@ impl Packer {
                 Ok(n) => {
                     job.n = n;
                     job.level = level;
+                    job.sample = self.mode == Compress::Auto;
                     self.dispatch(job);
                 }
                 Err(e) => {

@@ -1,6 +1,7 @@
 //! The compressed-chunk format (see the module above): the encoder that
 //! writes it and the decoder that checks and reads it.
 
+use super::adapt::INCOMPRESSIBLE;
 use zstd::zstd_safe::{self, CCtx, CParameter, DCtx, DParameter};
 
 /// Bytes after the body: `raw_len: u32 LE, kind: u8`.
@@ -9,6 +10,11 @@ pub const TRAILER_LEN: usize = 5;
 pub const KIND_STORED: u8 = 0;
 /// The body is one zstd frame.
 pub const KIND_ZSTD: u8 = 1;
+
+/// Bytes in each slice [`Encoder::worth_trying`] compresses.
+pub const SAMPLE: usize = 4096;
+/// Slices [`Encoder::worth_trying`] compresses.
+pub const SAMPLES: usize = 4;
 
 /// zstd's frame magic number, little endian on the wire.
 const ZSTD_MAGIC: [u8; 4] = 0xFD2F_B528u32.to_le_bytes();
@@ -136,6 +142,38 @@ impl Encoder {
             Ok(n) if n < raw.len() => Packed::Zstd(n),
             _ => Packed::Stored,
         }
+    }
+
+    /// Whether `raw` is worth compressing: [`SAMPLES`] slices of
+    /// [`SAMPLE`] bytes spread over it, each compressed at level 1 into
+    /// `scratch`, shrink together below [`INCOMPRESSIBLE`] of their size (as
+    /// btrfs samples a range before it compresses). A chunk no larger than
+    /// the samples is always worth trying. Trying a 256 KiB chunk of random
+    /// bytes at level 1 costs as much as the rest of its way out (read, seal,
+    /// send); the samples cost 1/16 of that.
+    pub fn worth_trying(&mut self, raw: &[u8], scratch: &mut [u8]) -> bool {
+        if raw.len() <= SAMPLES * SAMPLE * 2 || scratch.len() < SAMPLE {
+            return true;
+        }
+        if self
+            .cctx
+            .set_parameter(CParameter::CompressionLevel(1))
+            .is_err()
+        {
+            return true;
+        }
+        // A slice that does not fit in this room did not shrink enough.
+        let room = (SAMPLE as f64 * INCOMPRESSIBLE) as usize;
+        let stride = (raw.len() - SAMPLE) / (SAMPLES - 1);
+        let mut packed = 0;
+        for i in 0..SAMPLES {
+            let slice = &raw[i * stride..i * stride + SAMPLE];
+            packed += match self.cctx.compress2(&mut scratch[..room], slice) {
+                Ok(n) => n,
+                Err(_) => SAMPLE,
+            };
+        }
+        (packed as f64) < INCOMPRESSIBLE * (SAMPLES * SAMPLE) as f64
     }
 }
 
@@ -285,6 +323,42 @@ mod tests {
         let (len, _) = Encoder::new().pack(raw, Some(level), &mut out);
         out.truncate(len);
         out
+    }
+
+    /// `n` bytes from a xorshift generator.
+    fn noise(n: usize, seed: u64) -> Vec<u8> {
+        let mut x = seed | 1;
+        (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect()
+    }
+
+    #[test]
+    fn samples_tell_noise_from_text_and_small_chunks_are_always_tried() {
+        let mut e = Encoder::new();
+        let mut scratch = vec![0u8; 1 << 16];
+        assert!(!e.worth_trying(&noise(256 << 10, 7), &mut scratch));
+        let text: Vec<u8> = b"the quick brown fox jumps over the lazy dog 0123456789\n"
+            .iter()
+            .copied()
+            .cycle()
+            .take(256 << 10)
+            .collect();
+        assert!(e.worth_trying(&text, &mut scratch));
+        // Noise with text in one of the sampled places still shrinks enough.
+        let mut mixed = noise(256 << 10, 9);
+        mixed[..SAMPLE].copy_from_slice(&text[..SAMPLE]);
+        assert!(e.worth_trying(&mixed, &mut scratch));
+        // Too small to sample: tried whole.
+        assert!(e.worth_trying(&noise(SAMPLES * SAMPLE, 3), &mut scratch));
+        // The context still compresses at the level asked for afterwards.
+        let z = vec![0u8; 100_000];
+        assert!(matches!(e.compress(&z, 19, &mut scratch), Packed::Zstd(_)));
     }
 
     #[test]
