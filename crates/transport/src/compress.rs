@@ -9,7 +9,8 @@
 //! input has ready, so an interactive stream's chunk goes out as soon as it
 //! was read; and at [`AHEAD_BYTES`]. Under `auto`, a chunk to be stored
 //! without trying (the data does not compress, or compression is what binds)
-//! is read straight into the transport's buffer when nothing is in flight.
+//! is read straight into the transport's buffer once the chunks ahead of it
+//! are out: a pause costs what the stream without compression does.
 //! With one CPU, each chunk is compressed on the calling thread.
 //!
 //! The pool is not the seal pool's rayon threads: an idle rayon worker spins
@@ -20,8 +21,11 @@
 //!
 //! The level under `auto` ([`Adapt`]) follows what the send loop waits for:
 //! the time outside [`Packer::next`] (the transport has no free buffer: the
-//! socket or the receiver's credits are full; `--rate-limit`'s pacing) is the
-//! link's, the time waiting for the next chunk's worker is compression's.
+//! socket or the receiver's credits are full; `--rate-limit`'s pacing), less
+//! the time it sealed the chunk ([`Packer::worked`]), is the link's; the time
+//! waiting for the next chunk's worker is compression's. (Counting the seal
+//! as the link's raised the level on a fast path with idle cores until
+//! compression bound.)
 //!
 //! **Receiver**: each chunk, once opened under `--encrypt`, is checked and
 //! decompressed by [`rdpipe_wire::compress::Decoder`] into a buffer of the
@@ -216,6 +220,8 @@ pub(crate) struct Packer {
     adapt: Adapt,
     pool: Option<&'static Workers>,
     inflight: VecDeque<Receiver<Job>>,
+    /// The level taken from [`Adapt`] for a chunk not read yet.
+    held: Option<Option<i32>>,
     free: Vec<Job>,
     /// Raw bytes per chunk, from the first buffer lent.
     room: usize,
@@ -227,6 +233,9 @@ pub(crate) struct Packer {
     started_at: Option<Instant>,
     /// Time waiting for workers since the last report to [`Adapt`].
     cpu: Duration,
+    /// Time the send loop spent on the last chunk's own work (sealing)
+    /// outside [`Packer::next`]: not the link's.
+    own: Duration,
     pub(crate) stats: CompressStats,
 }
 
@@ -238,6 +247,7 @@ impl Packer {
             adapt: Adapt::new(),
             pool: workers(),
             inflight: VecDeque::new(),
+            held: None,
             free: Vec::new(),
             room: 0,
             depth: 1,
@@ -246,6 +256,7 @@ impl Packer {
             left_at: None,
             started_at: None,
             cpu: Duration::ZERO,
+            own: Duration::ZERO,
             stats: CompressStats::new(mode),
         }
     }
@@ -280,7 +291,9 @@ impl Packer {
         let now = Instant::now();
         if let (Some(left), Some(started)) = (self.left_at, self.started_at) {
             let cpu = std::mem::take(&mut self.cpu);
-            self.adapt.waited(now - left, cpu, now - started);
+            let own = std::mem::take(&mut self.own);
+            self.adapt
+                .waited((now - left).saturating_sub(own), cpu, now - started);
         }
         self.started_at = Some(now);
         let r = self.next_chunk(buf, src);
@@ -305,9 +318,15 @@ impl Packer {
             && self.err.is_none()
             && (self.inflight.is_empty() || src.ready())
         {
-            let level = self.level();
-            if level.is_none() && self.inflight.is_empty() {
-                // Stored without trying: straight into the buffer.
+            let level = self.held.take().unwrap_or_else(|| self.level());
+            if level.is_none() {
+                if !self.inflight.is_empty() {
+                    // Stored without trying, behind chunks on the pool:
+                    // those go first, then this one straight (a pause never
+                    // passes through the pool: no wake-up, no copy).
+                    self.held = Some(None);
+                    break;
+                }
                 let n = src.read(&mut buf[..self.room])?;
                 if n == 0 {
                     self.eof = true;
@@ -360,6 +379,12 @@ impl Packer {
         self.done(n, body, len, job.level, job.packed);
         self.free.push(job);
         Ok(len)
+    }
+
+    /// The send loop worked on the last chunk for `t` after [`Packer::next`]
+    /// (sealed it): that time is not a wait on the link.
+    pub(crate) fn worked(&mut self, t: Duration) {
+        self.own += t;
     }
 
     /// Compresses `job` on the pool (on this thread without one).
@@ -469,6 +494,32 @@ mod tests {
             assert!(s.stored >= 4, "{mode}: {s:?}");
             assert!(s.wire < s.raw, "{mode}: {s:?}");
         }
+    }
+
+    #[test]
+    fn a_pause_on_incompressible_data_reads_straight_into_the_buffer() {
+        // Every piece random: after the first window `auto` pauses for 16
+        // chunks; once the chunks on the pool are out, each paused chunk is
+        // read into the caller's buffer when asked for, not ahead of it.
+        let random: Vec<Vec<u8>> = pieces(60).into_iter().skip(1).step_by(2).collect();
+        let mut src = Script {
+            pieces: random.iter().cloned().map(Ok).collect(),
+            ready: true,
+            reads: 0,
+        };
+        let mut p = Packer::new(Compress::Auto);
+        let mut d = Decoder::new(1 << 20);
+        let mut buf = vec![0u8; 64 << 10];
+        let mut straight = 0;
+        for (i, w) in random.iter().enumerate() {
+            let n = p.next(&mut buf, &mut src).unwrap();
+            assert_eq!(d.decode(&buf[..n]).unwrap(), &w[..], "chunk {i}");
+            straight += usize::from(src.reads == i + 1);
+        }
+        assert_eq!(p.next(&mut buf, &mut src).unwrap(), 0);
+        let depth = MAX_WORKERS + 1;
+        assert!(straight >= 16 - depth, "{straight} chunks read straight");
+        assert_eq!(p.stats.stored, 30);
     }
 
     #[test]

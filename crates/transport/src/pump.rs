@@ -21,6 +21,7 @@ use rdpipe_wire::{Compress, Integrity, SessionKeys, StreamEnd, StreamHasher};
 use rustix::event::{poll, PollFd, PollFlags};
 use std::io::{self, Read, Write};
 use std::os::fd::AsFd;
+use std::time::Instant;
 
 /// Progress callback: total bytes so far.
 pub type Progress<'a> = &'a mut dyn FnMut(u64);
@@ -198,7 +199,15 @@ pub fn send_stream_with<R: Read + AsFd>(
                 pacer.get_or_insert_with(|| Pacer::new(r, room)).pace(n);
             }
             Ok(match (&mut sealer, n) {
-                (Some(s), 1..) => s.seal(buf, n),
+                (Some(s), 1..) => match &mut packer {
+                    Some(p) => {
+                        let t = Instant::now();
+                        let sealed = s.seal(buf, n);
+                        p.worked(t.elapsed());
+                        sealed
+                    }
+                    None => s.seal(buf, n),
+                },
                 _ => n,
             })
         });

@@ -1,5 +1,6 @@
 //! `--compress auto`: the level of the next chunk, from what bound the sender
-//! during the last few chunks, as `zstd --adapt` does.
+//! during the last few chunks, as `zstd --adapt` does, and whether
+//! compressing moves the stream faster than storing at all.
 //!
 //! The sender tells [`Adapt`] how long it waited on the link (no free buffer:
 //! the socket or the receiver's credits full, or `--rate-limit`'s pacing) and
@@ -7,23 +8,28 @@
 //! each chunk shrank. Every [`WINDOW`] compressed chunks it decides:
 //!
 //! - the chunks shrank by less than 3 % ([`INCOMPRESSIBLE`]): stop trying; the
-//!   next chunks go stored without compression for 16 chunks, then twice as
+//!   next chunks go stored without trying for 16 chunks, then twice as
 //!   many after each failed probe (up to 1024), and the probe starts again at
 //!   [`ADAPT_MIN`];
-//! - the link bound (its waits at least [`BOUND`] of the window's time and
-//!   more than compression's): one level up, to at most [`ADAPT_MAX`];
-//! - compression bound: one level down; at [`ADAPT_MIN`] already, it
-//!   compares the window's rate (uncompressed bytes per second) with the
-//!   rate of the last stretch of chunks stored without trying: the next
-//!   chunks go stored (16 chunks, then twice as many after each probe window
-//!   that is still slower, up to 1024) unless compressing was at least
-//!   [`KEEP_MARGIN`] times faster, so
-//!   that on a path faster than level 1 the stream costs little more than
-//!   without compression, and on a slow one level 1 stays;
-//! - neither (the input is what the sender waits for): no change.
+//! - compression bound above [`ADAPT_MIN`]: one level down;
+//! - the window moved fewer bytes per second than the last stretch stored
+//!   without trying did, times [`KEEP_MARGIN`]; or compression bound at
+//!   [`ADAPT_MIN`] before any stretch was stored: the next chunks go stored
+//!   (16, then twice as many after each probe window that is still slower,
+//!   up to 1024). What looks like the link from the sender can be the
+//!   receiver, whose single thread decompresses slower than the link
+//!   carries stored chunks: then storing is faster, whatever the level;
+//! - otherwise compression pays: the link bound (its waits at least
+//!   [`BOUND`] of the window's time and more than compression's): one level
+//!   up, to at most [`ADAPT_MAX`]; neither bound (the input is what the
+//!   sender waits for): no change. Every so many such windows a short
+//!   stretch goes stored to measure storing's rate again: after
+//!   [`TRIAL_FIRST`] windows, then 4 times as many, and at once
+//!   [`TRIAL_MAX`] where compressing was at least twice as fast (a slow
+//!   link: the stored stretches cost it at most 1 chunk in 256).
 //!
-//! The waits of a pause are not counted: each probe window is judged on its
-//! own chunks.
+//! The waits of a stored stretch are not counted in a window: each probe
+//! window is judged on its own chunks.
 
 use std::time::Duration;
 
@@ -48,6 +54,10 @@ pub const KEEP_MARGIN: f64 = 1.25;
 const FIRST_OFF: u32 = 16;
 /// The longest such pause.
 const MAX_OFF: u32 = 1024;
+/// Windows compressed before the first stretch stored to compare with.
+pub const TRIAL_FIRST: u32 = 4;
+/// The most windows compressed between two such stretches.
+pub const TRIAL_MAX: u32 = 256;
 
 /// What bound the sender during a window, as [`Adapt`] saw it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,11 +87,21 @@ pub struct Adapt {
     cpu: Duration,
     elapsed: Duration,
     last: Option<Binding>,
-    /// Raw bytes and time of the current stretch stored without trying.
+    /// A stretch stored without trying is under way, its raw bytes and
+    /// the time of its chunks.
+    pausing: bool,
     paused_raw: u64,
-    paused: Duration,
+    paused_time: Duration,
+    /// The last chunk counted went stored: the next waits are its.
+    last_stored: bool,
     /// That stretch's rate once it ended (bytes per second).
     stored_rate: Option<f64>,
+    /// A stretch ended since the last decision.
+    fresh: bool,
+    /// Windows that compression paid since the last stored stretch, and how
+    /// many before the next.
+    since_trial: u32,
+    trial_every: u32,
 }
 
 impl Default for Adapt {
@@ -105,9 +125,14 @@ impl Adapt {
             cpu: Duration::ZERO,
             elapsed: Duration::ZERO,
             last: None,
+            pausing: false,
             paused_raw: 0,
-            paused: Duration::ZERO,
+            paused_time: Duration::ZERO,
+            last_stored: false,
             stored_rate: None,
+            fresh: false,
+            since_trial: 0,
+            trial_every: TRIAL_FIRST,
         }
     }
 
@@ -116,21 +141,23 @@ impl Adapt {
     pub fn next_level(&mut self) -> Option<i32> {
         if self.off_for > 0 {
             self.off_for -= 1;
-            if self.off_for == 0 {
-                // The pause's own rate, for the next decision; its waits
-                // are not the probe's.
-                self.paused += self.elapsed;
-                if self.paused_raw > 0 && !self.paused.is_zero() {
-                    self.stored_rate = Some(self.paused_raw as f64 / self.paused.as_secs_f64());
-                }
-                self.paused_raw = 0;
-                self.paused = Duration::ZERO;
-                self.clear();
-            }
-            None
-        } else {
-            Some(self.level)
+            self.pausing = true;
+            return None;
         }
+        if std::mem::take(&mut self.pausing) {
+            // The stretch stored without trying is over: its rate, for the
+            // next decision (its waits are not the next window's).
+            if self.paused_raw > 0 && !self.paused_time.is_zero() {
+                self.stored_rate = Some(self.paused_raw as f64 / self.paused_time.as_secs_f64());
+                self.fresh = true;
+            }
+            self.paused_raw = 0;
+            self.paused_time = Duration::ZERO;
+            // Chunks compressed before the stretch began and sent during
+            // it are no window's.
+            self.clear();
+        }
+        Some(self.level)
     }
 
     /// The level compressed chunks get now (for reports).
@@ -143,24 +170,35 @@ impl Adapt {
         self.last
     }
 
-    /// Time spent since the last call: waiting on the link, waiting on
-    /// compression, and in all.
+    /// The time of the chunk counted last ([`Adapt::compressed`] or
+    /// [`Adapt::stored`]): waiting on the link, waiting on compression, and
+    /// in all.
     pub fn waited(&mut self, link: Duration, cpu: Duration, elapsed: Duration) {
-        self.link += link;
-        self.cpu += cpu;
-        self.elapsed += elapsed;
+        if self.last_stored {
+            self.paused_time += elapsed;
+        } else {
+            self.link += link;
+            self.cpu += cpu;
+            self.elapsed += elapsed;
+        }
     }
 
     /// A chunk of `raw` bytes stored without trying (a `None` from
     /// [`Adapt::next_level`]).
     pub fn stored(&mut self, raw: usize) {
         self.paused_raw += raw as u64;
+        self.last_stored = true;
     }
 
     /// A chunk that was compressed (at the level [`Adapt::next_level`] gave)
     /// from `raw` bytes to `packed` (`raw` if it went stored); decides at the
     /// end of a window.
     pub fn compressed(&mut self, raw: usize, packed: usize) {
+        self.last_stored = false;
+        if self.pausing {
+            // Compressed before the stretch began: judged by no window.
+            return;
+        }
         self.chunks += 1;
         self.raw += raw as u64;
         self.packed += packed.min(raw) as u64;
@@ -178,35 +216,48 @@ impl Adapt {
             Binding::Neither
         };
         self.last = Some(binding);
+        let fresh = std::mem::take(&mut self.fresh);
         if ratio > INCOMPRESSIBLE {
             self.off_for = self.next_off;
             self.next_off = (self.next_off * 2).min(MAX_OFF);
             self.level = ADAPT_MIN;
-        } else {
-            self.next_off = FIRST_OFF;
-            match binding {
-                Binding::Link => {
+            self.clear();
+            return;
+        }
+        self.next_off = FIRST_OFF;
+        // Compressing's rate over storing's, where a stretch was stored.
+        let beats = self.stored_rate.map(|s| self.raw as f64 / total / s);
+        match binding {
+            Binding::Cpu if self.level > ADAPT_MIN => self.level -= 1,
+            _ if beats.is_some_and(|b| b < KEEP_MARGIN) => self.store_for_a_while(),
+            Binding::Cpu if beats.is_none() => self.store_for_a_while(),
+            b => {
+                if fresh {
+                    self.next_cpu_off = FIRST_OFF;
+                    self.trial_every = if beats.is_some_and(|b| b >= 2.0) {
+                        TRIAL_MAX
+                    } else {
+                        (self.trial_every * 4).min(TRIAL_MAX)
+                    };
+                }
+                if b == Binding::Link {
                     self.level = (self.level + 1).min(ADAPT_MAX);
-                    self.next_cpu_off = FIRST_OFF;
                 }
-                Binding::Cpu if self.level > ADAPT_MIN => self.level -= 1,
-                Binding::Cpu
-                    if self
-                        .stored_rate
-                        .is_some_and(|s| self.raw as f64 / total >= KEEP_MARGIN * s) =>
-                {
-                    // Compressing still beats storing: the link is the
-                    // limit after all.
-                    self.next_cpu_off = FIRST_OFF;
+                self.since_trial += 1;
+                if self.since_trial >= self.trial_every {
+                    self.since_trial = 0;
+                    self.off_for = WINDOW;
                 }
-                Binding::Cpu => {
-                    self.off_for = self.next_cpu_off;
-                    self.next_cpu_off = (self.next_cpu_off * 2).min(MAX_OFF);
-                }
-                Binding::Neither => {}
             }
         }
         self.clear();
+    }
+
+    /// Stores the next chunks without trying, twice as many as last time.
+    fn store_for_a_while(&mut self) {
+        self.off_for = self.next_cpu_off;
+        self.next_cpu_off = (self.next_cpu_off * 2).min(MAX_OFF);
+        self.since_trial = 0;
     }
 
     /// Starts a new window.
@@ -224,6 +275,31 @@ impl Adapt {
 mod tests {
     use super::*;
 
+    /// Feeds chunks until [`WINDOW`] were compressed, 1000 bytes each shrunk
+    /// to `ratio`, each waiting `link_ms` on the link and `cpu_ms` on
+    /// compression of its 10 ms; a chunk to be stored takes `stored_ms`.
+    /// Returns how many went stored.
+    fn window_with(a: &mut Adapt, ratio: f64, link_ms: u64, cpu_ms: u64, stored_ms: u64) -> u32 {
+        let ms = Duration::from_millis;
+        let (mut compressed, mut stored) = (0, 0);
+        while compressed < WINDOW {
+            match a.next_level() {
+                Some(_) => {
+                    a.compressed(1000, (1000.0 * ratio) as usize);
+                    a.waited(ms(link_ms), ms(cpu_ms), ms(10));
+                    compressed += 1;
+                }
+                None => {
+                    a.stored(1000);
+                    a.waited(ms(stored_ms), ms(0), ms(stored_ms));
+                    stored += 1;
+                }
+            }
+        }
+        stored
+    }
+
+    /// A window none of whose chunks may go stored.
     fn window(a: &mut Adapt, ratio: f64, link_ms: u64, cpu_ms: u64) {
         for _ in 0..WINDOW {
             let level = a.next_level();
@@ -239,16 +315,32 @@ mod tests {
 
     #[test]
     fn a_slow_link_raises_the_level_to_the_top_and_cpu_lowers_it() {
+        // The link carries a stored chunk in 25 ms, a compressed one in 10.
         let mut a = Adapt::new();
-        for _ in 0..30 {
-            window(&mut a, 0.4, 8, 0);
-        }
+        let stored: u32 = (0..30).map(|_| window_with(&mut a, 0.4, 8, 0, 25)).sum();
         assert_eq!(a.level(), ADAPT_MAX);
         assert_eq!(a.last_binding(), Some(Binding::Link));
+        // One stretch measured storing: 2.5x slower, not tried again soon.
+        assert_eq!(stored, WINDOW);
         window(&mut a, 0.4, 0, 5);
         assert_eq!(a.level(), ADAPT_MAX - 1);
         window(&mut a, 0.4, 0, 0);
         assert_eq!(a.level(), ADAPT_MAX - 1, "input-bound: kept");
+    }
+
+    #[test]
+    fn a_receiver_slower_than_the_link_makes_storing_win_whatever_the_level() {
+        // Compressed chunks wait on the receiver (10 ms each, seen as the
+        // link); stored ones pass in 4 ms.
+        let mut a = Adapt::new();
+        let mut stored = Vec::new();
+        for _ in 0..12 {
+            stored.push(window_with(&mut a, 0.4, 8, 0, 4));
+        }
+        // Four windows up, the trial stretch, then stretches twice as long
+        // after each probe window.
+        assert_eq!(stored[..8], [0, 0, 0, 0, WINDOW, 16, 32, 64]);
+        assert!(stored.iter().sum::<u32>() > 12 * WINDOW * 5);
     }
 
     /// Stores the chunks of a pause, `ms` each; returns how many.
