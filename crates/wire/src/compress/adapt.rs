@@ -18,7 +18,8 @@
 //!   (16, then twice as many after each probe window that is still slower,
 //!   up to 1024). What looks like the link from the sender can be the
 //!   receiver, whose single thread decompresses slower than the link
-//!   carries stored chunks: then storing is faster, whatever the level;
+//!   carries stored chunks: then storing is faster, whatever the level,
+//!   and the next probe starts again at [`ADAPT_MIN`];
 //! - otherwise compression pays: the link bound (its waits at least
 //!   [`BOUND`] of the window's time and more than compression's): one level
 //!   up, to at most [`ADAPT_MAX`]; neither bound (the input is what the
@@ -229,7 +230,12 @@ impl Adapt {
         let beats = self.stored_rate.map(|s| self.raw as f64 / total / s);
         match binding {
             Binding::Cpu if self.level > ADAPT_MIN => self.level -= 1,
-            _ if beats.is_some_and(|b| b < KEEP_MARGIN) => self.store_for_a_while(),
+            _ if beats.is_some_and(|b| b < KEEP_MARGIN) => {
+                // The next probe at the cheapest level: the one most likely
+                // to beat storing (the link raises it again if it binds).
+                self.level = ADAPT_MIN;
+                self.store_for_a_while();
+            }
             Binding::Cpu if beats.is_none() => self.store_for_a_while(),
             b => {
                 if fresh {
@@ -341,6 +347,8 @@ mod tests {
         // after each probe window.
         assert_eq!(stored[..8], [0, 0, 0, 0, WINDOW, 16, 32, 64]);
         assert!(stored.iter().sum::<u32>() > 12 * WINDOW * 5);
+        // Each probe at the cheapest level.
+        assert_eq!(a.level(), ADAPT_MIN);
     }
 
     /// Stores the chunks of a pause, `ms` each; returns how many.
