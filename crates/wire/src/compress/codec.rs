@@ -430,15 +430,7 @@ mod tests {
 
     #[test]
     fn stored_and_corrupt_and_short() {
-        let mut x = 0x9E37_79B9_7F4A_7C15u64;
-        let raw: Vec<u8> = (0..5000)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                (x >> 24) as u8
-            })
-            .collect();
+        let raw = noise(5000, 0x9E37_79B9_7F4A_7C15);
         let c = pack(&raw, 3);
         assert_eq!(c[c.len() - 1], KIND_STORED);
         let mut d = Decoder::new(1 << 20);
