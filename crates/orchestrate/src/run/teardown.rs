@@ -7,14 +7,19 @@ use super::Runner;
 use crate::ssh::Master;
 use rustix::process::{kill_process, Pid, Signal};
 use std::time::{Duration, Instant};
-use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::mpsc;
 use tracing::debug;
 
 /// SIGINT, SIGTERM and SIGHUP as one stream of signal numbers.
+///
+/// Caught with signal-hook's iterator on a thread of its own, not tokio's
+/// `signal()`: tokio installs the handler before it subscribes the stream, and
+/// a signal its driver broadcasts in between has no listener and is dropped,
+/// the default action already replaced. A SIGINT in rdpipe's first
+/// milliseconds was lost that way on a loaded machine, and `yes | cat` ran on.
+/// signal-hook records each signal from the moment its handler is installed.
 pub struct Signals {
-    int: Option<tokio::signal::unix::Signal>,
-    term: Option<tokio::signal::unix::Signal>,
-    hup: Option<tokio::signal::unix::Signal>,
+    rx: mpsc::UnboundedReceiver<i32>,
 }
 
 impl Default for Signals {
@@ -24,29 +29,19 @@ impl Default for Signals {
 }
 
 impl Signals {
-    /// Catches the three signals (one that cannot be caught is left alone).
+    /// Catches the three signals (when they cannot be caught, their default
+    /// action stops rdpipe instead).
     pub fn new() -> Signals {
-        Signals {
-            int: signal(SignalKind::interrupt()).ok(),
-            term: signal(SignalKind::terminate()).ok(),
-            hup: signal(SignalKind::hangup()).ok(),
-        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        crate::guard::on_stop_signals(move |s| tx.send(s).is_ok());
+        Signals { rx }
     }
 
     /// The next signal's number.
     pub async fn next(&mut self) -> i32 {
-        async fn one(s: &mut Option<tokio::signal::unix::Signal>) {
-            match s {
-                Some(s) => {
-                    s.recv().await;
-                }
-                None => std::future::pending().await,
-            }
-        }
-        tokio::select! {
-            _ = one(&mut self.int) => 2,
-            _ = one(&mut self.term) => 15,
-            _ = one(&mut self.hup) => 1,
+        match self.rx.recv().await {
+            Some(s) => s,
+            None => std::future::pending().await,
         }
     }
 }
