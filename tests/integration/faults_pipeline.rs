@@ -380,10 +380,17 @@ fn signal_at(sig: &str, num: i32, tag: &str) {
             }
             When::AtTheEnd => {
                 // `sleep` runs once `cat` has written its output; the agent
-                // still has to pass it on to rdpipe's stdout: a margin for
-                // that on a loaded machine.
+                // still passes it on: the signal comes once it is on
+                // rdpipe's stdout (the data is all there, the run is not over).
                 wait_for(&format!("^sleep {nap}"), Duration::from_secs(20));
-                rng.millis(250, 500)
+                assert!(
+                    s.wait_stdout_ends_with(
+                        format!("{mark}\n").as_bytes(),
+                        Duration::from_secs(20)
+                    ),
+                    "the output never reached rdpipe's stdout"
+                );
+                rng.millis(0, 250)
             }
         };
         std::thread::sleep(at);

@@ -5,6 +5,7 @@ use super::procs::poll;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The rdpipe binary under test.
@@ -65,7 +66,9 @@ pub struct Started {
     pub child: Child,
     pub cmdline: String,
     start: Instant,
-    out: std::thread::JoinHandle<Vec<u8>>,
+    /// stdout so far (the reading thread appends as it reads).
+    out_so_far: Arc<Mutex<Vec<u8>>>,
+    out: std::thread::JoinHandle<()>,
     err: std::thread::JoinHandle<Vec<u8>>,
 }
 
@@ -116,10 +119,13 @@ pub fn start_tool(
     }
     let mut so = child.stdout.take().unwrap();
     let mut se = child.stderr.take().unwrap();
+    let out_so_far = Arc::new(Mutex::new(Vec::new()));
+    let sink = out_so_far.clone();
     let out = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = so.read_to_end(&mut v);
-        v
+        let mut b = vec![0u8; 64 << 10];
+        while let Ok(n @ 1..) = so.read(&mut b) {
+            sink.lock().unwrap().extend_from_slice(&b[..n]);
+        }
     });
     let err = std::thread::spawn(move || {
         let mut v = Vec::new();
@@ -130,12 +136,26 @@ pub fn start_tool(
         child,
         cmdline,
         start: Instant::now(),
+        out_so_far,
         out,
         err,
     }
 }
 
 impl Started {
+    /// Waits until rdpipe's stdout so far ends with `tail` (a readiness
+    /// signal: the output has reached rdpipe's stdout); false after `limit`.
+    pub fn wait_stdout_ends_with(&self, tail: &[u8], limit: Duration) -> bool {
+        poll(limit, Duration::from_millis(10), || {
+            self.out_so_far
+                .lock()
+                .unwrap()
+                .ends_with(tail)
+                .then_some(())
+        })
+        .is_some()
+    }
+
     /// Waits at most `limit`, killing rdpipe (and failing the test) past it.
     /// Interrupts rdpipe with SIGINT (as Ctrl-C does) and expects it to stop
     /// promptly with status 130.
@@ -167,7 +187,10 @@ impl Started {
         let elapsed = self.start.elapsed();
         Run {
             status,
-            stdout: self.out.join().unwrap_or_default(),
+            stdout: {
+                let _ = self.out.join();
+                std::mem::take(&mut *self.out_so_far.lock().unwrap())
+            },
             stderr: String::from_utf8_lossy(&self.err.join().unwrap_or_default()).into_owned(),
             cmdline: self.cmdline,
             elapsed,
