@@ -220,8 +220,9 @@ pub(crate) struct Packer {
     adapt: Adapt,
     pool: Option<&'static Workers>,
     inflight: VecDeque<Receiver<Job>>,
-    /// The level taken from [`Adapt`] for a chunk not read yet.
-    held: Option<Option<i32>>,
+    /// [`Adapt`] said to store the next chunk without trying; it is not
+    /// read yet (the chunks on the pool go first).
+    store_next: bool,
     free: Vec<Job>,
     /// Raw bytes per chunk, from the first buffer lent.
     room: usize,
@@ -247,7 +248,7 @@ impl Packer {
             adapt: Adapt::new(),
             pool: workers(),
             inflight: VecDeque::new(),
-            held: None,
+            store_next: false,
             free: Vec::new(),
             room: 0,
             depth: 1,
@@ -318,13 +319,16 @@ impl Packer {
             && self.err.is_none()
             && (self.inflight.is_empty() || src.ready())
         {
-            let level = self.held.take().unwrap_or_else(|| self.level());
+            let level = match std::mem::take(&mut self.store_next) {
+                true => None,
+                false => self.level(),
+            };
             if level.is_none() {
                 if !self.inflight.is_empty() {
                     // Stored without trying, behind chunks on the pool:
                     // those go first, then this one straight (a pause never
                     // passes through the pool: no wake-up, no copy).
-                    self.held = Some(None);
+                    self.store_next = true;
                     break;
                 }
                 let n = src.read(&mut buf[..self.room])?;
