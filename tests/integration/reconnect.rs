@@ -5,8 +5,9 @@
 //! answers with resets for a while, then recovers (the receiver never saw
 //! the loss: the returning sender replaces its connection); one that stays
 //! broken past the timeout fails within the bound, leaving `FILE` as it
-//! was; and an rdpipe pipeline whose hop is reset mid-stream, byte-exact,
-//! with the reconnect in `--json`.
+//! was; an rdpipe pipeline whose hop is reset mid-stream, byte-exact, with
+//! the reconnect in `--json`; and an rdcp copy of a tree (small files and
+//! big ones) reset the same way, equal to its source.
 
 use crate::support::*;
 use std::io::{Read, Write};
@@ -315,6 +316,79 @@ fn an_rdpipe_hop_reset_mid_stream_resumes_and_reports_it() {
     let reconnects = json_reconnects(&json);
     assert!(
         reconnects >= 1,
+        "{}",
+        std::fs::read_to_string(&json).unwrap()
+    );
+}
+
+/// rdcp's stream mixes pieces the packing thread batched (entries, small
+/// files) with big files the transfer's thread reads itself; a reset in the
+/// middle makes the sender resend from its window across both kinds.
+#[test]
+fn an_rdcp_copy_reset_mid_stream_resumes_byte_exact() {
+    need_reset!();
+    let dir = Scratch::new("rdcpreconnect");
+    let src = dir.path("src");
+    std::fs::create_dir_all(src.join("sub")).unwrap();
+    for i in 0..40 {
+        std::fs::write(
+            src.join(format!("a{i:02}")),
+            random_bytes(1000 + i * 97, i as u64),
+        )
+        .unwrap();
+    }
+    std::fs::write(src.join("big1"), random_bytes(40 << 20, 41)).unwrap();
+    std::fs::write(src.join("sub/big2"), random_bytes(24 << 20, 42)).unwrap();
+    for i in 0..40 {
+        std::fs::write(
+            src.join(format!("sub/z{i:02}")),
+            random_bytes(3000 + i * 31, 100 + i as u64),
+        )
+        .unwrap();
+    }
+    let json = dir.path("run.json");
+    let dst = dir.path("dst");
+    let args: Vec<String> = [
+        "-r",
+        "--rate-limit",
+        "32M",
+        "--json",
+        json.to_str().unwrap(),
+        src.to_str().unwrap(),
+        dst.to_str().unwrap(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let started = start_tool(&rdcp(), &[], &args, None);
+    let pid = started.child.id();
+    // Readiness: the first big file is partly written (under its
+    // temporary name).
+    wait_until("big1 partly copied", Duration::from_secs(30), || {
+        std::fs::read_dir(&dst)
+            .ok()?
+            .filter_map(Result::ok)
+            .find(|e| e.file_name().to_string_lossy().starts_with(".big1.rdcp-"))
+            .filter(|e| e.metadata().is_ok_and(|m| m.len() > 8 << 20))
+    });
+    let agents = children(pid);
+    let killed: usize = agents.iter().map(|&a| reset_process(a)).sum();
+    assert!(killed > 0, "no hop connection found among {agents:?}");
+    let r = started.finish(Duration::from_secs(90));
+    r.ok();
+    let diff = Command::new("diff")
+        .arg("-r")
+        .arg(&src)
+        .arg(&dst)
+        .output()
+        .unwrap();
+    assert!(
+        diff.status.success(),
+        "the copy differs: {}",
+        String::from_utf8_lossy(&diff.stdout)
+    );
+    assert!(
+        json_reconnects(&json) >= 1,
         "{}",
         std::fs::read_to_string(&json).unwrap()
     );
