@@ -35,7 +35,7 @@ fn make_tree(root: &Path) {
 /// Asserts that `b` is a copy of `a`: same names, bytes, link targets, modes
 /// and mtimes (to the second at least), hard links kept, nodes of the same
 /// kind and device number.
-fn assert_same_tree(a: &Path, b: &Path) {
+pub(crate) fn assert_same_tree(a: &Path, b: &Path) {
     let mut names: Vec<_> = std::fs::read_dir(a)
         .unwrap()
         .map(|e| e.unwrap().file_name())

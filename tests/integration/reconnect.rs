@@ -281,6 +281,13 @@ fn reset_process(pid: u32) -> usize {
     n
 }
 
+/// Resets the hop connections of the agents that process `pid` started.
+fn reset_agents(pid: u32) {
+    let agents = children(pid);
+    let killed: usize = agents.iter().map(|&a| reset_process(a)).sum();
+    assert!(killed > 0, "no hop connection found among {agents:?}");
+}
+
 #[test]
 fn an_rdpipe_hop_reset_mid_stream_resumes_and_reports_it() {
     need_reset!();
@@ -307,9 +314,7 @@ fn an_rdpipe_hop_reset_mid_stream_resumes_and_reports_it() {
         (std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0) > 8 << 20).then_some(())
     });
     // The first segment's agent sends the hop: reset its connection.
-    let agents = children(pid);
-    let killed: usize = agents.iter().map(|&a| reset_process(a)).sum();
-    assert!(killed > 0, "no hop connection found among {agents:?}");
+    reset_agents(pid);
     let r = started.finish(Duration::from_secs(60));
     r.ok();
     assert!(read(&out) == data, "output differs");
@@ -371,22 +376,10 @@ fn an_rdcp_copy_reset_mid_stream_resumes_byte_exact() {
             .find(|e| e.file_name().to_string_lossy().starts_with(".big1.rdcp-"))
             .filter(|e| e.metadata().is_ok_and(|m| m.len() > 8 << 20))
     });
-    let agents = children(pid);
-    let killed: usize = agents.iter().map(|&a| reset_process(a)).sum();
-    assert!(killed > 0, "no hop connection found among {agents:?}");
+    reset_agents(pid);
     let r = started.finish(Duration::from_secs(90));
     r.ok();
-    let diff = Command::new("diff")
-        .arg("-r")
-        .arg(&src)
-        .arg(&dst)
-        .output()
-        .unwrap();
-    assert!(
-        diff.status.success(),
-        "the copy differs: {}",
-        String::from_utf8_lossy(&diff.stdout)
-    );
+    crate::rdcp::assert_same_tree(&src, &dst);
     assert!(
         json_reconnects(&json) >= 1,
         "{}",
