@@ -319,9 +319,10 @@ impl Packer {
             && self.err.is_none()
             && (self.inflight.is_empty() || src.ready())
         {
-            let level = match std::mem::take(&mut self.store_next) {
-                true => None,
-                false => self.level(),
+            let level = if std::mem::take(&mut self.store_next) {
+                None
+            } else {
+                self.level()
             };
             if level.is_none() {
                 if !self.inflight.is_empty() {
