@@ -71,3 +71,95 @@ fn a_transfer_that_stops_reading_stops_the_packer() {
     let r = packer.join().unwrap();
     assert!(r.is_err(), "{r:?}");
 }
+
+/// Reads the whole stream with `input` keeping a window of `cap` bytes and,
+/// every `probe` bytes, checks that the window gives back every offset it
+/// claims exactly as the stream had it.
+fn read_checking_the_window(src: &Path, cap: usize, read_size: usize, probe: usize) -> Vec<u8> {
+    use rdpipe_transport::replay::Input;
+    let (mut out, mut input) = handoff().unwrap();
+    assert!(input.keep_window(cap));
+    let sources = vec![src.to_path_buf()];
+    let packer = std::thread::spawn(move || pack_to(&sources, OPTS, None, &mut out));
+    let mut got = Vec::new();
+    let mut buf = vec![0; read_size];
+    let mut next_probe = probe;
+    loop {
+        let n = input.read(&mut buf).unwrap();
+        got.extend_from_slice(&buf[..n]);
+        if got.len() >= next_probe || n == 0 {
+            next_probe += probe;
+            let w = input.window().unwrap();
+            let r = w.range();
+            assert_eq!(r.end, got.len() as u64);
+            assert!(
+                r.end - r.start >= (cap as u64).min(r.end),
+                "{r:?} keeps less than {cap}"
+            );
+            let span = r.end - r.start;
+            for at in [r.start, r.start + span / 3, r.start + span / 2 + 1, r.end] {
+                let at = at.min(r.end);
+                let b = w.since(at).unwrap();
+                assert!(
+                    b == got[at as usize..],
+                    "window {r:?}: bytes from {at} differ"
+                );
+            }
+            if r.start > 0 {
+                assert!(w.since(r.start - 1).is_err());
+            }
+            assert!(w.since(r.end + 1).is_err());
+        }
+        if n == 0 {
+            break;
+        }
+    }
+    packer.join().unwrap().unwrap();
+    got
+}
+
+#[test]
+fn the_kept_window_gives_back_what_the_stream_had_batches_files_and_all() {
+    let d = tempfile::tempdir().unwrap();
+    let src = tree(d.path());
+    let mut want = Vec::new();
+    pack(std::slice::from_ref(&src), OPTS, None, &mut want).unwrap();
+    for (cap, read_size, probe) in [
+        (1 << 10, 4093, 100_000),
+        (300 << 10, 65536, 333_333),
+        (1 << 20, 1 << 20, 1 << 20),
+        (32 << 20, 100_000, 700_000),
+    ] {
+        let got = read_checking_the_window(&src, cap, read_size, probe);
+        assert!(got == want, "cap {cap}: the streams differ");
+    }
+}
+
+#[test]
+fn a_file_changed_after_it_was_sent_is_not_resent_from_its_new_bytes() {
+    use rdpipe_transport::replay::{Input, Resend};
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("one");
+    std::fs::write(&src, vec![7u8; 1 << 20]).unwrap();
+    let (mut out, mut input) = handoff().unwrap();
+    assert!(input.keep_window(32 << 20));
+    let sources = vec![src.clone()];
+    let packer = std::thread::spawn(move || pack_to(&sources, OPTS, None, &mut out));
+    let mut got = Vec::new();
+    input.read_to_end(&mut got).unwrap();
+    packer.join().unwrap().unwrap();
+    let w = input.window().unwrap();
+    assert_eq!(w.since(0).unwrap(), got);
+    // Rewritten in place (same size): its bytes in the window are gone.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    std::fs::write(&src, vec![8u8; 1 << 20]).unwrap();
+    let e = w.since(0).unwrap_err();
+    assert!(matches!(e, Resend::Window(_)), "{e:?}");
+    // What came after the file (its trailer, the end) is still there.
+    let data = (0..got.len())
+        .find(|&i| got.len() - i >= 1 << 20 && got[i..i + (1 << 20)].iter().all(|&b| b == 7))
+        .unwrap();
+    let tail = (data + (1 << 20)) as u64;
+    assert_eq!(w.since(tail).unwrap(), got[tail as usize..]);
+    assert!(w.since(tail - 1).is_err());
+}

@@ -6,9 +6,10 @@ use crate::connect::{connect_retry, Listener};
 use crate::handshake::{handshake, LocalParams, Negotiated};
 use crate::listen::accept_authenticated;
 use crate::pump::{recv_stream, send_stream, Protection};
+use crate::replay::Input;
 use crate::{select, ChunkReceiver, ChunkSender, Rate, TransportError};
 use rdpipe_wire::{Compress, Integrity, Role, TransportPref};
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::net::TcpStream;
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
@@ -231,7 +232,7 @@ pub(crate) fn listen_announced(
 /// Sends `input` to the peer. Returns only once the receiver confirmed the whole
 /// stream (count and checksum). With a `reconnect_timeout`, a lost connection
 /// is replaced and the stream resumed ([`crate::reconnect`]).
-pub fn run_send<R: Read + AsFd>(
+pub fn run_send<R: Input>(
     endpoint: Endpoint,
     mut opts: Options,
     input: &mut R,

@@ -11,14 +11,20 @@
 //! The transfer polls its input for readiness between reads; [`Pulled`]'s
 //! descriptor is an eventfd that is always readable: the next bytes are
 //! always on their way (a read waits only for the packing thread).
+//!
+//! On a hop that reconnects, [`Pulled`] keeps its own replay window
+//! ([`super::window`]): where its last bytes came from, not a copy of them.
 
 use super::out::{read_through, DataRead, PackOut, BUF};
+use super::window::{Extents, Handed};
 use crate::direct::Aligned;
+use rdpipe_transport::replay::{Input, OwnWindow};
 use rdpipe_wire::StreamHasher;
 use std::fs::File;
-use std::io::{self, Read};
+use std::io::{self, Read, Seek};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::Arc;
 
 /// Files from this size on are handed to the transfer's thread; smaller
 /// ones are read by the packing thread into the batch (a hand-over costs
@@ -50,15 +56,19 @@ pub struct Handoff {
 /// The transfer's end: its input.
 pub struct Pulled {
     rx: Receiver<Msg>,
-    bytes: Vec<u8>,
+    bytes: Arc<Vec<u8>>,
     at: usize,
     job: Option<Job>,
     ready: OwnedFd,
+    /// The replay window, when the transfer asked for one.
+    window: Option<Extents>,
 }
 
 /// A handed-over file being read into the stream.
 struct Job {
-    file: File,
+    file: Arc<Handed>,
+    /// The file offset of its next byte (kept for the window).
+    at: u64,
     left: u64,
     hash: StreamHasher,
     short: bool,
@@ -78,10 +88,11 @@ pub fn handoff() -> io::Result<(Handoff, Pulled)> {
         },
         Pulled {
             rx,
-            bytes: Vec::new(),
+            bytes: Arc::new(Vec::new()),
             at: 0,
             job: None,
             ready,
+            window: None,
         },
     ))
 }
@@ -151,6 +162,9 @@ impl Read for Pulled {
             if self.at < self.bytes.len() {
                 let n = buf.len().min(self.bytes.len() - self.at);
                 buf[..n].copy_from_slice(&self.bytes[self.at..self.at + n]);
+                if let Some(w) = &mut self.window {
+                    w.batch(&self.bytes, self.at, n);
+                }
                 self.at += n;
                 return Ok(n);
             }
@@ -168,14 +182,23 @@ impl Read for Pulled {
                 let want = job.left.min(buf.len() as u64) as usize;
                 let n = if job.short || job.error.is_some() {
                     buf[..want].fill(0);
+                    if let Some(w) = &mut self.window {
+                        w.zeros(want);
+                    }
                     want
                 } else {
-                    match job.file.read(&mut buf[..want]) {
+                    match job.file.file().read(&mut buf[..want]) {
                         Ok(0) => {
                             job.short = true;
                             continue;
                         }
-                        Ok(n) => n,
+                        Ok(n) => {
+                            if let Some(w) = &mut self.window {
+                                w.file(&job.file, job.at, n);
+                            }
+                            job.at += n as u64;
+                            n
+                        }
                         Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                         Err(e) => {
                             job.error = Some(e);
@@ -188,10 +211,25 @@ impl Read for Pulled {
                 return Ok(n);
             }
             match self.rx.recv() {
-                Ok(Msg::Bytes(b)) => (self.bytes, self.at) = (b, 0),
-                Ok(Msg::File { file, len, reply }) => {
+                Ok(Msg::Bytes(b)) => (self.bytes, self.at) = (Arc::new(b), 0),
+                Ok(Msg::File {
+                    mut file,
+                    len,
+                    reply,
+                }) => {
+                    // Where the packer left it (after a resumed file's
+                    // prefix): needed only to read it again for a resend.
+                    let at = match self.window {
+                        Some(_) => file.stream_position().unwrap_or(0),
+                        None => 0,
+                    };
+                    let file = Arc::new(match self.window {
+                        Some(_) => Handed::new(file),
+                        None => Handed::unstamped(file),
+                    });
                     self.job = Some(Job {
                         file,
+                        at,
                         left: len,
                         hash: StreamHasher::new(),
                         short: false,
@@ -203,6 +241,17 @@ impl Read for Pulled {
                 Err(_) => return Ok(0),
             }
         }
+    }
+}
+
+impl Input for Pulled {
+    fn keep_window(&mut self, capacity: usize) -> bool {
+        self.window = Some(Extents::new(capacity));
+        true
+    }
+
+    fn window(&mut self) -> Option<&mut dyn OwnWindow> {
+        self.window.as_mut().map(|w| w as &mut dyn OwnWindow)
     }
 }
 

@@ -29,6 +29,7 @@ use std::path::{Path, PathBuf};
 
 pub mod handoff;
 mod out;
+mod window;
 pub use out::{DataRead, PackOut, Writing};
 
 /// What a pack sent.

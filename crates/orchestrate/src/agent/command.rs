@@ -141,6 +141,9 @@ impl Drop for CmdOutput {
     }
 }
 
+/// Its stdout is a pipe: the window links the pipe's pages ([`rdpipe_transport::replay`]).
+impl rdpipe_transport::replay::Input for CmdOutput {}
+
 impl AsFd for CmdOutput {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.inner.as_fd()

@@ -75,6 +75,9 @@ impl Read for ForwardInput {
     }
 }
 
+/// Its descriptor is the bell (an eventfd): the window copies what it gives.
+impl rdpipe_transport::replay::Input for ForwardInput {}
+
 impl AsFd for ForwardInput {
     /// The doorbell: readable while a buffer is queued.
     fn as_fd(&self) -> BorrowedFd<'_> {

@@ -56,6 +56,9 @@ impl Read for RelayInput {
     }
 }
 
+/// A pipe: the window links the pipe's pages ([`rdpipe_transport::replay`]).
+impl rdpipe_transport::replay::Input for RelayInput {}
+
 impl AsFd for RelayInput {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.pipe.as_fd()

@@ -21,11 +21,10 @@ use crate::plan::Link;
 use rdpipe_transport::chain::{run_recv_chain, run_send_chain, Chain, RelinkPoll};
 use rdpipe_transport::reconnect::HopState;
 use rdpipe_transport::relay::{run_relay, RelayOutputFactory, Side};
-use rdpipe_transport::replay::Recorded;
+use rdpipe_transport::replay::{Input, Recorded};
 use rdpipe_transport::{run_recv, run_send, Endpoint, Options, TransportError};
 use rdpipe_wire::{Integrity, TransportPref};
-use std::io::{Read, Write};
-use std::os::fd::AsFd;
+use std::io::Write;
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -254,7 +253,7 @@ impl Transfers {
     /// outgoing one from `input` (the copying path) or straight from the
     /// receive ring (zero-copy). `held` (a sink command's stdin) is closed once
     /// the incoming stream was verified whole.
-    pub fn spawn_relay<R: Read + AsFd + Send + 'static>(
+    pub fn spawn_relay<R: Input + Send + 'static>(
         &mut self,
         input: R,
         output: RelayOutputFactory,
@@ -290,7 +289,7 @@ impl Transfers {
     /// not re-link; as two chain hops when it does (`--replay-window` above 0:
     /// the replay window records what the relay pipe carries, which a
     /// zero-copy forward from the receive ring would bypass).
-    pub fn spawn_recv_relaying<R: Read + AsFd + Send + 'static>(
+    pub fn spawn_recv_relaying<R: Input + Send + 'static>(
         &mut self,
         input: Option<R>,
         output: RelayOutputFactory,
@@ -317,7 +316,7 @@ impl Transfers {
     }
 
     /// Starts the outgoing transfer from `input`.
-    pub fn spawn_send<R: Read + AsFd + Send + 'static>(&mut self, mut input: R) {
+    pub fn spawn_send<R: Input + Send + 'static>(&mut self, mut input: R) {
         let ep = self.endpoint(Direction::Out);
         let o = self.options(Direction::Out);
         let tx = self.tx.clone();

@@ -7,20 +7,19 @@ use crate::frame_io::{conn_error, protocol};
 use crate::handshake::Negotiated;
 use crate::pump::{send_stream_with, Totals};
 use crate::reconnect::{read_message, Link, Reconnect};
-use crate::replay::Recorded;
+use crate::replay::{Input, Recorded};
 use crate::{select, TransportError};
 use rdpipe_wire::resume::{ResumeRequest, RESUME_LEN};
 use rdpipe_wire::{Role, StreamHasher};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::TcpStream;
-use std::os::fd::AsFd;
 use std::time::Instant;
 
 /// Sends a relay's `input` to the next sink ([`crate::run_send`]); when that
 /// hop is lost, reconnects to the same sink or goes where `chain.relink`
 /// says ([`super::next_hop`]) and resends from the offset the peer asks
 /// for, out of `input`'s replay window.
-pub fn run_send_chain<R: Read + AsFd>(
+pub fn run_send_chain<R: Input>(
     endpoint: Endpoint,
     mut opts: Options,
     input: &mut Recorded<R>,
@@ -97,7 +96,7 @@ fn opts_view(o: &Options) -> HopOpts {
 /// follows a loss (`resuming`), then the stream (the replayed bytes first).
 /// `on_flow` hears the transport and the offset once the stream flows.
 #[allow(clippy::too_many_arguments)]
-fn send_hop<R: Read + AsFd>(
+fn send_hop<R: Input>(
     mut stream: TcpStream,
     n: &Negotiated,
     opts: &HopOpts,

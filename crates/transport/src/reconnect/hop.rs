@@ -6,12 +6,11 @@
 use super::{answer_resume, ask_resume, lost, reset, HopState, Link, Reconnect, Rejoined};
 use crate::endpoint::{open_or_abort, progress_of, protection, Endpoint, Options, Report};
 use crate::pump::{recv_stream_with, send_stream_with};
-use crate::replay::Recorded;
+use crate::replay::{Input, Recorded};
 use crate::{select, TransportError};
 use rdpipe_wire::resume::stream_binding;
 use rdpipe_wire::Role;
-use std::io::{Read, Write};
-use std::os::fd::AsFd;
+use std::io::Write;
 use std::time::{Duration, Instant};
 
 /// Tells the user (progress line, `-v`) that the hop lost its connection.
@@ -46,7 +45,7 @@ fn gave_up(peer: &str, offset: u64, timeout: Duration, cause: TransportError) ->
 /// [`crate::run_send`] on a hop that reconnects (`opts.reconnect_timeout`
 /// above 0): every byte read is kept in a replay window of
 /// `opts.replay_window` bytes until the receiver has it.
-pub(crate) fn send_reconnecting<R: Read + AsFd>(
+pub(crate) fn send_reconnecting<R: Input>(
     endpoint: Endpoint,
     mut opts: Options,
     input: &mut R,

@@ -240,7 +240,7 @@ pub(crate) enum Rejoined<T> {
 /// The sender's side of the exchange on a reconnected hop: the receiver's
 /// request (bound to this stream), our answer from what `input` kept; the bytes to
 /// resend, or why not.
-pub(crate) fn answer_resume<R>(
+pub(crate) fn answer_resume<R: crate::replay::Input>(
     s: &mut TcpStream,
     n: &Negotiated,
     first: &Negotiated,

@@ -11,7 +11,10 @@
 //! MAC) is recorded, so the window's end is always the number of stream bytes
 //! the sender has taken. A regular-file input is not copied: a resend reads
 //! the file again. A pipe input is not copied either: the kernel links the
-//! pipe's pages into the window's own pipes ([`pipes`]).
+//! pipe's pages into the window's own pipes ([`pipes`]). An input that knows
+//! where its bytes came from keeps its own window ([`Input::keep_window`]):
+//! rdcp's packer keeps the batches it already allocated and, for the files it
+//! handed over, only where in which file each stretch was read.
 //!
 //! Memory: at most the window's capacity per relay (rdpipe's
 //! `--replay-window`, default 32 MiB), allocated as the
@@ -126,6 +129,59 @@ impl ReplayWindow {
     }
 }
 
+/// What a sender reads its stream from. Any reader with a descriptor is one
+/// (the transfer polls the descriptor for readiness between reads); an input
+/// that can give back what it gave, without a copy kept beside it, says so
+/// with [`Input::keep_window`].
+pub trait Input: Read + AsFd {
+    /// Asked once, before the first read, when the stream is to stay
+    /// resendable for the last `capacity` bytes (at least): true when the
+    /// input keeps them itself and answers [`Input::window`] from then on.
+    fn keep_window(&mut self, capacity: usize) -> bool {
+        let _ = capacity;
+        false
+    }
+
+    /// The window it keeps, after [`Input::keep_window`] said true.
+    fn window(&mut self) -> Option<&mut dyn OwnWindow> {
+        None
+    }
+}
+
+/// The replay window an [`Input`] keeps itself: stream offsets count the
+/// bytes its `read` gave since the first.
+pub trait OwnWindow {
+    /// The stream offsets it can give back (ending at the bytes read so far).
+    fn range(&self) -> std::ops::Range<u64>;
+
+    /// The bytes from stream offset `offset` to the end of what was read.
+    fn since(&mut self, offset: u64) -> Result<Vec<u8>, Resend>;
+}
+
+impl Input for std::fs::File {}
+impl Input for std::os::unix::net::UnixStream {}
+impl Input for std::process::ChildStdout {}
+
+impl<T: Input + ?Sized> Input for &mut T {
+    fn keep_window(&mut self, capacity: usize) -> bool {
+        (**self).keep_window(capacity)
+    }
+
+    fn window(&mut self) -> Option<&mut dyn OwnWindow> {
+        (**self).window()
+    }
+}
+
+impl<T: Input + ?Sized> Input for Box<T> {
+    fn keep_window(&mut self, capacity: usize) -> bool {
+        (**self).keep_window(capacity)
+    }
+
+    fn window(&mut self) -> Option<&mut dyn OwnWindow> {
+        (**self).window()
+    }
+}
+
 /// A sender's input that keeps what it read for a resend: every byte read
 /// from it (and so hashed into the outgoing stream) is either copied into a
 /// [`ReplayWindow`] or, when the input is a regular file, found again in the
@@ -143,6 +199,8 @@ enum Kept {
     Copied(ReplayWindow),
     /// A pipe: its pages linked into the window's pipes (`tee`), no copy.
     Piped(PipeWindow),
+    /// The input keeps them itself ([`Input::keep_window`]).
+    Own,
     /// A regular file: read again from it (`pread`) for a resend, which costs
     /// nothing on the steady path and reaches back to the stream's start.
     /// `at` is the file offset of stream byte 0, `end` the bytes read so far.
@@ -153,11 +211,17 @@ enum Kept {
     },
 }
 
-impl<R: AsFd> Recorded<R> {
-    /// Records `inner`, keeping up to `capacity` bytes; a regular file (with
-    /// a non-zero `capacity`) keeps its bytes where they are, a pipe keeps
-    /// them in pipes.
-    pub fn new(inner: R, capacity: usize) -> Self {
+impl<R: Input> Recorded<R> {
+    /// Records `inner`, keeping up to `capacity` bytes; an input that keeps
+    /// its own window keeps them, a regular file (with a non-zero `capacity`)
+    /// keeps its bytes where they are, a pipe keeps them in pipes.
+    pub fn new(mut inner: R, capacity: usize) -> Self {
+        if capacity > 0 && inner.keep_window(capacity) {
+            return Recorded {
+                inner,
+                kept: Kept::Own,
+            };
+        }
         let kept = match Self::file_of(&inner) {
             Some((file, at)) if capacity > 0 => Kept::File { file, at, end: 0 },
             _ if capacity > 0 && Self::is_pipe(&inner) => match PipeWindow::new(capacity) {
@@ -192,10 +256,19 @@ impl<R: AsFd> Recorded<R> {
     }
 }
 
-impl<R> Recorded<R> {
+impl<R: Input> Recorded<R> {
+    /// The input's own window (present: [`Kept::Own`] is only chosen when
+    /// the input said it keeps one).
+    fn own(inner: &mut R) -> &mut dyn OwnWindow {
+        inner
+            .window()
+            .expect("an input that keeps its window gives it")
+    }
+
     /// The stream offsets that can be resent.
-    pub fn range(&self) -> std::ops::Range<u64> {
+    pub fn range(&mut self) -> std::ops::Range<u64> {
         match &self.kept {
+            Kept::Own => Self::own(&mut self.inner).range(),
             Kept::Copied(w) => w.range(),
             Kept::Piped(w) => w.range(),
             Kept::File { end, .. } => 0..*end,
@@ -203,7 +276,7 @@ impl<R> Recorded<R> {
     }
 
     /// The answer to a request to resume at `offset`.
-    pub fn answer(&self, offset: u64) -> ResumeReply {
+    pub fn answer(&mut self, offset: u64) -> ResumeReply {
         let r = self.range();
         ResumeReply::answer(offset, r.start, r.end)
     }
@@ -211,6 +284,7 @@ impl<R> Recorded<R> {
     /// The bytes from stream offset `offset` to what was read so far.
     pub fn since(&mut self, offset: u64) -> Result<Vec<u8>, Resend> {
         match &mut self.kept {
+            Kept::Own => Self::own(&mut self.inner).since(offset),
             Kept::Copied(w) => w
                 .since(offset)
                 .map(|[a, b]| [a, b].concat())
@@ -237,7 +311,8 @@ impl<R> Recorded<R> {
     }
 }
 
-/// Why [`Recorded::since`] cannot give the bytes to resend.
+/// Why [`Recorded::since`] (or an [`OwnWindow`]) cannot give the bytes to
+/// resend.
 #[derive(Debug)]
 pub enum Resend {
     /// The offset is outside what is kept.
@@ -276,6 +351,7 @@ impl<R: Read + AsFd> Read for Recorded<R> {
         }
         let n = self.inner.read(buf)?;
         match &mut self.kept {
+            Kept::Own => {}
             Kept::Copied(w) => w.push(&buf[..n]),
             Kept::Piped(_) => unreachable!("read above"),
             Kept::File { end, .. } => *end += n as u64,
