@@ -92,9 +92,10 @@ fn read_checking_the_window(src: &Path, cap: usize, read_size: usize, probe: usi
             let w = input.window().unwrap();
             let r = w.range();
             assert_eq!(r.end, got.len() as u64);
-            assert!(
-                r.end - r.start >= (cap as u64).min(r.end),
-                "{r:?} keeps less than {cap}"
+            assert_eq!(
+                r.end - r.start,
+                (cap as u64).min(r.end),
+                "{r:?}, capacity {cap}"
             );
             let span = r.end - r.start;
             for at in [r.start, r.start + span / 3, r.start + span / 2 + 1, r.end] {

@@ -84,8 +84,8 @@ struct Extent {
     source: Source,
 }
 
-/// The last `capacity` bytes (at least) of the stream the packer's input
-/// gave, by where they came from.
+/// The last `capacity` bytes of the stream the packer's input gave, by where
+/// they came from.
 pub struct Extents {
     cap: u64,
     list: VecDeque<Extent>,
@@ -96,7 +96,7 @@ pub struct Extents {
 }
 
 impl Extents {
-    /// A window keeping at least the last `capacity` bytes.
+    /// A window keeping the last `capacity` bytes (more than 0).
     pub fn new(capacity: usize) -> Extents {
         Extents {
             cap: capacity as u64,
@@ -166,7 +166,10 @@ impl Extents {
 
 impl OwnWindow for Extents {
     fn range(&self) -> std::ops::Range<u64> {
-        self.end - self.held..self.end
+        // The extents may reach further back (a big file's is kept whole
+        // while any of it is in the window), but what is offered stays
+        // within the capacity: a resend is built in memory.
+        self.end - self.held.min(self.cap)..self.end
     }
 
     fn since(&mut self, offset: u64) -> Result<Vec<u8>, Resend> {

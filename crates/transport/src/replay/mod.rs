@@ -135,7 +135,7 @@ impl ReplayWindow {
 /// with [`Input::keep_window`].
 pub trait Input: Read + AsFd {
     /// Asked once, before the first read, when the stream is to stay
-    /// resendable for the last `capacity` bytes (at least): true when the
+    /// resendable for its last `capacity` bytes: true when the
     /// input keeps them itself and answers [`Input::window`] from then on.
     fn keep_window(&mut self, capacity: usize) -> bool {
         let _ = capacity;
