@@ -5,7 +5,7 @@
 
 use rdpipe_copy::pack::handoff::{handoff, HANDOFF_MIN};
 use rdpipe_copy::pack::pack_to;
-use rdpipe_copy::{pack, PackOptions};
+use rdpipe_copy::{pack, Manifest, PackOptions};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
@@ -74,13 +74,24 @@ fn a_transfer_that_stops_reading_stops_the_packer() {
 
 /// Reads the whole stream with `input` keeping a window of `cap` bytes and,
 /// every `probe` bytes, checks that the window gives back every offset it
-/// claims exactly as the stream had it.
-fn read_checking_the_window(src: &Path, cap: usize, read_size: usize, probe: usize) -> Vec<u8> {
+/// claims exactly as the stream had it. With `listing` (a destination's
+/// resume listing), packed as `rdcp --resume` packs.
+fn read_checking_the_window(
+    src: &Path,
+    listing: Option<&Path>,
+    cap: usize,
+    read_size: usize,
+    probe: usize,
+) -> Vec<u8> {
     use rdpipe_transport::replay::Input;
     let (mut out, mut input) = handoff().unwrap();
     assert!(input.keep_window(cap));
     let sources = vec![src.to_path_buf()];
-    let packer = std::thread::spawn(move || pack_to(&sources, OPTS, None, &mut out));
+    let listing = listing.map(Path::to_path_buf);
+    let packer = std::thread::spawn(move || {
+        let m = listing.map(|l| Manifest::read(&l).unwrap());
+        pack_to(&sources, OPTS, m.as_ref(), &mut out)
+    });
     let mut got = Vec::new();
     let mut buf = vec![0; read_size];
     let mut next_probe = probe;
@@ -131,9 +142,52 @@ fn the_kept_window_gives_back_what_the_stream_had_batches_files_and_all() {
         (1 << 20, 1 << 20, 1 << 20),
         (32 << 20, 100_000, 700_000),
     ] {
-        let got = read_checking_the_window(&src, cap, read_size, probe);
+        let got = read_checking_the_window(&src, None, cap, read_size, probe);
         assert!(got == want, "cap {cap}: the streams differ");
     }
+}
+
+#[test]
+fn a_resumed_file_is_kept_from_where_its_rest_starts() {
+    // The packer seeks a file with a partial copy at the destination past
+    // that prefix before handing it over: the window must read it again
+    // from there, not from its start.
+    let d = tempfile::tempdir().unwrap();
+    let src = tree(d.path());
+    let dst = d.path().join("dst");
+    std::fs::create_dir(&dst).unwrap();
+    let big = std::fs::read(src.join("a-big")).unwrap();
+    std::fs::write(dst.join(".a-big.rdcp-1-1"), &big[..1_000_001]).unwrap();
+    let mut listing = Vec::new();
+    rdpipe_copy::list(&dst, false, &[b"src".to_vec()], false, &mut listing).unwrap();
+    let lpath = d.path().join("listing");
+    std::fs::write(&lpath, &listing).unwrap();
+    let m = Manifest::read(&lpath).unwrap();
+    let mut want = Vec::new();
+    let stats = pack(std::slice::from_ref(&src), OPTS, Some(&m), &mut want).unwrap();
+    assert_eq!(stats.resumed, 1);
+    for cap in [64 << 10, 32 << 20] {
+        let got = read_checking_the_window(&src, Some(&lpath), cap, 65536, 200_000);
+        assert!(got == want, "cap {cap}: the streams differ");
+    }
+}
+
+#[test]
+fn past_its_open_files_the_window_copies_and_still_gives_everything_back() {
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("many");
+    std::fs::create_dir(&src).unwrap();
+    // More files to hand over than the window keeps open, all in it.
+    for i in 0..80u32 {
+        let body: Vec<u8> = (0..HANDOFF_MIN as u32 + i)
+            .map(|j| (j * 31 + i) as u8)
+            .collect();
+        std::fs::write(src.join(format!("f{i:03}")), body).unwrap();
+    }
+    let mut want = Vec::new();
+    pack(std::slice::from_ref(&src), OPTS, None, &mut want).unwrap();
+    let got = read_checking_the_window(&src, None, 64 << 20, 100_000, 4 << 20);
+    assert!(got == want, "the streams differ");
 }
 
 #[test]

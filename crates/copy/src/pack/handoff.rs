@@ -194,7 +194,7 @@ impl Read for Pulled {
                         }
                         Ok(n) => {
                             if let Some(w) = &mut self.window {
-                                w.file(&job.file, job.at, n);
+                                w.file(&job.file, job.at, &buf[..n]);
                             }
                             job.at += n as u64;
                             n
@@ -211,22 +211,28 @@ impl Read for Pulled {
                 return Ok(n);
             }
             match self.rx.recv() {
-                Ok(Msg::Bytes(b)) => (self.bytes, self.at) = (Arc::new(b), 0),
+                Ok(Msg::Bytes(mut b)) => {
+                    // A batch cut short by a hand-over may hold a few bytes
+                    // in a whole batch's allocation: the window keeps only
+                    // what it holds.
+                    if self.window.is_some() && b.capacity() > 2 * b.len() {
+                        b.shrink_to_fit();
+                    }
+                    (self.bytes, self.at) = (Arc::new(b), 0)
+                }
                 Ok(Msg::File {
                     mut file,
                     len,
                     reply,
                 }) => {
                     // Where the packer left it (after a resumed file's
-                    // prefix): needed only to read it again for a resend.
-                    let at = match self.window {
-                        Some(_) => file.stream_position().unwrap_or(0),
-                        None => 0,
+                    // prefix): needed only to read it again for a resend,
+                    // which a file whose offset is unknown refuses.
+                    let (at, file) = match self.window.as_ref().map(|_| file.stream_position()) {
+                        Some(Ok(at)) => (at, Handed::new(file)),
+                        _ => (0, Handed::unstamped(file)),
                     };
-                    let file = Arc::new(match self.window {
-                        Some(_) => Handed::new(file),
-                        None => Handed::unstamped(file),
-                    });
+                    let file = Arc::new(file);
                     self.job = Some(Job {
                         file,
                         at,
@@ -246,7 +252,8 @@ impl Read for Pulled {
 
 impl Input for Pulled {
     fn keep_window(&mut self, capacity: usize) -> bool {
-        self.window = Some(Extents::new(capacity));
+        // Asked once per stream; a second call keeps the window it has.
+        self.window.get_or_insert_with(|| Extents::new(capacity));
         true
     }
 

@@ -11,9 +11,16 @@
 //! every byte.
 //!
 //! A handed-over file that changed after it was read cannot give its old
-//! bytes back: its size and mtime are taken when it is handed over and
-//! checked before a resend reads it, and a changed file fails the resend
-//! with that reason (the run then fails; `rdcp --resume` continues it).
+//! bytes back: its size, mtime and ctime are taken when it is handed over
+//! and checked before and after a resend reads it, and a changed file fails
+//! the resend with that reason (the run then fails; `rdcp --resume`
+//! continues it). Were a change to slip past that (a write within one tick
+//! of the file system's clock), the receiver's per-file and whole-stream
+//! checks still refuse the file: never a wrong copy published.
+//!
+//! Each file in the window keeps a descriptor open; past [`MAX_FILES`] of
+//! them (a large `--replay-window` over many big files) the window copies
+//! what it reads instead, so it never holds more than that many open.
 
 use rdpipe_transport::replay::{OutOfWindow, OwnWindow, Resend};
 use std::collections::VecDeque;
@@ -22,10 +29,16 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
+/// The most handed-over files the window keeps open at once.
+pub const MAX_FILES: usize = 64;
+
+/// Size, mtime and ctime (seconds, nanoseconds).
+type Stamp = (u64, i64, i64, i64, i64);
+
 /// A handed-over file, with what it looked like when handed over.
 pub struct Handed {
     file: File,
-    stamp: Option<(u64, i64, i64)>,
+    stamp: Option<Stamp>,
 }
 
 impl Handed {
@@ -47,22 +60,32 @@ impl Handed {
 
     /// Its bytes `at..at + len`, when it has not changed since handed over.
     fn read_again(&self, at: u64, out: &mut [u8]) -> io::Result<()> {
-        if self.stamp.is_none() || stamp_of(&self.file) != self.stamp {
-            return Err(io::Error::other(
+        let same = || self.stamp.is_some() && stamp_of(&self.file) == self.stamp;
+        let changed = || {
+            io::Error::other(
                 "a file sent in the lost stretch changed after it was read (its size or \
-                 mtime moved), so its bytes cannot be read again; rerun with --resume",
-            ));
+                 times moved), so its bytes cannot be read again; rerun with --resume",
+            )
+        };
+        if !same() {
+            return Err(changed());
         }
-        self.file.read_exact_at(out, at)
+        self.file.read_exact_at(out, at)?;
+        if !same() {
+            return Err(changed());
+        }
+        Ok(())
     }
 }
 
-fn stamp_of(f: &File) -> Option<(u64, i64, i64)> {
+fn stamp_of(f: &File) -> Option<Stamp> {
     let st = rustix::fs::fstat(f).ok()?;
     Some((
         st.st_size as u64,
         st.st_mtime as i64,
         st.st_mtime_nsec as i64,
+        st.st_ctime as i64,
+        st.st_ctime_nsec as i64,
     ))
 }
 
@@ -93,6 +116,8 @@ pub struct Extents {
     end: u64,
     /// Bytes the list covers (its first extent starts at `end - held`).
     held: u64,
+    /// File extents in the list (each holds a descriptor).
+    files: usize,
 }
 
 impl Extents {
@@ -103,6 +128,7 @@ impl Extents {
             list: VecDeque::new(),
             end: 0,
             held: 0,
+            files: 0,
         }
     }
 
@@ -116,11 +142,19 @@ impl Extents {
         });
     }
 
-    /// `n` bytes given from `file` at its offset `at`.
-    pub fn file(&mut self, file: &Arc<Handed>, at: u64, n: usize) {
+    /// `bytes` given from `file` at its offset `at`.
+    pub fn file(&mut self, file: &Arc<Handed>, at: u64, bytes: &[u8]) {
         let more = matches!(self.list.back(), Some(Extent { source: Source::File { file: f, at: a }, len, .. })
             if Arc::ptr_eq(f, file) && a + len == at);
-        self.add(n as u64, more, || Source::File {
+        if !more && self.files >= MAX_FILES {
+            let copy = Arc::new(bytes.to_vec());
+            self.add(bytes.len() as u64, false, || Source::Batch {
+                bytes: copy,
+                at: 0,
+            });
+            return;
+        }
+        self.add(bytes.len() as u64, more, || Source::File {
             file: file.clone(),
             at,
         });
@@ -146,11 +180,15 @@ impl Extents {
         }
         match self.list.back_mut() {
             Some(last) if more => last.len += n,
-            _ => self.list.push_back(Extent {
-                start: self.end,
-                len: n,
-                source: source(),
-            }),
+            _ => {
+                let source = source();
+                self.files += matches!(source, Source::File { .. }) as usize;
+                self.list.push_back(Extent {
+                    start: self.end,
+                    len: n,
+                    source,
+                })
+            }
         }
         self.end += n;
         self.held += n;
@@ -159,6 +197,7 @@ impl Extents {
                 break;
             }
             self.held -= first.len;
+            self.files -= matches!(first.source, Source::File { .. }) as usize;
             self.list.pop_front();
         }
     }

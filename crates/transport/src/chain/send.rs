@@ -114,12 +114,13 @@ fn send_hop<R: Input>(
         let peer = n.peer_addr.as_str();
         let b = read_message::<RESUME_LEN>(&mut stream, peer, opts.handshake_timeout)?;
         let req = ResumeRequest::decode(&b, &n.keys).map_err(|e| protocol(peer, e))?;
-        stream
-            .write_all(&input.answer(req.offset).encode(&n.keys))
-            .map_err(|e| conn_error(peer, e))?;
-        replay = input
-            .since(req.offset)
+        let (reply, bytes) = input
+            .resume_at(req.offset)
             .map_err(crate::replay::Resend::into_error)?;
+        stream
+            .write_all(&reply.encode(&n.keys))
+            .map_err(|e| conn_error(peer, e))?;
+        replay = bytes.map_err(crate::replay::Resend::into_error)?;
         offset = req.offset;
         tracing::info!(
             "rejoined {peer}: resending from byte {offset} ({} bytes from the replay window)",

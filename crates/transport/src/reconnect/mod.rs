@@ -260,12 +260,13 @@ pub(crate) fn answer_resume<R: crate::replay::Input>(
         Ok(r) => r,
         Err(e) => return Ok(Rejoined::Retry(protocol(peer, e))),
     };
-    let reply = input.answer(req.offset);
+    let (reply, bytes) = input
+        .resume_at(req.offset)
+        .map_err(crate::replay::Resend::into_error)?;
     if let Err(e) = s.write_all(&reply.encode_bound(&n.keys, binding)) {
         return Ok(Rejoined::Retry(conn_error(peer, e)));
     }
-    input
-        .since(req.offset)
+    bytes
         .map(|b| Rejoined::Yes((req.offset, b)))
         .map_err(crate::replay::Resend::into_error)
 }

@@ -281,6 +281,24 @@ impl<R: Input> Recorded<R> {
         ResumeReply::answer(offset, r.start, r.end)
     }
 
+    /// For a request to resume at `offset`: the answer to send, and the
+    /// bytes to resend after it. The bytes are gathered first, so that a
+    /// window that cannot give them back (a file that changed since it was
+    /// read) fails the sender here, with its reason, before the peer is told
+    /// to expect them; an offset outside the window is answered as such (the
+    /// peer fails naming the window) and is then the sender's error too.
+    #[allow(clippy::type_complexity)]
+    pub fn resume_at(
+        &mut self,
+        offset: u64,
+    ) -> Result<(ResumeReply, Result<Vec<u8>, Resend>), Resend> {
+        let reply = self.answer(offset);
+        match self.since(offset) {
+            Err(e @ (Resend::File(_) | Resend::Window(_))) => Err(e),
+            bytes => Ok((reply, bytes)),
+        }
+    }
+
     /// The bytes from stream offset `offset` to what was read so far.
     pub fn since(&mut self, offset: u64) -> Result<Vec<u8>, Resend> {
         match &mut self.kept {
