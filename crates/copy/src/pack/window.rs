@@ -42,7 +42,7 @@ pub struct Handed {
 }
 
 impl Handed {
-    /// `file`, with its size and mtime now.
+    /// `file`, with its size and times now.
     pub fn new(file: File) -> Handed {
         let stamp = stamp_of(&file);
         Handed { file, stamp }

@@ -160,7 +160,6 @@ pub trait OwnWindow {
 
 impl Input for std::fs::File {}
 impl Input for std::os::unix::net::UnixStream {}
-impl Input for std::process::ChildStdout {}
 
 impl<T: Input + ?Sized> Input for &mut T {
     fn keep_window(&mut self, capacity: usize) -> bool {
