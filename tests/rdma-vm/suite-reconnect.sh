@@ -6,21 +6,31 @@
 #                    the device): the queue pairs run out of retries (ACK
 #                    timeout 0.27 s x 7 tries, crates/verbs/src/cm.rs)
 #              down: rxe1's netdev (v1) down for 3 s: sends fail at once.
+#              stall: the receiver drops every credit after its 4th
+#                    (RDPIPE_TEST_LOSE_CREDITS, a test fault in the
+#                    receiving half): messages lost without either queue
+#                    pair failing, both ends waiting on each other (as
+#                    Soft-RoCE sometimes left them after a link flap); each
+#                    says so on TCP after 3 s and the hop reconnects.
 #              The link-down case runs last (after it rxe1 takes new
 #              connections only slowly, see rdma-suite.sh).
+#              Before them: an RDMA set-up that never completes falls back
+#              to TCP on both ends (setup_fallback_case).
 
 # reconnect_case NAME HOW: one stream of 24 MiB at 2 MiB/s (about 12 s, so
 # that it still runs when the path comes back), the path failing once the
 # receiver holds 4 MiB.
 reconnect_case() {
-    local name=$1 how=$2 rpid spid port ok src rrc
+    local name=$1 how=$2 rpid spid port ok src rrc renv=
     local in=$W/in.$name out=$W/$name.out fifo=$W/$name.fifo
     head -c $((24 * CHUNK)) /dev/urandom >"$in"
     chmod 644 "$in"
     rm -f "$fifo" "$out"
     mkfifo -m 666 "$fifo"
     # --handshake-timeout 60: a loaded host slows the emulated guest a lot.
-    timeout 300 "$RECV" -v --reconnect-timeout 60 --handshake-timeout 60 --announce-fd 3 0 "$KEY" "$out" \
+    # Debug logs on both ends: a failure shows where each one was.
+    [ "$how" = stall ] && renv=RDPIPE_TEST_LOSE_CREDITS=4
+    env $renv RUST_LOG=debug timeout 300 "$RECV" -v --reconnect-timeout 60 --handshake-timeout 60 --announce-fd 3 0 "$KEY" "$out" \
         3>"$fifo" 2>"$W/$name.recv.err" &
     rpid=$!
     port=
@@ -29,7 +39,7 @@ reconnect_case() {
     if [ -z "$port" ]; then
         ok=; echo "    rdrecv announced no port"
     else
-        timeout 300 "$SEND" ${RC_SEND_V:--v} --rate-limit 2M --handshake-timeout 60 "$RXE_SERVER_IP" "$port" "$KEY" "$in" \
+        RUST_LOG=debug timeout 300 "$SEND" ${RC_SEND_V:--v} --rate-limit 2M --handshake-timeout 60 "$RXE_SERVER_IP" "$port" "$KEY" "$in" \
             2>"$W/$name.send.err" &
         spid=$!
         # Readiness: the receiver's temporary file holds 4 MiB.
@@ -38,6 +48,7 @@ reconnect_case() {
             sleep 0.1
         done
         case $how in
+        stall) ;; # the receiver drops its credits after the 4th by itself
         drop)
             nft -f - <<<$'table ip rdreconnect {\n chain in {\n  type filter hook input priority 0;\n  udp dport 4791 drop\n }\n}'
             sleep "${RC_DROP_S:-4}"
@@ -67,6 +78,12 @@ reconnect_case() {
     # the stream started over RDMA.
     grep -q 'was lost at byte [0-9]* (.*RDMA' "$W/$name.send.err" \
         || { ok=; echo "    rdsend -v reports no lost RDMA connection"; }
+    # The stall is told apart from a failed queue pair: at least one end
+    # (the first to wait) names it.
+    if [ "$how" = stall ]; then
+        grep -q 'RDMA connection stalled: both ends waited' "$W/$name.recv.err" "$W/$name.send.err" \
+            || { ok=; echo "    neither end reports the stall"; }
+    fi
     for side in recv send; do
         grep -q 'reconnected at byte [0-9]* after [0-9.]* s, over ' "$W/$name.$side.err" \
             || { ok=; echo "    rd$side -v reports no reconnect"; }
@@ -80,7 +97,57 @@ reconnect_case() {
     rm -f "$in" "$out" "$fifo"
 }
 
+# setup_fallback_case: every RoCE packet dropped while the RDMA connection is
+# set up, so the sender's connect never completes. The sender decides: after
+# its set-up time (30 s) it declines on TCP and both ends, being `auto`, go on
+# over TCP, byte-exact. (The receiver waits longer than the sender for that
+# word: it once gave up on its own first and failed the run while the sender
+# fell back.)
+setup_fallback_case() {
+    local rpid spid port ok=1 src rrc
+    local in=$W/in.sf out=$W/sf.out fifo=$W/sf.fifo
+    head -c $((3 * CHUNK + 17)) /dev/urandom >"$in"
+    chmod 644 "$in"
+    rm -f "$fifo" "$out"
+    mkfifo -m 666 "$fifo"
+    nft -f - <<<$'table ip rdsetupdrop {\n chain in {\n  type filter hook input priority 0;\n  udp dport 4791 drop\n }\n}'
+    RUST_LOG=debug timeout 120 "$RECV" -v --handshake-timeout 60 --announce-fd 3 0 "$KEY" "$out" \
+        3>"$fifo" 2>"$W/sf.recv.err" &
+    rpid=$!
+    port=
+    read -r _ port <"$fifo" || true
+    if [ -z "$port" ]; then
+        ok=; echo "    rdrecv announced no port"
+    else
+        RUST_LOG=debug timeout 120 "$SEND" -v --handshake-timeout 60 "$RXE_SERVER_IP" "$port" "$KEY" "$in" \
+            2>"$W/sf.send.err" &
+        spid=$!
+        wait "$spid"
+        src=$?
+        wait "$rpid"
+        rrc=$?
+        [ "$rrc" = 0 ] && [ "$src" = 0 ] || { ok=; echo "    exit codes: rdrecv $rrc, rdsend $src"; }
+    fi
+    nft delete table ip rdsetupdrop
+    cmp -s "$in" "$out" || { ok=; echo "    output differs from input"; }
+    for side in recv send; do
+        grep -q 'falling back to TCP' "$W/sf.$side.err" \
+            || { ok=; echo "    rd$side reports no fallback to TCP"; }
+    done
+    if [ -n "$ok" ]; then
+        pass "an RDMA set-up that never completes: both ends fall back to TCP after the sender's set-up time, byte-exact"
+    else
+        fail "an RDMA set-up that never completes: both ends fall back to TCP"
+        show sf
+    fi
+    rm -f "$in" "$out" "$fifo"
+}
+
 if want reconnect; then
+    echo "== reconnect: the RDMA connection set-up never completes (RoCE dropped)"
+    setup_fallback_case
+    echo "== reconnect: credits lost without a queue pair failing (both ends wait on each other)"
+    reconnect_case rcstall stall
     echo "== reconnect: every RoCE packet dropped for 4 s in the middle of an RDMA stream"
     reconnect_case rcdrop drop
     echo "== reconnect: rxe1's link down for 3 s in the middle of an RDMA stream"

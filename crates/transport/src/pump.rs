@@ -227,13 +227,19 @@ pub fn send_stream_with<R: Read + AsFd>(
     let t = end_stream(tx, prot, hasher)?;
     if let Some(p) = &packer {
         let st = &p.stats;
+        let by_level: Vec<String> = (st.levels.iter().enumerate())
+            .filter(|(_, n)| **n > 0)
+            .map(|(l, n)| format!("{l}:{n}"))
+            .collect();
         tracing::debug!(
-            "compressed {} bytes to {} ({:.2}x), {} of {} chunks stored, level now {:?}",
+            "compressed {} bytes to {} ({:.2}x), {} of {} chunks stored, chunks by level [{}], \
+             level now {:?}",
             st.raw,
             st.wire,
             st.ratio(),
             st.stored,
             st.chunks,
+            by_level.join(" "),
             p.level_now()
         );
     }

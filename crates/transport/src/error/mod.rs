@@ -269,6 +269,11 @@ pub enum GoneCause {
     /// rdma_cm reported the device's removal.
     #[error("RDMA device removed")]
     RdmaDeviceRemoved,
+    /// Both ends waited on each other over RDMA (each told the other on the
+    /// TCP connection): a message was lost on the path without either queue
+    /// pair failing.
+    #[error("RDMA connection stalled: both ends waited {0} s on each other")]
+    RdmaStalled(u64),
     /// The RDMA connection failed.
     #[error("{0}")]
     Rdma(#[source] RdmaError),

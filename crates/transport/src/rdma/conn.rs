@@ -23,7 +23,7 @@ use rdpipe_wire::rdma::RDMA_MSG_LEN;
 use rdpipe_wire::{AbortReason, Control, RdmaMsg, WireError};
 use rustix::event::{poll, PollFd, PollFlags};
 use std::net::{Shutdown, TcpStream};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Work request kinds, in the top half of a work request id.
 pub(super) const WR_WRITE: u64 = 1;
@@ -109,7 +109,24 @@ pub(super) struct Conn {
     dead: Option<TransportError>,
     /// The send CQ is armed and its event has not come yet.
     send_armed: bool,
+    /// Since when [`Conn::wait`] has waited with no completion.
+    quiet_since: Option<Instant>,
+    /// When this end told the peer it waits, in this wait ([`STALL`]).
+    told: Option<Instant>,
 }
+
+/// How long an end waits on its peer over RDMA before it says so on the TCP
+/// connection (a `Keepalive`, which every build ignores on an RDMA hop's TCP
+/// connection; once per wait), and how long it must have waited itself when
+/// the peer's word comes for the two to be waiting on each other. That happens only
+/// when a message was lost on the path without either queue pair failing:
+/// a sender waits for a credit or its own WRITE only while the receiver holds
+/// a slot, and a receiver waits for data only once it gave every slot back.
+/// (Soft-RoCE after a link flap did it: both ends idle for ever.) An end
+/// busy elsewhere (writing its output, reading its input) is not in
+/// [`Conn::wait`] and says nothing, so a slow consumer is never taken for a
+/// lost message.
+pub(super) const STALL: Duration = Duration::from_secs(3);
 
 impl Conn {
     pub(super) fn new(
@@ -136,6 +153,8 @@ impl Conn {
             zero_copy: false,
             dead: None,
             send_armed: false,
+            quiet_since: None,
+            told: None,
         }
     }
 
@@ -287,6 +306,7 @@ impl Conn {
         loop {
             self.poll_into(&mut out)?;
             if !out.is_empty() {
+                (self.quiet_since, self.told) = (None, None);
                 return Ok(out);
             }
             if wake == Wake::OwnCompletion && !self.send_armed {
@@ -311,6 +331,7 @@ impl Conn {
                 }
                 return Err(self.dead.take().expect("checked"));
             }
+            let wake_in = self.tell_if_waiting();
             let (cq_ready, cm_ready, tcp_ready) = {
                 let mut fds = vec![
                     PollFd::new(&self.v.chan, PollFlags::IN),
@@ -319,7 +340,8 @@ impl Conn {
                 if !self.tcp_closed {
                     fds.push(PollFd::new(&self.tcp, PollFlags::IN));
                 }
-                match poll(&mut fds, -1) {
+                let ms = wake_in.map_or(-1, |d| d.as_millis().min(i32::MAX as u128) as i32 + 1);
+                match poll(&mut fds, ms) {
                     Ok(_) => {}
                     Err(rustix::io::Errno::INTR) => continue,
                     Err(e) => {
@@ -384,9 +406,49 @@ impl Conn {
         Ok(())
     }
 
+    /// Tells the peer on TCP, once per wait, when this end has waited
+    /// [`STALL`]; how long the poll may sleep (`None`: until something
+    /// happens). Once is enough: of two ends that wait on each other, the
+    /// one that began first has waited longer than [`STALL`] when the
+    /// other's word comes. And a peer busy elsewhere for a long time (an idle
+    /// input) finds at most one such word per wait of ours in its socket.
+    fn tell_if_waiting(&mut self) -> Option<Duration> {
+        if self.told.is_some() {
+            return None;
+        }
+        let now = Instant::now();
+        let waited = now - *self.quiet_since.get_or_insert(now);
+        if waited < STALL {
+            return Some(STALL - waited);
+        }
+        if !self.tcp_closed {
+            // Best effort: a failed write shows as the peer gone on the
+            // next read.
+            let _ = write_control(&mut self.tcp, &self.peer, &Control::Keepalive);
+        }
+        self.told = Some(now);
+        None
+    }
+
     fn on_tcp_readable(&mut self) {
         let e = match read_control(&mut self.tcp, &self.peer) {
-            Ok(Control::Keepalive) => return,
+            // The peer waits on us; so do we, for as long: the path lost a
+            // message ([`STALL`]). One from before our wait began is stale.
+            Ok(Control::Keepalive) => {
+                let waited = self.quiet_since.map_or(Duration::ZERO, |s| s.elapsed());
+                if waited >= STALL {
+                    tracing::debug!(
+                        "{}: both ends waited {:.1} s on each other over RDMA",
+                        self.peer,
+                        waited.as_secs_f64()
+                    );
+                    self.dead.get_or_insert(TransportError::PeerGone {
+                        peer: self.peer.clone(),
+                        cause: GoneCause::RdmaStalled(waited.as_secs()),
+                    });
+                }
+                return;
+            }
             Ok(Control::Abort { message, .. }) => TransportError::PeerAborted(message),
             Ok(other) => protocol(&self.peer, WireError::Unexpected(other.kind())),
             Err(e) => e,

@@ -30,6 +30,13 @@
 //!    the reason, and both entry points return [`Setup::Declined`] with the TCP
 //!    connection, untouched. Whether the stream then goes over TCP (both ends
 //!    asked for `auto`) or both fail with exit 7 is decided in [`crate::select`].
+//!    The sender decides when a connection that was accepted fails or never
+//!    completes: it declines once it sees the failure or its set-up time runs
+//!    out ([`SETUP_TIMEOUT`], 30 s from the offer), and the receiver waits
+//!    [`DECIDE_GRACE`] longer than that for its word, whatever its own half of
+//!    the connection did. (A device that just came back takes connections
+//!    slowly; both ends then go on over TCP, rather than the receiver failing
+//!    while the sender falls back.)
 //!
 //! # Data path (the credit logic: `sender.rs` and `receiver.rs`)
 //! The receiver's ring has `slots` slots of `chunk_size` bytes; the sender has as
@@ -96,7 +103,7 @@ use rdpipe_wire::rdma::connect_data;
 use rdpipe_wire::{Caps, Control, Integrity, RingInfo, Role, WireError, MAX_SLOTS};
 use setup::{decline, Accepted};
 use std::net::{SocketAddr, TcpStream};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Set to `1` on either end to force the WRITE + SEND data path (no immediate
 /// data), e.g. to test the path that iWARP devices need on a RoCE device.
@@ -104,8 +111,17 @@ pub const NO_IMM_ENV: &str = "RDPIPE_RDMA_NO_IMM";
 
 /// How long rdma_cm address and route resolution may take.
 const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long the RDMA connection set-up may take, end to end.
+/// How long the RDMA connection set-up may take on the sender, from the
+/// receiver's offer to an established connection (resolution included). When
+/// it runs out, the sender declines on TCP (and, under `auto`, both ends go on
+/// over TCP).
 const SETUP_TIMEOUT: Duration = Duration::from_secs(30);
+/// How much longer than [`SETUP_TIMEOUT`] the receiver waits for the sender's
+/// connection or its decline: the sender decides, so a set-up that is slow on
+/// both ends (a device that just came back takes connections slowly) ends in
+/// the sender's decline and the fallback, not in the receiver giving up on
+/// its own while the sender falls back to TCP.
+const DECIDE_GRACE: Duration = Duration::from_secs(10);
 
 /// Whether the WRITE + SEND path is forced by the environment.
 pub fn no_imm_forced() -> bool {
@@ -234,6 +250,7 @@ pub fn sender(mut stream: TcpStream, n: &Negotiated) -> Result<Setup<RdmaSender>
         Control::Abort { message, .. } => return Err(TransportError::PeerAborted(message)),
         other => return Err(protocol(&peer, WireError::Unexpected(other.kind()))),
     };
+    let deadline = Instant::now() + SETUP_TIMEOUT;
     if n.slots > MAX_SLOTS {
         return decline(stream, n, RdmaSetupError::TooManySlots(n.slots));
     }
@@ -258,7 +275,7 @@ pub fn sender(mut stream: TcpStream, n: &Negotiated) -> Result<Setup<RdmaSender>
     if let Err(e) = r.id.connect(&connect_data(&token, imm)) {
         return decline(stream, n, RdmaSetupError::Connect(e));
     }
-    let ring = match setup::expect_established(&r.ec, &r.id) {
+    let ring = match setup::expect_established(&r.ec, &r.id, deadline) {
         Ok(data) => match RingInfo::decode(&data) {
             Ok(i) if i.slots == n.slots && i.chunk == n.chunk_size => i,
             Ok(i) => {
@@ -271,8 +288,11 @@ pub fn sender(mut stream: TcpStream, n: &Negotiated) -> Result<Setup<RdmaSender>
             Err(e) => return Err(RdmaError::BadRing(e).into()),
         },
         Err(e) => {
+            // The decline goes out before the id is destroyed: the receiver
+            // then hears it before its half of the connection fails.
+            let declined = decline(stream, n, e);
             drop(r);
-            return decline(stream, n, e);
+            return declined;
         }
     };
     tracing::debug!("RDMA connection established on {}", r.device);

@@ -12,6 +12,8 @@ use rdpipe_wire::{RdmaMsg, StreamEnd};
 use std::collections::VecDeque;
 use std::io;
 use std::net::Shutdown;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 /// What the sender said, in its order.
@@ -84,6 +86,29 @@ impl Ring {
     }
 }
 
+/// A test's fault (tests/rdma-vm/suite-reconnect.sh, the stall case):
+/// `RDPIPE_TEST_LOSE_CREDITS=N` in a receiving process's environment makes
+/// the first connection that gives back more than N credits (counted over
+/// the process) drop that one and every later one: a path that loses
+/// messages without failing either queue pair. Later connections are left
+/// alone.
+pub const LOSE_CREDITS_ENV: &str = "RDPIPE_TEST_LOSE_CREDITS";
+
+/// Whether this credit is the first one [`LOSE_CREDITS_ENV`] drops.
+fn lose_this_credit() -> bool {
+    static AFTER: OnceLock<Option<u64>> = OnceLock::new();
+    static GIVEN: AtomicU64 = AtomicU64::new(0);
+    static LOST: AtomicBool = AtomicBool::new(false);
+    let Some(after) = *AFTER.get_or_init(|| {
+        std::env::var(LOSE_CREDITS_ENV)
+            .ok()
+            .and_then(|v| v.parse().ok())
+    }) else {
+        return false;
+    };
+    GIVEN.fetch_add(1, Ordering::Relaxed) >= after && !LOST.swap(true, Ordering::Relaxed)
+}
+
 /// The RDMA receiving half.
 ///
 /// Its ring is registered for remote writes for the whole connection: whoever
@@ -100,6 +125,8 @@ pub struct RdmaReceiver {
     ring: Ring,
     /// The private copy of the current chunk, under a keyed protection.
     private: Option<PageBuf>,
+    /// Dropping every credit ([`LOSE_CREDITS_ENV`]).
+    losing: bool,
 }
 
 impl RdmaReceiver {
@@ -112,6 +139,7 @@ impl RdmaReceiver {
                 pending: VecDeque::new(),
             },
             private: keyed.then(|| PageBuf::new(chunk)),
+            losing: false,
         }
     }
 
@@ -171,6 +199,10 @@ impl RdmaReceiver {
 
     /// Gives slot `slot` back to the sender (its credit).
     pub(super) fn release(&mut self, slot: usize) -> Result<(), TransportError> {
+        if self.losing || lose_this_credit() {
+            self.losing = true;
+            return Ok(());
+        }
         self.send_msg(RdmaMsg::Credit { slot: slot as u32 })
     }
 

@@ -4,7 +4,7 @@
 //! `RdmaDecline` either end sends when it cannot go on.
 
 use super::conn::{wr_id, CmParts, Conn, Verbs, WR_RECV};
-use super::{RdmaError, RdmaSetupError, Setup, RESOLVE_TIMEOUT, SETUP_TIMEOUT};
+use super::{RdmaError, RdmaSetupError, Setup, DECIDE_GRACE, RESOLVE_TIMEOUT, SETUP_TIMEOUT};
 use crate::error::rdma::{CmWaitError, Decline, DeclineReason, Decliner, ResolveStep};
 use crate::frame_io::{protocol, read_control, write_control};
 use crate::handshake::Negotiated;
@@ -176,7 +176,9 @@ pub(super) enum Accepted {
 
 /// Waits for the sender's connect request with the right token (rejecting any
 /// other), accepts it with the ring's location, and waits until it is established.
-/// The sender may decline on TCP instead.
+/// The sender may decline on TCP instead, and does when the connection fails
+/// or its own set-up time ([`SETUP_TIMEOUT`]) runs out: a connection that
+/// fails here is not the end of the wait, the sender's word is.
 pub(super) fn accept_sender(
     stream: &mut TcpStream,
     n: &Negotiated,
@@ -185,7 +187,8 @@ pub(super) fn accept_sender(
     s: &Sizes,
 ) -> Result<Accepted, TransportError> {
     let peer = n.peer_addr.clone();
-    let deadline = Instant::now() + SETUP_TIMEOUT;
+    let wait = SETUP_TIMEOUT + DECIDE_GRACE;
+    let deadline = Instant::now() + wait;
     let Listening {
         ec,
         listener,
@@ -198,13 +201,16 @@ pub(super) fn accept_sender(
     let mut pd = Some(pd);
     // Set once accepted: (id, verbs, imm).
     let mut accepted: Option<(CmId, Verbs, bool)> = None;
+    // Set when the accepted connection failed before it was established.
+    let mut failed: Option<RdmaError> = None;
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Err(RdmaError::SenderTimeout {
-                secs: SETUP_TIMEOUT.as_secs(),
-            }
-            .into());
+            return Err(failed
+                .unwrap_or(RdmaError::SenderTimeout {
+                    secs: wait.as_secs(),
+                })
+                .into());
         }
         let (cm_ready, tcp_ready) = {
             let mut fds = [
@@ -223,7 +229,14 @@ pub(super) fn accept_sender(
             (!fds[0].revents().is_empty(), !fds[1].revents().is_empty())
         };
         if tcp_ready {
-            return match read_control(stream, &peer)? {
+            let word = match read_control(stream, &peer) {
+                Ok(c) => c,
+                Err(e) => return Err(failed.map_or(e, TransportError::from)),
+            };
+            return match word {
+                // An established sender that waits on us says so (see
+                // `conn::STALL`): not yet our concern.
+                Control::Keepalive => continue,
                 Control::RdmaDecline(reason) => Ok(Accepted::Declined(reason)),
                 Control::Abort { message, .. } => Err(TransportError::PeerAborted(message)),
                 other => Err(protocol(&peer, WireError::Unexpected(other.kind()))),
@@ -242,7 +255,7 @@ pub(super) fn accept_sender(
             CmEventKind::ConnectRequest => {
                 let Some(id) = ev.take_new_id() else { continue };
                 let imm = match check_connect_data(&ev.private_data, token) {
-                    Ok(imm) if accepted.is_none() => imm,
+                    Ok(imm) if accepted.is_none() && failed.is_none() => imm,
                     _ => {
                         // Wrong or missing token, or a second connection: refuse.
                         // Nothing about our memory has been revealed to it.
@@ -299,12 +312,16 @@ pub(super) fn accept_sender(
             | CmEventKind::Rejected
                 if accepted.as_ref().is_some_and(|(id, _, _)| ev.is_for(id)) =>
             {
-                return Err(RdmaError::ConnectionFailed {
-                    peer,
+                // The sender decides: it sees the failure too (or its own
+                // set-up time runs out) and declines on TCP, and under `auto`
+                // both ends go on over TCP. Its word is waited for until the
+                // deadline; this failure is the error if it never comes.
+                accepted = None;
+                failed = Some(RdmaError::ConnectionFailed {
+                    peer: peer.clone(),
                     kind: ev.kind,
                     status: ev.status,
-                }
-                .into());
+                });
             }
             _ => {}
         }
@@ -370,9 +387,13 @@ pub(super) fn resolve_and_register(
     })
 }
 
-/// Waits for ESTABLISHED on `id`, returning the accept's private data.
-pub(super) fn expect_established(ec: &EventChannel, id: &CmId) -> Result<Vec<u8>, RdmaSetupError> {
-    let deadline = Instant::now() + SETUP_TIMEOUT;
+/// Waits for ESTABLISHED on `id` until `deadline`, returning the accept's
+/// private data.
+pub(super) fn expect_established(
+    ec: &EventChannel,
+    id: &CmId,
+    deadline: Instant,
+) -> Result<Vec<u8>, RdmaSetupError> {
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         match ec.get_event(Some(left)) {

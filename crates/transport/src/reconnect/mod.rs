@@ -188,6 +188,7 @@ fn rdma(c: &GoneCause) -> bool {
     match c {
         GoneCause::RdmaLost(_)
         | GoneCause::RdmaDisconnected
+        | GoneCause::RdmaStalled(_)
         | GoneCause::RdmaDeviceRemoved
         | GoneCause::Rdma(_) => true,
         GoneCause::Unconfirmed(c) => rdma(c),
