@@ -99,11 +99,10 @@ pub struct Adapt {
     paused_raw: u64,
     paused_time: Duration,
     /// The stretch's bytes and time from its first chunk that waited on
-    /// the link for half its time on: the buffers between here and the
-    /// receiver were full from then on, so this is the link's rate for
-    /// stored chunks (the chunks before went into buffers the compressed
-    /// chunks had let drain, at memory speed).
-    paced: bool,
+    /// the link for half its time on (none yet while the time is zero): the
+    /// buffers between here and the receiver were full from then on, so
+    /// this is the link's rate for stored chunks (the chunks before went
+    /// into buffers the compressed chunks had let drain, at memory speed).
     paced_raw: u64,
     paced_time: Duration,
     /// The raw bytes of the chunk counted last, if stored.
@@ -144,7 +143,6 @@ impl Adapt {
             pausing: false,
             paused_raw: 0,
             paused_time: Duration::ZERO,
-            paced: false,
             paced_raw: 0,
             paced_time: Duration::ZERO,
             last_raw: 0,
@@ -178,7 +176,7 @@ impl Adapt {
             }
             self.paused_raw = 0;
             self.paused_time = Duration::ZERO;
-            (self.paced, self.paced_raw, self.paced_time) = (false, 0, Duration::ZERO);
+            (self.paced_raw, self.paced_time) = (0, Duration::ZERO);
             // Chunks compressed before the stretch began and sent during
             // it are no window's.
             self.clear();
@@ -202,8 +200,8 @@ impl Adapt {
     pub fn waited(&mut self, link: Duration, cpu: Duration, elapsed: Duration) {
         if self.last_stored {
             self.paused_time += elapsed;
-            self.paced |= !elapsed.is_zero() && link * 2 >= elapsed;
-            if self.paced {
+            // Paced from the first chunk that waited half its time on.
+            if !self.paced_time.is_zero() || (!elapsed.is_zero() && link * 2 >= elapsed) {
                 self.paced_raw += self.last_raw;
                 self.paced_time += elapsed;
             }
