@@ -33,14 +33,12 @@ fn name(sig: i32) -> &'static str {
     }
 }
 
-/// Watches for SIGINT, SIGTERM and SIGHUP on a thread of its own for the rest
+/// Watches for SIGINT, SIGTERM and SIGHUP (those not inherited as ignored) on a thread of its own for the rest
 /// of the process's life (see the module doc).
 pub fn watch(on: Interrupted) {
-    let sigs = signal_hook::iterator::Signals::new([
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGHUP,
-    ]);
+    // Less those inherited as ignored (`nohup`, a background job): see
+    // `stop_signals`.
+    let sigs = signal_hook::iterator::Signals::new(rdpipe_orchestrate::guard::stop_signals());
     let Ok(mut sigs) = sigs else {
         // Without the watcher the default action (exit) still stops the run.
         return;

@@ -156,6 +156,7 @@ fn open_sender(
     key: &str,
     data: &[u8],
 ) -> (std::process::Child, std::process::ChildStdin) {
+    children_get_default_signals();
     let mut s = Command::new(bin("rdsend"))
         .args([
             "--reconnect-timeout",

@@ -430,6 +430,42 @@ fn sigterm_before_connect_mid_stream_and_at_the_end() {
     signal_at("TERM", 15, "sterm");
 }
 
+#[test]
+fn signals_inherited_as_ignored_stay_ignored() {
+    // `nohup rdpipe … &` from a script: SIGHUP and SIGINT arrive ignored, and
+    // must not stop the pipeline (the terminal closing, a Ctrl-C meant for the
+    // script's foreground job); SIGTERM, still at its default, does.
+    need_ssh!();
+    let ssh = LocalSsh::start("nohup");
+    let cfg = ssh.config.to_string_lossy().into_owned();
+    let mark = marker("nohup");
+    let segs = [
+        format!("h1:yes {mark}"),
+        format!("h2:cat >/dev/null # {mark}"),
+    ];
+    let segs: Vec<&str> = segs.iter().map(|s| s.as_str()).collect();
+    let mut s = start(
+        &["env", "--ignore-signal=HUP,INT"],
+        &args(&ssh, &segs),
+        None,
+    );
+    wait_for(&format!("^yes {mark}"), Duration::from_secs(20));
+    kill("-HUP", s.child.id());
+    kill("-INT", s.child.id());
+    // Nothing to wait for but the absence of an exit: a pipeline that would
+    // stop tears down within milliseconds.
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        s.child.try_wait().unwrap().is_none(),
+        "rdpipe stopped on a signal it inherited as ignored"
+    );
+    kill("-TERM", s.child.id());
+    let r = s.finish(Duration::from_secs(20));
+    assert_eq!(r.code(), Some(143), "{}", r.stderr);
+    assert_one_line(&r, &["interrupted by SIGTERM"]);
+    assert_gone(&[&mark, &cfg], "SIGTERM after ignored signals");
+}
+
 // ---------------------------------------------------------------------------
 // 8. Bad input: SSH authentication failure.
 

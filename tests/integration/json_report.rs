@@ -3,7 +3,7 @@
 //! (rdpipe) a run interrupted by SIGINT. Self-contained: local segments and
 //! loopback transfers, no ssh.
 
-use crate::support::{xxh3_hex, Scratch};
+use crate::support::{children_get_default_signals, xxh3_hex, Scratch};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -22,6 +22,7 @@ fn read_json(p: &Path) -> Value {
 
 /// Runs rdpipe with `input` on stdin; returns (exit code, stdout, stderr).
 fn rdpipe(args: &[&str], input: &[u8]) -> (Option<i32>, Vec<u8>, String) {
+    children_get_default_signals();
     let mut c = Command::new(RDPIPE)
         .args(args)
         .stdin(Stdio::piped())
@@ -132,6 +133,7 @@ fn rdpipe_failed_run() {
 
 #[test]
 fn rdpipe_interrupted_run() {
+    children_get_default_signals();
     let d = Scratch::new("pipe-int");
     let json = d.path("r.json");
     let marker = d.path("started");
@@ -165,6 +167,7 @@ fn rdpipe_interrupted_run() {
 
 /// Starts `rdrecv --announce-fd 1 ARGS 0 KEY OUT`; returns it and its port.
 fn start_rdrecv(args: &[&str], key: &str, out: &Path) -> (std::process::Child, String) {
+    children_get_default_signals();
     let mut c = Command::new(RDRECV)
         .args(["--announce-fd", "1"])
         .args(args)

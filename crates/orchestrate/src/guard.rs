@@ -19,14 +19,39 @@ use std::process::{Command, ExitCode, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-/// Calls `f` with each SIGTERM, SIGINT or SIGHUP on a thread of its own, until
-/// `f` returns false. Nothing happens when the handlers cannot be installed.
+/// SIGTERM, SIGINT and SIGHUP, less those this process inherited as ignored.
+///
+/// A shell starts a background job (`cmd &` without job control) with SIGINT
+/// ignored, and `nohup` starts its command with SIGHUP ignored: the person
+/// asked for those signals not to stop it. Catching them anyway would undo
+/// that (`nohup rdpipe …` torn down when the terminal closes; a script's
+/// background rdpipe stopped by a Ctrl-C meant for the script's foreground
+/// job), so such a signal stays ignored, as in any Unix filter. Read from
+/// `SigIgn` in /proc/self/status (a mask, bit N-1 for signal N); where it
+/// cannot be read, all three are caught.
+pub fn stop_signals() -> Vec<i32> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let ignored = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| ignored_mask(&s))
+        .unwrap_or(0);
+    [SIGTERM, SIGINT, SIGHUP]
+        .into_iter()
+        .filter(|&s| ignored & (1u64 << (s - 1)) == 0)
+        .collect()
+}
+
+/// The `SigIgn:` mask of a /proc/PID/status text.
+fn ignored_mask(status: &str) -> Option<u64> {
+    let hex = status.lines().find_map(|l| l.strip_prefix("SigIgn:"))?;
+    u64::from_str_radix(hex.trim(), 16).ok()
+}
+
+/// Calls `f` with each stop signal ([`stop_signals`]) on a thread of its own,
+/// until `f` returns false. Nothing happens when the handlers cannot be
+/// installed.
 pub(crate) fn on_stop_signals(mut f: impl FnMut(i32) -> bool + Send + 'static) {
-    if let Ok(mut sigs) = signal_hook::iterator::Signals::new([
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGHUP,
-    ]) {
+    if let Ok(mut sigs) = signal_hook::iterator::Signals::new(stop_signals()) {
         std::thread::spawn(move || {
             for s in sigs.forever() {
                 if !f(s) {
@@ -222,6 +247,30 @@ pub fn cmd_main<I: IntoIterator<Item = OsString>>(args: I) -> ExitCode {
             std::thread::sleep(Duration::from_secs(1));
             let _ = rustix::process::kill_process_group(me, Signal::Kill);
             ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ignored_mask_is_read_from_the_status_text() {
+        let text = "Name:\trdpipe\nSigBlk:\t0000000000000000\nSigIgn:\t0000000000000003\n";
+        // SIGHUP (1) and SIGINT (2) ignored, as under `nohup cmd &`.
+        assert_eq!(ignored_mask(text), Some(3));
+        assert_eq!(ignored_mask("Name:\tx\n"), None);
+        assert_eq!(ignored_mask("SigIgn:\tzz\n"), None);
+    }
+
+    #[test]
+    fn this_process_catches_what_it_does_not_ignore() {
+        let own = std::fs::read_to_string("/proc/self/status").unwrap();
+        let ignored = ignored_mask(&own).unwrap();
+        for s in [1, 2, 15] {
+            let caught = stop_signals().contains(&s);
+            assert_eq!(caught, ignored & (1 << (s - 1)) == 0, "signal {s}");
         }
     }
 }

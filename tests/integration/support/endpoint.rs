@@ -2,7 +2,7 @@
 //! rdrecv announced, collect output, and print the whole command with its output
 //! when an expectation fails.
 
-use super::procs::wait_bounded;
+use super::procs::{children_get_default_signals, wait_bounded};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -97,7 +97,11 @@ impl Receiver {
             .stderr(Stdio::piped())
             .stdin(Stdio::null());
         let cmdline = describe(&cmd);
-        let mut child = cmd.spawn().expect("spawn rdrecv");
+        let mut child = {
+            children_get_default_signals();
+            cmd.spawn()
+        }
+        .expect("spawn rdrecv");
         let err = child.stderr.take().unwrap();
         let (tx, rx) = mpsc::channel();
         thread::spawn(move || {
@@ -214,7 +218,11 @@ pub fn send_paced(
     .stdout(Stdio::piped())
     .stderr(Stdio::piped());
     let cmdline = describe(&cmd);
-    let mut child = cmd.spawn().expect("spawn rdsend");
+    let mut child = {
+        children_get_default_signals();
+        cmd.spawn()
+    }
+    .expect("spawn rdsend");
     if let Some(data) = input {
         let mut w = child.stdin.take().unwrap();
         let data = data.to_vec();

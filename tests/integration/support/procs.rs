@@ -130,3 +130,26 @@ pub fn comm(pid: u32) -> String {
         .trim()
         .to_string()
 }
+
+/// Makes the processes the tests start get SIGINT, SIGTERM and SIGHUP at their
+/// default action, as a foreground job of an interactive shell does, also when
+/// this test process inherited them as ignored (`cargo test &` from a script,
+/// or under `nohup`). The tools keep a signal inherited as ignored (see
+/// `rdpipe_orchestrate::guard::stop_signals`), and the tests that send SIGINT
+/// stand for a person's Ctrl-C. Across exec a caught signal goes back to its
+/// default action and an ignored one stays ignored, so each ignored one gets a
+/// handler here that only sets a flag nobody reads: this process goes on
+/// ignoring it in effect. Called before every spawn of a tool; idempotent.
+pub fn children_get_default_signals() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+        let caught = rdpipe_orchestrate::guard::stop_signals();
+        for sig in [SIGINT, SIGTERM, SIGHUP] {
+            if !caught.contains(&sig) {
+                let unread = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+                signal_hook::flag::register(sig, unread).expect("a handler for SIGINT/TERM/HUP");
+            }
+        }
+    });
+}

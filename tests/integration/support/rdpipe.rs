@@ -1,7 +1,7 @@
 //! The rdpipe binary run under a time bound: stdin fed from a thread, stdout
 //! and stderr collected, the exit status and how long it took.
 
-use super::procs::poll;
+use super::procs::{children_get_default_signals, poll};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -110,7 +110,11 @@ pub fn start_tool(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let cmdline = format!("{cmd:?}");
-    let mut child = cmd.spawn().expect("run the tool");
+    let mut child = {
+        children_get_default_signals();
+        cmd.spawn()
+    }
+    .expect("run the tool");
     if let Some(data) = input {
         let mut sin = child.stdin.take().unwrap();
         std::thread::spawn(move || {

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tracing::debug;
 
-/// SIGINT, SIGTERM and SIGHUP as one stream of signal numbers.
+/// SIGINT, SIGTERM and SIGHUP as one stream of signal numbers (less those
+/// inherited as ignored: see `guard::stop_signals`).
 ///
 /// Caught with signal-hook's iterator on a thread of its own, not tokio's
 /// `signal()`: tokio installs the handler before it subscribes the stream, and
