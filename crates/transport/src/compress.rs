@@ -274,6 +274,9 @@ impl Packer {
     fn done(&mut self, raw: usize, body: usize, wire: usize, level: Option<i32>, packed: Packed) {
         if level.is_some() {
             self.adapt.compressed(raw, body);
+            if let Some(d) = self.adapt.take_decision() {
+                tracing::debug!("compress auto: {d}");
+            }
         } else if self.mode == Compress::Auto {
             self.adapt.stored(raw);
         }

@@ -40,7 +40,7 @@
 mod adapt;
 mod codec;
 
-pub use adapt::{Adapt, Binding, ADAPT_MAX, ADAPT_MIN, ADAPT_START, INCOMPRESSIBLE};
+pub use adapt::{Adapt, Binding, Decision, Why, ADAPT_MAX, ADAPT_MIN, ADAPT_START, INCOMPRESSIBLE};
 pub use codec::{
     put_trailer, CompressError, Decoder, Encoder, Packed, KIND_STORED, KIND_ZSTD, TRAILER_LEN,
 };

@@ -1,0 +1,211 @@
+//! The unit tests of `auto`'s decisions ([`super`]).
+
+use super::*;
+
+/// Feeds chunks until [`WINDOW`] were compressed, 1000 bytes each shrunk
+/// to `ratio`, each waiting `link_ms` on the link and `cpu_ms` on
+/// compression of its 10 ms; a chunk to be stored takes `stored_ms`.
+/// Returns how many went stored.
+fn window_with(a: &mut Adapt, ratio: f64, link_ms: u64, cpu_ms: u64, stored_ms: u64) -> u32 {
+    let ms = Duration::from_millis;
+    let (mut compressed, mut stored) = (0, 0);
+    while compressed < WINDOW {
+        match a.next_level() {
+            Some(_) => {
+                a.compressed(1000, (1000.0 * ratio) as usize);
+                a.waited(ms(link_ms), ms(cpu_ms), ms(10));
+                compressed += 1;
+            }
+            None => {
+                a.stored(1000);
+                a.waited(ms(stored_ms), ms(0), ms(stored_ms));
+                stored += 1;
+            }
+        }
+    }
+    stored
+}
+
+/// A window none of whose chunks may go stored.
+fn window(a: &mut Adapt, ratio: f64, link_ms: u64, cpu_ms: u64) {
+    for _ in 0..WINDOW {
+        let level = a.next_level();
+        assert!(level.is_some());
+        a.waited(
+            Duration::from_millis(link_ms),
+            Duration::from_millis(cpu_ms),
+            Duration::from_millis(10),
+        );
+        a.compressed(1000, (1000.0 * ratio) as usize);
+    }
+}
+
+#[test]
+fn a_slow_link_raises_the_level_to_the_top_and_cpu_lowers_it() {
+    // The link carries a stored chunk in 25 ms, a compressed one in 10.
+    let mut a = Adapt::new();
+    let stored: u32 = (0..30).map(|_| window_with(&mut a, 0.4, 8, 0, 25)).sum();
+    assert_eq!(a.level(), ADAPT_MAX);
+    assert_eq!(a.last_binding(), Some(Binding::Link));
+    // One stretch measured storing: 2.5x slower, not tried again soon.
+    assert_eq!(stored, WINDOW);
+    // Compression binds: halfway down (up one level at a time, down fast).
+    let half = ADAPT_MIN + (ADAPT_MAX - ADAPT_MIN) / 2;
+    window(&mut a, 0.4, 0, 5);
+    assert_eq!(a.level(), half);
+    window(&mut a, 0.4, 0, 0);
+    assert_eq!(a.level(), half, "input-bound: kept");
+}
+
+#[test]
+fn a_receiver_slower_than_the_link_makes_storing_win_whatever_the_level() {
+    // Compressed chunks wait on the receiver (10 ms each, seen as the
+    // link); stored ones pass in 4 ms.
+    let mut a = Adapt::new();
+    let mut stored = Vec::new();
+    for _ in 0..12 {
+        stored.push(window_with(&mut a, 0.4, 8, 0, 4));
+    }
+    // Four windows up, the trial stretch, then stretches twice as long
+    // after each probe window.
+    assert_eq!(stored[..8], [0, 0, 0, 0, WINDOW, 16, 32, 64]);
+    assert!(stored.iter().sum::<u32>() > 12 * WINDOW * 5);
+    // Each probe at the cheapest level.
+    assert_eq!(a.level(), ADAPT_MIN);
+}
+
+/// Stores the chunks of a pause, `ms` each; returns how many.
+fn pause(a: &mut Adapt, ms: u64) -> u32 {
+    let mut n = 0;
+    loop {
+        a.waited(Duration::ZERO, Duration::ZERO, Duration::from_millis(ms));
+        if a.next_level().is_some() {
+            return n;
+        }
+        a.stored(1000);
+        n += 1;
+    }
+}
+
+/// The rest of a probe window after [`pause`] took its first level:
+/// chunks of 1000 bytes shrunk to 400, each `link` and `cpu` ms of 10.
+fn probe(a: &mut Adapt, link: u64, cpu: u64) {
+    let ms = Duration::from_millis;
+    a.compressed(1000, 400);
+    for _ in 1..WINDOW {
+        a.waited(ms(link), ms(cpu), ms(10));
+        assert!(a.next_level().is_some());
+        a.compressed(1000, 400);
+    }
+}
+
+#[test]
+fn cpu_bound_at_the_lowest_level_stores_while_storing_is_faster() {
+    let mut a = Adapt::new();
+    window(&mut a, 0.4, 0, 5);
+    assert_eq!(a.level(), ADAPT_MIN);
+    // Storing runs at 1 ms a chunk, compressing at 10: longer pauses.
+    assert_eq!(pause(&mut a, 1), 16);
+    probe(&mut a, 0, 5);
+    assert_eq!(pause(&mut a, 1), 32);
+    probe(&mut a, 0, 5);
+    assert_eq!(pause(&mut a, 1), 64);
+    // Storing slower than compressing (a slow link): compression stays.
+    probe(&mut a, 0, 5);
+    assert_eq!(pause(&mut a, 50), 128);
+    probe(&mut a, 0, 5);
+    assert_eq!(pause(&mut a, 1), 0, "no pause: level 1 beat storing");
+    // The link binds: up.
+    probe(&mut a, 8, 0);
+    assert_eq!(a.level(), ADAPT_MIN + 1);
+}
+
+#[test]
+fn storing_is_judged_once_the_buffers_are_full() {
+    let ms = Duration::from_millis;
+    let mut a = Adapt::new();
+    // Compression binds at level 1 before anything was stored: a
+    // stretch goes stored to compare.
+    window(&mut a, 0.4, 0, 5);
+    // Its first 8 chunks fill drained buffers (1 ms each), the next 8
+    // wait on the link (10 ms each, 9 of them waiting): storing moves
+    // 100 bytes/ms, not the 182 the whole stretch averages.
+    let mut stored = 0;
+    while a.next_level().is_none() {
+        a.stored(1000);
+        stored += 1;
+        if stored <= 8 {
+            a.waited(ms(0), ms(0), ms(1));
+        } else {
+            a.waited(ms(9), ms(0), ms(10));
+        }
+    }
+    assert_eq!(stored, 16);
+    // Compressing at 143 bytes/ms (7 ms a chunk, compression binding)
+    // beats storing's 100 by more than the margin: no new stretch.
+    a.compressed(1000, 400);
+    for _ in 1..WINDOW {
+        a.waited(ms(0), ms(5), ms(7));
+        assert!(a.next_level().is_some());
+        a.compressed(1000, 400);
+    }
+    a.waited(ms(0), ms(5), ms(7));
+    assert!(a.next_level().is_some(), "compressing goes on");
+}
+
+#[test]
+fn a_stretch_into_drained_buffers_does_not_outvote_the_links_rate() {
+    let ms = Duration::from_millis;
+    // One chunk: compressed in 7 ms (143 bytes/ms, compression
+    // binding), or stored taking `stored` ms, waiting `wait` of them.
+    let chunk = |a: &mut Adapt, wait: u64, stored: u64| match a.next_level() {
+        Some(_) => {
+            a.compressed(1000, 400);
+            a.waited(ms(0), ms(5), ms(7));
+            false
+        }
+        None => {
+            a.stored(1000);
+            a.waited(ms(wait), ms(0), ms(stored));
+            true
+        }
+    };
+    let mut a = Adapt::new();
+    // Compression binds at level 1: a stretch goes stored, every chunk
+    // waiting on the link (10 ms each: 100 bytes/ms).
+    let first = (0..WINDOW + 16).filter(|_| chunk(&mut a, 9, 10)).count();
+    assert_eq!(first, 16);
+    // Then the trial stretch starts in buffers the compressed chunks let
+    // drain: each chunk waits more than half its time, yet storing seems
+    // to move 200 bytes/ms. Compressing (143) beats the lowest recent
+    // rate, not the trial's: no stretch but the trial.
+    // (After the first stretch trials come every 4 × TRIAL_FIRST
+    // windows: compressing was less than twice as fast.)
+    let windows = 4 * TRIAL_FIRST + 4;
+    let later = (0..windows * WINDOW + WINDOW)
+        .filter(|_| chunk(&mut a, 3, 5))
+        .count();
+    assert_eq!(later, WINDOW as usize);
+    assert_eq!(a.take_decision().map(|d| d.why), Some(Why::Pays));
+}
+
+#[test]
+fn incompressible_data_pauses_longer_each_time() {
+    let mut a = Adapt::new();
+    window(&mut a, 0.99, 8, 0);
+    let pause = |a: &mut Adapt| {
+        let mut n = 0;
+        while a.next_level().is_none() {
+            n += 1;
+        }
+        a.compressed(1000, 1000);
+        for _ in 1..WINDOW {
+            assert_eq!(a.next_level(), Some(ADAPT_MIN));
+            a.compressed(1000, 995);
+        }
+        n
+    };
+    assert_eq!(pause(&mut a), 16);
+    assert_eq!(pause(&mut a), 32);
+    assert_eq!(pause(&mut a), 64);
+}
