@@ -33,8 +33,9 @@ fn name(sig: i32) -> &'static str {
     }
 }
 
-/// Watches for SIGINT, SIGTERM and SIGHUP (those not inherited as ignored) on a thread of its own for the rest
-/// of the process's life (see the module doc).
+/// Watches for SIGINT, SIGTERM and SIGHUP (those not inherited as ignored)
+/// on a thread of its own for the rest of the process's life (see the module
+/// doc).
 pub fn watch(on: Interrupted) {
     // Less those inherited as ignored (`nohup`, a background job): see
     // `stop_signals`.
