@@ -97,11 +97,8 @@ impl Receiver {
             .stderr(Stdio::piped())
             .stdin(Stdio::null());
         let cmdline = describe(&cmd);
-        let mut child = {
-            children_get_default_signals();
-            cmd.spawn()
-        }
-        .expect("spawn rdrecv");
+        children_get_default_signals();
+        let mut child = cmd.spawn().expect("spawn rdrecv");
         let err = child.stderr.take().unwrap();
         let (tx, rx) = mpsc::channel();
         thread::spawn(move || {
@@ -218,11 +215,8 @@ pub fn send_paced(
     .stdout(Stdio::piped())
     .stderr(Stdio::piped());
     let cmdline = describe(&cmd);
-    let mut child = {
-        children_get_default_signals();
-        cmd.spawn()
-    }
-    .expect("spawn rdsend");
+    children_get_default_signals();
+    let mut child = cmd.spawn().expect("spawn rdsend");
     if let Some(data) = input {
         let mut w = child.stdin.take().unwrap();
         let data = data.to_vec();

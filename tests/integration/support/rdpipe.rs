@@ -110,11 +110,8 @@ pub fn start_tool(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let cmdline = format!("{cmd:?}");
-    let mut child = {
-        children_get_default_signals();
-        cmd.spawn()
-    }
-    .expect("run the tool");
+    children_get_default_signals();
+    let mut child = cmd.spawn().expect("run the tool");
     if let Some(data) = input {
         let mut sin = child.stdin.take().unwrap();
         std::thread::spawn(move || {

@@ -115,7 +115,8 @@ pub struct Decision {
     pub binding: Binding,
     /// Raw bytes per second the window moved.
     pub rate: f64,
-    /// The last stored stretch's rate (bytes per second), if any yet.
+    /// Storing's rate (bytes per second) the window was judged against
+    /// (the lowest of the last few stretches), if any was stored yet.
     pub stored_rate: Option<f64>,
     /// What was decided.
     pub why: Why,
