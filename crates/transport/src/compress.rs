@@ -123,16 +123,16 @@ pub(crate) trait Source {
 /// The most compression threads.
 pub const MAX_WORKERS: usize = 8;
 
-type Task = Box<dyn FnOnce() + Send>;
+pub(crate) type Task = Box<dyn FnOnce() + Send>;
 
 /// The compression threads: each takes the next task from one queue.
 pub struct Workers {
     queue: Mutex<Sender<Task>>,
-    threads: usize,
+    pub(crate) threads: usize,
 }
 
 impl Workers {
-    fn spawn(&self, task: Task) {
+    pub(crate) fn spawn(&self, task: Task) {
         let q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
         let _ = q.send(task);
     }

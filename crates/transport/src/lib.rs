@@ -45,6 +45,7 @@ pub mod relay;
 pub mod replay;
 pub mod select;
 pub mod tcp;
+mod unpack;
 
 pub use endpoint::{run_recv, run_send, Endpoint, Options, Report};
 pub use rate::Rate;
@@ -106,6 +107,14 @@ pub trait ChunkReceiver: Send {
         &mut self,
         drain: &mut dyn FnMut(&mut [u8]) -> Result<(), TransportError>,
     ) -> Result<Received, TransportError>;
+
+    /// Whether the next chunk (or End) has arrived already, so that
+    /// [`ChunkReceiver::recv_chunk`] would not wait for the network. The receive
+    /// loop keeps chunks on the decompression pool while it does, and writes
+    /// out everything before it waits. A transport that cannot tell says no.
+    fn more_ready(&mut self) -> bool {
+        false
+    }
 
     /// Confirms to the sender that the stream was verified and flushed (Done).
     fn confirm(&mut self, done: &StreamEnd) -> Result<(), TransportError>;

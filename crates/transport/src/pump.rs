@@ -12,9 +12,9 @@
 use crate::compress::{CompressStats, Packer, Source};
 use crate::error::GoneCause;
 use crate::pace::{piece, Pacer};
+use crate::unpack::{UnpackError, Unpacker};
 use crate::Rate;
 use crate::{ChunkReceiver, ChunkSender, Received, TransportError};
-use rdpipe_wire::compress::{Decoder, KIND_STORED};
 use rdpipe_wire::seal::{plain_room, Opener, Sealer};
 use rdpipe_wire::session::EndOf;
 use rdpipe_wire::{Compress, Integrity, SessionKeys, StreamEnd, StreamHasher};
@@ -348,8 +348,19 @@ pub fn recv_stream_with<W: Write>(
     progress: Progress<'_>,
 ) -> Result<Totals, TransportError> {
     let mut opener = (prot.integrity == Integrity::Encrypt).then(|| Opener::new(&prot.keys.aead));
-    let mut decoder = prot.compress.is_on().then(|| Decoder::new(prot.chunk_size));
-    let mut stats = CompressStats::new(prot.compress);
+    let mut unpacker = prot
+        .compress
+        .is_on()
+        .then(|| Unpacker::new(prot.compress, prot.chunk_size));
+    // What a decoder refused after every chunk before it was written.
+    let bad = |hasher: &StreamHasher, e: UnpackError| match e {
+        UnpackError::Chunk(source) => TransportError::BadChunk {
+            peer: prot.peer.to_string(),
+            bytes: hasher.bytes(),
+            source,
+        },
+        UnpackError::Output(e) => e,
+    };
     loop {
         let r = rx.recv_chunk(&mut |data| {
             let n = match &mut opener {
@@ -361,30 +372,37 @@ pub fn recv_stream_with<W: Write>(
             };
             // Opened (verified, under --encrypt) first, then decompressed:
             // nothing is written from a chunk the decoder refuses.
-            let plain = match &mut decoder {
-                Some(d) => {
-                    let stored = data[..n].last() == Some(&KIND_STORED);
-                    let p = d
-                        .decode(&data[..n])
-                        .map_err(|source| TransportError::BadChunk {
-                            peer: prot.peer.to_string(),
-                            bytes: hasher.bytes(),
-                            source,
-                        })?;
-                    stats.received(p.len(), n, stored);
-                    p
+            match &mut unpacker {
+                Some(u) => u
+                    .push(&data[..n], &mut |plain| {
+                        hasher.update(plain);
+                        output.write_all(plain).map_err(TransportError::Output)
+                    })
+                    .map_err(|e| bad(hasher, e)),
+                None => {
+                    hasher.update(&data[..n]);
+                    output.write_all(&data[..n]).map_err(TransportError::Output)
                 }
-                None => &data[..n],
-            };
-            hasher.update(plain);
-            output.write_all(plain).map_err(TransportError::Output)
+            }
         });
+        // Chunks still on the decompression pool are written out before the
+        // next wait for the network, and before End is checked.
+        let r = match (r, &mut unpacker) {
+            (Ok(got), Some(u)) if matches!(got, Received::End(_)) || !rx.more_ready() => u
+                .flush(&mut |plain| {
+                    hasher.update(plain);
+                    output.write_all(plain).map_err(TransportError::Output)
+                })
+                .map_err(|e| bad(hasher, e))
+                .map(|()| got),
+            (r, _) => r,
+        };
         match r {
             Ok(Received::Chunk(_)) => progress(hasher.bytes()),
             Ok(Received::End(end)) => {
                 let t = accept_end(rx, output, prot, hasher, &end)?;
                 return Ok(Totals {
-                    compress: decoder.is_some().then_some(stats),
+                    compress: unpacker.map(|u| u.stats),
                     ..t
                 });
             }

@@ -7,6 +7,7 @@
 //! same call; `readv` returns what is there and never waits for the second part, so
 //! a slow sender's chunk is still handed on as soon as its own bytes arrived.
 
+use rustix::event::{poll, PollFd, PollFlags};
 use std::io::{self, IoSliceMut, Read};
 use std::net::TcpStream;
 
@@ -62,6 +63,13 @@ impl Lookahead {
             }
         }
         Ok(())
+    }
+
+    /// Whether a read would return without waiting: bytes read ahead, or
+    /// bytes (or the end, or an error) queued on the socket.
+    pub fn ready(&self) -> bool {
+        let mut fds = [PollFd::new(&self.sock, PollFlags::IN)];
+        self.have > self.at || matches!(poll(&mut fds, 0), Ok(1..))
     }
 
     /// Moves read-ahead bytes into the front of `buf`; returns how many.

@@ -384,6 +384,10 @@ impl ChunkReceiver for TcpReceiver {
         Ok(Received::Chunk(n))
     }
 
+    fn more_ready(&mut self) -> bool {
+        self.left > 0 || self.sock.ready()
+    }
+
     fn confirm(&mut self, done: &StreamEnd) -> Result<(), TransportError> {
         write_control(self.sock.sock(), &self.peer, &Control::Done(*done))?;
         // Wait for the sender to close: our process must not exit (and possibly

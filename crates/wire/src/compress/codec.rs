@@ -274,6 +274,13 @@ impl Decoder {
         }
     }
 
+    /// The first `len` bytes of the last zstd chunk [`Decoder::decode`]
+    /// decompressed (what it returned for it), for a caller that keeps the
+    /// decoder but not the borrow.
+    pub fn decompressed(&self, len: usize) -> &[u8] {
+        &self.out[..len.min(self.out.len())]
+    }
+
     /// The frame checks that come before any decompression.
     fn check_frame(&self, body: &[u8], raw_len: usize) -> Result<(), CompressError> {
         if raw_len == 0 || body.len() < 6 || body[..4] != ZSTD_MAGIC {
