@@ -11,11 +11,20 @@
 //!   next chunks go stored without trying for 16 chunks, then twice as
 //!   many after each failed probe (up to 1024), and the probe starts again at
 //!   [`ADAPT_MIN`];
-//! - compression bound above [`ADAPT_MIN`]: halfway down to it (up one
+//! - compression bound above [`ADAPT_MIN`] (its waits at least [`BOUND`] of
+//!   the window's time and more than the link's, and the window moved fewer
+//!   bytes than the link carries at its ratio: storing's rate over the
+//!   ratio; a window faster than that went into buffers, and on a 1 Gb/s
+//!   link on a 16-core host such windows at 1-1.3 GB/s lowered the level
+//!   to 1-2 again and again): halfway down to it (up one
 //!   level at a time, down fast: a window at a level the CPU cannot keep
 //!   up with costs more than one a level too low, and on a 1 Gb/s link
 //!   with two busy cores `auto` spent several windows stepping down from
-//!   levels 4-6 one at a time);
+//!   levels 4-6 one at a time), and the level below the one that bound is
+//!   the most the link raises it to, for [`CEILING_HELD`] windows at it
+//!   (without that ceiling a 1 Gb/s link on a 16-core host climbed to the
+//!   level compression bound at, halved, and climbed again: the windows
+//!   that bound moved half what the link carried);
 //! - the window moved fewer bytes per second than the last stretch stored
 //!   without trying did (the lowest of the last few stretches), times
 //!   [`KEEP_MARGIN`]; or compression bound at
@@ -27,7 +36,7 @@
 //!   and the next probe starts again at [`ADAPT_MIN`];
 //! - otherwise compression pays: the link bound (its waits at least
 //!   [`BOUND`] of the window's time and more than compression's): one level
-//!   up, to at most [`ADAPT_MAX`]; neither bound (the input is what the
+//!   up, to at most the ceiling ([`ADAPT_MAX`] until compression bound); neither bound (the input is what the
 //!   sender waits for): no change. Every so many such windows a short
 //!   stretch goes stored to measure storing's rate again: after
 //!   [`TRIAL_FIRST`] windows, then 4 times as many, and at once
@@ -75,6 +84,10 @@ pub const BOUND: f64 = 0.10;
 /// moved 1.06-1.21 × what storing did; a margin of 1.25 stored them, and
 /// with them the compressible data that followed, 16 % of the stream.
 pub const KEEP_MARGIN: f64 = 1.05;
+/// Link-bound windows at the ceiling (one below the last level compression
+/// bound at) before the link may raise the level past it again: the data
+/// or the load may have changed.
+pub const CEILING_HELD: u32 = 32;
 /// Wire bytes of compressed chunks since the last stored stretch past which
 /// their rate is the link's (more than any socket and receive buffers
 /// between the ends hold) and can prove storing's measured rate wrong.
@@ -205,6 +218,11 @@ pub struct Adapt {
     /// [`STORED_KEPT`] stretches' ([`Adapt::stored_rate`]).
     stored_rates: [f64; STORED_KEPT],
     stored_count: usize,
+    /// The highest level the link may raise it to: one below the last level
+    /// compression bound at ([`ADAPT_MAX`] before), and link-bound windows
+    /// spent at it.
+    ceiling: i32,
+    at_ceiling: u32,
     /// A stretch ended since the last decision.
     fresh: bool,
     /// Wire bytes and time of the compressed windows since the last stretch.
@@ -248,6 +266,8 @@ impl Adapt {
             last_stored: false,
             stored_rates: [0.0; STORED_KEPT],
             stored_count: 0,
+            ceiling: ADAPT_MAX,
+            at_ceiling: 0,
             fresh: false,
             span_wire: 0,
             span_time: Duration::ZERO,
@@ -367,16 +387,22 @@ impl Adapt {
         let ratio = self.packed as f64 / self.raw.max(1) as f64;
         let total = self.elapsed.as_secs_f64().max(1e-9);
         let (link, cpu) = (self.link.as_secs_f64(), self.cpu.as_secs_f64());
+        let rate = self.raw as f64 / total;
+        // The raw bytes per second the link carries at this ratio, as far as
+        // storing's rate tells.
+        let link_carries = self.stored_rate().map(|s| s / ratio.max(0.01));
         let binding = if link > cpu && link >= BOUND * total {
             Binding::Link
-        } else if cpu > link && cpu >= BOUND * total {
+        } else if cpu > link && cpu >= BOUND * total && link_carries.is_none_or(|c| rate < c) {
             Binding::Cpu
         } else {
+            // Also a window that waited on compression yet moved more than
+            // the link carries at its ratio: it filled buffers, and the link
+            // binds once they are full.
             Binding::Neither
         };
         self.last = Some(binding);
         let fresh = std::mem::take(&mut self.fresh);
-        let rate = self.raw as f64 / total;
         let record = |a: &mut Adapt, why| {
             a.decided = Some(Decision {
                 ratio,
@@ -412,6 +438,8 @@ impl Adapt {
         let beats = self.stored_rate().map(|s| self.raw as f64 / total / s);
         let why = match binding {
             Binding::Cpu if self.level > ADAPT_MIN => {
+                self.ceiling = self.level - 1;
+                self.at_ceiling = 0;
                 self.level = ADAPT_MIN + (self.level - ADAPT_MIN) / 2;
                 Why::CpuLower
             }
@@ -436,7 +464,7 @@ impl Adapt {
                     };
                 }
                 if b == Binding::Link {
-                    self.level = (self.level + 1).min(ADAPT_MAX);
+                    self.raise();
                 }
                 self.since_trial += 1;
                 if self.since_trial >= self.trial_every {
@@ -460,6 +488,19 @@ impl Adapt {
         self.span_wire >= SPAN_WIRE
             && secs > 0.0
             && self.span_wire as f64 / secs > UNDERRATED * stored
+    }
+
+    /// One level up, to at most the ceiling; at the ceiling for
+    /// [`CEILING_HELD`] link-bound windows, the ceiling goes up one.
+    fn raise(&mut self) {
+        if self.level >= self.ceiling {
+            self.at_ceiling += 1;
+            if self.at_ceiling >= CEILING_HELD {
+                self.ceiling = (self.ceiling + 1).min(ADAPT_MAX);
+                self.at_ceiling = 0;
+            }
+        }
+        self.level = (self.level + 1).min(self.ceiling);
     }
 
     /// Stores the next chunks without trying, twice as many as last time.

@@ -258,3 +258,79 @@ fn a_stretch_measured_slow_is_measured_again_once_the_link_carried_more() {
     // The stretch that measured again, then the pause storing won.
     assert_eq!(stored, 2 * WINDOW);
 }
+
+#[test]
+fn the_level_stays_below_the_one_compression_bound_at() {
+    let ms = Duration::from_millis;
+    // The link binds at every level below 9; at 9 and above compression
+    // does. Storing moves 50 bytes/ms, so at a ratio of 0.3 the link
+    // carries 167 bytes/ms of data: the compressed windows' 100 are below,
+    // compression really binds at 9.
+    let mut a = Adapt::new();
+    let mut levels = Vec::new();
+    while levels.len() < 60 {
+        match a.next_level() {
+            Some(l) => {
+                a.compressed(1000, 300);
+                let (link, cpu) = if l >= 9 { (0, 5) } else { (8, 0) };
+                a.waited(ms(link), ms(cpu), ms(10));
+            }
+            None => {
+                a.stored(1000);
+                a.waited(ms(20), ms(0), ms(20));
+            }
+        }
+        if let Some(d) = a.take_decision() {
+            levels.push(d.level);
+        }
+    }
+    // Up one level a window to 9, halfway down, then up to 8 and held
+    // there: no window at 9 again until CEILING_HELD windows at 8.
+    assert_eq!(
+        levels[..12],
+        [2, 3, 4, 5, 6, 7, 8, 9, 5, 6, 7, 8],
+        "{levels:?}"
+    );
+    let held = CEILING_HELD as usize;
+    assert!(levels[12..11 + held].iter().all(|l| *l == 8), "{levels:?}");
+    assert_eq!(levels[11 + held], 9, "{levels:?}");
+}
+
+#[test]
+fn a_window_faster_than_the_link_carries_does_not_lower_the_level() {
+    let ms = Duration::from_millis;
+    // Storing moves 100 bytes/ms: at a ratio of 0.3 the link carries 333
+    // bytes/ms of data. Windows wait on compression but move 500: they
+    // fill buffers, the level stays.
+    let mut a = Adapt::new();
+    window(&mut a, 0.3, 8, 0);
+    window(&mut a, 0.3, 8, 0);
+    let stored = (0..WINDOW * 4)
+        .filter(|_| match a.next_level() {
+            Some(_) => {
+                a.compressed(1000, 300);
+                a.waited(ms(8), ms(0), ms(10));
+                false
+            }
+            None => {
+                a.stored(1000);
+                a.waited(ms(10), ms(0), ms(10));
+                true
+            }
+        })
+        .count();
+    assert_eq!(stored, WINDOW as usize, "the trial stretch");
+    let level = a.level();
+    assert!(level > ADAPT_MIN + 1, "{level}");
+    for i in 0..5 {
+        for _ in 0..WINDOW {
+            assert!(a.next_level().is_some());
+            a.waited(ms(0), ms(1), ms(2));
+            a.compressed(1000, 300);
+        }
+        // (The first window still has the last link-bound chunk's wait.)
+        let d = a.take_decision().map(|d| d.binding);
+        assert!(i == 0 || d == Some(Binding::Neither), "{d:?}");
+    }
+    assert_eq!(a.level(), level);
+}
