@@ -27,9 +27,10 @@
 //! as the link's raised the level on a fast path with idle cores until
 //! compression bound.)
 //!
-//! **Receiver**: each chunk, once opened under `--encrypt`, is checked and
-//! decompressed by [`rdpipe_wire::compress::Decoder`] into a buffer of the
-//! negotiated chunk size, then hashed and written.
+//! **Receiver** ([`crate::unpack`]): each chunk, once opened under
+//! `--encrypt`, is checked and decompressed by [`rdpipe_wire::compress::Decoder`]
+//! into a buffer of the negotiated chunk size, zstd chunks on this pool
+//! several at once, then hashed and written in order.
 
 use rdpipe_wire::compress::{
     put_trailer, Adapt, Encoder, Packed, KIND_STORED, KIND_ZSTD, MAX_LEVEL, TRAILER_LEN,
