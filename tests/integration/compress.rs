@@ -387,3 +387,56 @@ fn bombs_and_corrupt_frames_from_an_authenticated_sender_are_refused() {
         );
     }
 }
+
+/// The receiver decompresses on a pool, but a chunk never waits there for
+/// the next one: with the sender's input still open and nothing more
+/// written, the first chunk's bytes come out.
+#[test]
+fn a_compressed_chunk_comes_out_before_the_next_one_is_sent() {
+    use std::io::{Read, Write};
+    use std::process::{Command, Stdio};
+    let mut r = Receiver::start(&[KEY], &[], Some(Stdio::piped()));
+    let mut out = r.child.stdout.take().unwrap();
+    let p = r.port.to_string();
+    let mut cmd = Command::new(bin("rdsend"));
+    cmd.args(["--compress=zstd:3", "127.0.0.1", &p, KEY])
+        .env_remove("RDPIPE_KEY")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let cmdline = describe(&cmd);
+    children_get_default_signals();
+    let mut s = cmd.spawn().expect("spawn rdsend");
+    let mut input = s.stdin.take().unwrap();
+    let text: Vec<u8> = b"a line of text that compresses well\n"
+        .iter()
+        .cycle()
+        .take(64 << 10)
+        .copied()
+        .collect();
+    input.write_all(&text).unwrap();
+    // Read the first piece on a thread; the input stays open meanwhile.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let mut first = vec![0u8; text.len()];
+        let r = out.read_exact(&mut first).map(|()| first);
+        let _ = tx.send(r);
+        let mut rest = Vec::new();
+        let _ = out.read_to_end(&mut rest);
+        rest
+    });
+    let first = rx.recv_timeout(Duration::from_secs(30));
+    let got_first = matches!(&first, Ok(Ok(b)) if b.starts_with(b"a line of text"));
+    input.write_all(b"the end\n").unwrap();
+    drop(input);
+    let status = wait_bounded(&mut s, Duration::from_secs(60), &cmdline);
+    let rest = reader.join().unwrap();
+    let fin = r.finish();
+    assert!(
+        got_first,
+        "the first 64 KiB did not come out while the input stayed open: {first:?}"
+    );
+    assert!(status.success(), "`{cmdline}`: {status}");
+    fin.expect_code(0);
+    assert_eq!(rest, b"the end\n");
+}
