@@ -1,7 +1,9 @@
 //! Hops that survive the loss of their connection (`--reconnect-timeout`),
 //! with the real binaries over loopback TCP (root: `ss -K` resets a socket,
 //! nftables answers a port with resets; SKIPPED otherwise): rdsend and
-//! rdrecv through five resets of one 4 GiB stream, byte-exact; a path that
+//! rdrecv through five resets of one 4 GiB stream, byte-exact, and through
+//! three of a compressed stream (its receiver decompressing several chunks
+//! at once); a path that
 //! answers with resets for a while, then recovers (the receiver never saw
 //! the loss: the returning sender replaces its connection); one that stays
 //! broken past the timeout fails within the bound, leaving `FILE` as it
@@ -67,17 +69,34 @@ impl Gen {
 #[test]
 fn five_resets_in_a_4_gib_stream_resume_byte_exact() {
     need_reset!();
-    const LEN: u64 = 4 << 30;
+    resets_resume(4 << 30, 700 << 20, 5, &["--integrity", "checksum"], false);
+}
+
+/// A compressed stream's receiver decompresses several chunks at once: what
+/// it holds in flight when the connection dies is written before it tells
+/// where to resume, and the stream stays byte-exact.
+#[test]
+fn resets_of_a_compressed_stream_resume_byte_exact() {
+    need_reset!();
+    resets_resume(768 << 20, 200 << 20, 3, &["--compress=zstd:1"], true);
+}
+
+/// rdsend | rdrecv over loopback, `len` bytes (every other 64 KiB of them
+/// zeros when `compressible`), the hop's connection reset after every
+/// `every` bytes received, `resets` times; byte-exact, and each end reports
+/// its reconnects.
+fn resets_resume(len: u64, every: u64, resets: usize, args: &[&str], compressible: bool) {
     const KEY: &str = "reconnect-five-resets-key";
-    let mut r = Receiver::start(
-        &["-v", "--integrity", "checksum", KEY],
-        &[],
-        Some(Stdio::piped()),
-    );
+    let mut rargs = vec!["-v"];
+    rargs.extend(args);
+    rargs.push(KEY);
+    let mut r = Receiver::start(&rargs, &[], Some(Stdio::piped()));
     let mut out = r.child.stdout.take().unwrap();
     let port = r.port;
     let mut s = Command::new(bin("rdsend"))
-        .args(["-v", "--integrity", "checksum", "127.0.0.1"])
+        .arg("-v")
+        .args(args)
+        .arg("127.0.0.1")
         .arg(port.to_string())
         .arg(KEY)
         .stdin(Stdio::piped())
@@ -90,10 +109,16 @@ fn five_resets_in_a_4_gib_stream_resume_byte_exact() {
         let mut g = Gen(0x1234_5678_9abc_def1);
         let mut h = rdpipe_wire::checksum::StreamHasher::new();
         let mut buf = vec![0u8; 1 << 20];
-        let mut left = LEN;
+        let mut left = len;
         while left > 0 {
             let n = left.min(buf.len() as u64) as usize;
             g.fill(&mut buf[..n]);
+            if compressible {
+                for c in buf[..n].chunks_mut(128 << 10) {
+                    let half = c.len() / 2;
+                    c[..half].fill(0);
+                }
+            }
             h.update(&buf[..n]);
             if sin.write_all(&buf[..n]).is_err() {
                 return None;
@@ -102,10 +127,10 @@ fn five_resets_in_a_4_gib_stream_resume_byte_exact() {
         }
         Some(h.digest())
     });
-    // Read the output; after every 700 MiB, reset the hop's connection.
+    // Read the output; after every `every` bytes, reset the hop's connection.
     let mut h = rdpipe_wire::checksum::StreamHasher::new();
     let mut buf = vec![0u8; 1 << 20];
-    let (mut got, mut next, mut resets) = (0u64, 700u64 << 20, 0);
+    let (mut got, mut next, mut done) = (0u64, every, 0);
     loop {
         let n = out.read(&mut buf).unwrap();
         if n == 0 {
@@ -113,10 +138,10 @@ fn five_resets_in_a_4_gib_stream_resume_byte_exact() {
         }
         h.update(&buf[..n]);
         got += n as u64;
-        if got >= next && resets < 5 {
-            next += 700 << 20;
+        if got >= next && done < resets {
+            next += every;
             if reset_port(port) > 0 {
-                resets += 1;
+                done += 1;
             }
         }
     }
@@ -131,14 +156,14 @@ fn five_resets_in_a_4_gib_stream_resume_byte_exact() {
         f.stderr
     );
     f.expect_code(0);
-    assert_eq!(got, LEN, "{}", f.stderr);
+    assert_eq!(got, len, "{}", f.stderr);
     assert_eq!(Some(h.digest()), sent, "the output differs from the input");
-    assert_eq!(resets, 5, "the resets found no connection to kill");
+    assert_eq!(done, resets, "the resets found no connection to kill");
     // At least one reconnect per reset: `ss -K` kills every socket on the
     // port, so it may also catch a connection that was just re-established.
     let lines = |e: &str| e.matches("reconnected at byte").count();
-    assert!(lines(&f.stderr) >= 5, "{}", f.stderr);
-    assert!(lines(&serr) >= 5, "{serr}");
+    assert!(lines(&f.stderr) >= resets, "{}", f.stderr);
+    assert!(lines(&serr) >= resets, "{serr}");
 }
 
 /// An nftables table of this test's own that answers TCP to `port` with

@@ -362,7 +362,11 @@ pub fn recv_stream_with<W: Write>(
         UnpackError::Output(e) => e,
     };
     loop {
+        // Set when the error comes from this side (a chunk refused, the
+        // output), not from the transport.
+        let mut refused = false;
         let r = rx.recv_chunk(&mut |data| {
+            refused = true;
             let n = match &mut opener {
                 Some(o) => o.open(data).map_err(|_| TransportError::Tampered {
                     what: "an encrypted chunk",
@@ -384,18 +388,25 @@ pub fn recv_stream_with<W: Write>(
                     output.write_all(&data[..n]).map_err(TransportError::Output)
                 }
             }
+            .inspect(|()| refused = false)
         });
         // Chunks still on the decompression pool are written out before the
-        // next wait for the network, and before End is checked.
-        let r = match (r, &mut unpacker) {
-            (Ok(got), Some(u)) if matches!(got, Received::End(_)) || !rx.more_ready() => u
+        // next wait for the network, before End is checked, and when the
+        // transport fails (they arrived whole: a resumed hop goes on after
+        // them, as it would without the pool).
+        let flush_now = |rx: &mut dyn ChunkReceiver| match &r {
+            Ok(Received::End(_)) | Err(_) => !refused,
+            Ok(Received::Chunk(_)) => !rx.more_ready(),
+        };
+        let r = match &mut unpacker {
+            Some(u) if flush_now(rx) => u
                 .flush(&mut |plain| {
                     hasher.update(plain);
                     output.write_all(plain).map_err(TransportError::Output)
                 })
                 .map_err(|e| bad(hasher, e))
-                .map(|()| got),
-            (r, _) => r,
+                .and(r),
+            _ => r,
         };
         match r {
             Ok(Received::Chunk(_)) => progress(hasher.bytes()),

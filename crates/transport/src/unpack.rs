@@ -1,6 +1,7 @@
 //! The receiver's side of `--compress` ([`Unpacker`]): zstd chunks are
-//! decompressed on the sender's compression pool ([`crate::compress::workers`]),
-//! several at once, and written out in their order.
+//! decompressed on the process's compression pool ([`crate::compress::workers`],
+//! the one a sender compresses on), several at once, and written out in their
+//! order.
 //!
 //! One thread decompressing bound a fast path: on a 16-core host over
 //! loopback the receiver's thread was busy all the time at 0.55-0.6 GB/s of
@@ -11,9 +12,17 @@
 //! written by the receive loop once every chunk before it was.
 //!
 //! Nothing waits on the pool longer than the stream does: whenever the
-//! transport has no next chunk ready ([`crate::ChunkReceiver::more_ready`]),
-//! everything in flight is written before the receive loop waits for the
-//! network, so an interactive stream's chunk comes out as soon as it arrived.
+//! transport has no next chunk ready ([`crate::ChunkReceiver::more_ready`]:
+//! over TCP the header of a data frame or End has arrived; a keepalive is not
+//! one), everything in flight is written before the receive loop waits for
+//! the network, so an interactive stream's chunk comes out as soon as it
+//! arrived. When the transport fails, what is in flight is written too: it
+//! arrived whole, and a resumed hop goes on after it.
+//!
+//! Memory: at most `threads + 1` jobs, each holding one chunk's compressed
+//! bytes and a buffer as large as the largest chunk it decompressed (the
+//! [`Decoder`] grows it to the chunk's size, never past the negotiated
+//! chunk size).
 //! A stored chunk goes straight from the transport's buffer (after the chunks
 //! before it): incompressible data costs what it does without the pool.
 
@@ -71,7 +80,7 @@ impl Unpacker {
             pool,
             inflight: VecDeque::new(),
             free: Vec::new(),
-            depth: pool.map_or(0, |p| p.threads + 1),
+            depth: pool.map_or(1, |p| p.threads + 1),
             stats: CompressStats::new(mode),
         }
     }
@@ -89,6 +98,10 @@ impl Unpacker {
             self.stats.received(plain.len(), chunk.len(), stored);
             return emit(plain).map_err(UnpackError::Output);
         };
+        // At most `depth` chunks on the pool, this one included.
+        while self.inflight.len() >= self.depth {
+            self.write_oldest(emit)?;
+        }
         let mut job = self.free.pop().unwrap_or_else(|| Job {
             wire: Vec::new(),
             decoder: Decoder::new(self.limit),
@@ -104,9 +117,6 @@ impl Unpacker {
             let _ = tx.send(job);
         }));
         self.inflight.push_back(rx);
-        while self.inflight.len() > self.depth {
-            self.write_oldest(emit)?;
-        }
         Ok(())
     }
 

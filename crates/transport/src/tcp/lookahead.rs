@@ -7,7 +7,9 @@
 //! same call; `readv` returns what is there and never waits for the second part, so
 //! a slow sender's chunk is still handed on as soon as its own bytes arrived.
 
+use rdpipe_wire::{FrameHeader, FrameKind};
 use rustix::event::{poll, PollFd, PollFlags};
+use rustix::net::RecvFlags;
 use std::io::{self, IoSliceMut, Read};
 use std::net::TcpStream;
 
@@ -65,11 +67,29 @@ impl Lookahead {
         Ok(())
     }
 
-    /// Whether a read would return without waiting: bytes read ahead, or
-    /// bytes (or the end, or an error) queued on the socket.
-    pub fn ready(&self) -> bool {
-        let mut fds = [PollFd::new(&self.sock, PollFlags::IN)];
-        self.have > self.at || matches!(poll(&mut fds, 0), Ok(1..))
+    /// The kind of the next frame when its whole header has arrived (read
+    /// ahead, or queued on the socket: peeked, not taken); `None` while it has
+    /// not, or when it is not a frame at all (the next read reports that).
+    pub fn next_kind(&self) -> Option<FrameKind> {
+        let mut h = [0u8; AHEAD];
+        let have = self.have - self.at;
+        h[..have].copy_from_slice(&self.ahead[self.at..self.have]);
+        if have < AHEAD {
+            // A pending socket error (a reset) is left for the next read: a
+            // peek would take it (the kernel clears it for whoever asks
+            // first), and the read after would see a plain end of stream.
+            let mut fds = [PollFd::new(&self.sock, PollFlags::IN)];
+            match poll(&mut fds, 0) {
+                Ok(1..) if fds[0].revents() == PollFlags::IN => {}
+                _ => return None,
+            }
+            let flags = RecvFlags::PEEK | RecvFlags::DONTWAIT;
+            match rustix::net::recv(&self.sock, &mut h[have..], flags) {
+                Ok(n) if n == AHEAD - have => {}
+                _ => return None,
+            }
+        }
+        FrameHeader::decode(&h, u32::MAX).ok().map(|h| h.kind)
     }
 
     /// Moves read-ahead bytes into the front of `buf`; returns how many.
@@ -150,5 +170,33 @@ mod tests {
         r.read_payload(&mut p).unwrap();
         assert_eq!(p, [9; 4]);
         drop(a);
+    }
+
+    #[test]
+    fn the_next_kind_is_known_once_its_whole_header_arrived_and_is_not_taken() {
+        use rdpipe_wire::Control;
+        let (mut a, b) = pair();
+        let r = Lookahead::new(b);
+        assert_eq!(r.next_kind(), None, "nothing sent");
+        let keepalive = Control::Keepalive.encode();
+        a.write_all(&keepalive[..3]).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert_eq!(r.next_kind(), None, "a part of a header");
+        a.write_all(&keepalive[3..]).unwrap();
+        a.write_all(&FrameHeader::data(4).encode()).unwrap();
+        a.write_all(&[7; 4]).unwrap();
+        let mut r = r;
+        while r.next_kind().is_none() {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(r.next_kind(), Some(FrameKind::Keepalive));
+        // Peeking took nothing: the keepalive's bytes come first.
+        let mut k = vec![0u8; keepalive.len()];
+        r.read_exact(&mut k).unwrap();
+        assert_eq!(k, keepalive);
+        while r.next_kind().is_none() {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(r.next_kind(), Some(FrameKind::Data));
     }
 }

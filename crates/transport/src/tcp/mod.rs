@@ -385,7 +385,14 @@ impl ChunkReceiver for TcpReceiver {
     }
 
     fn more_ready(&mut self) -> bool {
-        self.left > 0 || self.sock.ready()
+        // A data frame or End whose header is here (the sender writes a frame
+        // whole, so its payload follows); not a keepalive, which an idle
+        // sender sends every few seconds and after which nothing may come.
+        self.left > 0
+            || matches!(
+                self.sock.next_kind(),
+                Some(FrameKind::Data | FrameKind::End)
+            )
     }
 
     fn confirm(&mut self, done: &StreamEnd) -> Result<(), TransportError> {

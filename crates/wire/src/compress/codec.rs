@@ -257,8 +257,11 @@ impl Decoder {
             }),
             KIND_ZSTD => {
                 self.check_frame(body, raw_len)?;
-                if self.out.len() < self.limit {
-                    self.out = vec![0; self.limit];
+                // Grown to what this chunk needs (checked against the limit
+                // above): a decoder per chunk in flight stays as small as the
+                // chunks it sees.
+                if self.out.len() < raw_len {
+                    self.out.resize(raw_len, 0);
                 }
                 let out = &mut self.out[..raw_len];
                 let got = self
