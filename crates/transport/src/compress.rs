@@ -124,7 +124,7 @@ pub(crate) trait Source {
 /// The most compression threads.
 pub const MAX_WORKERS: usize = 8;
 
-pub(crate) type Task = Box<dyn FnOnce() + Send>;
+type Task = Box<dyn FnOnce() + Send>;
 
 /// The compression threads: each takes the next task from one queue.
 pub struct Workers {
@@ -133,9 +133,21 @@ pub struct Workers {
 }
 
 impl Workers {
-    pub(crate) fn spawn(&self, task: Task) {
+    fn spawn(&self, task: Task) {
         let q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
         let _ = q.send(task);
+    }
+
+    /// Runs `work` on `job` on a worker; the job comes back on the receiver.
+    /// A pool whose threads are gone drops the task, and with it the sender:
+    /// the wait for this job then fails.
+    pub(crate) fn submit<J: Send + 'static>(&self, mut job: J, work: fn(&mut J)) -> Receiver<J> {
+        let (tx, rx) = sync_channel(1);
+        self.spawn(Box::new(move || {
+            work(&mut job);
+            let _ = tx.send(job);
+        }));
+        rx
     }
 }
 
@@ -398,23 +410,17 @@ impl Packer {
 
     /// Compresses `job` on the pool (on this thread without one).
     fn dispatch(&mut self, mut job: Job) {
-        let (tx, rx) = sync_channel(1);
-        match self.pool {
-            // A pool whose threads are gone drops the task, and with it
-            // `tx`: the wait for this chunk then fails.
-            Some(p) => {
-                p.spawn(Box::new(move || {
-                    job.run();
-                    let _ = tx.send(job);
-                }));
-            }
+        let rx = match self.pool {
+            Some(p) => p.submit(job, Job::run),
             None => {
+                let (tx, rx) = sync_channel(1);
                 let t = Instant::now();
                 job.run();
                 self.cpu += t.elapsed();
                 let _ = tx.send(job);
+                rx
             }
-        }
+        };
         self.inflight.push_back(rx);
     }
 

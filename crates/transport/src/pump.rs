@@ -378,15 +378,9 @@ pub fn recv_stream_with<W: Write>(
             // nothing is written from a chunk the decoder refuses.
             match &mut unpacker {
                 Some(u) => u
-                    .push(&data[..n], &mut |plain| {
-                        hasher.update(plain);
-                        output.write_all(plain).map_err(TransportError::Output)
-                    })
+                    .push(&data[..n], &mut |plain| write_out(hasher, output, plain))
                     .map_err(|e| bad(hasher, e)),
-                None => {
-                    hasher.update(&data[..n]);
-                    output.write_all(&data[..n]).map_err(TransportError::Output)
-                }
+                None => write_out(hasher, output, &data[..n]),
             }
             .inspect(|()| refused = false)
         });
@@ -400,10 +394,7 @@ pub fn recv_stream_with<W: Write>(
         };
         let r = match &mut unpacker {
             Some(u) if flush_now(rx) => u
-                .flush(&mut |plain| {
-                    hasher.update(plain);
-                    output.write_all(plain).map_err(TransportError::Output)
-                })
+                .flush(&mut |plain| write_out(hasher, output, plain))
                 .map_err(|e| bad(hasher, e))
                 .and(r),
             _ => r,
@@ -420,6 +411,16 @@ pub fn recv_stream_with<W: Write>(
             Err(e) => return Err(receive_failed(rx, hasher.bytes(), e)),
         }
     }
+}
+
+/// Hashes and writes out the stream's next bytes.
+fn write_out<W: Write>(
+    hasher: &mut StreamHasher,
+    output: &mut W,
+    plain: &[u8],
+) -> Result<(), TransportError> {
+    hasher.update(plain);
+    output.write_all(plain).map_err(TransportError::Output)
 }
 
 /// The sender's End against what `hasher` saw: on a match, flushes `output` and

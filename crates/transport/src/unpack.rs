@@ -23,6 +23,7 @@
 //! bytes and a buffer as large as the largest chunk it decompressed (the
 //! [`Decoder`] grows it to the chunk's size, never past the negotiated
 //! chunk size).
+//!
 //! A stored chunk goes straight from the transport's buffer (after the chunks
 //! before it): incompressible data costs what it does without the pool.
 
@@ -31,7 +32,7 @@ use crate::TransportError;
 use rdpipe_wire::compress::{CompressError, Decoder, KIND_STORED, KIND_ZSTD};
 use rdpipe_wire::Compress;
 use std::collections::VecDeque;
-use std::sync::mpsc::{sync_channel, Receiver};
+use std::sync::mpsc::Receiver;
 
 /// Why [`Unpacker`] stopped: a chunk it could not decode, or the output.
 #[derive(Debug)]
@@ -109,14 +110,7 @@ impl Unpacker {
         });
         job.wire.clear();
         job.wire.extend_from_slice(chunk);
-        let (tx, rx) = sync_channel(1);
-        // A pool whose threads are gone drops the task, and with it `tx`:
-        // the wait for this chunk then fails.
-        pool.spawn(Box::new(move || {
-            job.run();
-            let _ = tx.send(job);
-        }));
-        self.inflight.push_back(rx);
+        self.inflight.push_back(pool.submit(job, Job::run));
         Ok(())
     }
 
@@ -132,15 +126,15 @@ impl Unpacker {
         let Some(rx) = self.inflight.pop_front() else {
             return Ok(());
         };
-        let job = rx.recv().map_err(|_| {
+        let mut job = rx.recv().map_err(|_| {
             UnpackError::Output(TransportError::Io {
                 context: "a decompression worker",
                 source: std::io::Error::other("stopped"),
             })
         })?;
-        let len = match &job.result {
-            Ok(len) => *len,
-            Err(e) => return Err(UnpackError::Chunk(e.clone())),
+        let len = match std::mem::replace(&mut job.result, Ok(0)) {
+            Ok(len) => len,
+            Err(e) => return Err(UnpackError::Chunk(e)),
         };
         self.stats.received(len, job.wire.len(), false);
         let r = emit(job.decoder.decompressed(len));
