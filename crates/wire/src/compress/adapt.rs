@@ -30,7 +30,9 @@
 //!   [`KEEP_MARGIN`]; or compression bound at
 //!   [`ADAPT_MIN`] before any stretch was stored: the next chunks go stored
 //!   (16, then twice as many after each probe window that is still slower,
-//!   up to 1024). What looks like the link from the sender can be the
+//!   up to 1024; where compression bound, at least as many as keep the next
+//!   probe's loss under [`PROBE_SHARE`] of the pause: a probe at a third of
+//!   storing's rate is followed by 800 stored chunks, not 32). What looks like the link from the sender can be the
 //!   receiver, whose single thread decompresses slower than the link
 //!   carries stored chunks: then storing is faster, whatever the level,
 //!   and the next probe starts again at [`ADAPT_MIN`];
@@ -59,7 +61,11 @@
 //! before it went into the socket's and the receiver's buffers, which the
 //! compressed chunks had let drain, at memory speed (on a 1 Gb/s link a
 //! whole stretch of 16 chunks measured 1.5-2.5 × the link's rate, and
-//! compressing seemed not to pay).
+//! compressing seemed not to pay). That holds only where at least
+//! [`PACED_MIN`] chunks count from there, half of them waiting too (the
+//! stretch goes on for up to as many chunks to see): one chunk that waited
+//! and chunks after it that did not is a stall, and the whole stretch is
+//! storing's rate.
 
 use std::time::Duration;
 
@@ -95,12 +101,22 @@ pub const SPAN_WIRE: u64 = 16 << 20;
 /// How many times storing's measured rate those bytes must have moved at
 /// for that rate to be measured again.
 pub const UNDERRATED: f64 = 2.0;
+/// Chunks from a stored stretch's first that waited on the link needed
+/// to judge storing by them (the stretch goes on for up to as many more).
+pub const PACED_MIN: u32 = 4;
 /// Stored stretches whose rates [`Adapt`] keeps (it uses their lowest).
 const STORED_KEPT: usize = 3;
 /// Chunks stored without trying after the first incompressible window.
 const FIRST_OFF: u32 = 16;
 /// The longest such pause.
 const MAX_OFF: u32 = 1024;
+/// The most a probe window that compression binds, and that loses to
+/// storing, may cost of the time until the next one
+/// ([`probe_pays_off_after`]). On a fast link with few cores level 1
+/// compresses at a third or a quarter of storing's rate: with pauses
+/// doubling from 16 chunks, the probes took 4-5 % of the chunks of a
+/// 384 MiB stream over loopback on two cores and cost it about 10 %.
+pub const PROBE_SHARE: f64 = 0.02;
 /// Windows compressed before the first stretch stored to compare with.
 pub const TRIAL_FIRST: u32 = 4;
 /// The most windows compressed between two such stretches.
@@ -210,6 +226,14 @@ pub struct Adapt {
     /// into buffers the compressed chunks had let drain, at memory speed).
     paced_raw: u64,
     paced_time: Duration,
+    /// Chunks counted in `paced_*`, and how many of them waited on the
+    /// link for half their time: where most did not, the one that started
+    /// it was a stall, not full buffers.
+    paced_chunks: u32,
+    paced_waited: u32,
+    /// Chunks the stretch was stored past its length to count
+    /// [`PACED_MIN`] chunks from its first that waited.
+    extended: u32,
     /// The raw bytes of the chunk counted last, if stored.
     last_raw: u64,
     /// The last chunk counted went stored: the next waits are its.
@@ -262,6 +286,9 @@ impl Adapt {
             paused_time: Duration::ZERO,
             paced_raw: 0,
             paced_time: Duration::ZERO,
+            paced_chunks: 0,
+            paced_waited: 0,
+            extended: 0,
             last_raw: 0,
             last_stored: false,
             stored_rates: [0.0; STORED_KEPT],
@@ -285,10 +312,27 @@ impl Adapt {
             self.pausing = true;
             return None;
         }
+        if self.pausing && (1..PACED_MIN).contains(&self.paced_chunks) && self.extended < PACED_MIN
+        {
+            // A chunk waited on the link near the stretch's end: a few more,
+            // to tell full buffers from a stall.
+            self.extended += 1;
+            return None;
+        }
         if std::mem::take(&mut self.pausing) {
             // The stretch stored without trying is over: its rate, for the
-            // next decision (its waits are not the next window's).
-            let (raw, time) = if self.paced_raw > 0 && !self.paced_time.is_zero() {
+            // next decision (its waits are not the next window's). From its
+            // first chunk that waited on, where the chunks from there on
+            // mostly waited too (the buffers were full); else the whole
+            // stretch's (one chunk that waited was a stall: on two busy
+            // cores over loopback a 3 ms stall at the end of a 16-chunk
+            // stretch measured storing at 130-250 MB/s for a path that
+            // stores at 1 GB/s, and the whole stream went compressed at a
+            // quarter of that).
+            let paced = self.paced_chunks >= PACED_MIN
+                && self.paced_waited * 2 >= self.paced_chunks
+                && !self.paced_time.is_zero();
+            let (raw, time) = if paced {
                 (self.paced_raw, self.paced_time)
             } else {
                 (self.paused_raw, self.paused_time)
@@ -303,6 +347,7 @@ impl Adapt {
             self.paused_time = Duration::ZERO;
             (self.span_wire, self.span_time) = (0, Duration::ZERO);
             (self.paced_raw, self.paced_time) = (0, Duration::ZERO);
+            (self.paced_chunks, self.paced_waited, self.extended) = (0, 0, 0);
             // Chunks compressed before the stretch began and sent during
             // it are no window's.
             self.clear();
@@ -350,9 +395,12 @@ impl Adapt {
         if self.last_stored {
             self.paused_time += elapsed;
             // Paced from the first chunk that waited half its time on.
-            if !self.paced_time.is_zero() || (!elapsed.is_zero() && link * 2 >= elapsed) {
+            let waited = !elapsed.is_zero() && link * 2 >= elapsed;
+            if !self.paced_time.is_zero() || waited {
                 self.paced_raw += self.last_raw;
                 self.paced_time += elapsed;
+                self.paced_chunks += 1;
+                self.paced_waited += u32::from(waited);
             }
         } else {
             self.link += link;
@@ -447,11 +495,15 @@ impl Adapt {
                 // The next probe at the cheapest level: the one most likely
                 // to beat storing (the link raises it again if it binds).
                 self.level = ADAPT_MIN;
-                self.store_for_a_while();
+                let least = match (binding, beats) {
+                    (Binding::Cpu, Some(b)) => probe_pays_off_after(b),
+                    _ => 0,
+                };
+                self.store_for_a_while(least);
                 Why::SlowerThanStoring
             }
             Binding::Cpu if beats.is_none() => {
-                self.store_for_a_while();
+                self.store_for_a_while(0);
                 Why::CpuFirst
             }
             b => {
@@ -503,9 +555,10 @@ impl Adapt {
         self.level = (self.level + 1).min(self.ceiling);
     }
 
-    /// Stores the next chunks without trying, twice as many as last time.
-    fn store_for_a_while(&mut self) {
-        self.off_for = self.next_cpu_off;
+    /// Stores the next chunks without trying, twice as many as last time
+    /// and at least `least`.
+    fn store_for_a_while(&mut self, least: u32) {
+        self.off_for = self.next_cpu_off.max(least).min(MAX_OFF);
         self.next_cpu_off = (self.next_cpu_off * 2).min(MAX_OFF);
         self.since_trial = 0;
     }
@@ -519,6 +572,21 @@ impl Adapt {
         self.cpu = Duration::ZERO;
         self.elapsed = Duration::ZERO;
     }
+}
+
+/// Chunks to store before probing again after a window that compression
+/// bound at the lowest level and that moved `beats` times storing's rate
+/// (under 1): enough that such a probe, if it loses again, costs at most
+/// [`PROBE_SHARE`] of the time the stored chunks take (at most
+/// [`MAX_OFF`]). A probe of [`WINDOW`] chunks at `beats` takes
+/// `WINDOW / beats` stored chunks' time, `WINDOW * (1 / beats - 1)` more
+/// than storing them.
+fn probe_pays_off_after(beats: f64) -> u32 {
+    if beats.is_nan() || beats <= 0.0 {
+        return MAX_OFF;
+    }
+    let lost = WINDOW as f64 * (1.0 / beats - 1.0);
+    (lost / PROBE_SHARE).ceil().clamp(0.0, MAX_OFF as f64) as u32
 }
 
 #[cfg(test)]

@@ -104,12 +104,13 @@ fn cpu_bound_at_the_lowest_level_stores_while_storing_is_faster() {
     let mut a = Adapt::new();
     window(&mut a, 0.4, 0, 5);
     assert_eq!(a.level(), ADAPT_MIN);
-    // Storing runs at 1 ms a chunk, compressing at 10: longer pauses.
-    assert_eq!(pause(&mut a, 1), 16);
+    // Storing runs at 9 ms a chunk, compressing at 10: pauses twice as
+    // long each time (a probe that loses by so little costs little).
+    assert_eq!(pause(&mut a, 9), 16);
     probe(&mut a, 0, 5);
-    assert_eq!(pause(&mut a, 1), 32);
+    assert_eq!(pause(&mut a, 9), 32);
     probe(&mut a, 0, 5);
-    assert_eq!(pause(&mut a, 1), 64);
+    assert_eq!(pause(&mut a, 9), 64);
     // Storing slower than compressing (a slow link): compression stays.
     probe(&mut a, 0, 5);
     assert_eq!(pause(&mut a, 50), 128);
@@ -118,6 +119,30 @@ fn cpu_bound_at_the_lowest_level_stores_while_storing_is_faster() {
     // The link binds: up.
     probe(&mut a, 8, 0);
     assert_eq!(a.level(), ADAPT_MIN + 1);
+}
+
+#[test]
+fn a_probe_far_slower_than_storing_is_followed_by_a_pause_it_is_small_against() {
+    // Compressing at level 1 binds at 10 ms a chunk; storing takes 4 ms
+    // (compressing moves about 0.4 × storing's rate): a probe that loses
+    // costs about 8 × 1.5 stored chunks' time, 2 % of 600 chunks.
+    let mut a = Adapt::new();
+    window(&mut a, 0.4, 0, 5);
+    assert_eq!(pause(&mut a, 4), 16, "the first stretch measures storing");
+    probe(&mut a, 0, 5);
+    let d = a.take_decision().unwrap();
+    assert_eq!(d.why, Why::SlowerThanStoring);
+    let beats = d.rate / d.stored_rate.unwrap();
+    assert!((0.35..0.5).contains(&beats), "{d}");
+    let least = probe_pays_off_after(beats);
+    assert!((400..800).contains(&least), "{least}");
+    assert_eq!(pause(&mut a, 4), least);
+    // Ten times slower: the longest pause at once.
+    assert_eq!(probe_pays_off_after(0.1), MAX_OFF);
+    // A link-bound probe that loses (a receiver slower on compressed
+    // chunks) still doubles: a_receiver_slower_than_the_link_makes_storing_win….
+    assert_eq!(probe_pays_off_after(1.0), 0);
+    assert_eq!(probe_pays_off_after(0.0), MAX_OFF);
 }
 
 #[test]
@@ -151,6 +176,40 @@ fn storing_is_judged_once_the_buffers_are_full() {
     }
     a.waited(ms(0), ms(5), ms(7));
     assert!(a.next_level().is_some(), "compressing goes on");
+}
+
+#[test]
+fn a_stall_at_the_end_of_a_stretch_is_not_taken_for_the_link() {
+    let us = Duration::from_micros;
+    let mut a = Adapt::new();
+    // Compression binds at level 1, 1000 µs a chunk.
+    window(&mut a, 0.3, 0, 5);
+    // Storing takes 180 µs a chunk, 35 of it on the link, but the
+    // stretch's last chunk stalls 3 ms (the receiver off its core).
+    let mut stored = 0;
+    while a.next_level().is_none() {
+        a.stored(1000);
+        stored += 1;
+        if stored == 16 {
+            a.waited(us(2900), us(0), us(3100));
+        } else {
+            a.waited(us(35), us(0), us(180));
+        }
+    }
+    // Three more chunks to tell, and they do not wait: a stall. Storing
+    // moves 19 chunks in 6.34 ms (3.0 bytes/µs), not 2 in 3.28 ms (0.6).
+    assert_eq!(stored, 16 + PACED_MIN - 1);
+    let us10 = Duration::from_micros(1000);
+    a.compressed(1000, 300);
+    for _ in 1..WINDOW {
+        a.waited(Duration::ZERO, us10 / 2, us10);
+        assert!(a.next_level().is_some());
+        a.compressed(1000, 300);
+    }
+    let d = a.take_decision().unwrap();
+    let s = d.stored_rate.unwrap();
+    assert!((2.9e6..3.1e6).contains(&s), "{d}");
+    assert_eq!(d.why, Why::SlowerThanStoring, "{d}");
 }
 
 #[test]
