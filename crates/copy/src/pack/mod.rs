@@ -218,9 +218,14 @@ impl<O: PackOut> Packer<'_, O> {
             return Ok(());
         }
         // Depth first, names in byte order.
-        let mut stack = vec![(src.to_path_buf(), rel, md)];
+        let mut stack = vec![(src.to_path_buf(), rel, Some(md))];
         while let Some((path, rel, md)) = stack.pop() {
-            self.one(&path, rel, &md, &mut stack)?;
+            match md {
+                Some(md) => self.one(&path, rel, &md, &mut stack)?,
+                // A regular file as its directory listed it: its metadata
+                // comes from the descriptor it is read through.
+                None => self.file(&path, rel)?,
+            }
         }
         Ok(())
     }
@@ -230,14 +235,23 @@ impl<O: PackOut> Packer<'_, O> {
         path: &Path,
         rel: RelPath,
         md: &Metadata,
-        stack: &mut Vec<(PathBuf, RelPath, Metadata)>,
+        stack: &mut Vec<(PathBuf, RelPath, Option<Metadata>)>,
     ) -> io::Result<()> {
         let ft = md.file_type();
         if ft.is_dir() {
             let names = match std::fs::read_dir(path) {
                 Ok(rd) => {
-                    let mut v: Vec<_> = rd.filter_map(|e| e.ok()).map(|e| e.file_name()).collect();
-                    v.sort_unstable_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+                    // The listing's file type (`d_type`) says which entries
+                    // are regular files: those are not stat-ed here, only
+                    // once opened (one `statx` a file fewer).
+                    let mut v: Vec<_> = rd
+                        .filter_map(|e| e.ok())
+                        .map(|e| {
+                            let file = e.file_type().is_ok_and(|t| t.is_file());
+                            (e.file_name(), file)
+                        })
+                        .collect();
+                    v.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
                     v
                 }
                 Err(e) => {
@@ -263,7 +277,7 @@ impl<O: PackOut> Packer<'_, O> {
                 path: rel.clone(),
                 meta: meta_of(md),
             })?;
-            for name in names.into_iter().rev() {
+            for (name, file) in names.into_iter().rev() {
                 let child = path.join(&name);
                 let mut r = rel.as_bytes().to_vec();
                 r.push(b'/');
@@ -272,8 +286,12 @@ impl<O: PackOut> Packer<'_, O> {
                     self.failed(format_args!("{}: path too long to copy", child.display()));
                     continue;
                 };
+                if file {
+                    stack.push((child, r, None));
+                    continue;
+                }
                 match std::fs::symlink_metadata(&child) {
-                    Ok(m) => stack.push((child, r, m)),
+                    Ok(m) => stack.push((child, r, Some(m))),
                     Err(e) => self.failed(format_args!("cannot read {}: {e}", child.display())),
                 }
             }
@@ -288,14 +306,6 @@ impl<O: PackOut> Packer<'_, O> {
                 Err(e) => self.failed(format_args!("cannot read link {}: {e}", path.display())),
             }
         } else if ft.is_file() {
-            if md.nlink() > 1 {
-                let id = (md.dev(), md.ino());
-                if let Some(first) = self.links.get(&id) {
-                    let target = first.clone();
-                    return self.entry(&Entry::HardLink { path: rel, target });
-                }
-                self.links.insert(id, rel.clone());
-            }
             self.file(path, rel)?;
         } else {
             let kind = if ft.is_fifo() {
@@ -353,6 +363,14 @@ impl<O: PackOut> Packer<'_, O> {
                 return Ok(());
             }
         };
+        if before.nlink() > 1 {
+            let id = (before.dev(), before.ino());
+            if let Some(first) = self.links.get(&id) {
+                let target = first.clone();
+                return self.entry(&Entry::HardLink { path: rel, target });
+            }
+            self.links.insert(id, rel.clone());
+        }
         let size = before.len();
         let meta = meta_of(&before);
         let (mut offset, mut resumed) = (0, false);

@@ -2,7 +2,7 @@
 //! file written as the data comes, memory for a small file the pool
 //! creates, the destination device itself, or nowhere after a failure).
 
-use super::Unpacker;
+use super::{Owner, Unpacker};
 use crate::beneath::name;
 use crate::direct::{self, Stage, BLOCK, DIRECT_MIN, STAGE};
 use crate::write::{put, write_sparse};
@@ -20,6 +20,9 @@ pub(super) struct Current {
     pub(super) rel: RelPath,
     /// Its directory (`None` when it could not be opened).
     pub(super) dir: Option<Arc<OwnedFd>>,
+    /// The owner and group its file has, where this run created it and
+    /// knows them ([`Unpacker::new_owner`]).
+    pub(super) owner: Option<Owner>,
     pub(super) name: Vec<u8>,
     pub(super) tmp: Vec<u8>,
     pub(super) sink: Sink,
@@ -145,10 +148,12 @@ impl Current {
 /// How a file's data is taken.
 pub(super) enum Start {
     /// Written as it comes, by the decoding thread: its directory, the
-    /// file, and the start of its incomplete last block.
-    Opened(Arc<OwnedFd>, File, Vec<u8>),
-    /// A small file held in memory for the pool: its directory.
-    Held(Arc<OwnedFd>),
+    /// file, the start of its incomplete last block, and the file's owner
+    /// and group where known.
+    Opened(Arc<OwnedFd>, File, Vec<u8>, Option<Owner>),
+    /// A small file held in memory for the pool: its directory, and the
+    /// owner and group a file created there gets.
+    Held(Arc<OwnedFd>, Option<Owner>),
 }
 
 impl Unpacker {
@@ -166,8 +171,8 @@ impl Unpacker {
         opened: io::Result<Start>,
         xattrs: Vec<Attr>,
     ) {
-        let (dir, sink) = match opened {
-            Ok(Start::Opened(d, file, pend)) => {
+        let (dir, owner, sink) = match opened {
+            Ok(Start::Opened(d, file, pend, owner)) => {
                 let stage = if self.direct && size - pos >= DIRECT_MIN && pend.is_empty() {
                     Stage::new(pos).filter(|_| match direct::set(&file, true) {
                         Ok(()) => true,
@@ -185,17 +190,22 @@ impl Unpacker {
                     end: pos,
                     stage,
                 };
-                (Some(d), Sink::Temp(t))
+                (Some(d), owner, Sink::Temp(t))
             }
-            Ok(Start::Held(d)) => (Some(d), Sink::Held(Vec::with_capacity(size as usize))),
+            Ok(Start::Held(d, owner)) => (
+                Some(d),
+                owner,
+                Sink::Held(Vec::with_capacity(size as usize)),
+            ),
             Err(e) => {
                 self.failed(&rel, e);
-                (None, Sink::Discard)
+                (None, None, Sink::Discard)
             }
         };
         self.current = Some(Current {
             rel,
             dir,
+            owner,
             name,
             tmp,
             sink,

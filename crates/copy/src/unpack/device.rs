@@ -26,6 +26,7 @@ impl Unpacker {
                 self.current = Some(Current {
                     rel: path,
                     dir: None,
+                    owner: None,
                     name: Vec::new(),
                     tmp: Vec::new(),
                     sink: Sink::Straight(file),

@@ -175,8 +175,10 @@ pub struct Unpacker {
     dir_xattrs: std::collections::HashMap<RelPath, Vec<Attr>>,
     /// Extended attributes received for the next entry.
     xattrs: Vec<Attr>,
-    /// The last directory opened (entries of a tree come grouped by directory).
-    last_dir: Option<(Vec<u8>, Arc<OwnedFd>)>,
+    /// The last directory opened (entries of a tree come grouped by
+    /// directory), and the owner and group a file created in it gets where
+    /// `-p` as root needs them ([`Unpacker::new_owner`]).
+    last_dir: Option<(Vec<u8>, Arc<OwnedFd>, Option<Owner>)>,
     stats: UnpackStats,
     /// The threads creating small files (started with the first one).
     pool: Option<pool::Pool>,
@@ -190,6 +192,9 @@ pub struct Unpacker {
     /// `--direct`: big files written with `O_DIRECT` ([`crate::direct`]).
     direct: bool,
 }
+
+/// A file's owner and group (uid, gid).
+pub(super) type Owner = (u32, u32);
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
 /// This process's id, in every temporary name (asked once, not per file).
@@ -292,7 +297,7 @@ impl Unpacker {
     /// (no descriptor duplicated and closed per file).
     fn dir(&mut self, comps: &[Vec<u8>]) -> io::Result<Arc<OwnedFd>> {
         let key = comps.join(&b'/');
-        if let Some((k, fd)) = &self.last_dir {
+        if let Some((k, fd, _)) = &self.last_dir {
             if *k == key {
                 return Ok(fd.clone());
             }
@@ -304,8 +309,27 @@ impl Unpacker {
         };
         let refs: Vec<&[u8]> = comps.iter().map(Vec::as_slice).collect();
         let fd = Arc::new(open_dir(base, &refs, true)?);
-        self.last_dir = Some((key, fd.clone()));
+        let owner = (self.preserve && self.root)
+            .then(|| rustix::fs::fstat(&*fd).ok())
+            .flatten()
+            .map(|st| {
+                // A set-group-ID directory gives its group to what is
+                // created in it.
+                let gid = if st.st_mode & 0o2000 != 0 {
+                    st.st_gid
+                } else {
+                    rustix::process::getegid().as_raw()
+                };
+                (rustix::process::geteuid().as_raw(), gid)
+            });
+        self.last_dir = Some((key, fd.clone(), owner));
         Ok(fd)
+    }
+
+    /// The owner and group of a file this process creates in the directory
+    /// [`Unpacker::dir`] opened last, where `-p` as root asks for them.
+    fn new_owner(&self) -> Option<Owner> {
+        self.last_dir.as_ref().and_then(|d| d.2)
     }
 
     /// Whether `rel`, or a directory on its way, is a file the pool has not
@@ -430,8 +454,8 @@ impl Unpacker {
                 let (comps, leaf) = self.place(&path)?;
                 let tmp = Self::tmp_name(&leaf);
                 if size <= pool::POOLED_MAX && self.create_threads >= 2 {
-                    let dir = self.dir(&comps);
-                    self.start_file(path, leaf, tmp, meta, size, 0, dir.map(Start::Held), xattrs);
+                    let dir = self.dir(&comps).map(|d| Start::Held(d, self.new_owner()));
+                    self.start_file(path, leaf, tmp, meta, size, 0, dir, xattrs);
                     return Ok(());
                 }
                 let opened = self.dir(&comps).and_then(|dir| {
@@ -443,7 +467,12 @@ impl Unpacker {
                     // Private until published: the final mode is set then.
                     let mode = Mode::from_raw_mode(0o600);
                     let f = rustix::fs::openat(&dir, name(&tmp), flags, mode)?;
-                    Ok(Start::Opened(dir, File::from(f), Vec::new()))
+                    Ok(Start::Opened(
+                        dir,
+                        File::from(f),
+                        Vec::new(),
+                        self.new_owner(),
+                    ))
                 });
                 self.start_file(path, leaf, tmp, meta, size, 0, opened, xattrs);
             }
@@ -463,7 +492,8 @@ impl Unpacker {
                     let start = offset - offset % BLOCK as u64;
                     let mut pend = vec![0; (offset - start) as usize];
                     std::os::unix::fs::FileExt::read_exact_at(&file, &mut pend, start)?;
-                    Ok(Start::Opened(dir, file, pend))
+                    // Made by an earlier run: whose it is, is not known.
+                    Ok(Start::Opened(dir, file, pend, None))
                 });
                 self.start_file(path, leaf, tmp, meta, size, offset, opened, xattrs);
             }

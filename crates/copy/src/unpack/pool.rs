@@ -13,7 +13,7 @@
 //! metadata at the end, the verdict) first [`Pool::wait`]s for every file
 //! handed over.
 
-use super::times;
+use super::{times, Owner};
 use crate::beneath::name;
 use crate::write::write_sparse;
 use crate::xattr::Attr;
@@ -43,10 +43,20 @@ pub(super) struct Policy {
     pub umask: u32,
 }
 
-/// Sets a written file's owner, mode, times and extended attributes.
-pub(super) fn set_meta(file: &File, meta: &Meta, xattrs: &[Attr], p: Policy) -> io::Result<()> {
+/// Sets a written file's owner, mode, times and extended attributes;
+/// `owner`: the owner and group it has now, where known (a file this run
+/// created: [`super::Unpacker::new_owner`]), so that one already owned as
+/// sent is not chowned (a tree of root's files copied as root: one system
+/// call a file fewer).
+pub(super) fn set_meta(
+    file: &File,
+    meta: &Meta,
+    xattrs: &[Attr],
+    p: Policy,
+    owner: Option<Owner>,
+) -> io::Result<()> {
     if p.preserve {
-        if p.root {
+        if p.root && owner != Some((meta.uid, meta.gid)) {
             std::os::unix::fs::fchown(file, Some(meta.uid), Some(meta.gid))?;
         }
         rustix::fs::fchmod(file, Mode::from_raw_mode(meta.mode as _))?;
@@ -66,6 +76,8 @@ pub(super) struct Job {
     pub leaf: Vec<u8>,
     pub tmp: Vec<u8>,
     pub meta: Meta,
+    /// The owner and group a file created in `dir` gets, where known.
+    pub owner: Option<Owner>,
     pub data: Vec<u8>,
     pub xattrs: Vec<Attr>,
     /// The sender saw it change while reading it.
@@ -93,7 +105,7 @@ fn create(job: &Job, p: Policy) -> io::Result<()> {
             // It ends in a hole.
             file.set_len(len)?;
         }
-        set_meta(&file, &job.meta, &job.xattrs, p)?;
+        set_meta(&file, &job.meta, &job.xattrs, p, job.owner)?;
         rustix::fs::renameat(&*job.dir, name(&job.tmp), &*job.dir, name(&job.leaf))?;
         Ok(())
     })();

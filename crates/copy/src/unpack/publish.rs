@@ -60,7 +60,7 @@ impl Unpacker {
                 // It ends in a hole.
                 t.file.set_len(cur.size)?;
             }
-            set_meta(&t.file, &cur.meta, &cur.xattrs, self.policy())
+            set_meta(&t.file, &cur.meta, &cur.xattrs, self.policy(), cur.owner)
         })();
         if let Err(e) = r {
             return discard(Some(e.to_string()), self);
@@ -103,6 +103,7 @@ impl Unpacker {
             leaf: cur.name,
             tmp: cur.tmp,
             meta: cur.meta,
+            owner: cur.owner,
             data,
             xattrs: cur.xattrs,
             changed: end.changed,
