@@ -1,5 +1,6 @@
 //! Small files are created on a few threads: creating a file is a handful of
-//! metadata system calls (create, write, owner, mode, times, rename, close),
+//! metadata system calls (create, write, owner where it differs, mode, times,
+//! rename, close),
 //! so a tree of small files is bound by how fast one thread can make them,
 //! and file systems create files in parallel (across directories, and within
 //! one on most). A small file (at most [`POOLED_MAX`] bytes) is held whole
