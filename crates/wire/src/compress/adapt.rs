@@ -32,8 +32,9 @@
 //!   (16, then twice as many after each probe window that is still slower,
 //!   up to 1024; where compression bound, at least as many as keep the next
 //!   probe's loss under [`PROBE_SHARE`] of the pause: a probe at a third of
-//!   storing's rate is followed by 800 stored chunks, not 32). What looks like the link from the sender can be the
-//!   receiver, whose single thread decompresses slower than the link
+//!   storing's rate is followed by 800 stored chunks, not 32). What looks
+//!   like the link from the sender can be the receiver, whose single
+//!   thread decompresses slower than the link
 //!   carries stored chunks: then storing is faster, whatever the level,
 //!   and the next probe starts again at [`ADAPT_MIN`];
 //! - otherwise compression pays: the link bound (its waits at least
