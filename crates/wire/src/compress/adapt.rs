@@ -33,10 +33,9 @@
 //!   up to 1024; where compression bound, at least as many as keep the next
 //!   probe's loss under [`PROBE_SHARE`] of the pause: a probe at a third of
 //!   storing's rate is followed by 800 stored chunks, not 32). What looks
-//!   like the link from the sender can be the receiver, whose single
-//!   thread decompresses slower than the link
-//!   carries stored chunks: then storing is faster, whatever the level,
-//!   and the next probe starts again at [`ADAPT_MIN`];
+//!   like the link from the sender can be the receiver, decompressing
+//!   slower than the link carries stored chunks: then storing is faster,
+//!   whatever the level, and the next probe starts again at [`ADAPT_MIN`];
 //! - otherwise compression pays: the link bound (its waits at least
 //!   [`BOUND`] of the window's time and more than compression's): one level
 //!   up, to at most the ceiling ([`ADAPT_MAX`] until compression bound); neither bound (the input is what the
