@@ -285,13 +285,15 @@ impl Packer {
 
     /// Counts a chunk; feeds `auto` what it compressed to.
     fn done(&mut self, raw: usize, body: usize, wire: usize, level: Option<i32>, packed: Packed) {
-        if level.is_some() {
-            self.adapt.compressed(raw, body);
-            if let Some(d) = self.adapt.take_decision() {
-                tracing::debug!("compress auto: {d}");
+        if self.mode == Compress::Auto {
+            if level.is_some() {
+                self.adapt.compressed(raw, body);
+                if let Some(d) = self.adapt.take_decision() {
+                    tracing::debug!("compress auto: {d}");
+                }
+            } else {
+                self.adapt.stored(raw);
             }
-        } else if self.mode == Compress::Auto {
-            self.adapt.stored(raw);
         }
         let level = match packed {
             Packed::Zstd(_) => level,

@@ -30,7 +30,8 @@
 //!   [`KEEP_MARGIN`]; or compression bound at
 //!   [`ADAPT_MIN`] before any stretch was stored: the next chunks go stored
 //!   (16, then twice as many after each probe window that is still slower,
-//!   up to 1024; where compression bound, at least as many as keep the next
+//!   up to 1024; where compression bound and moved less than
+//!   [`FAR_SLOWER`] × storing's rate, at least as many as keep the next
 //!   probe's loss under [`PROBE_SHARE`] of the pause: a probe at a third of
 //!   storing's rate is followed by 800 stored chunks, not 32). What looks
 //!   like the link from the sender can be the receiver, decompressing
@@ -117,6 +118,13 @@ const MAX_OFF: u32 = 1024;
 /// doubling from 16 chunks, the probes took 4-5 % of the chunks of a
 /// 384 MiB stream over loopback on two cores and cost it about 10 %.
 pub const PROBE_SHARE: f64 = 0.02;
+/// Compressing's rate over storing's below which a probe is paused for by
+/// [`PROBE_SHARE`]; nearer, the pause doubles as before. A stored rate can
+/// be measured high (a stretch into drained buffers: 192 MB/s on a 1 Gb/s
+/// link), and a long pause on a slow link then stores data that level 1
+/// would have moved twice as fast; on a fast link compressing was 0.2-0.47 ×
+/// storing.
+pub const FAR_SLOWER: f64 = 0.5;
 /// Windows compressed before the first stretch stored to compare with.
 pub const TRIAL_FIRST: u32 = 4;
 /// The most windows compressed between two such stretches.
@@ -496,7 +504,7 @@ impl Adapt {
                 // to beat storing (the link raises it again if it binds).
                 self.level = ADAPT_MIN;
                 let least = match (binding, beats) {
-                    (Binding::Cpu, Some(b)) => probe_pays_off_after(b),
+                    (Binding::Cpu, Some(b)) if b < FAR_SLOWER => probe_pays_off_after(b),
                     _ => 0,
                 };
                 self.store_for_a_while(least);
