@@ -64,7 +64,7 @@
 //! whole stretch of 16 chunks measured 1.5-2.5 × the link's rate, and
 //! compressing seemed not to pay). That holds only where at least
 //! [`PACED_MIN`] chunks count from there, half of them waiting too (the
-//! stretch goes on for up to as many chunks to see): one chunk that waited
+//! stretch goes on for up to 3 chunks to see): one chunk that waited
 //! and chunks after it that did not is a stall, and the whole stretch is
 //! storing's rate.
 
@@ -103,7 +103,7 @@ pub const SPAN_WIRE: u64 = 16 << 20;
 /// for that rate to be measured again.
 pub const UNDERRATED: f64 = 2.0;
 /// Chunks from a stored stretch's first that waited on the link needed
-/// to judge storing by them (the stretch goes on for up to as many more).
+/// to judge storing by them (the stretch goes on for up to `PACED_MIN - 1` more).
 pub const PACED_MIN: u32 = 4;
 /// Stored stretches whose rates [`Adapt`] keeps (it uses their lowest).
 const STORED_KEPT: usize = 3;
