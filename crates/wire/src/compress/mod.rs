@@ -39,6 +39,7 @@
 
 mod adapt;
 mod codec;
+mod decision;
 
 pub use adapt::{Adapt, Binding, Decision, Why, ADAPT_MAX, ADAPT_MIN, ADAPT_START, INCOMPRESSIBLE};
 pub use codec::{
