@@ -25,15 +25,19 @@
 //!   (without that ceiling a 1 Gb/s link on a 16-core host climbed to the
 //!   level compression bound at, halved, and climbed again: the windows
 //!   that bound moved half what the link carried);
-//! - the window moved fewer bytes per second than the last stretch stored
-//!   without trying did (the lowest of the last few stretches), times
-//!   [`KEEP_MARGIN`]; or compression bound at
+//! - the window, with the windows before it at its level since the last
+//!   stretch (up to [`RECENT`] in all), moved fewer bytes per second than
+//!   the last stretch stored without trying did (the lowest of the last
+//!   few stretches), times [`KEEP_MARGIN`]; or compression bound at
 //!   [`ADAPT_MIN`] before any stretch was stored: the next chunks go stored
 //!   (16, then twice as many after each probe window that is still slower,
 //!   up to 1024; where compression bound and moved less than
-//!   [`FAR_SLOWER`] × storing's rate, at least as many as keep the next
-//!   probe's loss under [`PROBE_SHARE`] of the pause: a probe at a third of
-//!   storing's rate is followed by 800 stored chunks, not 32). What looks
+//!   [`FAR_SLOWER`] × storing's rate as two stretches or more measured it,
+//!   at least as many as keep the next probe's loss under [`PROBE_SHARE`]
+//!   of the pause: a probe at a third of storing's rate is followed by 800
+//!   stored chunks, not 32; such a long pause ends early once
+//!   [`PAUSE_CHECKED_AFTER`] of its chunks that waited on the link show it
+//!   carrying stored chunks slower than the probes before it moved). What looks
 //!   like the link from the sender can be the receiver, decompressing
 //!   slower than the link carries stored chunks: then storing is faster,
 //!   whatever the level, and the next probe starts again at [`ADAPT_MIN`];
@@ -124,8 +128,24 @@ pub const PROBE_SHARE: f64 = 0.02;
 /// be measured high (a stretch into drained buffers: 192 MB/s on a 1 Gb/s
 /// link), and a long pause on a slow link then stores data that level 1
 /// would have moved twice as fast; on a fast link compressing was 0.2-0.47 ×
-/// storing.
+/// storing. Only once two stretches measured storing (their lowest
+/// counts): the first of a stream goes into empty buffers, and on a 1 Gb/s
+/// link whose shaper queues 6 MB it measured 285 MB/s, the probe after it
+/// 123, and a pause of 525 chunks then stored a third of a 384 MiB stream.
 pub const FAR_SLOWER: f64 = 0.5;
+/// Paced chunks of a long pause after which it ends if they show the link
+/// slower than the probes before it ([`Adapt::pause_lost_its_bet`]): 8 MiB
+/// on TCP. Stretches into buffers drained by windows that compression
+/// bound measured 409 MB/s on a 1 Gb/s link (the lowest of three such), a
+/// probe at 192 MB/s then paused for 451 chunks; the link, once the
+/// buffers were full, took them at 107-122 MB/s.
+pub const PAUSE_CHECKED_AFTER: u32 = 32;
+/// Windows (at one level, since the last stored stretch) whose rate is
+/// compared with storing's: one window alone swings. On two busy cores at
+/// 1 Gb/s, windows at level 1 moved 94-190 MB/s one after the other, a
+/// window under storing's rate stored the next 16, 32, 64 chunks, and
+/// `auto` stored a third to a half of the stream where `zstd:1` stored 4 %.
+pub const RECENT: usize = 3;
 /// Windows compressed before the first stretch stored to compare with.
 pub const TRIAL_FIRST: u32 = 4;
 /// The most windows compressed between two such stretches.
@@ -192,6 +212,14 @@ pub struct Adapt {
     trial_every: u32,
     /// The last window's decision, until taken.
     decided: Option<Decision>,
+    /// During a long pause: the rate of the probes it follows
+    /// ([`Adapt::pause_lost_its_bet`]).
+    probe_rate: Option<f64>,
+    /// Raw bytes and time of the last [`RECENT`] windows since the last
+    /// stored stretch, all at `recent_level` (`recent_n` of them so far).
+    recent: [(u64, Duration); RECENT],
+    recent_n: usize,
+    recent_level: i32,
 }
 
 impl Default for Adapt {
@@ -235,12 +263,19 @@ impl Adapt {
             since_trial: 0,
             trial_every: TRIAL_FIRST,
             decided: None,
+            probe_rate: None,
+            recent: [(0, Duration::ZERO); RECENT],
+            recent_n: 0,
+            recent_level: ADAPT_START,
         }
     }
 
     /// The level for the next chunk; `None`: store it without trying. Call
     /// once per chunk.
     pub fn next_level(&mut self) -> Option<i32> {
+        if self.off_for > 0 && self.pause_lost_its_bet() {
+            self.off_for = 0;
+        }
         if self.off_for > 0 {
             self.off_for -= 1;
             self.pausing = true;
@@ -254,6 +289,8 @@ impl Adapt {
             return None;
         }
         if std::mem::take(&mut self.pausing) {
+            self.probe_rate = None;
+            self.recent_n = 0;
             // The stretch stored without trying is over: its rate, for the
             // next decision (its waits are not the next window's). From its
             // first chunk that waited on, where the chunks from there on
@@ -310,6 +347,35 @@ impl Adapt {
                 .copied()
                 .fold(f64::INFINITY, f64::min)
         })
+    }
+
+    /// A long pause (after probes that moved `probe_rate`) whose chunks,
+    /// nearly all waiting on the link, show it carrying stored chunks
+    /// slower than those probes: storing's rate was measured high, the
+    /// pause ends. (A stall is one chunk that waits among many that do not:
+    /// it ends nothing.)
+    fn pause_lost_its_bet(&self) -> bool {
+        let Some(probe) = self.probe_rate else {
+            return false;
+        };
+        self.paced_chunks >= PAUSE_CHECKED_AFTER
+            && self.paced_waited * 4 >= self.paced_chunks * 3
+            && !self.paced_time.is_zero()
+            && self.paced_raw as f64 / self.paced_time.as_secs_f64() * KEEP_MARGIN < probe
+    }
+
+    /// Counts the window that just ended among the recent ones and gives
+    /// their rate (raw bytes per second).
+    fn recent_rate(&mut self) -> f64 {
+        if self.recent_level != self.level {
+            (self.recent_level, self.recent_n) = (self.level, 0);
+        }
+        self.recent[self.recent_n % RECENT] = (self.raw, self.elapsed);
+        self.recent_n += 1;
+        let kept = &self.recent[..self.recent_n.min(RECENT)];
+        let raw: u64 = kept.iter().map(|w| w.0).sum();
+        let time: Duration = kept.iter().map(|w| w.1).sum();
+        raw as f64 / time.as_secs_f64().max(1e-9)
     }
 
     /// The decision of the window that ended last, once (for diagnostics).
@@ -416,8 +482,10 @@ impl Adapt {
             self.clear();
             return;
         }
-        // Compressing's rate over storing's, where a stretch was stored.
-        let beats = self.stored_rate().map(|s| self.raw as f64 / total / s);
+        // Compressing's rate over storing's, where a stretch was stored:
+        // the rate of the last few windows at this level.
+        let recent = self.recent_rate();
+        let beats = self.stored_rate().map(|s| recent / s);
         let why = match binding {
             Binding::Cpu if self.level > ADAPT_MIN => {
                 self.ceiling = self.level - 1;
@@ -429,11 +497,16 @@ impl Adapt {
                 // The next probe at the cheapest level: the one most likely
                 // to beat storing (the link raises it again if it binds).
                 self.level = ADAPT_MIN;
+                // The long pause only on storing's rate from two stretches
+                // at least: one alone can have gone into empty buffers.
                 let least = match (binding, beats) {
-                    (Binding::Cpu, Some(b)) if b < FAR_SLOWER => probe_pays_off_after(b),
+                    (Binding::Cpu, Some(b)) if b < FAR_SLOWER && self.stored_count >= 2 => {
+                        probe_pays_off_after(b)
+                    }
                     _ => 0,
                 };
                 self.store_for_a_while(least);
+                self.probe_rate = (least > 0).then_some(recent);
                 Why::SlowerThanStoring
             }
             Binding::Cpu if beats.is_none() => {

@@ -74,11 +74,13 @@ fn a_receiver_slower_than_the_link_makes_storing_win_whatever_the_level() {
     assert_eq!(a.level(), ADAPT_MIN);
 }
 
-/// Stores the chunks of a pause, `ms` each; returns how many.
+/// Stores the chunks of a pause, `ms` each, all of it waiting on the link
+/// (the buffers to the receiver full); returns how many.
 fn pause(a: &mut Adapt, ms: u64) -> u32 {
     let mut n = 0;
     loop {
-        a.waited(Duration::ZERO, Duration::ZERO, Duration::from_millis(ms));
+        let t = Duration::from_millis(ms);
+        a.waited(t, Duration::ZERO, t);
         if a.next_level().is_some() {
             return n;
         }
@@ -130,6 +132,12 @@ fn a_probe_far_slower_than_storing_is_followed_by_a_pause_it_is_small_against() 
     window(&mut a, 0.4, 0, 5);
     assert_eq!(pause(&mut a, 4), 16, "the first stretch measures storing");
     probe(&mut a, 0, 5);
+    assert_eq!(
+        pause(&mut a, 4),
+        32,
+        "one stretch is not enough for a long pause: it doubles"
+    );
+    probe(&mut a, 0, 5);
     let d = a.take_decision().unwrap();
     assert_eq!(d.why, Why::SlowerThanStoring);
     let beats = d.rate / d.stored_rate.unwrap();
@@ -143,6 +151,126 @@ fn a_probe_far_slower_than_storing_is_followed_by_a_pause_it_is_small_against() 
     // chunks) still doubles: a_receiver_slower_than_the_link_makes_storing_win….
     assert_eq!(probe_pays_off_after(1.0), 0);
     assert_eq!(probe_pays_off_after(0.0), MAX_OFF);
+}
+
+#[test]
+fn a_first_stretch_into_empty_buffers_does_not_pause_compression_for_long() {
+    // Level 1 binds at 10 ms a chunk; the first stretch goes into empty
+    // buffers (1 ms a chunk: ten times the link), the link then carries
+    // a stored chunk in 25 ms. The probe after the first stretch loses by
+    // far, but the pause after it is the short one, and the second
+    // stretch (the link's rate) shows that compressing pays.
+    let mut a = Adapt::new();
+    window(&mut a, 0.4, 0, 5);
+    assert_eq!(pause(&mut a, 1), 16);
+    probe(&mut a, 0, 5);
+    assert_eq!(a.take_decision().unwrap().why, Why::SlowerThanStoring);
+    assert_eq!(pause(&mut a, 25), 32, "doubled, not the long pause");
+    probe(&mut a, 0, 5);
+    // Judged against the lowest stretch: 100 bytes/ms compressing
+    // against 40 storing.
+    assert_eq!(a.take_decision().unwrap().why, Why::Pays);
+    window(&mut a, 0.4, 0, 5);
+    assert_eq!(a.take_decision().unwrap().why, Why::Pays);
+}
+
+#[test]
+fn a_long_pause_ends_once_the_link_shows_storing_slower_than_the_probe() {
+    let ms = Duration::from_millis;
+    // Two stretches into drained buffers (1 ms a chunk) and probes at
+    // 10 ms a chunk, compression binding: the long pause.
+    let mut a = Adapt::new();
+    window(&mut a, 0.4, 0, 5);
+    assert_eq!(pause(&mut a, 1), 16);
+    probe(&mut a, 0, 5);
+    assert_eq!(pause(&mut a, 1), 32);
+    probe(&mut a, 0, 5);
+    let long = a.take_decision().unwrap().store_for;
+    assert!(long >= 16 * PAUSE_CHECKED_AFTER, "{long}");
+    // The buffers full, each stored chunk waits 24 of its 25 ms: slower
+    // than the probe's 10 ms. The pause ends after the chunks that tell.
+    let mut stored = 0;
+    loop {
+        a.waited(ms(24), ms(0), ms(25));
+        if a.next_level().is_some() {
+            break;
+        }
+        a.stored(1000);
+        stored += 1;
+    }
+    assert_eq!(stored, PAUSE_CHECKED_AFTER, "ended early, not after {long}");
+    // And compressing pays against the stretch's rate.
+    probe(&mut a, 0, 5);
+    assert_eq!(a.take_decision().unwrap().why, Why::Pays);
+    // Where the link takes stored chunks faster than the probe, the long
+    // pause runs whole.
+    let mut b = Adapt::new();
+    window(&mut b, 0.4, 0, 5);
+    assert_eq!(pause(&mut b, 4), 16);
+    probe(&mut b, 0, 5);
+    assert_eq!(pause(&mut b, 4), 32);
+    probe(&mut b, 0, 5);
+    let long = b.take_decision().unwrap().store_for;
+    let mut stored = 0;
+    loop {
+        b.waited(ms(3), ms(0), ms(4));
+        if b.next_level().is_some() {
+            break;
+        }
+        b.stored(1000);
+        stored += 1;
+    }
+    assert_eq!(stored, long);
+    // Nor does a stall (one chunk waiting 500 ms among chunks that do not
+    // wait) end one.
+    probe(&mut b, 0, 5);
+    let long = b.take_decision().unwrap().store_for;
+    assert!(long >= 4 * PAUSE_CHECKED_AFTER, "{long}");
+    let mut stored = 0;
+    loop {
+        if stored == 3 {
+            b.waited(ms(500), ms(0), ms(501));
+        } else {
+            b.waited(ms(0), ms(0), ms(4));
+        }
+        if b.next_level().is_some() {
+            break;
+        }
+        b.stored(1000);
+        stored += 1;
+    }
+    assert_eq!(stored, long);
+}
+
+/// A window whose chunks take `ms` each, compression binding.
+fn slow_window(a: &mut Adapt, ms: u64) {
+    for _ in 0..WINDOW {
+        assert!(a.next_level().is_some());
+        a.compressed(1000, 400);
+        a.waited(
+            Duration::ZERO,
+            Duration::from_millis(ms / 2),
+            Duration::from_millis(ms),
+        );
+    }
+}
+
+#[test]
+fn one_slow_window_among_faster_ones_does_not_stop_compression() {
+    // Level 1 binds at 10 ms a chunk; storing takes 12.
+    let mut a = Adapt::new();
+    window(&mut a, 0.4, 0, 5);
+    assert_eq!(pause(&mut a, 12), 16);
+    probe(&mut a, 0, 5);
+    assert_eq!(a.take_decision().unwrap().why, Why::Pays);
+    window(&mut a, 0.4, 0, 5);
+    // One window at 14 ms a chunk (the other core busy for a while):
+    // slower than storing alone, not with the two before it.
+    slow_window(&mut a, 14);
+    assert_eq!(a.take_decision().unwrap().why, Why::Pays);
+    // Two in a row: compressing is slower now.
+    slow_window(&mut a, 14);
+    assert_eq!(a.take_decision().unwrap().why, Why::SlowerThanStoring);
 }
 
 #[test]
@@ -255,6 +383,9 @@ fn incompressible_data_pauses_longer_each_time() {
     let pause = |a: &mut Adapt| {
         let mut n = 0;
         while a.next_level().is_none() {
+            a.stored(1000);
+            let t = Duration::from_millis(8);
+            a.waited(t, Duration::ZERO, t);
             n += 1;
         }
         a.compressed(1000, 1000);
