@@ -77,10 +77,17 @@ fn a_receiver_slower_than_the_link_makes_storing_win_whatever_the_level() {
 /// Stores the chunks of a pause, `ms` each, all of it waiting on the link
 /// (the buffers to the receiver full); returns how many.
 fn pause(a: &mut Adapt, ms: u64) -> u32 {
+    let t = Duration::from_millis(ms);
+    pause_timed(a, |_| (t, t))
+}
+
+/// Stores the chunks of a pause, the `n`th (from 0) waiting `timing(n).0`
+/// on the link of its `timing(n).1`; returns how many.
+fn pause_timed(a: &mut Adapt, timing: impl Fn(u32) -> (Duration, Duration)) -> u32 {
     let mut n = 0;
     loop {
-        let t = Duration::from_millis(ms);
-        a.waited(t, Duration::ZERO, t);
+        let (link, elapsed) = timing(n);
+        a.waited(link, Duration::ZERO, elapsed);
         if a.next_level().is_some() {
             return n;
         }
@@ -189,15 +196,7 @@ fn a_long_pause_ends_once_the_link_shows_storing_slower_than_the_probe() {
     assert!(long >= 16 * PAUSE_CHECKED_AFTER, "{long}");
     // The buffers full, each stored chunk waits 24 of its 25 ms: slower
     // than the probe's 10 ms. The pause ends after the chunks that tell.
-    let mut stored = 0;
-    loop {
-        a.waited(ms(24), ms(0), ms(25));
-        if a.next_level().is_some() {
-            break;
-        }
-        a.stored(1000);
-        stored += 1;
-    }
+    let stored = pause_timed(&mut a, |_| (ms(24), ms(25)));
     assert_eq!(stored, PAUSE_CHECKED_AFTER, "ended early, not after {long}");
     // And compressing pays against the stretch's rate.
     probe(&mut a, 0, 5);
@@ -211,35 +210,20 @@ fn a_long_pause_ends_once_the_link_shows_storing_slower_than_the_probe() {
     assert_eq!(pause(&mut b, 4), 32);
     probe(&mut b, 0, 5);
     let long = b.take_decision().unwrap().store_for;
-    let mut stored = 0;
-    loop {
-        b.waited(ms(3), ms(0), ms(4));
-        if b.next_level().is_some() {
-            break;
-        }
-        b.stored(1000);
-        stored += 1;
-    }
-    assert_eq!(stored, long);
+    assert_eq!(pause_timed(&mut b, |_| (ms(3), ms(4))), long);
     // Nor does a stall (one chunk waiting 500 ms among chunks that do not
     // wait) end one.
     probe(&mut b, 0, 5);
     let long = b.take_decision().unwrap().store_for;
     assert!(long >= 4 * PAUSE_CHECKED_AFTER, "{long}");
-    let mut stored = 0;
-    loop {
-        if stored == 3 {
-            b.waited(ms(500), ms(0), ms(501));
+    let stall = |n| {
+        if n == 3 {
+            (ms(500), ms(501))
         } else {
-            b.waited(ms(0), ms(0), ms(4));
+            (ms(0), ms(4))
         }
-        if b.next_level().is_some() {
-            break;
-        }
-        b.stored(1000);
-        stored += 1;
-    }
-    assert_eq!(stored, long);
+    };
+    assert_eq!(pause_timed(&mut b, stall), long);
 }
 
 /// A window whose chunks take `ms` each, compression binding.
