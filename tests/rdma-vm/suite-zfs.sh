@@ -433,6 +433,14 @@ flap() {
         # Diagnostics: what is left, and whether the fabric itself works again.
         echo "    left running: $(pgrep -af -- '--agent|zfs (send|recv) ' | grep -v pgrep | paste -sd';' || true)"
         echo "    ib_write_bw rxe1 -> rxe0 after the flap: $(ib_write_bw_mbs 65536 20 2>&1 | tail -n1) MB/s"
+        # Whether an ssh session (an agent's control channel) ended, and
+        # what the kernel said (the OOM killer, rxe): an agent that ends
+        # without a report leaves its reason here, not in rdpipe's stderr.
+        local ip
+        for ip in "$RXE_SERVER_IP" "$RXE_CLIENT_IP"; do
+            echo "    sshd on $ip, last lines: $(tail -n 6 "$S/sshd-$ip.log" 2>/dev/null | paste -sd';')"
+        done
+        echo "    kernel, last lines: $(dmesg 2>/dev/null | tail -n 15 | paste -sd';')"
     fi
 }
 
