@@ -23,6 +23,24 @@ pub struct SshConfig {
     pub options: Vec<String>,
     /// Seconds for `ConnectTimeout` unless an option sets it.
     pub connect_timeout: u64,
+    /// Seconds of a network outage the pipeline's hops survive past their
+    /// dead-peer time (`--reconnect-timeout`): the control connections
+    /// outlive it too ([`alive_count_max`]).
+    pub outage: u64,
+}
+
+/// Seconds between two ssh keepalives (`ServerAliveInterval`).
+const ALIVE_INTERVAL: u64 = 10;
+
+/// `ServerAliveCountMax` for a pipeline whose hops reconnect for `outage`
+/// seconds: 3 unanswered keepalives (30 s, as long as a hop waits for a
+/// silent peer before it reconnects) plus one for every 10 s of the
+/// reconnect window. An ssh connection that ends takes its agents with it,
+/// so with 3 alone a link down for 40 s (a switch rebooting) ended the run
+/// through ssh although its hops would have reconnected: in the Soft-RoCE
+/// guest, an agent ended without a report 31 s into an outage.
+pub fn alive_count_max(outage: u64) -> u64 {
+    3 + outage.div_ceil(ALIVE_INTERVAL)
 }
 
 /// SSH failures.
@@ -52,8 +70,8 @@ impl SshConfig {
             [
                 "BatchMode=yes".to_string(),
                 format!("ConnectTimeout={}", self.connect_timeout.max(1)),
-                "ServerAliveInterval=10".into(),
-                "ServerAliveCountMax=3".into(),
+                format!("ServerAliveInterval={ALIVE_INTERVAL}"),
+                format!("ServerAliveCountMax={}", alive_count_max(self.outage)),
             ]
             .into_iter()
             .flat_map(|o| ["-o".to_string(), o]),
@@ -246,5 +264,37 @@ impl Master {
             let _ = guard.start_kill();
             let _ = guard.wait().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_connections_outlive_the_hops_reconnect_window() {
+        assert_eq!(alive_count_max(0), 3, "--reconnect-timeout 0: 30 s");
+        assert_eq!(alive_count_max(5), 4);
+        assert_eq!(alive_count_max(60), 9, "the default: 90 s");
+        for outage in [0, 1, 5, 9, 10, 11, 59, 60, 61, 600] {
+            assert!(ALIVE_INTERVAL * alive_count_max(outage) >= 30 + outage);
+        }
+        let host = RemoteHost {
+            spec: "h".into(),
+            user: None,
+            name: "h".into(),
+            port: None,
+        };
+        let args = SshConfig {
+            outage: 60,
+            ..SshConfig::default()
+        }
+        .args(&host);
+        let at = args
+            .iter()
+            .position(|a| a == "ServerAliveCountMax=9")
+            .expect("the keepalive count is passed");
+        assert_eq!(args[at - 1], "-o");
+        assert!(args.contains(&"ServerAliveInterval=10".to_string()));
     }
 }

@@ -7,7 +7,7 @@
 
 use super::say::{Meter, Say};
 use super::segment::{Ev, StopReason};
-use crate::control::{Direction, FromAgent, NetAddr, Reach, ToAgent, CONTROL_SILENCE};
+use crate::control::{Direction, FromAgent, NetAddr, Reach, ToAgent};
 use rdpipe_transport::{Endpoint, TransportError};
 use std::io::BufRead;
 use std::sync::mpsc;
@@ -58,6 +58,7 @@ pub fn listen<R: BufRead + Send + 'static>(
     meter: &Arc<Meter>,
     say: &Say,
     fabric: Vec<NetAddr>,
+    silence: Duration,
 ) -> ConnectOrders {
     // Signals end the segment like a closed control channel does.
     {
@@ -75,8 +76,8 @@ pub fn listen<R: BufRead + Send + 'static>(
         std::thread::spawn(move || loop {
             std::thread::sleep(Duration::from_secs(1));
             let t = *last_heard.lock().unwrap_or_else(|p| p.into_inner());
-            if t.elapsed() > CONTROL_SILENCE {
-                let _ = tx.send(Ev::Stop(StopReason::ControlSilent));
+            if t.elapsed() > silence {
+                let _ = tx.send(Ev::Stop(StopReason::ControlSilent(silence.as_secs())));
                 return;
             }
         });

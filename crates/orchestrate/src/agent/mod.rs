@@ -248,7 +248,8 @@ fn run(a: AgentArgs) -> bool {
     tracing::debug!("started: input {:?}, output {:?}", a.input, a.output);
     let meter = Arc::new(Meter::new(&say));
     let (tx, rx) = mpsc::channel();
-    let orders = inbox::listen(stdin, &tx, &meter, &say, fabric);
+    let silence = crate::control::control_silence(a.reconnect_timeout);
+    let orders = inbox::listen(stdin, &tx, &meter, &say, fabric, silence);
     let shared = Arc::new(command::Shared::default());
     let mut seg = Segment::new(
         say.clone(),

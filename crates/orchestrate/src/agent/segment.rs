@@ -42,8 +42,9 @@ pub const FAIL_GRACE: Duration = Duration::from_secs(2);
 pub enum StopReason {
     /// Its stdin reached end of file: rdpipe or the SSH connection is gone.
     ControlClosed,
-    /// Nothing from rdpipe for [`crate::control::CONTROL_SILENCE`].
-    ControlSilent,
+    /// Nothing from rdpipe for so many seconds
+    /// ([`crate::control::control_silence`]).
+    ControlSilent(u64),
     /// SIGTERM, SIGINT or SIGHUP.
     Signal(i32),
 }
@@ -52,10 +53,9 @@ impl fmt::Display for StopReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             StopReason::ControlClosed => f.write_str("control channel closed (rdpipe or ssh gone)"),
-            StopReason::ControlSilent => write!(
+            StopReason::ControlSilent(secs) => write!(
                 f,
-                "control channel silent for {} s (rdpipe or its host gone)",
-                crate::control::CONTROL_SILENCE.as_secs()
+                "control channel silent for {secs} s (rdpipe or its host gone)"
             ),
             StopReason::Signal(s) => write!(f, "killed by signal {s}"),
         }

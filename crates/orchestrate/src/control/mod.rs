@@ -98,8 +98,17 @@ pub const MAX_PROBE: usize = 16;
 pub const PING_EVERY: Duration = Duration::from_secs(5);
 
 /// An agent that hears nothing from rdpipe for this long (no `PING`, no line at
-/// all) considers rdpipe or its host gone and ends the segment.
+/// all) considers rdpipe or its host gone and ends the segment, with
+/// `--reconnect-timeout` added ([`control_silence`]).
 pub const CONTROL_SILENCE: Duration = Duration::from_secs(60);
+
+/// How long an agent whose hops reconnect for `reconnect_timeout` seconds
+/// waits for a word from rdpipe: a network outage its hops survive must
+/// not end it through the control channel (ssh's keepalives likewise:
+/// [`crate::ssh::alive_count_max`]).
+pub fn control_silence(reconnect_timeout: u64) -> Duration {
+    CONTROL_SILENCE + Duration::from_secs(reconnect_timeout)
+}
 
 /// How often an agent sends `BYTES` lines (after `PROGRESS`, while counts change).
 pub const PROGRESS_EVERY: Duration = Duration::from_millis(250);

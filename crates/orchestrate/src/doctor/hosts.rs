@@ -45,6 +45,7 @@ fn ssh_config(cfg: &DoctorConfig) -> SshConfig {
         config_file: cfg.ssh_config.clone(),
         options: cfg.ssh_options.clone(),
         connect_timeout: cfg.connect_timeout.min(60),
+        outage: 0,
     }
 }
 

@@ -64,5 +64,6 @@ pub(super) fn ssh_config(a: &Config) -> SshConfig {
         config_file: a.ssh_config.clone(),
         options: a.ssh_options.clone(),
         connect_timeout: a.connect_timeout.min(60),
+        outage: a.reconnect_timeout,
     }
 }
