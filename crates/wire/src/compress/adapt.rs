@@ -72,6 +72,7 @@
 //! and chunks after it that did not is a stall, and the whole stretch is
 //! storing's rate.
 
+use super::decision::probe_pays_off_after;
 pub use super::decision::{Binding, Decision, Why};
 use std::time::Duration;
 
@@ -115,7 +116,7 @@ const STORED_KEPT: usize = 3;
 /// Chunks stored without trying after the first incompressible window.
 const FIRST_OFF: u32 = 16;
 /// The longest such pause.
-const MAX_OFF: u32 = 1024;
+pub(super) const MAX_OFF: u32 = 1024;
 /// The most a probe window that compression binds, and that loses to
 /// storing, may cost of the time until the next one
 /// ([`probe_pays_off_after`]). On a fast link with few cores level 1
@@ -579,21 +580,6 @@ impl Adapt {
         self.cpu = Duration::ZERO;
         self.elapsed = Duration::ZERO;
     }
-}
-
-/// Chunks to store before probing again after a window that compression
-/// bound at the lowest level and that moved `beats` times storing's rate
-/// (under 1): enough that such a probe, if it loses again, costs at most
-/// [`PROBE_SHARE`] of the time the stored chunks take (at most
-/// [`MAX_OFF`]). A probe of [`WINDOW`] chunks at `beats` takes
-/// `WINDOW / beats` stored chunks' time, `WINDOW * (1 / beats - 1)` more
-/// than storing them.
-fn probe_pays_off_after(beats: f64) -> u32 {
-    if beats.is_nan() || beats <= 0.0 {
-        return MAX_OFF;
-    }
-    let lost = WINDOW as f64 * (1.0 / beats - 1.0);
-    (lost / PROBE_SHARE).ceil().clamp(0.0, MAX_OFF as f64) as u32
 }
 
 #[cfg(test)]

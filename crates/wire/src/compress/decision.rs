@@ -76,3 +76,20 @@ impl std::fmt::Display for Decision {
         Ok(())
     }
 }
+
+/// Chunks to store before probing again after a window that compression
+/// bound at the lowest level and that moved `beats` times storing's rate
+/// (under 1): enough that such a probe, if it loses again, costs at most
+/// [`PROBE_SHARE`](super::adapt::PROBE_SHARE) of the time the stored chunks take (at most
+/// `MAX_OFF`). A probe of [`WINDOW`](super::adapt::WINDOW) chunks at `beats` takes
+/// `WINDOW / beats` stored chunks' time, `WINDOW * (1 / beats - 1)` more
+/// than storing them.
+pub(super) fn probe_pays_off_after(beats: f64) -> u32 {
+    if beats.is_nan() || beats <= 0.0 {
+        return super::adapt::MAX_OFF;
+    }
+    let lost = super::adapt::WINDOW as f64 * (1.0 / beats - 1.0);
+    (lost / super::adapt::PROBE_SHARE)
+        .ceil()
+        .clamp(0.0, super::adapt::MAX_OFF as f64) as u32
+}
