@@ -286,8 +286,8 @@ impl Packer {
     /// Counts a chunk; feeds `auto` what it compressed to.
     fn done(&mut self, raw: usize, body: usize, wire: usize, level: Option<i32>, packed: Packed) {
         if self.mode == Compress::Auto {
-            if level.is_some() {
-                self.adapt.compressed(raw, body);
+            if let Some(level) = level {
+                self.adapt.compressed_at(level, raw, body);
                 if let Some(d) = self.adapt.take_decision() {
                     tracing::debug!("compress auto: {d}");
                 }

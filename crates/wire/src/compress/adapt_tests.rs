@@ -508,3 +508,31 @@ fn a_window_faster_than_the_link_carries_does_not_lower_the_level() {
     }
     assert_eq!(a.level(), level);
 }
+
+#[test]
+fn chunks_on_the_pool_when_the_level_changed_are_judged_by_no_window() {
+    let ms = Duration::from_millis;
+    let mut a = Adapt::new();
+    for _ in 0..30 {
+        window_with(&mut a, 0.4, 8, 0, 25);
+    }
+    assert_eq!(a.level(), ADAPT_MAX);
+    // Compression binds at the top: halfway down.
+    window(&mut a, 0.4, 0, 5);
+    let half = ADAPT_MIN + (ADAPT_MAX - ADAPT_MIN) / 2;
+    assert_eq!(a.level(), half);
+    // The nine chunks already on the pool at the top level come out
+    // slower than the link carries; then the new level's chunks wait on
+    // the link.
+    for _ in 0..9 {
+        a.compressed_at(ADAPT_MAX, 1000, 400);
+        a.waited(ms(0), ms(15), ms(20));
+    }
+    assert_eq!(a.level(), half, "the old level's chunks decide nothing");
+    for _ in 0..WINDOW {
+        let level = a.next_level().expect("compressed");
+        a.compressed_at(level, 1000, 400);
+        a.waited(ms(8), ms(0), ms(10));
+    }
+    assert_eq!(a.level(), half + 1, "the link bound at the new level");
+}
