@@ -255,10 +255,11 @@ pub(crate) struct Packer {
 
 impl Packer {
     /// A packer for a stream compressed as `mode` (which is on).
-    pub(crate) fn new(mode: Compress) -> Packer {
+    /// `paced`: the `--rate-limit` the link is paced to (bytes per second).
+    pub(crate) fn new(mode: Compress, paced: Option<u64>) -> Packer {
         Packer {
             mode,
-            adapt: Adapt::new(),
+            adapt: Adapt::new().paced(paced.map(|r| r as f64)),
             pool: workers(),
             inflight: VecDeque::new(),
             store_next: false,
@@ -495,7 +496,7 @@ mod tests {
             };
             src.pieces
                 .push_back(Err(io::Error::other("the command failed")));
-            let mut p = Packer::new(mode);
+            let mut p = Packer::new(mode, None);
             let mut d = Decoder::new(1 << 20);
             let mut buf = vec![0u8; 64 << 10];
             for (i, w) in want.iter().enumerate() {
@@ -524,7 +525,7 @@ mod tests {
             ready: true,
             reads: 0,
         };
-        let mut p = Packer::new(Compress::Auto);
+        let mut p = Packer::new(Compress::Auto, None);
         let mut d = Decoder::new(1 << 20);
         let mut buf = vec![0u8; 64 << 10];
         let mut straight = 0;
@@ -546,7 +547,7 @@ mod tests {
             ready: false,
             reads: 0,
         };
-        let mut p = Packer::new(Compress::Zstd(3));
+        let mut p = Packer::new(Compress::Zstd(3), None);
         let mut buf = vec![0u8; 64 << 10];
         for i in 1..=3 {
             p.next(&mut buf, &mut src).unwrap();
@@ -562,7 +563,7 @@ mod tests {
             ready: true,
             reads: 0,
         };
-        let mut p = Packer::new(Compress::Auto);
+        let mut p = Packer::new(Compress::Auto, None);
         assert!(p.next(&mut [0u8; TRAILER_LEN], &mut src).is_err());
     }
 }

@@ -164,7 +164,10 @@ pub fn send_stream_with<R: Read + AsFd>(
     let mut replay = replay;
     let mut pacer: Option<Pacer> = None;
     let mut sealer = (prot.integrity == Integrity::Encrypt).then(|| Sealer::new(&prot.keys.aead));
-    let mut packer = prot.compress.is_on().then(|| Packer::new(prot.compress));
+    let mut packer = prot
+        .compress
+        .is_on()
+        .then(|| Packer::new(prot.compress, rate_limit.map(|r| r.get().get())));
     grow_pipe(input);
     advise_sequential(input);
     loop {

@@ -536,3 +536,33 @@ fn chunks_on_the_pool_when_the_level_changed_are_judged_by_no_window() {
     }
     assert_eq!(a.level(), half + 1, "the link bound at the new level");
 }
+
+#[test]
+fn a_rate_limit_is_storings_rate_from_the_first_chunk() {
+    // The stream's first window waits on the pool (5 ms of each 10) while
+    // the link's buffers take it: 100 KB/s at ratio 0.4.
+    let mut a = Adapt::new();
+    window(&mut a, 0.4, 0, 5);
+    assert_eq!(pause(&mut a, 1), 16, "unpaced: storing is tried at once");
+    // Paced to 20 KB/s, the link carries 50 KB/s of raw bytes at that
+    // ratio: the window filled buffers; compression pays.
+    let mut a = Adapt::new().paced(Some(20_000.0));
+    window(&mut a, 0.4, 0, 5);
+    assert!(a.next_level().is_some());
+    a.compressed(1000, 400);
+    a.waited(
+        Duration::from_millis(8),
+        Duration::ZERO,
+        Duration::from_millis(10),
+    );
+    // Then the link binds: up, and no stretch stored for a while.
+    let stored: u32 = (0..2).map(|_| window_with(&mut a, 0.4, 8, 0, 50)).sum();
+    assert_eq!(stored, 0);
+    assert!(a.level() > ADAPT_MIN);
+    // A stretch that measures storing above the limit counts as the limit:
+    // the later trial stretch (into drained buffers, 1 ms a chunk) does not
+    // make compressing look slower.
+    let stored: u32 = (0..8).map(|_| window_with(&mut a, 0.4, 8, 0, 1)).sum();
+    assert_eq!(stored, WINDOW, "one trial stretch");
+    assert!(a.next_level().is_some());
+}
