@@ -71,86 +71,17 @@
 //! stretch goes on for up to 3 chunks to see): one chunk that waited
 //! and chunks after it that did not is a stall, and the whole stretch is
 //! storing's rate.
+//!
+//! A chunk compressed at another level than the current one (on the pool
+//! when the level changed: up to nine chunks ahead) is judged by no window,
+//! nor are its waits ([`Adapt::compressed_at`]). Under `--rate-limit`
+//! storing's rate is at most the limit from the first chunk on
+//! ([`Adapt::paced`]).
 
 use super::decision::probe_pays_off_after;
 pub use super::decision::{Binding, Decision, Why};
+pub use super::tuning::*;
 use std::time::Duration;
-
-/// The lowest level `auto` uses.
-pub const ADAPT_MIN: i32 = 1;
-/// The highest level `auto` uses.
-pub const ADAPT_MAX: i32 = 12;
-/// The level `auto` starts at.
-pub const ADAPT_START: i32 = 1;
-/// Compressed over raw above this: the data does not compress.
-pub const INCOMPRESSIBLE: f64 = 0.97;
-/// Compressed chunks per decision.
-pub const WINDOW: u32 = 8;
-/// The share of a window's time a wait must take to be what binds.
-pub const BOUND: f64 = 0.10;
-/// How much faster than the last stored stretch a window must move the
-/// stream to keep compressing: a small margin against timing noise only.
-/// Both rates are honest: a stored stretch counts from its first chunk that
-/// waited on the link, and the windows after it start with the buffers it
-/// filled. On a 1 Gb/s link, stretches of poorly compressible data (`zstd`
-/// ratio 0.7-0.87: compressed documents and images in a tar of /usr/share)
-/// moved 1.06-1.21 × what storing did; a margin of 1.25 stored them, and
-/// with them the compressible data that followed, 16 % of the stream.
-pub const KEEP_MARGIN: f64 = 1.05;
-/// Link-bound windows at the ceiling (one below the last level compression
-/// bound at) before the link may raise the level past it again: the data
-/// or the load may have changed.
-pub const CEILING_HELD: u32 = 32;
-/// Wire bytes of compressed chunks since the last stored stretch past which
-/// their rate is the link's (more than any socket and receive buffers
-/// between the ends hold) and can prove storing's measured rate wrong.
-pub const SPAN_WIRE: u64 = 16 << 20;
-/// How many times storing's measured rate those bytes must have moved at
-/// for that rate to be measured again.
-pub const UNDERRATED: f64 = 2.0;
-/// Chunks from a stored stretch's first that waited on the link needed
-/// to judge storing by them (the stretch goes on for up to `PACED_MIN - 1` more).
-pub const PACED_MIN: u32 = 4;
-/// Stored stretches whose rates [`Adapt`] keeps (it uses their lowest).
-const STORED_KEPT: usize = 3;
-/// Chunks stored without trying after the first incompressible window.
-const FIRST_OFF: u32 = 16;
-/// The longest such pause.
-pub(super) const MAX_OFF: u32 = 1024;
-/// The most a probe window that compression binds, and that loses to
-/// storing, may cost of the time until the next one
-/// ([`probe_pays_off_after`]). On a fast link with few cores level 1
-/// compresses at a third or a quarter of storing's rate: with pauses
-/// doubling from 16 chunks, the probes took 4-5 % of the chunks of a
-/// 384 MiB stream over loopback on two cores and cost it about 10 %.
-pub const PROBE_SHARE: f64 = 0.02;
-/// Compressing's rate over storing's below which a probe is paused for by
-/// [`PROBE_SHARE`]; nearer, the pause doubles as before. A stored rate can
-/// be measured high (a stretch into drained buffers: 192 MB/s on a 1 Gb/s
-/// link), and a long pause on a slow link then stores data that level 1
-/// would have moved twice as fast; on a fast link compressing was 0.2-0.47 ×
-/// storing. Only once two stretches measured storing (their lowest
-/// counts): the first of a stream goes into empty buffers, and on a 1 Gb/s
-/// link whose shaper queues 6 MB it measured 285 MB/s, the probe after it
-/// 123, and a pause of 525 chunks then stored a third of a 384 MiB stream.
-pub const FAR_SLOWER: f64 = 0.5;
-/// Paced chunks of a long pause after which it ends if they show the link
-/// slower than the probes before it ([`Adapt::pause_lost_its_bet`]): 8 MiB
-/// on TCP. Stretches into buffers drained by windows that compression
-/// bound measured 409 MB/s on a 1 Gb/s link (the lowest of three such), a
-/// probe at 192 MB/s then paused for 451 chunks; the link, once the
-/// buffers were full, took them at 107-122 MB/s.
-pub const PAUSE_CHECKED_AFTER: u32 = 32;
-/// Windows (at one level, since the last stored stretch) whose rate is
-/// compared with storing's: one window alone swings. On two busy cores at
-/// 1 Gb/s, windows at level 1 moved 94-190 MB/s one after the other, a
-/// window under storing's rate stored the next 16, 32, 64 chunks, and
-/// `auto` stored a third to a half of the stream where `zstd:1` stored 4 %.
-pub const RECENT: usize = 3;
-/// Windows compressed before the first stretch stored to compare with.
-pub const TRIAL_FIRST: u32 = 4;
-/// The most windows compressed between two such stretches.
-pub const TRIAL_MAX: u32 = 256;
 
 /// The adaptive level (see the module docs).
 #[derive(Debug, Clone)]

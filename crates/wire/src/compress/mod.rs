@@ -40,6 +40,7 @@
 mod adapt;
 mod codec;
 mod decision;
+mod tuning;
 
 pub use adapt::{Adapt, Binding, Decision, Why, ADAPT_MAX, ADAPT_MIN, ADAPT_START, INCOMPRESSIBLE};
 pub use codec::{
