@@ -78,9 +78,8 @@
 //! storing's rate is at most the limit from the first chunk on
 //! ([`Adapt::paced`]).
 
-use super::decision::probe_pays_off_after;
 pub use super::decision::{Binding, Decision, Why};
-pub use super::tuning::*;
+use super::tuning::*;
 use std::time::Duration;
 
 /// The adaptive level (see the module docs).

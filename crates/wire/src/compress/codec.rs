@@ -1,7 +1,7 @@
 //! The compressed-chunk format (see the module above): the encoder that
 //! writes it and the decoder that checks and reads it.
 
-use super::adapt::INCOMPRESSIBLE;
+use super::tuning::INCOMPRESSIBLE;
 use zstd::zstd_safe::{self, CCtx, CParameter, DCtx, DParameter};
 
 /// Bytes after the body: `raw_len: u32 LE, kind: u8`.

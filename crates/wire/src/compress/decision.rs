@@ -16,15 +16,15 @@ pub enum Binding {
 /// Why a window ended as it did ([`Decision`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Why {
-    /// The chunks shrank by less than [`INCOMPRESSIBLE`](super::adapt::INCOMPRESSIBLE): stored for a while.
+    /// The chunks shrank by less than [`INCOMPRESSIBLE`](super::tuning::INCOMPRESSIBLE): stored for a while.
     Incompressible,
     /// Compression bound above the lowest level: halfway down to it.
     CpuLower,
     /// Compressing moved fewer bytes per second than storing did (times
-    /// `adapt::KEEP_MARGIN`): stored for a while.
+    /// `tuning::KEEP_MARGIN`): stored for a while.
     SlowerThanStoring,
     /// The link carried the compressed chunks since the last stretch faster
-    /// than storing's measured rate allows (`adapt::UNDERRATED`): that rate is
+    /// than storing's measured rate allows (`tuning::UNDERRATED`): that rate is
     /// forgotten, a stretch goes stored now to measure it again.
     StoringUnderrated,
     /// Compression bound at the lowest level before any stretch was stored:
@@ -75,21 +75,4 @@ impl std::fmt::Display for Decision {
         }
         Ok(())
     }
-}
-
-/// Chunks to store before probing again after a window that compression
-/// bound at the lowest level and that moved `beats` times storing's rate
-/// (under 1): enough that such a probe, if it loses again, costs at most
-/// [`PROBE_SHARE`](super::adapt::PROBE_SHARE) of the time the stored chunks take (at most
-/// `MAX_OFF`). A probe of [`WINDOW`](super::adapt::WINDOW) chunks at `beats` takes
-/// `WINDOW / beats` stored chunks' time, `WINDOW * (1 / beats - 1)` more
-/// than storing them.
-pub(super) fn probe_pays_off_after(beats: f64) -> u32 {
-    if beats.is_nan() || beats <= 0.0 {
-        return super::adapt::MAX_OFF;
-    }
-    let lost = super::adapt::WINDOW as f64 * (1.0 / beats - 1.0);
-    (lost / super::adapt::PROBE_SHARE)
-        .ceil()
-        .clamp(0.0, super::adapt::MAX_OFF as f64) as u32
 }

@@ -42,10 +42,11 @@ mod codec;
 mod decision;
 mod tuning;
 
-pub use adapt::{Adapt, Binding, Decision, Why, ADAPT_MAX, ADAPT_MIN, ADAPT_START, INCOMPRESSIBLE};
+pub use adapt::{Adapt, Binding, Decision, Why};
 pub use codec::{
     put_trailer, CompressError, Decoder, Encoder, Packed, KIND_STORED, KIND_ZSTD, TRAILER_LEN,
 };
+pub use tuning::{ADAPT_MAX, ADAPT_MIN, ADAPT_START, INCOMPRESSIBLE};
 
 use std::fmt;
 use std::str::FromStr;

@@ -1,5 +1,6 @@
 //! The numbers `--compress auto` decides by ([`super::adapt`]), each with
-//! what it is for and, where a figure chose it, that figure.
+//! what it is for and, where a figure chose it, that figure; and the pause
+//! they give a probe that lost ([`probe_pays_off_after`]).
 
 /// The lowest level `auto` uses.
 pub const ADAPT_MIN: i32 = 1;
@@ -44,7 +45,7 @@ pub(super) const FIRST_OFF: u32 = 16;
 pub(super) const MAX_OFF: u32 = 1024;
 /// The most a probe window that compression binds, and that loses to
 /// storing, may cost of the time until the next one
-/// ([`probe_pays_off_after`](super::decision::probe_pays_off_after)). On a fast link with few cores level 1
+/// ([`probe_pays_off_after`]). On a fast link with few cores level 1
 /// compresses at a third or a quarter of storing's rate: with pauses
 /// doubling from 16 chunks, the probes took 4-5 % of the chunks of a
 /// 384 MiB stream over loopback on two cores and cost it about 10 %.
@@ -76,3 +77,18 @@ pub const RECENT: usize = 3;
 pub const TRIAL_FIRST: u32 = 4;
 /// The most windows compressed between two such stretches.
 pub const TRIAL_MAX: u32 = 256;
+
+/// Chunks to store before probing again after a window that compression
+/// bound at the lowest level and that moved `beats` times storing's rate
+/// (under 1): enough that such a probe, if it loses again, costs at most
+/// [`PROBE_SHARE`] of the time the stored chunks take (at most
+/// [`MAX_OFF`]). A probe of [`WINDOW`] chunks at `beats` takes
+/// `WINDOW / beats` stored chunks' time, `WINDOW * (1 / beats - 1)` more
+/// than storing them.
+pub(super) fn probe_pays_off_after(beats: f64) -> u32 {
+    if beats.is_nan() || beats <= 0.0 {
+        return MAX_OFF;
+    }
+    let lost = WINDOW as f64 * (1.0 / beats - 1.0);
+    (lost / PROBE_SHARE).ceil().clamp(0.0, MAX_OFF as f64) as u32
+}
