@@ -8,7 +8,8 @@
 //! the loss: the returning sender replaces its connection); one that stays
 //! broken past the timeout fails within the bound, leaving `FILE` as it
 //! was; an rdpipe pipeline whose hop is reset mid-stream, byte-exact, with
-//! the reconnect in `--json`; and an rdcp copy of a tree (small files and
+//! the reconnect in `--json`, and one reset while its command prints
+//! nothing for longer than the timeout; and an rdcp copy of a tree (small files and
 //! big ones) reset the same way, equal to its source.
 
 use crate::support::*;
@@ -346,6 +347,43 @@ fn an_rdpipe_hop_reset_mid_stream_resumes_and_reports_it() {
     let reconnects = json_reconnects(&json);
     assert!(
         reconnects >= 1,
+        "{}",
+        std::fs::read_to_string(&json).unwrap()
+    );
+}
+
+/// The last command prints nothing for longer than `--reconnect-timeout`
+/// after its hop was reset (as `zfs recv` feeding rdpipe's stdout does for
+/// a whole replication): its agent notices the loss while it waits on the
+/// command, not at the next byte, and the hop resumes at once; the output
+/// is whole and the run succeeds.
+#[test]
+fn a_hop_reset_while_its_command_is_silent_resumes_at_once() {
+    need_reset!();
+    let dir = Scratch::new("rdpidle");
+    let json = dir.path("run.json");
+    let args: Vec<String> = [
+        "--reconnect-timeout",
+        "3",
+        "--json",
+        json.to_str().unwrap(),
+        "-:printf first; sleep 6; printf second",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let started = start(&[], &args, None);
+    let pid = started.child.id();
+    assert!(
+        started.wait_stdout_ends_with(b"first", Duration::from_secs(30)),
+        "the first output did not arrive"
+    );
+    reset_agents(pid);
+    let r = started.finish(Duration::from_secs(60));
+    r.ok();
+    assert_eq!(r.stdout, b"firstsecond", "{}", r.stderr);
+    assert!(
+        json_reconnects(&json) >= 1,
         "{}",
         std::fs::read_to_string(&json).unwrap()
     );

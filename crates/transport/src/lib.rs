@@ -91,6 +91,12 @@ pub trait ChunkSender: Send {
     /// Tells the receiver, as far as still possible, that the stream is abandoned.
     fn abort(&mut self, reason: &str);
 
+    /// Why the connection ended, after the send loop saw it hang up between
+    /// chunks while its input was idle ([`replay::ConnectionEnded`]): the
+    /// error a send would have met (a reset, a timeout, the peer's close or
+    /// Abort), for the reconnecting hop to judge.
+    fn gone(&mut self) -> TransportError;
+
     /// Human-readable transport description for `-v` (e.g. `tcp`, `rdma (rxe0)`).
     fn describe(&self) -> String;
 }

@@ -12,6 +12,7 @@
 use crate::compress::{CompressStats, Packer, Source};
 use crate::error::GoneCause;
 use crate::pace::{piece, Pacer};
+use crate::replay::ConnectionEnded;
 use crate::unpack::{UnpackError, Unpacker};
 use crate::Rate;
 use crate::{ChunkReceiver, ChunkSender, Received, TransportError};
@@ -217,6 +218,9 @@ pub fn send_stream_with<R: Read + AsFd>(
         match r {
             Ok(0) => break,
             Ok(_) => progress(hasher.bytes()),
+            // The connection hung up while the input was idle: no Abort (it
+            // would go nowhere), the transport says what ended it.
+            Err(TransportError::Input(e)) if ConnectionEnded::is(&e) => return Err(tx.gone()),
             Err(e @ TransportError::Input(_)) => {
                 tx.abort(&format!(
                     "sender's input failed after {} bytes: {e}",

@@ -57,6 +57,10 @@ impl ChunkSender for MemSender {
         let _ = self.tx.send(Msg::Abort);
     }
 
+    fn gone(&mut self) -> TransportError {
+        gone()
+    }
+
     fn describe(&self) -> String {
         "memory".into()
     }

@@ -8,6 +8,7 @@
 //! fan-out chain's hop reconnects the same way when no re-link comes.
 
 use rdpipe_transport::chain::{run_recv_chain, run_send_chain, Chain, RelinkPoll};
+use rdpipe_transport::reconnect::HopState;
 use rdpipe_transport::replay::Recorded;
 use rdpipe_transport::{run_recv, run_send, Endpoint, Options, Rate, Report, TransportError};
 use rdpipe_wire::{Compress, Integrity, TransportPref};
@@ -402,4 +403,96 @@ fn a_hop_that_cannot_reconnect_fails_within_its_timeout_naming_the_peer() {
     // Nothing past what arrived whole was declared good.
     let got = out.0.lock().unwrap().clone();
     assert!(got.len() < input.len() && got[..] == input[..got.len()]);
+}
+
+fn dial(port: u16) -> Endpoint {
+    Endpoint::Connect {
+        host: "127.0.0.1".into(),
+        port,
+        timeout: Duration::from_secs(5),
+    }
+}
+
+/// Tells `tx` each time the end named `end` resumed the stream.
+fn on_resume(
+    end: &'static str,
+    tx: &mpsc::Sender<&'static str>,
+) -> Option<Box<dyn FnMut(HopState) + Send>> {
+    let tx = tx.clone();
+    Some(Box::new(move |s| {
+        if matches!(s, HopState::Resumed(_)) {
+            let _ = tx.send(end);
+        }
+    }))
+}
+
+/// A sender whose input is idle when its connection is cut (a command that
+/// prints nothing until it ends, like `zfs recv` feeding rdpipe's stdout)
+/// notices the loss at once, not at its next byte: both ends resume while
+/// the input is still idle, whichever end dials, and the stream ends whole.
+#[test]
+fn a_sender_with_an_idle_input_resumes_while_it_waits() {
+    let input = data(3 << 20);
+    for sender_listens in [true, false] {
+        let (pipe_r, mut pipe_w) = std::io::pipe().unwrap();
+        let mut pipe_r = std::fs::File::from(std::os::fd::OwnedFd::from(pipe_r));
+        let out = Shared::default();
+        let (port_tx, port_rx) = mpsc::channel();
+        let listen = Endpoint::Listen {
+            bind: Some("127.0.0.1".into()),
+            port: 0,
+            announce: Some(Box::new(move |p| {
+                port_tx.send(p).unwrap();
+                Ok(())
+            })),
+        };
+        let (resumed_tx, resumed) = mpsc::channel();
+        let mut so = opts(Integrity::Mac, 32 << 20, Duration::from_secs(30));
+        so.notice = on_resume("sender", &resumed_tx);
+        let mut ro = opts(Integrity::Mac, 32 << 20, Duration::from_secs(30));
+        ro.notice = on_resume("receiver", &resumed_tx);
+        let o = out.clone();
+        let (send, recv, proxy);
+        if sender_listens {
+            send = std::thread::spawn(move || run_send(listen, so, &mut pipe_r));
+            proxy = Proxy::start(port_rx.recv().unwrap(), false);
+            let p = proxy.port;
+            recv = std::thread::spawn(move || run_recv(dial(p), ro, move || Ok(o)));
+        } else {
+            recv = std::thread::spawn(move || run_recv(listen, ro, move || Ok(o)));
+            proxy = Proxy::start(port_rx.recv().unwrap(), false);
+            let p = proxy.port;
+            send = std::thread::spawn(move || run_send(dial(p), so, &mut pipe_r));
+        }
+        pipe_w.write_all(&input[..1 << 20]).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while out.len() < 1 << 20 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        assert_eq!(out.len(), 1 << 20, "the first MiB did not arrive");
+        proxy.cut();
+        // The input stays idle until both ends have resumed.
+        let mut ends: Vec<&str> = (0..2)
+            .map(|_| {
+                resumed
+                    .recv_timeout(Duration::from_secs(15))
+                    .unwrap_or_else(|_| {
+                        panic!("sender listens {sender_listens}: no resume while the input idled")
+                    })
+            })
+            .collect();
+        ends.sort();
+        assert_eq!(ends, ["receiver", "sender"]);
+        pipe_w.write_all(&input[1 << 20..]).unwrap();
+        drop(pipe_w);
+        let (s, r) = (send.join().unwrap().unwrap(), recv.join().unwrap().unwrap());
+        let got = out.0.lock().unwrap().clone();
+        assert!(
+            got == input,
+            "sender listens {sender_listens}: output differs"
+        );
+        assert_eq!(s.checksum, r.checksum);
+        assert_eq!(r.reconnects.len(), 1, "{:?}", r.reconnects);
+        assert_eq!(r.reconnects[0].offset, 1 << 20);
+    }
 }

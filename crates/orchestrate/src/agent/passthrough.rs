@@ -55,10 +55,6 @@ impl Read for ForwardInput {
         if self.pos == self.current.len() {
             match self.queue.recv() {
                 Ok(next) => {
-                    // One buffer taken: count it off the doorbell (always rung
-                    // right after the buffer was queued, so this never waits long).
-                    let mut n = [0u8; 8];
-                    rustix::io::read(&*self.bell, &mut n)?;
                     let done = std::mem::replace(&mut self.current, next);
                     let _ = self.spent.try_send(done);
                     self.pos = 0;
@@ -71,6 +67,12 @@ impl Read for ForwardInput {
         let n = buf.len().min(self.current.len() - self.pos);
         buf[..n].copy_from_slice(&self.current[self.pos..self.pos + n]);
         self.pos += n;
+        if self.pos == self.current.len() {
+            // The buffer is used up: count it off the doorbell (rung right
+            // after it was queued, so this never waits long).
+            let mut n = [0u8; 8];
+            rustix::io::read(&*self.bell, &mut n)?;
+        }
         Ok(n)
     }
 }
@@ -79,7 +81,9 @@ impl Read for ForwardInput {
 impl rdpipe_transport::replay::Input for ForwardInput {}
 
 impl AsFd for ForwardInput {
-    /// The doorbell: readable while a buffer is queued.
+    /// The doorbell: readable while a buffer is queued or partly read, and
+    /// once the receiving side is gone (a read then ends or fails at once),
+    /// as [`rdpipe_transport::replay::Input`] asks.
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.bell.as_fd()
     }
@@ -116,6 +120,14 @@ impl Write for ForwardOutput {
     fn flush(&mut self) -> io::Result<()> {
         self.verified.store(true, Ordering::SeqCst);
         Ok(())
+    }
+}
+
+impl Drop for ForwardOutput {
+    /// The end of the queue shows on the doorbell: a sender waiting for its
+    /// input to become readable reads the end (or the poisoning) at once.
+    fn drop(&mut self) {
+        let _ = rustix::io::write(&*self.bell, &1u64.to_ne_bytes());
     }
 }
 
@@ -234,6 +246,15 @@ mod tests {
         assert_eq!(input.read(&mut b).unwrap(), 1);
         assert_eq!(input.read(&mut b).unwrap(), 2);
         assert!(!ready(&input));
+        out.write_all(b"fgh").unwrap();
+        assert_eq!(input.read(&mut b).unwrap(), 2);
+        assert!(ready(&input), "a buffer partly read");
+        assert_eq!(input.read(&mut b).unwrap(), 1);
+        assert!(!ready(&input));
+        out.flush().unwrap();
+        drop(out);
+        assert!(ready(&input), "the end shows");
+        assert_eq!(input.read(&mut b).unwrap(), 0);
     }
 
     #[test]

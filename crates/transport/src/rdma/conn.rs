@@ -460,6 +460,24 @@ impl Conn {
         }
     }
 
+    /// Why the connection ended, once its TCP connection hung up while the
+    /// send loop's input was idle (nothing was posted, so no completion
+    /// tells): what that TCP connection says (a reset, a timeout, the peer's
+    /// close or Abort). It has hung up, so reading it does not wait; the
+    /// timeout only bounds a surprise.
+    pub(super) fn gone(&mut self) -> TransportError {
+        let _ = self.tcp.set_read_timeout(Some(Duration::from_secs(2)));
+        while self.dead.is_none() && !self.tcp_closed {
+            self.on_tcp_readable();
+        }
+        self.dead
+            .take()
+            .unwrap_or_else(|| TransportError::PeerGone {
+                peer: self.peer.clone(),
+                cause: GoneCause::Closed,
+            })
+    }
+
     /// Tells the peer on TCP that the stream is abandoned, and disconnects.
     pub(super) fn abort(&mut self, reason: &str) {
         let abort = Control::Abort {

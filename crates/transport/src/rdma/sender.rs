@@ -251,6 +251,10 @@ impl ChunkSender for RdmaSender {
         self.conn.abort(reason);
     }
 
+    fn gone(&mut self) -> TransportError {
+        self.conn.gone()
+    }
+
     fn describe(&self) -> String {
         self.conn.describe()
     }

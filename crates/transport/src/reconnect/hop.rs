@@ -62,6 +62,8 @@ pub(crate) fn send_reconnecting<R: Input>(
     loop {
         link.watch(&stream);
         let guard = stream.try_clone().ok();
+        // An idle input must not keep us from noticing the loss.
+        input.watch(stream.try_clone().ok());
         let e = match select::sender(stream, &n, opts.slots as usize) {
             // A new connection that fails before the stream flows again is
             // one more loss; the first one's failure is the run's.
@@ -128,7 +130,8 @@ pub(crate) fn send_reconnecting<R: Input>(
                     break;
                 }
                 Rejoined::Retry(why) => {
-                    tracing::info!("{}: no resume on this connection: {why}", n2.peer_addr)
+                    tracing::info!("{}: no resume on this connection: {why}", n2.peer_addr);
+                    reset(Some(s));
                 }
             }
         }
@@ -190,11 +193,19 @@ pub(crate) fn recv_reconnecting<W: Write, F: FnOnce() -> Result<W, TransportErro
                     guard = s.try_clone().ok();
                     match select::receiver(s, &n2) {
                         Ok(rx) => break (rx, n2),
-                        Err(why) if lost(&why, &link, guard.as_ref()) => why,
+                        Err(why) if lost(&why, &link, guard.as_ref()) => {
+                            reset(guard.take());
+                            why
+                        }
                         Err(fatal) => return Err(fatal),
                     }
                 }
-                Rejoined::Retry(why) => why,
+                Rejoined::Retry(why) => {
+                    // A reset, not a close: a sender that takes this
+                    // connection up later must not see our end of the stream.
+                    reset(Some(s));
+                    why
+                }
             };
             tracing::info!("{}: no resume on this connection: {why}", n2.peer_addr);
         };

@@ -27,7 +27,9 @@ mod pipes;
 
 use pipes::PipeWindow;
 use rdpipe_wire::resume::ResumeReply;
+use rustix::event::{poll, PollFd, PollFlags};
 use std::io::{self, Read};
+use std::net::TcpStream;
 use std::os::fd::{AsFd, BorrowedFd};
 
 /// The requested offset has left the window (or was never sent).
@@ -130,9 +132,11 @@ impl ReplayWindow {
 }
 
 /// What a sender reads its stream from. Any reader with a descriptor is one
-/// (the transfer polls the descriptor for readiness between reads); an input
-/// that can give back what it gave, without a copy kept beside it, says so
-/// with [`Input::keep_window`].
+/// whose descriptor polls readable whenever a read would not wait (bytes
+/// to give, the end, a failure): the transfer polls it for readiness
+/// between reads, and a reconnecting hop waits on it beside its connection
+/// ([`Recorded::watch`]). An input that can give back what it gave, without
+/// a copy kept beside it, says so with [`Input::keep_window`].
 pub trait Input: Read + AsFd {
     /// Asked once, before the first read, when the stream is to stay
     /// resendable for its last `capacity` bytes: true when the
@@ -189,6 +193,26 @@ impl<T: Input + ?Sized> Input for Box<T> {
 pub struct Recorded<R> {
     inner: R,
     kept: Kept,
+    /// The hop's connection, watched while a read waits for input
+    /// ([`Recorded::watch`]).
+    watch: Option<TcpStream>,
+}
+
+/// A [`Recorded`] input's read found the hop's connection hung up (reset,
+/// timed out, shut down for a peer that came back) while the input had
+/// nothing to give: the send loop stops waiting on its input and asks the
+/// transport why ([`crate::ChunkSender::gone`]), so that an idle hop (a
+/// command that prints nothing until it ends, like `zfs recv`) reconnects
+/// when its connection is lost, not only once it has bytes to send.
+#[derive(Debug, thiserror::Error)]
+#[error("the connection ended while the input was idle")]
+pub struct ConnectionEnded;
+
+impl ConnectionEnded {
+    /// Whether `e` is this (an input error made by [`Recorded`]'s watch).
+    pub fn is(e: &io::Error) -> bool {
+        e.get_ref().is_some_and(|i| i.is::<ConnectionEnded>())
+    }
 }
 
 /// Where a [`Recorded`] input's bytes are kept.
@@ -219,6 +243,7 @@ impl<R: Input> Recorded<R> {
             return Recorded {
                 inner,
                 kept: Kept::Own,
+                watch: None,
             };
         }
         let kept = match Self::file_of(&inner) {
@@ -232,7 +257,19 @@ impl<R: Input> Recorded<R> {
             },
             _ => Kept::Copied(ReplayWindow::new(capacity)),
         };
-        Recorded { inner, kept }
+        Recorded {
+            inner,
+            kept,
+            watch: None,
+        }
+    }
+
+    /// From now on a read that has to wait for input also watches `conn`
+    /// (a handle on the hop's connection; `None`: stop watching) and fails
+    /// with [`ConnectionEnded`] once it hangs up first. Only hang-ups wake
+    /// it: the peer's messages on the connection are the transport's.
+    pub fn watch(&mut self, conn: Option<TcpStream>) {
+        self.watch = conn;
     }
 
     fn is_pipe(inner: &R) -> bool {
@@ -361,8 +398,37 @@ impl Resend {
     }
 }
 
+impl<R: Read + AsFd> Recorded<R> {
+    /// Waits until the input is readable (or at its end, or failed), or the
+    /// watched connection hung up; at once without a watch.
+    fn wait_for_input(&self) -> io::Result<()> {
+        let Some(conn) = &self.watch else {
+            return Ok(());
+        };
+        loop {
+            let mut fds = [
+                PollFd::new(&self.inner, PollFlags::IN),
+                // HUP and ERR are always reported.
+                PollFd::new(conn, PollFlags::RDHUP),
+            ];
+            match poll(&mut fds, -1) {
+                Ok(_) => {}
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => return Err(e.into()),
+            }
+            if !fds[0].revents().is_empty() {
+                return Ok(());
+            }
+            if !fds[1].revents().is_empty() {
+                return Err(io::Error::other(ConnectionEnded));
+            }
+        }
+    }
+}
+
 impl<R: Read + AsFd> Read for Recorded<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.wait_for_input()?;
         if let Kept::Piped(w) = &mut self.kept {
             return w.read(&mut self.inner, buf);
         }

@@ -312,6 +312,12 @@ impl ChunkSender for TcpSender {
         let _ = self.ctl.shutdown(Shutdown::Both);
     }
 
+    fn gone(&mut self) -> TransportError {
+        // The writer stops; the back channel has read the reset, the
+        // timeout, the peer's close or its Abort.
+        self.failure()
+    }
+
     fn describe(&self) -> String {
         "tcp".into()
     }
