@@ -365,9 +365,13 @@ fn a_hop_reset_while_its_command_is_silent_resumes_at_once() {
     let args: Vec<String> = [
         "--reconnect-timeout",
         "3",
+        // A receiver waits this long for the sender's answer on each new
+        // connection: the silence outlasts both.
+        "--handshake-timeout",
+        "2",
         "--json",
         json.to_str().unwrap(),
-        "-:printf first; sleep 6; printf second",
+        "-:printf first; sleep 8; printf second",
     ]
     .iter()
     .map(|s| s.to_string())
