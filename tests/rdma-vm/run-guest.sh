@@ -22,8 +22,9 @@ QEMU_BIN=${RDMA_VM_QEMU:-qemu-system-x86_64}
 # Modules for the initramfs (their dependencies are added automatically).
 # crc32_generic must come before rdma_rxe (rxe needs the crc32 shash and the
 # guest cannot autoload modules).  nf_tables: suites drop RoCE packets with nft
-# to fail a path silently (suite-zfs.sh's flap).
-MODULES="virtio_pci 9pnet_virtio 9p overlay crc32_generic veth rdma_rxe ib_uverbs rdma_ucm nf_tables ${RDMA_VM_EXTRA_MODULES:-}"
+# to fail a path silently (suite-zfs.sh's flap).  inet_diag, tcp_diag: `ss -K`
+# resets a hop's TCP connection (suite-reconnect.sh).
+MODULES="virtio_pci 9pnet_virtio 9p overlay crc32_generic veth rdma_rxe ib_uverbs rdma_ucm nf_tables inet_diag tcp_diag ${RDMA_VM_EXTRA_MODULES:-}"
 PACKAGES="qemu-system-x86 busybox-static cpio kmod iproute2 rdma-core ibverbs-providers ibverbs-utils rdmacm-utils perftest"
 
 log() { printf 'rdma-vm: %s\n' "$*" >&2; }

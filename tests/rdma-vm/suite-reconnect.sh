@@ -14,8 +14,10 @@
 #                    says so on TCP after 3 s and the hop reconnects.
 #              The link-down case runs last (after it rxe1 takes new
 #              connections only slowly, see rdma-suite.sh).
-#              Before them: an RDMA set-up that never completes falls back
-#              to TCP on both ends (setup_fallback_case).
+#              Before them: the hop's TCP connection reset while the
+#              sender's input is quiet (idle_case), and an RDMA set-up that
+#              never completes falls back to TCP on both ends
+#              (setup_fallback_case).
 
 # reconnect_case NAME HOW: one stream of 24 MiB at 2 MiB/s (about 12 s, so
 # that it still runs when the path comes back), the path failing once the
@@ -143,7 +145,70 @@ setup_fallback_case() {
     rm -f "$in" "$out" "$fifo"
 }
 
+# idle_case: the sender's input (a fifo) goes quiet after 1 MiB of an RDMA
+# stream, and the hop's TCP connection (beside the RDMA one) is reset
+# (`ss -K`) while it is quiet, for longer than both ends' --reconnect-timeout
+# (5 s), as the hop from `zfs recv` to rdpipe's stdout is quiet for a whole
+# replication. The sender waits on its input and its connection together:
+# it notices the loss at once, redials, and the stream resumes (over RDMA:
+# the device is fine) and ends byte-exact once the input goes on.
+idle_case() {
+    local rpid spid port ok=1 src rrc tmp
+    local in=$W/in.idle out=$W/idle.out fifo=$W/idle.fifo feed=$W/idle.feed
+    head -c $((2 * CHUNK)) /dev/urandom >"$in"
+    rm -f "$fifo" "$feed" "$out"
+    mkfifo -m 666 "$fifo" "$feed"
+    RUST_LOG=debug timeout 120 "$RECV" -v --reconnect-timeout 5 --handshake-timeout 60 --announce-fd 3 0 "$KEY" "$out" \
+        3>"$fifo" 2>"$W/idle.recv.err" &
+    rpid=$!
+    port=
+    read -r _ port <"$fifo" || true
+    if [ -z "$port" ]; then
+        ok=; echo "    rdrecv announced no port"
+    else
+        RUST_LOG=debug timeout 120 "$SEND" -v --reconnect-timeout 5 --handshake-timeout 60 "$RXE_SERVER_IP" "$port" "$KEY" \
+            <"$feed" 2>"$W/idle.send.err" &
+        spid=$!
+        exec 5>"$feed"
+        head -c "$CHUNK" "$in" >&5
+        # Readiness: the receiver's temporary file holds the first MiB.
+        tmp=
+        for _ in $(seq 1 600); do
+            tmp=$(find "$W" -maxdepth 1 -name ".idle.out.rdpipe-*" -size +1023k 2>/dev/null | head -n1)
+            [ -n "$tmp" ] && break
+            sleep 0.1
+        done
+        [ -n "$tmp" ] || { ok=; echo "    the first MiB did not arrive"; }
+        ss -K -tnH state established "( sport = :$port or dport = :$port )" >/dev/null \
+            || { ok=; echo "    ss -K failed"; }
+        # Quiet for longer than --reconnect-timeout.
+        sleep 8
+        tail -c +$((CHUNK + 1)) "$in" >&5
+        exec 5>&-
+        wait "$spid"
+        src=$?
+        wait "$rpid"
+        rrc=$?
+        [ "$rrc" = 0 ] && [ "$src" = 0 ] || { ok=; echo "    exit codes: rdrecv $rrc, rdsend $src"; }
+    fi
+    cmp -s "$in" "$out" || { ok=; echo "    output differs from input ($(stat -c %s "$out" 2>/dev/null) bytes)"; }
+    grep -q 'rdma' "$W/idle.recv.err" || { ok=; echo "    the stream did not run over RDMA"; }
+    for side in recv send; do
+        grep -q "reconnected at byte $CHUNK after [0-9.]* s, over rdma" "$W/idle.$side.err" \
+            || { ok=; echo "    rd$side -v reports no reconnect at byte $CHUNK over rdma"; }
+    done
+    if [ -n "$ok" ]; then
+        pass "reconnect over rdma (idle sender): the hop's connection reset while the input was quiet for 8 s (--reconnect-timeout 5): $(grep -o 'reconnected at byte .*' "$W/idle.send.err" | head -n1), byte-exact"
+    else
+        fail "reconnect over rdma (idle sender): the hop's connection reset while the input was quiet"
+        show idle
+    fi
+    rm -f "$in" "$out" "$fifo" "$feed"
+}
+
 if want reconnect; then
+    echo "== reconnect: the hop's connection reset while the sender's input is quiet"
+    idle_case
     echo "== reconnect: the RDMA connection set-up never completes (RoCE dropped)"
     setup_fallback_case
     echo "== reconnect: credits lost without a queue pair failing (both ends wait on each other)"

@@ -400,11 +400,16 @@ impl Resend {
 
 impl<R: Read + AsFd> Recorded<R> {
     /// Waits until the input is readable (or at its end, or failed), or the
-    /// watched connection hung up; at once without a watch.
+    /// watched connection hung up; at once without a watch, and for inputs
+    /// that never keep a read waiting long (a regular file; rdcp's packer,
+    /// busy reading files) or whose descriptor says nothing of it.
     fn wait_for_input(&self) -> io::Result<()> {
         let Some(conn) = &self.watch else {
             return Ok(());
         };
+        if matches!(self.kept, Kept::File { .. } | Kept::Own) {
+            return Ok(());
+        }
         loop {
             let mut fds = [
                 PollFd::new(&self.inner, PollFlags::IN),
