@@ -398,46 +398,57 @@ impl Resend {
     }
 }
 
-impl<R: Read + AsFd> Recorded<R> {
-    /// Waits until the input is readable (or at its end, or failed), or the
-    /// watched connection hung up; at once without a watch, and for inputs
-    /// that never keep a read waiting long (a regular file; rdcp's packer,
-    /// busy reading files) or whose descriptor says nothing of it.
-    fn wait_for_input(&self) -> io::Result<()> {
-        let Some(conn) = &self.watch else {
-            return Ok(());
+/// Waits until `input` is readable (bytes, its end, a failure) or, with a
+/// `watch`, until that connection hangs up first ([`ConnectionEnded`]).
+pub(crate) fn wait_readable(input: BorrowedFd<'_>, watch: Option<&TcpStream>) -> io::Result<()> {
+    loop {
+        let mut both;
+        let mut one;
+        let fds: &mut [PollFd<'_>] = match watch {
+            Some(conn) => {
+                // HUP and ERR are always reported.
+                both = [
+                    PollFd::from_borrowed_fd(input, PollFlags::IN),
+                    PollFd::new(conn, PollFlags::RDHUP),
+                ];
+                &mut both
+            }
+            None => {
+                one = [PollFd::from_borrowed_fd(input, PollFlags::IN)];
+                &mut one
+            }
         };
-        if matches!(self.kept, Kept::File { .. } | Kept::Own) {
+        match poll(fds, -1) {
+            Ok(_) => {}
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+        if !fds[0].revents().is_empty() {
             return Ok(());
         }
-        loop {
-            let mut fds = [
-                PollFd::new(&self.inner, PollFlags::IN),
-                // HUP and ERR are always reported.
-                PollFd::new(conn, PollFlags::RDHUP),
-            ];
-            match poll(&mut fds, -1) {
-                Ok(_) => {}
-                Err(rustix::io::Errno::INTR) => continue,
-                Err(e) => return Err(e.into()),
-            }
-            if !fds[0].revents().is_empty() {
-                return Ok(());
-            }
-            if !fds[1].revents().is_empty() {
-                return Err(io::Error::other(ConnectionEnded));
-            }
+        if fds.get(1).is_some_and(|f| !f.revents().is_empty()) {
+            return Err(io::Error::other(ConnectionEnded));
         }
     }
 }
 
 impl<R: Read + AsFd> Read for Recorded<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.wait_for_input()?;
-        if let Kept::Piped(w) = &mut self.kept {
-            return w.read(&mut self.inner, buf);
-        }
-        let n = self.inner.read(buf)?;
+        let watch = self.watch.as_ref();
+        let n = match &mut self.kept {
+            // It waits (watched) only where its input is empty: no system
+            // call more on a busy pipe.
+            Kept::Piped(w) => return w.read(&mut self.inner, buf, watch),
+            // A regular file never keeps a read waiting; rdcp's packer is
+            // busy reading files (and its descriptor is always readable).
+            Kept::File { .. } | Kept::Own => self.inner.read(buf)?,
+            Kept::Copied(_) => {
+                if watch.is_some() {
+                    wait_readable(self.inner.as_fd(), watch)?;
+                }
+                self.inner.read(buf)?
+            }
+        };
         match &mut self.kept {
             Kept::Own => {}
             Kept::Copied(w) => w.push(&buf[..n]),

@@ -20,6 +20,7 @@ use rustix::event::{poll, PollFd, PollFlags};
 use rustix::pipe::{fcntl_setpipe_size, pipe_with, tee, PipeFlags, SpliceFlags};
 use std::collections::VecDeque;
 use std::io::{self, Read};
+use std::net::TcpStream;
 use std::os::fd::{AsFd, OwnedFd};
 
 /// Bytes one window pipe holds at most, at full pages (a window smaller than
@@ -158,11 +159,13 @@ impl PipeWindow {
         Ok(n)
     }
 
-    /// Reads from `input`, a pipe, into `buf`, keeping the bytes read.
+    /// Reads from `input`, a pipe, into `buf`, keeping the bytes read;
+    /// while it is empty, waits on it and on `watch` ([`super::wait_readable`]).
     pub(crate) fn read<R: Read + AsFd>(
         &mut self,
         input: &mut R,
         buf: &mut [u8],
+        watch: Option<&TcpStream>,
     ) -> io::Result<usize> {
         if buf.is_empty() {
             return Ok(0);
@@ -170,6 +173,9 @@ impl PipeWindow {
         if self.check_small {
             let waiting = rustix::io::ioctl_fionread(input.as_fd())?;
             if waiting < SMALL as u64 {
+                if waiting == 0 && watch.is_some() {
+                    super::wait_readable(input.as_fd(), watch)?;
+                }
                 return self.read_copying(input, buf);
             }
             self.check_small = false;
@@ -196,11 +202,8 @@ impl PipeWindow {
                     let mut fds = [PollFd::new(input, PollFlags::IN)];
                     let ready = matches!(poll(&mut fds, 0), Ok(1..));
                     if !ready {
-                        let mut fds = [PollFd::new(input, PollFlags::IN)];
-                        match poll(&mut fds, -1) {
-                            Ok(_) | Err(rustix::io::Errno::INTR) => continue,
-                            Err(e) => return Err(e.into()),
-                        }
+                        super::wait_readable(input.as_fd(), watch)?;
+                        continue;
                     }
                     if self.newest().bytes == 0 {
                         // Input waiting, an empty piece refusing it: not a
