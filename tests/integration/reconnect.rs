@@ -331,9 +331,8 @@ fn an_rdpipe_hop_reset_mid_stream_resumes_and_reports_it() {
         &format!("-:cat {}", src.display()),
         &format!("-:cat > {}", out.display()),
     ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    .map(String::from)
+    .into();
     let started = start(&[], &args, None);
     let pid = started.child.id();
     wait_until("data at the sink", Duration::from_secs(30), || {
@@ -373,9 +372,8 @@ fn a_hop_reset_while_its_command_is_silent_resumes_at_once() {
         json.to_str().unwrap(),
         "-:printf first; sleep 8; printf second",
     ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    .map(String::from)
+    .into();
     let started = start(&[], &args, None);
     let pid = started.child.id();
     assert!(
@@ -429,9 +427,8 @@ fn an_rdcp_copy_reset_mid_stream_resumes_byte_exact() {
         src.to_str().unwrap(),
         dst.to_str().unwrap(),
     ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    .map(String::from)
+    .into();
     let started = start_tool(&rdcp(), &[], &args, None);
     let pid = started.child.id();
     // Readiness: the first big file is partly written (under its

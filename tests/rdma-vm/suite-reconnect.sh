@@ -19,24 +19,34 @@
 #              never completes falls back to TCP on both ends
 #              (setup_fallback_case).
 
+# start_recv NAME TIMEOUT ARGS...: rdrecv -v (debug log, in NAME.recv.err)
+# into $W/NAME.out with ARGS, under `timeout TIMEOUT`; sets rpid, and port to
+# the port it announced (empty when none). RECV_ENV: NAME=VALUE for it.
+# --handshake-timeout 60 on every end: a loaded host slows the emulated guest
+# a lot. Debug logs on both ends: a failure shows where each one was.
+start_recv() {
+    local name=$1 limit=$2 fifo=$W/$1.fifo
+    shift 2
+    rm -f "$fifo" "$W/$name.out"
+    mkfifo -m 666 "$fifo"
+    env ${RECV_ENV:-} RUST_LOG=debug timeout "$limit" "$RECV" -v --handshake-timeout 60 "$@" \
+        --announce-fd 3 0 "$KEY" "$W/$name.out" 3>"$fifo" 2>"$W/$name.recv.err" &
+    rpid=$!
+    port=
+    read -r _ port <"$fifo" || true
+    rm -f "$fifo"
+}
+
 # reconnect_case NAME HOW: one stream of 24 MiB at 2 MiB/s (about 12 s, so
 # that it still runs when the path comes back), the path failing once the
 # receiver holds 4 MiB.
 reconnect_case() {
     local name=$1 how=$2 rpid spid port ok src rrc renv=
-    local in=$W/in.$name out=$W/$name.out fifo=$W/$name.fifo
+    local in=$W/in.$name out=$W/$name.out
     head -c $((24 * CHUNK)) /dev/urandom >"$in"
     chmod 644 "$in"
-    rm -f "$fifo" "$out"
-    mkfifo -m 666 "$fifo"
-    # --handshake-timeout 60: a loaded host slows the emulated guest a lot.
-    # Debug logs on both ends: a failure shows where each one was.
     [ "$how" = stall ] && renv=RDPIPE_TEST_LOSE_CREDITS=4
-    env $renv RUST_LOG=debug timeout 300 "$RECV" -v --reconnect-timeout 60 --handshake-timeout 60 --announce-fd 3 0 "$KEY" "$out" \
-        3>"$fifo" 2>"$W/$name.recv.err" &
-    rpid=$!
-    port=
-    read -r _ port <"$fifo" || true
+    RECV_ENV=$renv start_recv "$name" 300 --reconnect-timeout 60
     ok=1
     if [ -z "$port" ]; then
         ok=; echo "    rdrecv announced no port"
@@ -96,7 +106,7 @@ reconnect_case() {
         fail "reconnect over rdma ($how): the path failing mid-stream"
         show "$name"
     fi
-    rm -f "$in" "$out" "$fifo"
+    rm -f "$in" "$out"
 }
 
 # setup_fallback_case: every RoCE packet dropped while the RDMA connection is
@@ -107,17 +117,11 @@ reconnect_case() {
 # fell back.)
 setup_fallback_case() {
     local rpid spid port ok=1 src rrc
-    local in=$W/in.sf out=$W/sf.out fifo=$W/sf.fifo
+    local in=$W/in.sf out=$W/sf.out
     head -c $((3 * CHUNK + 17)) /dev/urandom >"$in"
     chmod 644 "$in"
-    rm -f "$fifo" "$out"
-    mkfifo -m 666 "$fifo"
     nft -f - <<<$'table ip rdsetupdrop {\n chain in {\n  type filter hook input priority 0;\n  udp dport 4791 drop\n }\n}'
-    RUST_LOG=debug timeout 120 "$RECV" -v --handshake-timeout 60 --announce-fd 3 0 "$KEY" "$out" \
-        3>"$fifo" 2>"$W/sf.recv.err" &
-    rpid=$!
-    port=
-    read -r _ port <"$fifo" || true
+    start_recv sf 120
     if [ -z "$port" ]; then
         ok=; echo "    rdrecv announced no port"
     else
@@ -142,7 +146,7 @@ setup_fallback_case() {
         fail "an RDMA set-up that never completes: both ends fall back to TCP"
         show sf
     fi
-    rm -f "$in" "$out" "$fifo"
+    rm -f "$in" "$out"
 }
 
 # idle_case: the sender's input (a fifo) goes quiet after 1 MiB of an RDMA
@@ -154,15 +158,11 @@ setup_fallback_case() {
 # the device is fine) and ends byte-exact once the input goes on.
 idle_case() {
     local rpid spid port ok=1 src rrc tmp
-    local in=$W/in.idle out=$W/idle.out fifo=$W/idle.fifo feed=$W/idle.feed
+    local in=$W/in.idle out=$W/idle.out feed=$W/idle.feed
     head -c $((2 * CHUNK)) /dev/urandom >"$in"
-    rm -f "$fifo" "$feed" "$out"
-    mkfifo -m 666 "$fifo" "$feed"
-    RUST_LOG=debug timeout 120 "$RECV" -v --reconnect-timeout 5 --handshake-timeout 60 --announce-fd 3 0 "$KEY" "$out" \
-        3>"$fifo" 2>"$W/idle.recv.err" &
-    rpid=$!
-    port=
-    read -r _ port <"$fifo" || true
+    rm -f "$feed"
+    mkfifo -m 666 "$feed"
+    start_recv idle 120 --reconnect-timeout 5
     if [ -z "$port" ]; then
         ok=; echo "    rdrecv announced no port"
     else
@@ -203,7 +203,7 @@ idle_case() {
         fail "reconnect over rdma (idle sender): the hop's connection reset while the input was quiet"
         show idle
     fi
-    rm -f "$in" "$out" "$fifo" "$feed"
+    rm -f "$in" "$out" "$feed"
 }
 
 if want reconnect; then

@@ -157,6 +157,18 @@ impl Proxy {
     }
 }
 
+/// Listens on an ephemeral loopback port, sending its number to `port_tx`.
+fn listen_announcing(port_tx: mpsc::Sender<u16>) -> Endpoint {
+    Endpoint::Listen {
+        bind: Some("127.0.0.1".into()),
+        port: 0,
+        announce: Some(Box::new(move |p| {
+            port_tx.send(p).unwrap();
+            Ok(())
+        })),
+    }
+}
+
 fn data(n: usize) -> Vec<u8> {
     let mut x = 0x9e37_79b9_7f4a_7c15u64;
     (0..n)
@@ -206,14 +218,7 @@ fn flapping_as(
     let recv = {
         let out = out.clone();
         std::thread::spawn(move || {
-            let ep = Endpoint::Listen {
-                bind: Some("127.0.0.1".into()),
-                port: 0,
-                announce: Some(Box::new(move |p| {
-                    port_tx.send(p).unwrap();
-                    Ok(())
-                })),
-            };
+            let ep = listen_announcing(port_tx);
             let mut o = opts(integrity, 32 << 20, Duration::from_secs(20));
             o.compress = compress;
             if chain {
@@ -356,14 +361,7 @@ fn a_hop_that_cannot_reconnect_fails_within_its_timeout_naming_the_peer() {
     let recv = {
         let out = out.clone();
         std::thread::spawn(move || {
-            let ep = Endpoint::Listen {
-                bind: Some("127.0.0.1".into()),
-                port: 0,
-                announce: Some(Box::new(move |p| {
-                    port_tx.send(p).unwrap();
-                    Ok(())
-                })),
-            };
+            let ep = listen_announcing(port_tx);
             run_recv(ep, opts(Integrity::Mac, 32 << 20, limit), move || Ok(out))
         })
     };
@@ -438,14 +436,7 @@ fn a_sender_with_an_idle_input_resumes_while_it_waits() {
         let mut pipe_r = std::fs::File::from(std::os::fd::OwnedFd::from(pipe_r));
         let out = Shared::default();
         let (port_tx, port_rx) = mpsc::channel();
-        let listen = Endpoint::Listen {
-            bind: Some("127.0.0.1".into()),
-            port: 0,
-            announce: Some(Box::new(move |p| {
-                port_tx.send(p).unwrap();
-                Ok(())
-            })),
-        };
+        let listen = listen_announcing(port_tx);
         let (resumed_tx, resumed) = mpsc::channel();
         let mut so = opts(Integrity::Mac, 32 << 20, Duration::from_secs(30));
         so.notice = on_resume("sender", &resumed_tx);
