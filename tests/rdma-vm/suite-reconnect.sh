@@ -37,11 +37,22 @@ start_recv() {
     rm -f "$fifo"
 }
 
+# wait_ends: waits for rdsend ($spid) and rdrecv ($rpid); clears ok unless
+# both exit 0.
+wait_ends() {
+    local src rrc
+    wait "$spid"
+    src=$?
+    wait "$rpid"
+    rrc=$?
+    [ "$rrc" = 0 ] && [ "$src" = 0 ] || { ok=; echo "    exit codes: rdrecv $rrc, rdsend $src"; }
+}
+
 # reconnect_case NAME HOW: one stream of 24 MiB at 2 MiB/s (about 12 s, so
 # that it still runs when the path comes back), the path failing once the
 # receiver holds 4 MiB.
 reconnect_case() {
-    local name=$1 how=$2 rpid spid port ok src rrc renv=
+    local name=$1 how=$2 rpid spid port ok renv=
     local in=$W/in.$name out=$W/$name.out
     head -c $((24 * CHUNK)) /dev/urandom >"$in"
     chmod 644 "$in"
@@ -79,11 +90,7 @@ reconnect_case() {
                 || echo "    rxe1 did not come back ACTIVE"
             ;;
         esac
-        wait "$spid"
-        src=$?
-        wait "$rpid"
-        rrc=$?
-        [ "$rrc" = 0 ] && [ "$src" = 0 ] || { ok=; echo "    exit codes: rdrecv $rrc, rdsend $src"; }
+        wait_ends
     fi
     cmp -s "$in" "$out" || { ok=; echo "    output differs from input ($(stat -c %s "$out" 2>/dev/null) bytes)"; }
     # The loss the sender reports is the RDMA one (a failed work completion):
@@ -116,7 +123,7 @@ reconnect_case() {
 # word: it once gave up on its own first and failed the run while the sender
 # fell back.)
 setup_fallback_case() {
-    local rpid spid port ok=1 src rrc
+    local rpid spid port ok=1
     local in=$W/in.sf out=$W/sf.out
     head -c $((3 * CHUNK + 17)) /dev/urandom >"$in"
     chmod 644 "$in"
@@ -128,11 +135,7 @@ setup_fallback_case() {
         RUST_LOG=debug timeout 120 "$SEND" -v --handshake-timeout 60 "$RXE_SERVER_IP" "$port" "$KEY" "$in" \
             2>"$W/sf.send.err" &
         spid=$!
-        wait "$spid"
-        src=$?
-        wait "$rpid"
-        rrc=$?
-        [ "$rrc" = 0 ] && [ "$src" = 0 ] || { ok=; echo "    exit codes: rdrecv $rrc, rdsend $src"; }
+        wait_ends
     fi
     nft delete table ip rdsetupdrop
     cmp -s "$in" "$out" || { ok=; echo "    output differs from input"; }
@@ -157,7 +160,7 @@ setup_fallback_case() {
 # it notices the loss at once, redials, and the stream resumes (over RDMA:
 # the device is fine) and ends byte-exact once the input goes on.
 idle_case() {
-    local rpid spid port ok=1 src rrc tmp
+    local rpid spid port ok=1 tmp
     local in=$W/in.idle out=$W/idle.out feed=$W/idle.feed
     head -c $((2 * CHUNK)) /dev/urandom >"$in"
     rm -f "$feed"
@@ -185,11 +188,7 @@ idle_case() {
         sleep 8
         tail -c +$((CHUNK + 1)) "$in" >&5
         exec 5>&-
-        wait "$spid"
-        src=$?
-        wait "$rpid"
-        rrc=$?
-        [ "$rrc" = 0 ] && [ "$src" = 0 ] || { ok=; echo "    exit codes: rdrecv $rrc, rdsend $src"; }
+        wait_ends
     fi
     cmp -s "$in" "$out" || { ok=; echo "    output differs from input ($(stat -c %s "$out" 2>/dev/null) bytes)"; }
     grep -q 'rdma' "$W/idle.recv.err" || { ok=; echo "    the stream did not run over RDMA"; }
