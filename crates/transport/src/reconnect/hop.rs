@@ -92,6 +92,8 @@ pub(crate) fn send_reconnecting<R: Input>(
                 }
             }
         };
+        // The old connection's last handles go, so that the reset leaves now.
+        input.watch(None);
         reset(guard);
         let peer = link.describe(&n.peer_addr);
         let at = hasher.bytes();
