@@ -401,24 +401,16 @@ impl Resend {
 /// Waits until `input` is readable (bytes, its end, a failure) or, with a
 /// `watch`, until that connection hangs up first ([`ConnectionEnded`]).
 pub(crate) fn wait_readable(input: BorrowedFd<'_>, watch: Option<&TcpStream>) -> io::Result<()> {
+    let watched = watch.map(AsFd::as_fd);
     loop {
-        let mut both;
-        let mut one;
-        let fds: &mut [PollFd<'_>] = match watch {
-            Some(conn) => {
-                // HUP and ERR are always reported.
-                both = [
-                    PollFd::from_borrowed_fd(input, PollFlags::IN),
-                    PollFd::new(conn, PollFlags::RDHUP),
-                ];
-                &mut both
-            }
-            None => {
-                one = [PollFd::from_borrowed_fd(input, PollFlags::IN)];
-                &mut one
-            }
-        };
-        match poll(fds, -1) {
+        // HUP and ERR are always reported; the second entry is polled only
+        // with a watch.
+        let mut fds = [
+            PollFd::from_borrowed_fd(input, PollFlags::IN),
+            PollFd::from_borrowed_fd(watched.unwrap_or(input), PollFlags::RDHUP),
+        ];
+        let n = if watched.is_some() { 2 } else { 1 };
+        match poll(&mut fds[..n], -1) {
             Ok(_) => {}
             Err(rustix::io::Errno::INTR) => continue,
             Err(e) => return Err(e.into()),
@@ -426,7 +418,7 @@ pub(crate) fn wait_readable(input: BorrowedFd<'_>, watch: Option<&TcpStream>) ->
         if !fds[0].revents().is_empty() {
             return Ok(());
         }
-        if fds.get(1).is_some_and(|f| !f.revents().is_empty()) {
+        if n == 2 && !fds[1].revents().is_empty() {
             return Err(io::Error::other(ConnectionEnded));
         }
     }
