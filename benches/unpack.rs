@@ -50,6 +50,7 @@ fn packed() -> Vec<u8> {
         xattrs: false,
         specials: false,
         direct: false,
+        stripe: None,
     };
     pack(&[src.path().join("tree")], opts, None, &mut out).expect("pack");
     out

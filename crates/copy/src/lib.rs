@@ -12,6 +12,7 @@ pub mod beneath;
 pub mod direct;
 pub mod list;
 pub mod pack;
+pub mod stripe;
 pub mod unpack;
 pub mod write;
 pub mod xattr;

@@ -127,6 +127,14 @@ pub fn list<W: Write>(
                 let Ok(path_rel) = RelPath::new([parent_rel, target].concat()) else {
                     continue;
                 };
+                if crate::stripe::is_ledger(&name) {
+                    continue;
+                }
+                if crate::stripe::is_striped_tmp(&name, target) {
+                    // A striped copy: the pieces its ledger has as done.
+                    entries += pieces_of(&dir, &name, path_rel, &mut head, out)?;
+                    continue;
+                }
                 if st.st_nlink == 1 {
                     partials
                         .entry(path_rel.as_bytes().to_vec())
@@ -209,6 +217,47 @@ pub fn list<W: Write>(
     out.flush()
 }
 
+/// The `Pieces` entries of the striped temporary file `tmp` (none without
+/// a readable ledger: then it is not offered); how many.
+fn pieces_of<W: Write>(
+    dir: &OwnedFd,
+    tmp: &[u8],
+    path: RelPath,
+    head: &mut Vec<u8>,
+    out: &mut W,
+) -> io::Result<u64> {
+    let Ok(Some((ledger, size, meta))) = crate::stripe::Ledger::existing(dir, tmp) else {
+        return Ok(0);
+    };
+    let Ok(states) = ledger.states() else {
+        return Ok(0);
+    };
+    let mut n = 0;
+    const PER_ENTRY: usize = 8 * rdpipe_wire::entry::MAX_XATTR_VALUE;
+    for (k, part) in states.chunks(PER_ENTRY).enumerate() {
+        let mut bits = vec![0u8; part.len().div_ceil(8)];
+        for (j, s) in part.iter().enumerate() {
+            if *s != crate::stripe::PieceState::Missing {
+                bits[j / 8] |= 1 << (j % 8);
+            }
+        }
+        head.clear();
+        Entry::Pieces {
+            path: path.clone(),
+            tmp: tmp.to_vec(),
+            size,
+            mtime: meta.mtime,
+            mtime_ns: meta.mtime_ns,
+            first: (k * PER_ENTRY) as u64,
+            bits,
+        }
+        .encode(head);
+        out.write_all(head)?;
+        n += 1;
+    }
+    Ok(n)
+}
+
 /// The names in directory `d` (not `.` and `..`).
 fn names(d: &OwnedFd) -> Vec<Vec<u8>> {
     let Ok(dir) = rustix::fs::Dir::read_from(d) else {
@@ -267,6 +316,19 @@ pub struct Partial {
     pub hash: u64,
 }
 
+/// A striped copy at the destination (`rdcp --streams`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StripedCopy {
+    /// Its temporary file's name beside the target.
+    pub tmp: Vec<u8>,
+    /// The size of the file it is a copy of.
+    pub size: u64,
+    /// That file's mtime.
+    pub mtime: (i64, u32),
+    /// The pieces it holds verified, in order.
+    pub done: Vec<u64>,
+}
+
 /// A destination's listing, read back on the sending side.
 #[derive(Debug, Default)]
 pub struct Manifest {
@@ -274,6 +336,7 @@ pub struct Manifest {
     renamed_top: bool,
     have: HashMap<Vec<u8>, Have>,
     partial: HashMap<Vec<u8>, Partial>,
+    striped: HashMap<Vec<u8>, StripedCopy>,
 }
 
 impl Manifest {
@@ -311,6 +374,34 @@ impl Manifest {
                     let k = m.key(path.as_bytes());
                     m.partial.insert(k, Partial { tmp, size, hash });
                 }
+                Event::Entry(Entry::Pieces {
+                    path,
+                    tmp,
+                    size,
+                    mtime,
+                    mtime_ns,
+                    first,
+                    bits,
+                }) => {
+                    let k = m.key(path.as_bytes());
+                    let c = m.striped.entry(k).or_insert_with(|| StripedCopy {
+                        tmp: tmp.clone(),
+                        size,
+                        mtime: (mtime, mtime_ns),
+                        done: Vec::new(),
+                    });
+                    if c.tmp == tmp && c.size == size {
+                        let count = rdpipe_wire::entry::piece_count(size);
+                        c.done.extend(
+                            (0..bits.len() as u64 * 8)
+                                .filter(|j| bits[(j / 8) as usize] >> (j % 8) & 1 == 1)
+                                .map(|j| first + j)
+                                .filter(|&i| i < count),
+                        );
+                        c.done.sort_unstable();
+                        c.done.dedup();
+                    }
+                }
                 _ => {}
             }
             Ok(())
@@ -338,6 +429,11 @@ impl Manifest {
     }
 
     /// The partial copy the destination has of stream path `p`.
+    pub fn striped(&self, p: &RelPath) -> Option<&StripedCopy> {
+        self.striped.get(p.as_bytes())
+    }
+
+    /// The partial copy of `p` an interrupted run left, if any.
     pub fn partial(&self, p: &RelPath) -> Option<&Partial> {
         self.partial.get(&self.key(p.as_bytes()))
     }

@@ -46,6 +46,7 @@ fn copy(src: &Path, dst: &Path, must_be_dir: bool) -> std::io::Result<()> {
             xattrs: true,
             specials: false,
             direct: false,
+            stripe: None,
         },
         None,
         &mut buf,
@@ -260,6 +261,7 @@ fn resume_sends_only_what_the_destination_lacks() {
             xattrs: false,
             specials: false,
             direct: false,
+            stripe: None,
         },
         Some(&m),
         &mut buf,
@@ -290,6 +292,7 @@ fn resume_sends_only_what_the_destination_lacks() {
             xattrs: false,
             specials: false,
             direct: false,
+            stripe: None,
         },
         Some(&m),
         &mut Vec::new(),
@@ -325,6 +328,7 @@ fn checksum_sends_again_a_copy_with_its_size_and_mtime_but_other_bytes() {
         xattrs: false,
         specials: false,
         direct: false,
+        stripe: None,
     };
     let resend = |checksum: bool| {
         let m = listing_with(&out, b"src", d.path(), checksum);
@@ -367,6 +371,7 @@ fn a_single_file_cut_short_is_continued_beside_its_name() {
             xattrs: false,
             specials: false,
             direct: false,
+            stripe: None,
         },
         Some(&m),
         &mut buf,
@@ -402,6 +407,7 @@ fn an_empty_partial_copy_is_reused_not_left_behind() {
             xattrs: false,
             specials: false,
             direct: false,
+            stripe: None,
         },
         Some(&m),
         &mut buf,
@@ -483,6 +489,7 @@ fn xattrs_and_acls_travel_and_others_do_not() {
             xattrs: false,
             specials: false,
             direct: false,
+            stripe: None,
         },
         None,
         &mut buf,
@@ -523,6 +530,7 @@ fn a_file_into_a_fifo_is_written_into_it_not_renamed_over_it() {
         xattrs: false,
         specials: false,
         direct: false,
+        stripe: None,
     };
     pack(&[src], opts, None, &mut stream).unwrap();
     let dest = Dest::open(&fifo, false, None).unwrap();

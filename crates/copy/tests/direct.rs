@@ -16,6 +16,7 @@ const OPTS: PackOptions = PackOptions {
     xattrs: false,
     specials: false,
     direct: true,
+    stripe: None,
 };
 
 /// 3 MiB of data, a 1 MiB hole, 2 MiB and an unaligned tail.

@@ -14,6 +14,7 @@ const OPTS: PackOptions = PackOptions {
     xattrs: false,
     specials: false,
     direct: false,
+    stripe: None,
 };
 
 fn tree(d: &Path) -> PathBuf {

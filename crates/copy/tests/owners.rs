@@ -15,6 +15,7 @@ fn copy(src: &Path, dst: &Path, threads: usize) {
         xattrs: false,
         specials: false,
         direct: false,
+        stripe: None,
     };
     pack(&[src.to_path_buf()], opts, None, &mut buf).expect("packed");
     let dest = Dest::open(dst, true, None).expect("destination");

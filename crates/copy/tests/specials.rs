@@ -14,6 +14,7 @@ fn opts(specials: bool) -> PackOptions {
         xattrs: false,
         specials,
         direct: false,
+        stripe: None,
     }
 }
 

@@ -15,6 +15,12 @@
 //!               dir, file or resume entry; `rdcp --xattrs`)
 //!   special (9) path meta kind:u8 rdev:u64  (a FIFO, socket or device node;
 //!               `rdcp --specials`)
+//!   striped (11) path meta size:u64 tmp:bytes  (a file that travels in
+//!               pieces over several streams, `rdcp --streams N`: the first
+//!               stream announces it and publishes it; no data follows)
+//!   piece   (12) path meta size:u64 index:u64 tmp:bytes
+//!               DATA(piece_len(size, index))  xxh3:u64 flags:u8
+//!               (bytes index*PIECE_SIZE.. of a striped file, on any stream)
 //! end     = (0) entries:u64 failed:u64
 //!
 //! A destination's listing for `rdcp --resume` (sent the other way, before
@@ -22,6 +28,9 @@
 //!   have    (5) path size:u64 mtime:i64 mtime_ns:u32   (a complete file)
 //!   partial (6) path tmp:bytes size:u64 xxh3:u64        (a temporary file of
 //!               an interrupted copy, and the hash of what it holds)
+//!   pieces  (13) path tmp:bytes size:u64 mtime:i64 mtime_ns:u32 first:u64
+//!               bits:value              (a striped copy's temporary file:
+//!               bit j of `bits`, lowest first, says piece first+j is done)
 //! path    = len:u16 bytes                 (relative, see [`RelPath`])
 //! bytes   = len:u16 bytes                 (1..=4096, no NUL)
 //! value   = len:u16 bytes                 (0..=4096, any bytes)
@@ -60,6 +69,25 @@ pub const MAX_XATTR_VALUE: usize = 4096;
 /// Longest entry header (tag, two length-prefixed names, metadata, size).
 pub const MAX_HEADER_LEN: usize = 1 + 2 * (2 + MAX_PATH_LEN) + META_LEN + 3 * 8;
 const META_LEN: usize = 4 + 4 + 4 + 8 + 4;
+
+/// The bytes of a striped file one [`Entry::Piece`] carries (the last piece
+/// of a file may be shorter). A multiple of every block size a writer aligns
+/// to (4 KiB holes, 1 MiB `O_DIRECT` stages).
+pub const PIECE_SIZE: u64 = 16 << 20;
+
+/// How many pieces a striped file of `size` bytes has.
+pub fn piece_count(size: u64) -> u64 {
+    size.div_ceil(PIECE_SIZE)
+}
+
+/// Where piece `index` of a striped file of `size` bytes starts, and its
+/// length; `None` past the file's last piece.
+pub fn piece_span(size: u64, index: u64) -> Option<(u64, u64)> {
+    (index < piece_count(size)).then(|| {
+        let start = index * PIECE_SIZE;
+        (start, (size - start).min(PIECE_SIZE))
+    })
+}
 pub(crate) const TRAILER_LEN: usize = 9;
 
 /// A relative path inside the copy: `/`-separated components, none empty,
@@ -168,6 +196,35 @@ pub enum Entry {
         /// The partial copy's name in the file's directory.
         tmp: Vec<u8>,
     },
+    /// A file sent in pieces over several streams (`rdcp --streams`): the
+    /// first stream's announcement, which the receiving side of that
+    /// stream publishes once every piece arrived; no data follows (the
+    /// pieces are [`Entry::Piece`]s, on this stream and the others).
+    Striped {
+        /// Where.
+        path: RelPath,
+        /// Mode and times.
+        meta: Meta,
+        /// The whole file's size.
+        size: u64,
+        /// The temporary file every stream writes its pieces into (a name
+        /// in the file's directory).
+        tmp: Vec<u8>,
+    },
+    /// Piece `index` of a striped file ([`piece_span`] bytes of data and a
+    /// [`FileEnd`] over them follow).
+    Piece {
+        /// The file it belongs to.
+        path: RelPath,
+        /// The file's mode and times as this stream's sender saw them.
+        meta: Meta,
+        /// The whole file's size.
+        size: u64,
+        /// Which piece.
+        index: u64,
+        /// The temporary file it goes into.
+        tmp: Vec<u8>,
+    },
     /// In a listing: a complete file at the destination.
     Have {
         /// Where.
@@ -192,6 +249,25 @@ pub enum Entry {
         size: u64,
         /// Their xxh3-64.
         hash: u64,
+    },
+    /// In a listing: the temporary file of a striped copy an interrupted
+    /// `rdcp --streams` left, and which of its pieces it holds verified
+    /// (one entry per 32768 pieces).
+    Pieces {
+        /// The file it is a copy of.
+        path: RelPath,
+        /// Its own name (in the same directory).
+        tmp: Vec<u8>,
+        /// The whole file's size, as its ledger names it.
+        size: u64,
+        /// The file's mtime, seconds, as its ledger names it.
+        mtime: i64,
+        /// The mtime's nanoseconds.
+        mtime_ns: u32,
+        /// The first piece `bits` speaks of (a multiple of 8).
+        first: u64,
+        /// Bit j (lowest first in each byte) is piece `first + j`: done.
+        bits: Vec<u8>,
     },
     /// An extended attribute (`user.*`, or an ACL's `system.posix_acl_*`)
     /// of the next directory, file or resumed file in the stream.
@@ -368,6 +444,32 @@ impl Entry {
                 out.extend_from_slice(&prefix.to_be_bytes());
                 put_bytes(out, tmp);
             }
+            Entry::Striped {
+                path,
+                meta,
+                size,
+                tmp,
+            } => {
+                out.push(11);
+                put_bytes(out, path.as_bytes());
+                put_meta(out, meta);
+                out.extend_from_slice(&size.to_be_bytes());
+                put_bytes(out, tmp);
+            }
+            Entry::Piece {
+                path,
+                meta,
+                size,
+                index,
+                tmp,
+            } => {
+                out.push(12);
+                put_bytes(out, path.as_bytes());
+                put_meta(out, meta);
+                out.extend_from_slice(&size.to_be_bytes());
+                out.extend_from_slice(&index.to_be_bytes());
+                put_bytes(out, tmp);
+            }
             Entry::Have {
                 path,
                 size,
@@ -395,6 +497,26 @@ impl Entry {
                 put_bytes(out, tmp);
                 out.extend_from_slice(&size.to_be_bytes());
                 out.extend_from_slice(&hash.to_be_bytes());
+            }
+            Entry::Pieces {
+                path,
+                tmp,
+                size,
+                mtime,
+                mtime_ns,
+                first,
+                bits,
+            } => {
+                out.push(13);
+                put_bytes(out, path.as_bytes());
+                put_bytes(out, tmp);
+                out.extend_from_slice(&size.to_be_bytes());
+                out.extend_from_slice(&mtime.to_be_bytes());
+                out.extend_from_slice(&mtime_ns.to_be_bytes());
+                out.extend_from_slice(&first.to_be_bytes());
+                debug_assert!(bits.len() <= MAX_XATTR_VALUE);
+                out.extend_from_slice(&(bits.len() as u16).to_be_bytes());
+                out.extend_from_slice(bits);
             }
             Entry::Xattr { name, value } => {
                 out.push(8);

@@ -29,6 +29,7 @@ use std::path::{Path, PathBuf};
 
 pub mod handoff;
 mod out;
+mod pieces;
 mod window;
 pub use out::{DataRead, PackOut, Writing};
 
@@ -63,6 +64,10 @@ pub struct PackOptions {
     pub specials: bool,
     /// Big files read with `O_DIRECT` (`--direct`, [`crate::direct`]).
     pub direct: bool,
+    /// One of several streams (`--streams`, [`crate::stripe`]): big files
+    /// go in pieces, and a stream other than the first carries only its
+    /// pieces.
+    pub stripe: Option<crate::stripe::Stripe>,
 }
 
 fn meta_of(m: &Metadata) -> Meta {
@@ -148,6 +153,9 @@ fn prefix_hash(f: &File, n: u64) -> io::Result<Option<u64>> {
 
 impl<O: PackOut> Packer<'_, O> {
     fn entry(&mut self, e: &Entry) -> io::Result<()> {
+        if self.pieces_only() && !matches!(e, Entry::Piece { .. } | Entry::End { .. }) {
+            return Ok(());
+        }
         self.head.clear();
         e.encode(&mut self.head);
         self.out.put(&self.head)?;
@@ -373,6 +381,14 @@ impl<O: PackOut> Packer<'_, O> {
         }
         let size = before.len();
         let meta = meta_of(&before);
+        if let Some(s) = self.opts.stripe {
+            if crate::stripe::striped(size, before.nlink()) {
+                return self.pieces(&f, path, rel, meta, s, &before);
+            }
+            if self.pieces_only() {
+                return Ok(());
+            }
+        }
         let (mut offset, mut resumed) = (0, false);
         if let Some(m) = self.manifest {
             if let Some(h) = m

@@ -32,6 +32,9 @@ pub(super) struct Current {
     pub(super) hash: StreamHasher,
     /// Extended attributes to set before it is published.
     pub(super) xattrs: Vec<Attr>,
+    /// A piece of a striped file (`--streams`): its data goes into the
+    /// file's shared temporary file, which is never removed for it.
+    pub(super) piece: Option<super::striped::PieceOf>,
 }
 
 /// Where the current file's data goes.
@@ -132,7 +135,7 @@ fn flush_stage(file: &File, st: &mut Stage, last: bool) -> io::Result<u64> {
 impl Current {
     /// Removes its temporary file, if it has one.
     pub(super) fn remove_tmp(&self) {
-        if let Sink::Temp(_) = &self.sink {
+        if let (Sink::Temp(_), None) = (&self.sink, &self.piece) {
             self.unlink_tmp();
         }
     }
@@ -214,6 +217,7 @@ impl Unpacker {
             pos,
             hash: StreamHasher::new(),
             xattrs,
+            piece: None,
         });
     }
 

@@ -35,9 +35,23 @@ impl Unpacker {
                     pos: 0,
                     hash: StreamHasher::new(),
                     xattrs: Vec::new(),
+                    piece: None,
                 });
                 Ok(())
             }
+            Entry::Striped {
+                path,
+                meta,
+                size,
+                tmp,
+            } => self.striped_entry(path, meta, size, tmp, Vec::new()),
+            Entry::Piece {
+                path,
+                meta,
+                size,
+                index,
+                tmp,
+            } => self.piece_entry(path, meta, size, index, tmp),
             // Its extended attributes have nowhere to go.
             Entry::Xattr { .. } => Ok(()),
             Entry::End { failed, .. } => {

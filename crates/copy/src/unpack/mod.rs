@@ -40,6 +40,7 @@ mod device;
 mod pool;
 mod publish;
 mod special;
+mod striped;
 
 use crate::beneath::{name, open_dir, umask};
 use crate::write::{reopen_partial, BLOCK};
@@ -191,6 +192,12 @@ pub struct Unpacker {
     pending: std::collections::HashSet<Vec<u8>>,
     /// `--direct`: big files written with `O_DIRECT` ([`crate::direct`]).
     direct: bool,
+    /// `--streams`: which stream this is ([`crate::stripe`]).
+    stripe: Option<crate::stripe::Stripe>,
+    /// A stream other than the first: its marker, locked while it runs.
+    marker: Option<crate::stripe::Marker>,
+    /// The first stream: the striped files it announced, published at its end.
+    announced: Vec<striped::Announced>,
 }
 
 /// A file's owner and group (uid, gid).
@@ -234,7 +241,22 @@ impl Unpacker {
             create_threads: pool::threads(),
             pending: std::collections::HashSet::new(),
             direct: false,
+            stripe: None,
+            marker: None,
+            announced: Vec::new(),
         }
+    }
+
+    /// One of several streams of a copy (`rdcp --streams`): a stream other
+    /// than the first holds its marker in the destination from now on.
+    pub fn with_stripe(mut self, s: crate::stripe::Stripe) -> io::Result<Unpacker> {
+        if s.index > 0 {
+            if let Some(base) = self.base() {
+                self.marker = Some(crate::stripe::Marker::hold(base, &s)?);
+            }
+        }
+        self.stripe = Some(s);
+        Ok(self)
     }
 
     fn policy(&self) -> pool::Policy {
@@ -401,9 +423,10 @@ impl Unpacker {
                 self.xattrs.push((name, value));
                 return Ok(());
             }
-            Entry::Dir { .. } | Entry::File { .. } | Entry::Resume { .. } => {
-                std::mem::take(&mut self.xattrs)
-            }
+            Entry::Dir { .. }
+            | Entry::File { .. }
+            | Entry::Resume { .. }
+            | Entry::Striped { .. } => std::mem::take(&mut self.xattrs),
             _ if !self.xattrs.is_empty() => {
                 return Err(io::Error::other(
                     "extended attributes before an entry that has none",
@@ -419,6 +442,8 @@ impl Unpacker {
                 Entry::Dir { path, .. }
                 | Entry::File { path, .. }
                 | Entry::Resume { path, .. }
+                | Entry::Striped { path, .. }
+                | Entry::Piece { path, .. }
                 | Entry::Symlink { path, .. }
                 | Entry::Special { path, .. } => [Some(path), None],
                 Entry::HardLink { path, target } => [Some(path), Some(target)],
@@ -545,8 +570,21 @@ impl Unpacker {
                 kind,
                 rdev,
             } => self.special(path, meta, kind, rdev)?,
+            Entry::Striped {
+                path,
+                meta,
+                size,
+                tmp,
+            } => self.striped_entry(path, meta, size, tmp, xattrs)?,
+            Entry::Piece {
+                path,
+                meta,
+                size,
+                index,
+                tmp,
+            } => self.piece_entry(path, meta, size, index, tmp)?,
             Entry::End { failed, .. } => self.stats.sender_failed = failed,
-            Entry::Have { .. } | Entry::Partial { .. } => {
+            Entry::Have { .. } | Entry::Partial { .. } | Entry::Pieces { .. } => {
                 return Err(io::Error::other(
                     "a destination listing's entry in a copy stream",
                 ))

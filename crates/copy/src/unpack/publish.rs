@@ -16,6 +16,13 @@ impl Unpacker {
         let Some(mut cur) = self.current.take() else {
             return;
         };
+        if let Some(p) = cur.piece.take() {
+            return match std::mem::replace(&mut cur.sink, Sink::Discard) {
+                Sink::Temp(t) => self.piece_end(cur, t, p, end),
+                Sink::Straight(_) => self.piece_straight_end(&cur, end),
+                Sink::Discard | Sink::Held(_) => {}
+            };
+        }
         let mut t = match std::mem::replace(&mut cur.sink, Sink::Discard) {
             Sink::Discard => return,
             Sink::Held(data) => return self.end_buffered(cur, data, end),
@@ -70,7 +77,13 @@ impl Unpacker {
     }
 
     /// Counts a file published (`result` Ok) or not.
-    fn counted(&mut self, rel: &RelPath, size: u64, changed: bool, result: io::Result<()>) {
+    pub(super) fn counted(
+        &mut self,
+        rel: &RelPath,
+        size: u64,
+        changed: bool,
+        result: io::Result<()>,
+    ) {
         match result {
             Ok(()) => {
                 self.stats.created += 1;
@@ -150,6 +163,9 @@ impl Unpacker {
                 "extended attributes at the end of the stream",
             ));
         }
+        // Striped files go into their directories before those get their
+        // metadata.
+        self.publish_striped();
         let dirs = std::mem::take(&mut self.dirs);
         self.dir_index.clear();
         for (rel, meta) in dirs.iter().rev() {
@@ -179,6 +195,9 @@ impl Unpacker {
         }
         self.last_dir = None;
         let s = self.stats;
+        if s.failed + s.sender_failed == 0 {
+            self.end_marker()?;
+        }
         let bad = s.failed + s.sender_failed + s.changed;
         if bad > 0 {
             let mut parts = vec![];

@@ -2,8 +2,8 @@
 //! parsed, data passed through, in pieces of any size.
 
 use super::{
-    Entry, FileEnd, Meta, RelPath, SpecialKind, ENTRY_MAGIC, MAX_HEADER_LEN, MAX_PATH_LEN,
-    MAX_XATTR_NAME, MAX_XATTR_VALUE, TRAILER_LEN,
+    piece_span, Entry, FileEnd, Meta, RelPath, SpecialKind, ENTRY_MAGIC, MAX_HEADER_LEN,
+    MAX_PATH_LEN, MAX_XATTR_NAME, MAX_XATTR_VALUE, TRAILER_LEN,
 };
 use crate::WireError;
 
@@ -188,6 +188,50 @@ fn parse_entry(b: &[u8]) -> Result<Option<(Entry, usize)>, WireError> {
                 rdev,
             }
         }
+        11 => Entry::Striped {
+            path: need!(c.path()?),
+            meta: need!(c.meta()?),
+            size: need!(c.u64()),
+            tmp: need!(c.name()?),
+        },
+        12 => {
+            let path = need!(c.path()?);
+            let meta = need!(c.meta()?);
+            let (size, index) = (need!(c.u64()), need!(c.u64()));
+            let tmp = need!(c.name()?);
+            if piece_span(size, index).is_none() {
+                return Err(WireError::Entry("a piece past the file's end"));
+            }
+            Entry::Piece {
+                path,
+                meta,
+                size,
+                index,
+                tmp,
+            }
+        }
+        13 => {
+            let path = need!(c.path()?);
+            let tmp = need!(c.name()?);
+            let (size, mtime, mtime_ns) = (need!(c.u64()), need!(c.u64()), need!(c.u32()));
+            let first = need!(c.u64());
+            let n = need!(c.u16()) as usize;
+            if mtime_ns >= 1_000_000_000 {
+                return Err(WireError::Entry("mode or mtime out of range"));
+            }
+            if n > MAX_XATTR_VALUE || first % 8 != 0 || first >= super::piece_count(size) {
+                return Err(WireError::Entry("a striped copy's pieces out of range"));
+            }
+            Entry::Pieces {
+                path,
+                tmp,
+                size,
+                mtime: mtime as i64,
+                mtime_ns,
+                first,
+                bits: need!(c.take(n)).to_vec(),
+            }
+        }
         _ => return Err(WireError::Entry("unknown entry tag")),
     };
     Ok(Some((e, c.at)))
@@ -338,6 +382,9 @@ impl Decoder {
                         Entry::File { size, .. } => State::Data(*size),
                         Entry::Resume { size, offset, .. } if size == offset => State::Trailer,
                         Entry::Resume { size, offset, .. } => State::Data(size - offset),
+                        Entry::Piece { size, index, .. } => {
+                            State::Data(piece_span(*size, *index).expect("checked").1)
+                        }
                         Entry::End { .. } => State::Done,
                         _ => State::Header,
                     };

@@ -186,6 +186,67 @@ fn arb_item() -> impl Strategy<Value = Item> {
                 data: vec![],
                 end: None
             }),
+        (arb_path(), arb_meta(), any::<u64>(), arb_name()).prop_map(|(path, meta, size, tmp)| {
+            Item {
+                entry: Entry::Striped {
+                    path,
+                    meta,
+                    size,
+                    tmp,
+                },
+                data: vec![],
+                end: None,
+            }
+        }),
+        (
+            arb_path(),
+            arb_meta(),
+            0u64..1000,
+            proptest::collection::vec(any::<u8>(), 1..2000),
+            arb_name()
+        )
+            .prop_map(|(path, meta, index, data, tmp)| Item {
+                // The file's last piece: a short one keeps the case small.
+                entry: Entry::Piece {
+                    path,
+                    meta,
+                    size: index * PIECE_SIZE + data.len() as u64,
+                    index,
+                    tmp
+                },
+                data,
+                end: Some(FileEnd {
+                    checksum: 9,
+                    changed: true,
+                    unreadable: false
+                }),
+            }),
+        (
+            arb_path(),
+            arb_name(),
+            any::<u64>(),
+            any::<i64>(),
+            0u32..1_000_000_000,
+            any::<u64>(),
+            proptest::collection::vec(any::<u8>(), 0..600)
+        )
+            .prop_map(|(path, tmp, size, mtime, mtime_ns, first, bits)| {
+                let size = size.max(1);
+                let first = (first % piece_count(size)) / 8 * 8;
+                Item {
+                    entry: Entry::Pieces {
+                        path,
+                        tmp,
+                        size,
+                        mtime,
+                        mtime_ns,
+                        first,
+                        bits,
+                    },
+                    data: vec![],
+                    end: None,
+                }
+            }),
         (arb_path(), arb_meta(), 1u8..=4, any::<u64>()).prop_map(|(path, meta, k, rdev)| {
             let kind = SpecialKind::from_code(k).expect("1..=4");
             Item {
@@ -361,4 +422,43 @@ fn specials_of_unknown_kinds_or_with_stray_device_numbers_are_refused() {
     assert!(special(5, 0).is_err());
     assert!(special(1, 5).is_err());
     assert!(special(2, 1).is_err());
+}
+
+#[test]
+fn pieces_cover_a_file_once_and_none_lies_past_its_end() {
+    for size in [
+        1,
+        PIECE_SIZE - 1,
+        PIECE_SIZE,
+        PIECE_SIZE + 1,
+        5 * PIECE_SIZE + 7,
+    ] {
+        let mut at = 0;
+        for i in 0..piece_count(size) {
+            let (start, len) = piece_span(size, i).unwrap();
+            assert_eq!(start, at);
+            assert!(len > 0 && len <= PIECE_SIZE);
+            at += len;
+        }
+        assert_eq!(at, size);
+        assert_eq!(piece_span(size, piece_count(size)), None);
+    }
+    assert_eq!(piece_count(0), 0);
+    let piece = |size: u64, index: u64| {
+        let mut b = Vec::new();
+        encode_start(1, &mut b);
+        Entry::Piece {
+            path: path("f"),
+            meta: Meta::default(),
+            size,
+            index,
+            tmp: b".f.rdcp-s1".to_vec(),
+        }
+        .encode(&mut b);
+        decode_all(&b, &[])
+    };
+    assert!(piece(PIECE_SIZE + 1, 1).is_ok());
+    assert!(piece(PIECE_SIZE, 1).is_err());
+    assert!(piece(0, 0).is_err());
+    assert!(piece(u64::MAX, u64::MAX).is_err());
 }

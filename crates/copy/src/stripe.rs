@@ -1,0 +1,409 @@
+//! `rdcp --streams N`: big files striped over N streams.
+//!
+//! rdcp then runs N copies side by side between the same two hosts, each a
+//! whole transfer of its own (connection, keys, send and receive loop,
+//! reconnect), so that the CPU of keyed protection spreads over N cores on
+//! each end. Stream 0 carries the tree as without `--streams`; a regular
+//! file of [`STRIPE_MIN`] bytes or more (with one link) is cut into pieces
+//! of [`PIECE_SIZE`] bytes, and stream k carries the pieces whose index is
+//! k modulo N ([`Stripe::carries`]); the other streams carry nothing else.
+//!
+//! On the destination every stream writes its pieces into one temporary
+//! file beside the target (`.NAME.rdcp-s<RUN>`, the same name on every
+//! stream: [`Stripe::tmp_name`]), each piece verified on its own (xxh3 in its
+//! trailer) and then marked done in the file's ledger (`TMP.pieces`, one
+//! byte per piece after a header naming the file's size and mtime). Stream
+//! 0 announced the file ([`Entry::Striped`](rdpipe_wire::entry::Entry)) and
+//! publishes it: at its end it waits for the other streams to end (each
+//! holds a lock on its marker file `.rdcp-s<RUN>.K` in the destination
+//! while it runs, and writes one byte into it when its stream was verified
+//! whole), then renames every striped file whose pieces are all done into
+//! place with its metadata, and only then gives the directories theirs.
+//! A file with a piece missing stays under its temporary name with its
+//! ledger, for `rdcp --resume`, which sends only the pieces not done.
+
+use crate::beneath::name;
+use rdpipe_wire::entry::{piece_count, Meta, PIECE_SIZE};
+use rustix::fs::{AtFlags, FlockOperation, Mode, OFlags};
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::time::{Duration, Instant};
+
+/// Files of at least this many bytes are striped (two pieces).
+pub const STRIPE_MIN: u64 = 2 * PIECE_SIZE;
+
+/// Whether a file of `size` bytes with `nlink` names is striped: big, and
+/// one name (a file with several stays whole on the first stream, where its
+/// hard links are made right after it).
+pub fn striped(size: u64, nlink: u64) -> bool {
+    size >= STRIPE_MIN && nlink == 1
+}
+
+/// How long stream 0, at its end, waits for another stream that has not
+/// shown up at all (its agent never started, or its connection never came).
+const ARRIVAL: Duration = Duration::from_secs(60);
+
+/// Which of N streams this side is, and the run they belong to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stripe {
+    /// This stream, 0..count.
+    pub index: u32,
+    /// How many streams.
+    pub count: u32,
+    /// The run's random id: in every temporary and marker name.
+    pub run: u64,
+}
+
+impl Stripe {
+    /// Parses `K/N/RUN` (RUN in hex), as the agents get it.
+    pub fn parse(s: &str) -> Option<Stripe> {
+        let mut it = s.split('/');
+        let index = it.next()?.parse().ok()?;
+        let count = it.next()?.parse().ok()?;
+        let run = u64::from_str_radix(it.next()?, 16).ok()?;
+        (it.next().is_none() && index < count && count >= 2).then_some(Stripe { index, count, run })
+    }
+
+    /// Whether this stream carries piece `i`.
+    pub fn carries(&self, i: u64) -> bool {
+        i % u64::from(self.count) == u64::from(self.index)
+    }
+
+    /// The temporary name of `leaf`'s striped copy.
+    pub fn tmp_name(&self, leaf: &[u8]) -> Vec<u8> {
+        let mut t = b".".to_vec();
+        t.extend_from_slice(&leaf[..leaf.len().min(200)]);
+        t.extend_from_slice(format!(".rdcp-s{:016x}", self.run).as_bytes());
+        t
+    }
+
+    fn marker(&self, k: u32) -> Vec<u8> {
+        format!(".rdcp-s{:016x}.{k}", self.run).into_bytes()
+    }
+}
+
+impl std::fmt::Display for Stripe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}/{:x}", self.index, self.count, self.run)
+    }
+}
+
+/// Whether `tmp` is a striped temporary name of `leaf`.
+pub fn is_striped_tmp(tmp: &[u8], leaf: &[u8]) -> bool {
+    crate::list::tmp_target(tmp) == Some(leaf)
+        && tmp
+            .rsplit(|&b| b == b'.')
+            .next()
+            .is_some_and(|t| t.starts_with(b"rdcp-s") && t.len() == 22)
+}
+
+/// Whether `file` is a striped temporary file's ledger.
+pub fn is_ledger(file: &[u8]) -> bool {
+    file.strip_suffix(b".pieces")
+        .is_some_and(|t| crate::list::tmp_target(t).is_some_and(|leaf| is_striped_tmp(t, leaf)))
+}
+
+/// The ledger's name for the striped temporary file `tmp`.
+pub fn ledger_name(tmp: &[u8]) -> Vec<u8> {
+    [tmp, b".pieces"].concat()
+}
+
+/// Opens (creating) a file this run shares between its streams, without
+/// following links; it must be a regular file with one name, ours, that
+/// nobody else may write (a file planted under the name is refused).
+fn open_shared(dir: &OwnedFd, file: &[u8]) -> io::Result<File> {
+    let flags = OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let f = File::from(rustix::fs::openat(
+        dir,
+        name(file),
+        flags,
+        Mode::from_raw_mode(0o600),
+    )?);
+    check_ours(&f)?;
+    Ok(f)
+}
+
+fn check_ours(f: &File) -> io::Result<()> {
+    let md = f.metadata()?;
+    if !md.is_file()
+        || md.nlink() != 1
+        || md.uid() != rustix::process::geteuid().as_raw()
+        || md.mode() & 0o022 != 0
+    {
+        return Err(io::Error::other(
+            "a file is in the way of the striped copy's temporary file (not a private regular file of ours); not written",
+        ));
+    }
+    Ok(())
+}
+
+/// Opens the striped temporary file `tmp` of `leaf` in `dir` (every stream
+/// writing into it opens it so).
+pub fn open_tmp(dir: &OwnedFd, leaf: &[u8], tmp: &[u8]) -> io::Result<File> {
+    if !is_striped_tmp(tmp, leaf) {
+        return Err(io::Error::other(
+            "the striped copy's temporary name is not one of this file's",
+        ));
+    }
+    open_shared(dir, tmp)
+}
+
+const MAGIC: &[u8; 8] = b"RDCPPCS1";
+const HEAD: u64 = 32;
+
+/// A piece's state in the ledger.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PieceState {
+    /// Not (yet) verified.
+    Missing,
+    /// Written and verified.
+    Done,
+    /// Written and verified, but read while the source changed.
+    Changed,
+}
+
+/// A striped file's ledger: which pieces are written and verified.
+pub struct Ledger {
+    file: File,
+    pieces: u64,
+}
+
+fn header(size: u64, meta: &Meta) -> [u8; HEAD as usize] {
+    let mut h = [0u8; HEAD as usize];
+    h[..8].copy_from_slice(MAGIC);
+    h[8..16].copy_from_slice(&size.to_be_bytes());
+    h[16..24].copy_from_slice(&meta.mtime.to_be_bytes());
+    h[24..28].copy_from_slice(&meta.mtime_ns.to_be_bytes());
+    h
+}
+
+impl Ledger {
+    /// Opens (creating) the ledger of `tmp` for a file of `size` bytes and
+    /// `meta`'s mtime; a ledger made for another size or mtime (the source
+    /// changed between two streams' reads, or since an interrupted run) is
+    /// an error.
+    pub fn open(dir: &OwnedFd, tmp: &[u8], size: u64, meta: &Meta) -> io::Result<Ledger> {
+        let file = open_shared(dir, &ledger_name(tmp))?;
+        let want = header(size, meta);
+        if file.metadata()?.len() < HEAD {
+            // Every stream writes the same header (or, when the source
+            // changed between their reads, one of them loses: read back).
+            file.write_all_at(&want, 0)?;
+        }
+        let mut got = [0u8; HEAD as usize];
+        file.read_exact_at(&mut got, 0)?;
+        if got != want {
+            return Err(io::Error::other(
+                "the file changed on the sending side while the streams read it (their sizes or mtimes differ)",
+            ));
+        }
+        Ok(Ledger {
+            file,
+            pieces: piece_count(size),
+        })
+    }
+
+    /// Reopens the ledger of `tmp` as it is, if there is one.
+    pub fn existing(dir: &OwnedFd, tmp: &[u8]) -> io::Result<Option<(Ledger, u64, Meta)>> {
+        let flags = OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let file = match rustix::fs::openat(dir, name(&ledger_name(tmp)), flags, Mode::empty()) {
+            Ok(f) => File::from(f),
+            Err(rustix::io::Errno::NOENT) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        check_ours(&file)?;
+        let mut h = [0u8; HEAD as usize];
+        file.read_exact_at(&mut h, 0)?;
+        if &h[..8] != MAGIC {
+            return Err(io::Error::other("not a striped copy's ledger"));
+        }
+        let size = u64::from_be_bytes(h[8..16].try_into().expect("8"));
+        let meta = Meta {
+            mtime: i64::from_be_bytes(h[16..24].try_into().expect("8")),
+            mtime_ns: u32::from_be_bytes(h[24..28].try_into().expect("4")),
+            ..Meta::default()
+        };
+        let pieces = piece_count(size);
+        Ok(Some((Ledger { file, pieces }, size, meta)))
+    }
+
+    /// Records piece `i` as verified.
+    pub fn mark(&self, i: u64, changed: bool) -> io::Result<()> {
+        debug_assert!(i < self.pieces);
+        self.file
+            .write_all_at(&[if changed { 2 } else { 1 }], HEAD + i)
+    }
+
+    /// Every piece's state.
+    pub fn states(&self) -> io::Result<Vec<PieceState>> {
+        let mut b = vec![0u8; self.pieces as usize];
+        let n = read_at_most(&self.file, &mut b, HEAD)?;
+        Ok(b[..n]
+            .iter()
+            .map(|&s| match s {
+                1 => PieceState::Done,
+                2 => PieceState::Changed,
+                _ => PieceState::Missing,
+            })
+            .chain(std::iter::repeat(PieceState::Missing))
+            .take(self.pieces as usize)
+            .collect())
+    }
+}
+
+fn read_at_most(f: &File, b: &mut [u8], at: u64) -> io::Result<usize> {
+    let mut n = 0;
+    while n < b.len() {
+        match f.read_at(&mut b[n..], at + n as u64) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+/// A stream other than the first, on the destination: holds the lock on
+/// its marker while it runs; [`Marker::ended`] records a verified stream.
+pub struct Marker {
+    file: File,
+}
+
+impl Marker {
+    /// Makes and locks stream `s.index`'s marker in `base`. It is created
+    /// under another name and renamed into place already locked, so stream
+    /// 0 never finds it unlocked before this stream ended.
+    pub fn hold(base: &OwnedFd, s: &Stripe) -> io::Result<Marker> {
+        let real = s.marker(s.index);
+        let new = [&real[..], b".new"].concat();
+        let flags =
+            OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let file = File::from(rustix::fs::openat(
+            base,
+            name(&new),
+            flags,
+            Mode::from_raw_mode(0o600),
+        )?);
+        rustix::fs::flock(&file, FlockOperation::LockExclusive)?;
+        rustix::fs::renameat(base, name(&new), base, name(&real))?;
+        Ok(Marker { file })
+    }
+
+    /// This stream was verified whole.
+    pub fn ended(&self) -> io::Result<()> {
+        self.file.write_all_at(&[1], 0)
+    }
+}
+
+/// Stream 0 at its end: waits until every other stream has ended; the
+/// streams that did not end verified (failed, killed, or never came within
+/// a minute) by index. Removes the markers.
+pub fn wait_others(base: &OwnedFd, s: &Stripe) -> Vec<u32> {
+    let mut failed = Vec::new();
+    for k in 1..s.count {
+        let m = s.marker(k);
+        let start = Instant::now();
+        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let file = loop {
+            match rustix::fs::openat(base, name(&m), flags, Mode::empty()) {
+                Ok(f) => break Some(File::from(f)),
+                Err(rustix::io::Errno::NOENT) if start.elapsed() < ARRIVAL => {
+                    // It has not started yet: its marker appears, locked,
+                    // as soon as its stream is authenticated.
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(_) => break None,
+            }
+        };
+        let ok = file.is_some_and(|f| {
+            check_ours(&f).is_ok()
+                && rustix::fs::flock(f.as_fd(), FlockOperation::LockShared).is_ok()
+                && {
+                    let mut b = [0u8; 1];
+                    matches!(f.read_at(&mut b, 0), Ok(1)) && b[0] == 1
+                }
+        });
+        let _ = rustix::fs::unlinkat(base, name(&m), AtFlags::empty());
+        if !ok {
+            failed.push(k);
+        }
+    }
+    failed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stripes_parse_and_share_out_the_pieces() {
+        let s = Stripe::parse("1/3/ab").unwrap();
+        assert_eq!((s.index, s.count, s.run), (1, 3, 0xab));
+        assert_eq!(Stripe::parse(&s.to_string()), Some(s));
+        assert!(Stripe::parse("3/3/ab").is_none());
+        assert!(Stripe::parse("0/1/ab").is_none());
+        assert!(Stripe::parse("0/2").is_none());
+        assert!(Stripe::parse("0/2/zz").is_none());
+        let carried: Vec<u64> = (0..7).filter(|&i| s.carries(i)).collect();
+        assert_eq!(carried, [1, 4]);
+        let t = s.tmp_name(b"big.img");
+        assert!(is_striped_tmp(&t, b"big.img"));
+        assert!(!is_striped_tmp(&t, b"other"));
+        assert!(!is_striped_tmp(b".big.img.rdcp-12-3", b"big.img"));
+    }
+
+    #[test]
+    fn a_ledger_counts_pieces_and_refuses_another_version_of_the_file() {
+        let d = tempfile::tempdir().unwrap();
+        let dir: OwnedFd = File::open(d.path()).unwrap().into();
+        let s = Stripe::parse("0/2/1").unwrap();
+        let tmp = s.tmp_name(b"f");
+        let meta = Meta {
+            mtime: 5,
+            ..Meta::default()
+        };
+        let size = 3 * PIECE_SIZE - 1;
+        let l = Ledger::open(&dir, &tmp, size, &meta).unwrap();
+        l.mark(2, false).unwrap();
+        let again = Ledger::open(&dir, &tmp, size, &meta).unwrap();
+        again.mark(0, true).unwrap();
+        use PieceState::*;
+        assert_eq!(l.states().unwrap(), [Changed, Missing, Done]);
+        let other = Meta {
+            mtime: 6,
+            ..Meta::default()
+        };
+        assert!(Ledger::open(&dir, &tmp, size, &other).is_err());
+        assert!(Ledger::open(&dir, &tmp, size + 1, &meta).is_err());
+        let (e, esize, emeta) = Ledger::existing(&dir, &tmp).unwrap().unwrap();
+        assert_eq!((esize, emeta.mtime), (size, 5));
+        assert_eq!(e.states().unwrap(), [Changed, Missing, Done]);
+    }
+
+    #[test]
+    fn stream_zero_waits_for_the_others_and_learns_how_they_ended() {
+        let d = tempfile::tempdir().unwrap();
+        let dir: OwnedFd = File::open(d.path()).unwrap().into();
+        let run = 0x77;
+        let s = |index| Stripe {
+            index,
+            count: 3,
+            run,
+        };
+        let m1 = Marker::hold(&dir, &s(1)).unwrap();
+        let m2 = Marker::hold(&dir, &s(2)).unwrap();
+        let t = std::thread::spawn(move || {
+            m1.ended().unwrap();
+            drop(m1);
+            // Stream 2 ends without being verified.
+            drop(m2);
+        });
+        let dir0 = dir.try_clone().unwrap();
+        assert_eq!(wait_others(&dir0, &s(0)), [2]);
+        t.join().unwrap();
+        assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 0);
+    }
+}
