@@ -118,6 +118,14 @@ pub struct CpArgs {
     #[arg(long)]
     pub specials: bool,
 
+    /// Copy over N transfers side by side between the two hosts (1-16):
+    /// files of 32 MiB or more go in 16 MiB pieces spread over the streams,
+    /// so that the protection's CPU spreads over N cores on each end (for a
+    /// fast link that one stream's core cannot fill).
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=16))]
+    pub streams: u32,
+
     /// How to reach the hosts and move the data (as rdpipe's).
     #[command(flatten)]
     pub run: RunOpts,
@@ -232,6 +240,7 @@ pub fn plan(a: &CpArgs) -> Result<Vec<Segment>, String> {
                         xattrs: a.xattrs,
                         specials: a.specials,
                         manifest: None,
+                        stripe: None,
                     },
                 },
                 Segment {
@@ -242,6 +251,7 @@ pub fn plan(a: &CpArgs) -> Result<Vec<Segment>, String> {
                         preserve,
                         specials: a.specials,
                         resumed_top: None,
+                        stripe: None,
                     },
                 },
             ])
@@ -329,13 +339,27 @@ fn listing(args: &CpArgs, segments: &mut [Segment], exe: &std::path::Path) -> Re
 /// master's guard).
 pub fn run(args: CpArgs, exe: PathBuf) -> Result<(), Failure> {
     let mut segments = plan(&args).map_err(|m| fail(2, m))?;
-    if args.resume || args.checksum {
+    if args.streams > 1 && segments.len() != 2 {
+        return Err(fail(
+            2,
+            "--streams: standard input or output is one stream (name files)",
+        ));
+    }
+    if (args.resume || args.checksum) && !args.run.dry_run {
         listing(&args, &mut segments, &exe)?;
     }
     let json = args.run.json.clone();
+    let (dry_run, streams) = (args.run.dry_run, args.streams);
     let mut config = args.run.config();
+    if streams > 1 && !dry_run {
+        return crate::cli::cp_streams::run(config, &segments, streams, json, exe);
+    }
     config.prepared = Some(segments);
-    crate::cli::run_opts::run_and_report(config, exe, json)
+    let r = crate::cli::run_opts::run_and_report(config, exe, json);
+    if dry_run && streams > 1 {
+        println!("{}", crate::cli::cp_streams::describe(streams));
+    }
+    r
 }
 
 #[cfg(test)]
@@ -379,7 +403,8 @@ mod tests {
                 recursive: true,
                 xattrs: false,
                 specials: false,
-                manifest: None
+                manifest: None,
+                stripe: None
             }
         );
         assert_eq!(
@@ -389,7 +414,8 @@ mod tests {
                 must_be_dir: true,
                 preserve: true,
                 specials: false,
-                resumed_top: None
+                resumed_top: None,
+                stripe: None
             }
         );
         let segs = plan(&args(&["f", "h:/x"])).unwrap();

@@ -3,6 +3,7 @@
 
 pub mod common;
 pub mod cp;
+pub mod cp_streams;
 pub mod docs;
 pub mod doctor;
 pub mod interrupt;

@@ -247,6 +247,7 @@ impl RunOpts {
                 LauncherArg::Srun => rdpipe_orchestrate::srun::Launcher::Srun,
             },
             jobid: self.jobid,
+            summary: true,
         }
     }
 }

@@ -26,6 +26,7 @@ mod json_report;
 mod no_rdma_core;
 mod rate_limit;
 mod rdcp;
+mod rdcp_streams;
 mod rdpipe_install;
 mod rdpipe_local;
 mod rdpipe_messages;

@@ -31,6 +31,7 @@ use std::fs::File;
 use std::io::{self, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -68,6 +69,7 @@ pub fn list<W: Write>(
         encode_start(0, &mut head);
         // DEST itself is followed, as the user named it (cp does too).
         if let Ok(d) = rustix::fs::open(dest, dir_flags, Mode::empty()) {
+            crate::stripe::remove_stale_markers(&d);
             let d = Arc::new(d);
             roots.extend(tops.iter().map(|t| (d.clone(), t.clone(), t.clone())));
         }
@@ -81,6 +83,7 @@ pub fn list<W: Write>(
             dest.file_name(),
             rustix::fs::open(parent, dir_flags, Mode::empty()),
         ) {
+            crate::stripe::remove_stale_markers(&pd);
             let (pd, n) = (Arc::new(pd), n.as_bytes().to_vec());
             // DEST itself, and beside it the partial copies of DEST (the one
             // source being a file cut short).
@@ -258,6 +261,10 @@ fn pieces_of<W: Write>(
     Ok(n)
 }
 
+fn libc_nofollow() -> i32 {
+    OFlags::NOFOLLOW.bits() as i32
+}
+
 /// The names in directory `d` (not `.` and `..`).
 fn names(d: &OwnedFd) -> Vec<Vec<u8>> {
     let Ok(dir) = rustix::fs::Dir::read_from(d) else {
@@ -340,6 +347,30 @@ pub struct Manifest {
 }
 
 impl Manifest {
+    /// [`Manifest::read`] by one of `readers` streams of a copy
+    /// (`--streams`): the last of them to read it removes it (a count of
+    /// readers so far, under a lock, in `PATH.readers`).
+    pub fn read_shared(path: &Path, readers: u32) -> io::Result<Manifest> {
+        let m = Manifest::read(path);
+        let mut count = path.as_os_str().to_owned();
+        count.push(".readers");
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .custom_flags(libc_nofollow())
+            .open(&count)?;
+        rustix::fs::flock(&f, rustix::fs::FlockOperation::LockExclusive)?;
+        let n = f.metadata()?.len() + 1;
+        std::os::unix::fs::FileExt::write_all_at(&f, &[1], n - 1)?;
+        if n >= u64::from(readers) {
+            let _ = std::fs::remove_file(path);
+            let _ = std::fs::remove_file(&count);
+        }
+        m
+    }
+
     /// Reads a listing written by [`list`].
     pub fn read(path: &Path) -> io::Result<Manifest> {
         let bytes = std::fs::read(path)?;
@@ -428,9 +459,10 @@ impl Manifest {
         self.have.get(&self.key(p.as_bytes())).copied()
     }
 
-    /// The partial copy the destination has of stream path `p`.
+    /// The striped copy (`--streams`) an interrupted run left of stream
+    /// path `p`, if any.
     pub fn striped(&self, p: &RelPath) -> Option<&StripedCopy> {
-        self.striped.get(p.as_bytes())
+        self.striped.get(&self.key(p.as_bytes()))
     }
 
     /// The partial copy of `p` an interrupted run left, if any.

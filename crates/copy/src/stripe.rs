@@ -43,7 +43,7 @@ pub fn striped(size: u64, nlink: u64) -> bool {
 
 /// How long stream 0, at its end, waits for another stream that has not
 /// shown up at all (its agent never started, or its connection never came).
-const ARRIVAL: Duration = Duration::from_secs(60);
+pub(crate) const ARRIVAL: Duration = Duration::from_secs(60);
 
 /// Which of N streams this side is, and the run they belong to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,7 +79,7 @@ impl Stripe {
         t
     }
 
-    fn marker(&self, k: u32) -> Vec<u8> {
+    pub(crate) fn marker(&self, k: u32) -> Vec<u8> {
         format!(".rdcp-s{:016x}.{k}", self.run).into_bytes()
     }
 }
@@ -266,8 +266,14 @@ fn read_at_most(f: &File, b: &mut [u8], at: u64) -> io::Result<usize> {
     Ok(n)
 }
 
-/// A stream other than the first, on the destination: holds the lock on
-/// its marker while it runs; [`Marker::ended`] records a verified stream.
+/// A stream's marker in the destination, locked while the stream runs.
+/// The first stream's (`.rdcp-s<RUN>.0`) says where the copy goes: the
+/// others look for it in DEST (DEST is a directory the copy goes into) or
+/// beside DEST (the copy is DEST), so that all follow the first stream's
+/// reading of DEST however their starts interleave with its creating it
+/// (`Dest::open_stream`). Another stream's tells the first whether it has
+/// ended ([`wait_others`]); [`Marker::ended`] records that it was verified
+/// whole.
 pub struct Marker {
     file: File,
 }
@@ -300,8 +306,14 @@ impl Marker {
 
 /// Stream 0 at its end: waits until every other stream has ended; the
 /// streams that did not end verified (failed, killed, or never came within
-/// a minute) by index. Removes the markers.
+/// a minute) by index. Removes the markers, its own last.
 pub fn wait_others(base: &OwnedFd, s: &Stripe) -> Vec<u32> {
+    let failed = wait_each(base, s);
+    let _ = rustix::fs::unlinkat(base, name(&s.marker(0)), AtFlags::empty());
+    failed
+}
+
+fn wait_each(base: &OwnedFd, s: &Stripe) -> Vec<u32> {
     let mut failed = Vec::new();
     for k in 1..s.count {
         let m = s.marker(k);
@@ -332,6 +344,40 @@ pub fn wait_others(base: &OwnedFd, s: &Stripe) -> Vec<u32> {
         }
     }
     failed
+}
+
+/// Whether `file` is a stream's marker (`.rdcp-s<RUN>.<K>`, or its name
+/// before it is locked, `.new` after).
+fn is_marker(file: &[u8]) -> bool {
+    let Some(rest) = file.strip_prefix(b".rdcp-s") else {
+        return false;
+    };
+    let rest = rest.strip_suffix(b".new").unwrap_or(rest);
+    rest.len() > 17
+        && rest[..16].iter().all(u8::is_ascii_hexdigit)
+        && rest[16] == b'.'
+        && rest[17..].iter().all(u8::is_ascii_digit)
+}
+
+/// Removes the markers interrupted copies left in `base` (`rdcp --resume`'s
+/// listing does): those no running stream holds locked.
+pub fn remove_stale_markers(base: &OwnedFd) {
+    let Ok(dir) = rustix::fs::Dir::read_from(base) else {
+        return;
+    };
+    for e in dir.flatten() {
+        let n = e.file_name().to_bytes();
+        if !is_marker(n) {
+            continue;
+        }
+        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let Ok(f) = rustix::fs::openat(base, name(n), flags, Mode::empty()) else {
+            continue;
+        };
+        if rustix::fs::flock(&f, FlockOperation::NonBlockingLockExclusive).is_ok() {
+            let _ = rustix::fs::unlinkat(base, name(n), AtFlags::empty());
+        }
+    }
 }
 
 #[cfg(test)]
@@ -393,6 +439,7 @@ mod tests {
             count: 3,
             run,
         };
+        let m0 = Marker::hold(&dir, &s(0)).unwrap();
         let m1 = Marker::hold(&dir, &s(1)).unwrap();
         let m2 = Marker::hold(&dir, &s(2)).unwrap();
         let t = std::thread::spawn(move || {
@@ -404,6 +451,22 @@ mod tests {
         let dir0 = dir.try_clone().unwrap();
         assert_eq!(wait_others(&dir0, &s(0)), [2]);
         t.join().unwrap();
+        drop(m0);
         assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 0);
+
+        // What an interrupted run leaves is removed, a live stream's marker
+        // is not.
+        let live = Marker::hold(&dir, &s(1)).unwrap();
+        let stale = Stripe { run: 0x78, ..s(2) };
+        drop(Marker::hold(&dir, &stale).unwrap());
+        std::fs::write(d.path().join("other"), b"").unwrap();
+        remove_stale_markers(&dir);
+        let mut left: Vec<_> = std::fs::read_dir(d.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(left, [".rdcp-s0000000000000077.1", "other"]);
+        drop(live);
     }
 }

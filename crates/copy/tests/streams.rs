@@ -81,8 +81,8 @@ fn unpack(
                     count: n,
                     run,
                 };
-                let d = Dest::open(&dst, true, None).unwrap();
-                let mut u = Unpacker::new(d, "dst", true).with_stripe(s).unwrap();
+                let (d, marker) = Dest::open_stream(&dst, true, None, &s).unwrap();
+                let mut u = Unpacker::new(d, "dst", true).with_stripe(s, marker);
                 match cut {
                     Some(c) => {
                         u.write_all(&bytes[..c]).map_err(|e| e.to_string())?;

@@ -40,6 +40,7 @@ mod device;
 mod pool;
 mod publish;
 mod special;
+mod stream_dest;
 mod striped;
 
 use crate::beneath::{name, open_dir, umask};
@@ -194,7 +195,7 @@ pub struct Unpacker {
     direct: bool,
     /// `--streams`: which stream this is ([`crate::stripe`]).
     stripe: Option<crate::stripe::Stripe>,
-    /// A stream other than the first: its marker, locked while it runs.
+    /// `--streams`: its marker, locked while it runs.
     marker: Option<crate::stripe::Marker>,
     /// The first stream: the striped files it announced, published at its end.
     announced: Vec<striped::Announced>,
@@ -247,16 +248,16 @@ impl Unpacker {
         }
     }
 
-    /// One of several streams of a copy (`rdcp --streams`): a stream other
-    /// than the first holds its marker in the destination from now on.
-    pub fn with_stripe(mut self, s: crate::stripe::Stripe) -> io::Result<Unpacker> {
-        if s.index > 0 {
-            if let Some(base) = self.base() {
-                self.marker = Some(crate::stripe::Marker::hold(base, &s)?);
-            }
-        }
+    /// One of several streams of a copy (`rdcp --streams`), holding its
+    /// marker ([`Dest::open_stream`] made both).
+    pub fn with_stripe(
+        mut self,
+        s: crate::stripe::Stripe,
+        marker: Option<crate::stripe::Marker>,
+    ) -> Unpacker {
         self.stripe = Some(s);
-        Ok(self)
+        self.marker = marker;
+        self
     }
 
     fn policy(&self) -> pool::Policy {

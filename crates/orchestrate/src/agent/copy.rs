@@ -143,8 +143,15 @@ pub fn start_pack(
 ) {
     let manifest = match manifest.map(|m| {
         let m = home_path(m);
-        let r = Manifest::read(std::path::Path::new(&m));
-        let _ = std::fs::remove_file(&m);
+        let r = match opts.stripe {
+            // Every stream reads it; the last one removes it.
+            Some(s) => Manifest::read_shared(std::path::Path::new(&m), s.count),
+            None => {
+                let r = Manifest::read(std::path::Path::new(&m));
+                let _ = std::fs::remove_file(&m);
+                r
+            }
+        };
         r.map_err(|e| format!("cannot read the destination's listing {m}: {e}"))
     }) {
         None => None,
@@ -181,7 +188,7 @@ pub fn start_pack(
                     s.failed,
                     s.changed
                 );
-                if manifest.is_some() {
+                if manifest.is_some() && opts.stripe.is_none_or(|s| s.index == 0) {
                     eprintln!(
                         "rdcp: resume: {} files complete at the destination, {} continued from a partial copy; {} bytes not sent again",
                         s.skipped, s.resumed, s.skipped_bytes
@@ -217,22 +224,31 @@ pub fn start_list(
 /// `--must-be-dir`, `--preserve`, `--specials`, `--direct` and `--top` (the
 /// one source's name of a resumed copy).
 pub fn start_unpack(dest: &str, a: &super::AgentArgs, seg: &mut Segment, t: &mut Transfers) {
-    let (must_be_dir, preserve, specials, direct) =
-        (a.must_be_dir, a.preserve, a.specials, a.direct);
+    let (must_be_dir, preserve, specials, direct, stripe) =
+        (a.must_be_dir, a.preserve, a.specials, a.direct, a.stripe);
     let resumed_top = a.top.first().map(String::as_str);
     let dest = home_path(dest);
     seg.file_target = Some(dest.clone());
     let top = resumed_top.map(str::as_bytes);
-    match Dest::open(std::path::Path::new(&dest), must_be_dir, top) {
-        Ok(d) if seg.pending(Direction::In) => {
+    let path = std::path::Path::new(&dest);
+    let opened = match stripe {
+        Some(s) => Dest::open_stream(path, must_be_dir, top, &s),
+        None => Dest::open(path, must_be_dir, top).map(|d| (d, None)),
+    };
+    match opened {
+        Ok((d, marker)) if seg.pending(Direction::In) => {
             let label = dest.clone();
             let slot = seg.copied.clone();
             t.spawn_recv(
                 Box::new(move || {
+                    let mut u = Unpacker::new(d, &label, preserve)
+                        .with_specials(specials)
+                        .with_direct(direct);
+                    if let Some(s) = stripe {
+                        u = u.with_stripe(s, marker);
+                    }
                     let u = Counted {
-                        u: Unpacker::new(d, &label, preserve)
-                            .with_specials(specials)
-                            .with_direct(direct),
+                        u,
                         slot,
                         recorded: false,
                     };

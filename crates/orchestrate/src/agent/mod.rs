@@ -141,6 +141,10 @@ pub struct AgentArgs {
     /// read and then removed.
     #[arg(long, value_name = "FILE")]
     pub manifest: Option<String>,
+    /// With `--pack`/`--unpack`: this is stream K of N of the copy whose
+    /// random id is RUN (hex), rdcp's `--streams` (`rdpipe_copy::stripe`).
+    #[arg(long, value_name = "K/N/RUN", value_parser = parse_stripe)]
+    pub stripe: Option<rdpipe_copy::stripe::Stripe>,
     /// `rdcp --resume`'s first step: send the listing of what DEST holds.
     #[arg(long, value_name = "DEST")]
     pub list: Option<String>,
@@ -190,6 +194,11 @@ pub struct AgentArgs {
     /// `--verbose`.
     #[arg(long, value_name = "FILTER")]
     pub log: Option<String>,
+}
+
+/// `--stripe K/N/RUN`.
+fn parse_stripe(s: &str) -> Result<rdpipe_copy::stripe::Stripe, String> {
+    rdpipe_copy::stripe::Stripe::parse(s).ok_or_else(|| format!("{s}: not K/N/RUN"))
 }
 
 /// Runs the agent with `args` (the words after `--agent`) and returns its exit
@@ -315,6 +324,7 @@ fn run(a: AgentArgs) -> bool {
             xattrs: a.xattrs,
             specials: a.specials,
             direct: a.direct,
+            stripe: a.stripe,
         };
         copy::start_pack(&a.pack, opts, a.manifest.as_deref(), &mut seg, &mut t);
     } else if let Some(dest) = &a.list {

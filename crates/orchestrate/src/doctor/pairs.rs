@@ -45,6 +45,7 @@ fn config(cfg: &DoctorConfig, from: &Target, to: &Target, transport: TransportPr
         persist: None,
         launcher: Default::default(),
         jobid: None,
+        summary: true,
     }
 }
 

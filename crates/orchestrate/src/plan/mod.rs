@@ -134,6 +134,8 @@ pub enum Action {
         /// `--resume`: the destination's listing, a file on this host (read,
         /// then removed); what it lists complete is not sent.
         manifest: Option<String>,
+        /// `--streams`: which of the copy's streams this is.
+        stripe: Option<rdpipe_copy::stripe::Stripe>,
     },
     /// `rdcp --resume`'s first step, on the destination's host: list what
     /// `dest` already holds where the sources named `tops` will land
@@ -163,6 +165,8 @@ pub enum Action {
         /// `--resume` of one source with this name: see
         /// `rdpipe_copy::unpack::is_resumed_as`.
         resumed_top: Option<String>,
+        /// `--streams`: which of the copy's streams this is.
+        stripe: Option<rdpipe_copy::stripe::Stripe>,
     },
 }
 

@@ -115,6 +115,7 @@ pub fn action_args(action: &Action) -> Vec<String> {
             xattrs,
             specials,
             manifest,
+            stripe,
         } => {
             for src in sources {
                 v.extend(["--pack".into(), src.clone()]);
@@ -130,6 +131,9 @@ pub fn action_args(action: &Action) -> Vec<String> {
             }
             if let Some(m) = manifest {
                 v.extend(["--manifest".into(), m.clone()]);
+            }
+            if let Some(s) = stripe {
+                v.extend(["--stripe".into(), s.to_string()]);
             }
         }
         Action::List {
@@ -155,6 +159,7 @@ pub fn action_args(action: &Action) -> Vec<String> {
             preserve,
             specials,
             resumed_top,
+            stripe,
         } => {
             v.extend(["--unpack".into(), dest.clone()]);
             if let Some(t) = resumed_top {
@@ -168,6 +173,9 @@ pub fn action_args(action: &Action) -> Vec<String> {
             }
             if *specials {
                 v.push("--specials".into());
+            }
+            if let Some(s) = stripe {
+                v.extend(["--stripe".into(), s.to_string()]);
             }
         }
     }

@@ -77,6 +77,9 @@ pub struct Config {
     /// `--jobid`: the Slurm allocation for `--launcher srun` (else
     /// `SLURM_JOB_ID`).
     pub jobid: Option<String>,
+    /// `-v`'s closing lines (each hop, CPU, `Bandwidth`); off where the
+    /// caller sums several runs up itself (`rdcp --streams`).
+    pub summary: bool,
 }
 
 /// Where rdpipe finds the programs it runs locally.

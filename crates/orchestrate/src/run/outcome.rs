@@ -14,7 +14,7 @@ impl Runner {
             self.check_reports();
         }
         self.judge_sinks();
-        if self.a.verbose > 0 {
+        if self.a.verbose > 0 && self.a.summary {
             self.say_hop_reports(wall);
         }
         let statuses: Vec<Option<i32>> = self

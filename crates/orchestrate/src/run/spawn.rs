@@ -488,6 +488,7 @@ mod tests {
             persist: None,
             launcher: Default::default(),
             jobid: None,
+            summary: true,
         }
     }
 
