@@ -54,7 +54,8 @@ pub fn run(
     exe: PathBuf,
 ) -> Result<(), Failure> {
     let mut id = [0u8; 8];
-    getrandom::getrandom(&mut id).map_err(|e| fail(1, format!("no randomness for a run id: {e}")))?;
+    getrandom::getrandom(&mut id)
+        .map_err(|e| fail(1, format!("no randomness for a run id: {e}")))?;
     let run = u64::from_ne_bytes(id);
     let verbose = config.verbose > 0;
     let start = Instant::now();
@@ -79,8 +80,14 @@ pub fn run(
     let results: Vec<(Result<(), RunError>, Option<PipeReport>)> = handles
         .into_iter()
         .map(|h| {
-            h.join()
-                .unwrap_or_else(|_| (Err(RunError::Runtime(std::io::Error::other("a stream's thread panicked"))), None))
+            h.join().unwrap_or_else(|_| {
+                (
+                    Err(RunError::Runtime(std::io::Error::other(
+                        "a stream's thread panicked",
+                    ))),
+                    None,
+                )
+            })
         })
         .collect();
     let wall = start.elapsed().as_secs_f64();
@@ -101,9 +108,10 @@ pub fn run(
     }
     if let Some(path) = json {
         let reports: Vec<&PipeReport> = results.iter().filter_map(|r| r.1.as_ref()).collect();
-        if let Err(e) =
-            rdpipe_orchestrate::report::write_json_atomic(&path, &StreamsReport { streams: reports })
-        {
+        if let Err(e) = rdpipe_orchestrate::report::write_json_atomic(
+            &path,
+            &StreamsReport { streams: reports },
+        ) {
             messages.push(e.to_string());
             code = code.max(1);
         }
@@ -136,7 +144,11 @@ fn summary(results: &[(Result<(), RunError>, Option<PipeReport>)], wall: f64) {
                     h.from,
                     h.to,
                     t.transport.as_deref().unwrap_or("-"),
-                    if secs > 0.0 { bytes as f64 / secs / 1e9 } else { 0.0 }
+                    if secs > 0.0 {
+                        bytes as f64 / secs / 1e9
+                    } else {
+                        0.0
+                    }
                 ),
             );
         }

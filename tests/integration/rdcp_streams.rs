@@ -80,7 +80,10 @@ fn rdcp_streams_copy_a_tree_host_to_host_and_from_here() {
     assert_nothing_left(&d.path("copy"));
     assert!(r.stderr.contains("rdcp: 3 streams: "), "{}", r.stderr);
     assert_eq!(
-        r.stderr.lines().filter(|l| l.starts_with("Bandwidth ")).count(),
+        r.stderr
+            .lines()
+            .filter(|l| l.starts_with("Bandwidth "))
+            .count(),
         1,
         "one Bandwidth line for the copy:\n{}",
         r.stderr
@@ -107,7 +110,13 @@ fn rdcp_streams_copy_a_tree_host_to_host_and_from_here() {
     run_rdcp(
         &args(
             &ssh,
-            &["-r", "--streams", "2", &d.s("tree"), &format!("h1:{}", d.s("into"))],
+            &[
+                "-r",
+                "--streams",
+                "2",
+                &d.s("tree"),
+                &format!("h1:{}", d.s("into")),
+            ],
         ),
         None,
         LIMIT,
@@ -118,7 +127,10 @@ fn rdcp_streams_copy_a_tree_host_to_host_and_from_here() {
 
     // Into /dev/null: the link check, with one Bandwidth line.
     let r = run_rdcp(
-        &args(&ssh, &["-v", "--streams", "2", &d.s("tree/big"), "h1:/dev/null"]),
+        &args(
+            &ssh,
+            &["-v", "--streams", "2", &d.s("tree/big"), "h1:/dev/null"],
+        ),
         None,
         LIMIT,
     );
@@ -141,15 +153,32 @@ fn rdcp_streams_refuse_what_cannot_be_striped_and_say_what_they_would_do() {
     );
     assert_eq!(r.code(), Some(2), "{}", r.stderr);
     assert!(r.stderr.contains("--streams"), "{}", r.stderr);
-    let r = run_rdcp(&args(&ssh, &["--streams", "17", &d.s("f"), "h1:/tmp/x"]), None, LIMIT);
+    let r = run_rdcp(
+        &args(&ssh, &["--streams", "17", &d.s("f"), "h1:/tmp/x"]),
+        None,
+        LIMIT,
+    );
     assert_eq!(r.code(), Some(2), "{}", r.stderr);
     let r = run_rdcp(
-        &args(&ssh, &["-n", "--streams", "4", &d.s("f"), &format!("h1:{}", d.s("g"))]),
+        &args(
+            &ssh,
+            &[
+                "-n",
+                "--streams",
+                "4",
+                &d.s("f"),
+                &format!("h1:{}", d.s("g")),
+            ],
+        ),
         None,
         LIMIT,
     );
     r.ok();
-    assert!(r.stdout_str().contains("streams: 4 transfers"), "{}", r.stdout_str());
+    assert!(
+        r.stdout_str().contains("streams: 4 transfers"),
+        "{}",
+        r.stdout_str()
+    );
     assert!(!d.path("g").exists());
 }
 
@@ -176,7 +205,10 @@ fn rdcp_streams_resume_sends_only_the_pieces_an_interrupted_copy_lacks() {
         (b.get(32..)?.iter().filter(|&&s| s == 1).count() >= 2).then_some(())
     });
     started.interrupt();
-    assert!(!d.path("dst/big").exists(), "no partial file under its name");
+    assert!(
+        !d.path("dst/big").exists(),
+        "no partial file under its name"
+    );
     let r = run_rdcp(
         &args(
             &ssh,

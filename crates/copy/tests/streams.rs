@@ -203,6 +203,22 @@ fn a_stream_that_dies_leaves_its_files_unpublished_and_resume_sends_what_they_la
     }
     same_tree(&src, &dst.join("src"));
     assert_eq!(std::fs::read_dir(&dst).unwrap().count(), 1);
+
+    // Resumed again: everything is complete; no file data at all.
+    let mut listing = Vec::new();
+    list(&dst, true, &[b"src".to_vec()], false, &mut listing).unwrap();
+    std::fs::write(&lpath, &listing).unwrap();
+    let m = Manifest::read(&lpath).unwrap();
+    let s = streams(&src, 2, 0x3, Some(&m));
+    assert!(
+        s.iter().all(|b| b.len() < 4096),
+        "{:?}",
+        s.iter().map(Vec::len).collect::<Vec<_>>()
+    );
+    for r in unpack(&dst, 2, 0x3, s, &[]) {
+        r.unwrap();
+    }
+    same_tree(&src, &dst.join("src"));
 }
 
 #[test]

@@ -381,13 +381,12 @@ impl<O: PackOut> Packer<'_, O> {
         }
         let size = before.len();
         let meta = meta_of(&before);
-        if let Some(s) = self.opts.stripe {
-            if crate::stripe::striped(size, before.nlink()) {
-                return self.pieces(&f, path, rel, meta, s, &before);
-            }
-            if self.pieces_only() {
-                return Ok(());
-            }
+        let striped = self
+            .opts
+            .stripe
+            .filter(|_| crate::stripe::striped(size, before.nlink()));
+        if striped.is_none() && self.pieces_only() {
+            return Ok(());
         }
         let (mut offset, mut resumed) = (0, false);
         if let Some(m) = self.manifest {
@@ -406,11 +405,18 @@ impl<O: PackOut> Packer<'_, O> {
                     self.stats.skipped_bytes += size;
                     return Ok(());
                 }
-                warn(format_args!(
-                    "{}: the destination's copy has its size and mtime but other content; sending it again",
-                    path.display()
-                ));
+                if !self.pieces_only() {
+                    warn(format_args!(
+                        "{}: the destination's copy has its size and mtime but other content; sending it again",
+                        path.display()
+                    ));
+                }
             }
+        }
+        if let Some(s) = striped {
+            return self.pieces(&f, path, rel, meta, s, &before);
+        }
+        if let Some(m) = self.manifest {
             if let Some(p) = m.partial(&rel).filter(|p| p.size <= size) {
                 if matches!(prefix_hash(&f, p.size), Ok(Some(h)) if h == p.hash) {
                     self.attrs(&f, path)?;

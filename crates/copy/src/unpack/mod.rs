@@ -36,12 +36,14 @@
 //! sender's permission bits less the umask, as `cp` does.
 
 mod current;
+mod dest;
 mod device;
 mod pool;
 mod publish;
 mod special;
-mod stream_dest;
 mod striped;
+
+pub use dest::{is_resumed_as, Dest};
 
 use crate::beneath::{name, open_dir, umask};
 use crate::write::{reopen_partial, BLOCK};
@@ -53,90 +55,8 @@ use rustix::fs::{AtFlags, Mode, OFlags, Timespec, Timestamps};
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, LazyLock};
-
-/// Where the stream's top-level entries go.
-pub enum Dest {
-    /// An existing directory: each top-level entry goes inside it under its own name.
-    Into(OwnedFd),
-    /// The one top-level entry takes the name `name` in `parent` (`cp a b`
-    /// where `b` is not a directory).
-    As {
-        /// The directory that gets it.
-        parent: OwnedFd,
-        /// Its name there.
-        name: Vec<u8>,
-    },
-    /// An existing file that is neither a directory nor a regular file
-    /// (`/dev/null`, a FIFO, a terminal): one file's data is written straight
-    /// into it, as `cp` does, never replaced by a rename (`device.rs`).
-    Device(File),
-}
-
-impl Dest {
-    /// Resolves the destination operand `dest` on this host: an existing
-    /// directory (a link to one counts, as for `cp`) receives the entries;
-    /// otherwise, unless `must_be_dir` (several sources, or a trailing `/`),
-    /// the single entry is created as `dest`.
-    ///
-    /// `resumed_top`: for `rdcp --resume` of one source named so, a directory
-    /// DEST without that name inside is taken to be the copy an interrupted
-    /// run started as DEST ([`is_resumed_as`]), not a directory to copy into.
-    pub fn open(
-        dest: &Path,
-        must_be_dir: bool,
-        resumed_top: Option<&[u8]>,
-    ) -> Result<Dest, String> {
-        let shown = dest.display();
-        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
-        let resumed_as = resumed_top.is_some_and(|t| is_resumed_as(dest, must_be_dir, t));
-        match std::fs::metadata(dest) {
-            Ok(m) if m.is_dir() && !resumed_as => rustix::fs::open(dest, flags, Mode::empty())
-                .map(Dest::Into)
-                .map_err(|e| format!("cannot open {shown}: {}", io::Error::from(e))),
-            Ok(_) if must_be_dir => Err(format!("{shown} is not a directory")),
-            Ok(m) if !m.is_file() && !resumed_as => {
-                let flags = OFlags::WRONLY | OFlags::NOCTTY | OFlags::CLOEXEC;
-                rustix::fs::open(dest, flags, Mode::empty())
-                    .map(|fd| Dest::Device(File::from(fd)))
-                    .map_err(|e| format!("cannot open {shown}: {}", io::Error::from(e)))
-            }
-            Err(_) if must_be_dir => Err(format!(
-                "{shown}: no such directory (create it first, or name one source without a trailing /)"
-            )),
-            _ => {
-                let trailing = dest.as_os_str().as_bytes().ends_with(b"/");
-                let (Some(n), false) = (dest.file_name(), trailing) else {
-                    return Err(format!("{shown}: not a name a copy can take"));
-                };
-                let parent = match dest.parent() {
-                    Some(p) if !p.as_os_str().is_empty() => p,
-                    _ => Path::new("."),
-                };
-                rustix::fs::open(parent, flags, Mode::empty())
-                    .map(|parent| Dest::As {
-                        parent,
-                        name: n.as_bytes().to_vec(),
-                    })
-                    .map_err(|e| format!("cannot open {}: {}", parent.display(), io::Error::from(e)))
-            }
-        }
-    }
-}
-
-/// Whether a resumed copy of one source named `top` lands as `dest` itself:
-/// `dest` is a directory without `top` inside, so the interrupted run must have
-/// created `dest` as the copy (a run into an existing directory creates
-/// `dest/top` first of all). The listing and the unpacker decide alike.
-pub fn is_resumed_as(dest: &Path, must_be_dir: bool, top: &[u8]) -> bool {
-    !must_be_dir
-        && !dest.as_os_str().as_bytes().ends_with(b"/")
-        && std::fs::metadata(dest).is_ok_and(|m| m.is_dir())
-        && std::fs::symlink_metadata(dest.join(std::ffi::OsStr::from_bytes(top))).is_err()
-}
 
 /// What an unpack did, for the report.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -1,0 +1,161 @@
+//! Where a copy goes ([`Dest`]): read from the destination operand as `cp`
+//! reads it; for a striped copy (`rdcp --streams`) the first stream reads
+//! DEST and marks its reading, and the others follow that mark, since by
+//! the time they look the first may have created DEST (a copy named DEST
+//! would then look like a directory to copy into).
+
+use crate::stripe::{Marker, Stripe, ARRIVAL};
+use rustix::fs::{Mode, OFlags};
+use std::fs::File;
+use std::io;
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// Where the stream's top-level entries go.
+pub enum Dest {
+    /// An existing directory: each top-level entry goes inside it under its own name.
+    Into(OwnedFd),
+    /// The one top-level entry takes the name `name` in `parent` (`cp a b`
+    /// where `b` is not a directory).
+    As {
+        /// The directory that gets it.
+        parent: OwnedFd,
+        /// Its name there.
+        name: Vec<u8>,
+    },
+    /// An existing file that is neither a directory nor a regular file
+    /// (`/dev/null`, a FIFO, a terminal): one file's data is written straight
+    /// into it, as `cp` does, never replaced by a rename (`device.rs`).
+    Device(File),
+}
+
+impl Dest {
+    /// Resolves the destination operand `dest` on this host: an existing
+    /// directory (a link to one counts, as for `cp`) receives the entries;
+    /// otherwise, unless `must_be_dir` (several sources, or a trailing `/`),
+    /// the single entry is created as `dest`.
+    ///
+    /// `resumed_top`: for `rdcp --resume` of one source named so, a directory
+    /// DEST without that name inside is taken to be the copy an interrupted
+    /// run started as DEST ([`is_resumed_as`]), not a directory to copy into.
+    pub fn open(
+        dest: &Path,
+        must_be_dir: bool,
+        resumed_top: Option<&[u8]>,
+    ) -> Result<Dest, String> {
+        let shown = dest.display();
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        let resumed_as = resumed_top.is_some_and(|t| is_resumed_as(dest, must_be_dir, t));
+        match std::fs::metadata(dest) {
+            Ok(m) if m.is_dir() && !resumed_as => rustix::fs::open(dest, flags, Mode::empty())
+                .map(Dest::Into)
+                .map_err(|e| format!("cannot open {shown}: {}", io::Error::from(e))),
+            Ok(_) if must_be_dir => Err(format!("{shown} is not a directory")),
+            Ok(m) if !m.is_file() && !resumed_as => {
+                let flags = OFlags::WRONLY | OFlags::NOCTTY | OFlags::CLOEXEC;
+                rustix::fs::open(dest, flags, Mode::empty())
+                    .map(|fd| Dest::Device(File::from(fd)))
+                    .map_err(|e| format!("cannot open {shown}: {}", io::Error::from(e)))
+            }
+            Err(_) if must_be_dir => Err(format!(
+                "{shown}: no such directory (create it first, or name one source without a trailing /)"
+            )),
+            _ => {
+                let trailing = dest.as_os_str().as_bytes().ends_with(b"/");
+                let (Some(n), false) = (dest.file_name(), trailing) else {
+                    return Err(format!("{shown}: not a name a copy can take"));
+                };
+                let parent = match dest.parent() {
+                    Some(p) if !p.as_os_str().is_empty() => p,
+                    _ => Path::new("."),
+                };
+                rustix::fs::open(parent, flags, Mode::empty())
+                    .map(|parent| Dest::As {
+                        parent,
+                        name: n.as_bytes().to_vec(),
+                    })
+                    .map_err(|e| format!("cannot open {}: {}", parent.display(), io::Error::from(e)))
+            }
+        }
+    }
+}
+
+/// Whether a resumed copy of one source named `top` lands as `dest` itself:
+/// `dest` is a directory without `top` inside, so the interrupted run must have
+/// created `dest` as the copy (a run into an existing directory creates
+/// `dest/top` first of all). The listing and the unpacker decide alike.
+pub fn is_resumed_as(dest: &Path, must_be_dir: bool, top: &[u8]) -> bool {
+    !must_be_dir
+        && !dest.as_os_str().as_bytes().ends_with(b"/")
+        && std::fs::metadata(dest).is_ok_and(|m| m.is_dir())
+        && std::fs::symlink_metadata(dest.join(std::ffi::OsStr::from_bytes(top))).is_err()
+}
+
+impl Dest {
+    /// [`Dest::open`] for stream `s` of a striped copy, with its marker
+    /// (none for a device: nothing is published there).
+    pub fn open_stream(
+        dest: &Path,
+        must_be_dir: bool,
+        resumed_top: Option<&[u8]>,
+        s: &Stripe,
+    ) -> Result<(Dest, Option<Marker>), String> {
+        let held = |d: Dest| -> Result<(Dest, Option<Marker>), String> {
+            let base = match &d {
+                Dest::Into(fd) => fd,
+                Dest::As { parent, .. } => parent,
+                Dest::Device(_) => return Ok((d, None)),
+            };
+            let m = Marker::hold(base, s).map_err(|e| {
+                format!(
+                    "cannot mark stream {} of the copy in {}: {e}",
+                    s.index,
+                    dest.display()
+                )
+            })?;
+            Ok((d, Some(m)))
+        };
+        let device = std::fs::metadata(dest).is_ok_and(|m| !m.is_dir() && !m.is_file());
+        if s.index == 0 || device {
+            return held(Dest::open(dest, must_be_dir, resumed_top)?);
+        }
+        let first = s.marker(0);
+        let parent = match dest.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        let opened = |p: &Path| {
+            rustix::fs::open(p, flags, Mode::empty())
+                .map_err(|e| format!("cannot open {}: {}", p.display(), io::Error::from(e)))
+        };
+        let marked = |dir: &Path| {
+            std::fs::symlink_metadata(dir.join(std::ffi::OsStr::from_bytes(&first))).is_ok()
+        };
+        let start = Instant::now();
+        loop {
+            if marked(dest) {
+                return held(Dest::Into(opened(dest)?));
+            }
+            if marked(parent) {
+                let name = dest
+                    .file_name()
+                    .ok_or_else(|| format!("{}: not a name a copy can take", dest.display()))?;
+                return held(Dest::As {
+                    parent: opened(parent)?,
+                    name: name.as_bytes().to_vec(),
+                });
+            }
+            if start.elapsed() > ARRIVAL {
+                return Err(format!(
+                    "{}: the copy's first stream did not start within {} s",
+                    dest.display(),
+                    ARRIVAL.as_secs()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
