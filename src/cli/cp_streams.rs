@@ -4,6 +4,8 @@
 //! over N cores on each end. What each stream carries and how the pieces of
 //! a big file meet again on the destination: `rdpipe_copy::stripe`.
 //!
+//! `--rate-limit` is shared out: each stream paces at 1/N of it.
+//!
 //! The runs start together on threads; each its own ssh connections (with
 //! `--persist`, one master per host serves them all). The first stream
 //! carries the tree and, at its end, waits for the others before it
@@ -58,6 +60,12 @@ pub fn run(
         .map_err(|e| fail(1, format!("no randomness for a run id: {e}")))?;
     let run = u64::from_ne_bytes(id);
     let verbose = config.verbose > 0;
+    // `--rate-limit` is the copy's: each stream paces at its share.
+    let mut config = config;
+    config.rate_limit = config.rate_limit.map(|r| {
+        let share = (r.bytes_per_sec() / u64::from(n)).max(1);
+        rdpipe_transport::Rate::new(std::num::NonZeroU64::new(share).expect("at least 1"))
+    });
     let start = Instant::now();
     let handles: Vec<_> = (0..n)
         .map(|index| {

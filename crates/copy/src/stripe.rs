@@ -34,11 +34,11 @@ use std::time::{Duration, Instant};
 /// Files of at least this many bytes are striped (two pieces).
 pub const STRIPE_MIN: u64 = 2 * PIECE_SIZE;
 
-/// Whether a file of `size` bytes with `nlink` names is striped: big, and
-/// one name (a file with several stays whole on the first stream, where its
+/// Whether a file of `size` bytes with `nlink` names is striped: big (up
+/// to [`MAX_STRIPED`](rdpipe_wire::entry::MAX_STRIPED)), and one name (a file with several stays whole on the first stream, where its
 /// hard links are made right after it).
 pub fn striped(size: u64, nlink: u64) -> bool {
-    size >= STRIPE_MIN && nlink == 1
+    (STRIPE_MIN..=rdpipe_wire::entry::MAX_STRIPED).contains(&size) && nlink == 1
 }
 
 /// How long stream 0, at its end, waits for another stream that has not
@@ -220,6 +220,9 @@ impl Ledger {
             return Err(io::Error::other("not a striped copy's ledger"));
         }
         let size = u64::from_be_bytes(h[8..16].try_into().expect("8"));
+        if size > rdpipe_wire::entry::MAX_STRIPED {
+            return Err(io::Error::other("not a striped copy's ledger"));
+        }
         let meta = Meta {
             mtime: i64::from_be_bytes(h[16..24].try_into().expect("8")),
             mtime_ns: u32::from_be_bytes(h[24..28].try_into().expect("4")),

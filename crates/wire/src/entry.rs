@@ -75,6 +75,10 @@ const META_LEN: usize = 4 + 4 + 4 + 8 + 4;
 /// to (4 KiB holes, 1 MiB `O_DIRECT` stages).
 pub const PIECE_SIZE: u64 = 16 << 20;
 
+/// The largest file that travels striped (64 TiB: 4 Mi pieces, so that a
+/// receiver's record of them stays small); a larger one goes whole.
+pub const MAX_STRIPED: u64 = PIECE_SIZE << 22;
+
 /// How many pieces a striped file of `size` bytes has.
 pub fn piece_count(size: u64) -> u64 {
     size.div_ceil(PIECE_SIZE)

@@ -131,8 +131,12 @@ impl Dest {
             rustix::fs::open(p, flags, Mode::empty())
                 .map_err(|e| format!("cannot open {}: {}", p.display(), io::Error::from(e)))
         };
+        // The first stream's marker: a regular file of ours (one planted by
+        // someone else does not steer this stream).
         let marked = |dir: &Path| {
-            std::fs::symlink_metadata(dir.join(std::ffi::OsStr::from_bytes(&first))).is_ok()
+            use std::os::unix::fs::MetadataExt;
+            std::fs::symlink_metadata(dir.join(std::ffi::OsStr::from_bytes(&first)))
+                .is_ok_and(|m| m.is_file() && m.uid() == rustix::process::geteuid().as_raw())
         };
         let start = Instant::now();
         loop {

@@ -188,18 +188,27 @@ fn parse_entry(b: &[u8]) -> Result<Option<(Entry, usize)>, WireError> {
                 rdev,
             }
         }
-        11 => Entry::Striped {
-            path: need!(c.path()?),
-            meta: need!(c.meta()?),
-            size: need!(c.u64()),
-            tmp: need!(c.name()?),
-        },
+        11 => {
+            let path = need!(c.path()?);
+            let meta = need!(c.meta()?);
+            let size = need!(c.u64());
+            let tmp = need!(c.name()?);
+            if size > super::MAX_STRIPED {
+                return Err(WireError::Entry("a striped file larger than rdcp stripes"));
+            }
+            Entry::Striped {
+                path,
+                meta,
+                size,
+                tmp,
+            }
+        }
         12 => {
             let path = need!(c.path()?);
             let meta = need!(c.meta()?);
             let (size, index) = (need!(c.u64()), need!(c.u64()));
             let tmp = need!(c.name()?);
-            if piece_span(size, index).is_none() {
+            if piece_span(size, index).is_none() || size > super::MAX_STRIPED {
                 return Err(WireError::Entry("a piece past the file's end"));
             }
             Entry::Piece {
@@ -219,7 +228,11 @@ fn parse_entry(b: &[u8]) -> Result<Option<(Entry, usize)>, WireError> {
             if mtime_ns >= 1_000_000_000 {
                 return Err(WireError::Entry("mode or mtime out of range"));
             }
-            if n > MAX_XATTR_VALUE || first % 8 != 0 || first >= super::piece_count(size) {
+            if n > MAX_XATTR_VALUE
+                || first % 8 != 0
+                || first >= super::piece_count(size)
+                || size > super::MAX_STRIPED
+            {
                 return Err(WireError::Entry("a striped copy's pieces out of range"));
             }
             Entry::Pieces {

@@ -186,18 +186,20 @@ fn arb_item() -> impl Strategy<Value = Item> {
                 data: vec![],
                 end: None
             }),
-        (arb_path(), arb_meta(), any::<u64>(), arb_name()).prop_map(|(path, meta, size, tmp)| {
-            Item {
-                entry: Entry::Striped {
-                    path,
-                    meta,
-                    size,
-                    tmp,
-                },
-                data: vec![],
-                end: None,
+        (arb_path(), arb_meta(), 0..=MAX_STRIPED, arb_name()).prop_map(
+            |(path, meta, size, tmp)| {
+                Item {
+                    entry: Entry::Striped {
+                        path,
+                        meta,
+                        size,
+                        tmp,
+                    },
+                    data: vec![],
+                    end: None,
+                }
             }
-        }),
+        ),
         (
             arb_path(),
             arb_meta(),
@@ -231,7 +233,7 @@ fn arb_item() -> impl Strategy<Value = Item> {
             proptest::collection::vec(any::<u8>(), 0..600)
         )
             .prop_map(|(path, tmp, size, mtime, mtime_ns, first, bits)| {
-                let size = size.max(1);
+                let size = size % MAX_STRIPED + 1;
                 let first = (first % piece_count(size)) / 8 * 8;
                 Item {
                     entry: Entry::Pieces {
@@ -461,4 +463,6 @@ fn pieces_cover_a_file_once_and_none_lies_past_its_end() {
     assert!(piece(PIECE_SIZE, 1).is_err());
     assert!(piece(0, 0).is_err());
     assert!(piece(u64::MAX, u64::MAX).is_err());
+    assert!(piece(MAX_STRIPED, 0).is_ok());
+    assert!(piece(MAX_STRIPED + 1, 0).is_err());
 }
