@@ -26,6 +26,9 @@ Examples:
   # several files into a directory; a user and an IPv6 address:
   rdcp a.img b.img user@[fe80::1%eth0]:/images/
 
+  # a link faster than one core's protection: four transfers side by side:
+  rdcp --streams 4 big.img host:/scratch/
+
   # after an interruption, only what is missing (a file cut short continues):
   rdcp -r --resume dir host:dir
 

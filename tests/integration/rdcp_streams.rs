@@ -125,6 +125,26 @@ fn rdcp_streams_copy_a_tree_host_to_host_and_from_here() {
     assert_same_tree(&d.path("tree"), &d.path("into/tree"));
     assert_nothing_left(&d.path("into"));
 
+    // One file under another name (its temporary name follows DEST's).
+    run_rdcp(
+        &args(
+            &ssh,
+            &[
+                "--streams",
+                "2",
+                &d.s("tree/big"),
+                &format!("h2:{}", d.s("renamed.img")),
+            ],
+        ),
+        None,
+        LIMIT,
+    )
+    .ok();
+    assert_eq!(
+        std::fs::read(d.path("renamed.img")).unwrap(),
+        std::fs::read(d.path("tree/big")).unwrap()
+    );
+
     // Into /dev/null: the link check, with one Bandwidth line.
     let r = run_rdcp(
         &args(

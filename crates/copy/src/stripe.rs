@@ -90,13 +90,25 @@ impl std::fmt::Display for Stripe {
     }
 }
 
+/// The striped temporary name of `leaf` at the destination for `tmp`, the
+/// name a stream gave (`.ANY.rdcp-s<RUN>`: the sender names it after the
+/// source, which a copy may rename, so only its RUN is taken); `None` when
+/// `tmp` is not such a name.
+pub fn dest_tmp(tmp: &[u8], leaf: &[u8]) -> Option<Vec<u8>> {
+    let target = crate::list::tmp_target(tmp)?;
+    if !is_striped_tmp(tmp, target) {
+        return None;
+    }
+    let suffix = &tmp[1 + target.len()..];
+    Some([b".", &leaf[..leaf.len().min(200)], suffix].concat())
+}
+
 /// Whether `tmp` is a striped temporary name of `leaf`.
 pub fn is_striped_tmp(tmp: &[u8], leaf: &[u8]) -> bool {
     crate::list::tmp_target(tmp) == Some(leaf)
-        && tmp
-            .rsplit(|&b| b == b'.')
-            .next()
-            .is_some_and(|t| t.starts_with(b"rdcp-s") && t.len() == 22)
+        && tmp.rsplit(|&b| b == b'.').next().is_some_and(|t| {
+            t.len() == 22 && t.starts_with(b"rdcp-s") && t[6..].iter().all(u8::is_ascii_hexdigit)
+        })
 }
 
 /// Whether `file` is a striped temporary file's ledger.
@@ -402,6 +414,9 @@ mod tests {
         assert!(is_striped_tmp(&t, b"big.img"));
         assert!(!is_striped_tmp(&t, b"other"));
         assert!(!is_striped_tmp(b".big.img.rdcp-12-3", b"big.img"));
+        assert_eq!(dest_tmp(&t, b"copy.img"), Some(s.tmp_name(b"copy.img")));
+        assert_eq!(dest_tmp(b".big.img.rdcp-12-3", b"copy.img"), None);
+        assert_eq!(dest_tmp(b"big.img", b"copy.img"), None);
     }
 
     #[test]

@@ -40,6 +40,14 @@ fn is_dev_null(f: &std::fs::File) -> bool {
         .is_ok_and(|m| m.file_type().is_char_device() && m.rdev() == rustix::fs::makedev(1, 3))
 }
 
+/// The temporary name a striped file `leaf` gets here, from the one its
+/// stream gave ([`stripe::dest_tmp`]).
+fn local_tmp(tmp: &[u8], leaf: &[u8]) -> io::Result<Vec<u8>> {
+    stripe::dest_tmp(tmp, leaf).ok_or_else(|| {
+        io::Error::other("the sender named a striped copy's temporary file as rdcp does not")
+    })
+}
+
 impl Unpacker {
     /// The directory the run's markers live in (none for a device).
     pub(super) fn base(&self) -> Option<&OwnedFd> {
@@ -78,11 +86,7 @@ impl Unpacker {
             return Ok(());
         }
         let (comps, leaf) = self.place(&rel)?;
-        if !stripe::is_striped_tmp(&tmp, &leaf) {
-            return Err(io::Error::other(
-                "the striped copy's temporary name is not one of this file's",
-            ));
-        }
+        let tmp = local_tmp(&tmp, &leaf)?;
         match self.dir(&comps) {
             Ok(dir) => self.announced.push(Announced {
                 rel,
@@ -132,6 +136,7 @@ impl Unpacker {
             return Ok(());
         }
         let (comps, leaf) = self.place(&rel)?;
+        let tmp = local_tmp(&tmp, &leaf)?;
         let mut ledger = None;
         let opened = self.dir(&comps).and_then(|dir| {
             let file = stripe::open_tmp(&dir, &leaf, &tmp)?;
