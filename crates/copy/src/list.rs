@@ -236,8 +236,10 @@ fn pieces_of<W: Write>(
         return Ok(0);
     };
     let mut n = 0;
-    const PER_ENTRY: usize = 8 * rdpipe_wire::entry::MAX_XATTR_VALUE;
-    for (k, part) in states.chunks(PER_ENTRY).enumerate() {
+    // Bits per entry: as many as the header has room for beside the names.
+    let room = rdpipe_wire::entry::MAX_HEADER_LEN - (37 + path.as_bytes().len() + tmp.len());
+    let per_entry = 8 * room.min(rdpipe_wire::entry::MAX_XATTR_VALUE);
+    for (k, part) in states.chunks(per_entry).enumerate() {
         let mut bits = vec![0u8; part.len().div_ceil(8)];
         for (j, s) in part.iter().enumerate() {
             if *s != crate::stripe::PieceState::Missing {
@@ -251,7 +253,7 @@ fn pieces_of<W: Write>(
             size,
             mtime: meta.mtime,
             mtime_ns: meta.mtime_ns,
-            first: (k * PER_ENTRY) as u64,
+            first: (k * per_entry) as u64,
             bits,
         }
         .encode(head);
@@ -359,8 +361,20 @@ impl Manifest {
             .write(true)
             .create(true)
             .truncate(false)
-            .custom_flags(libc_nofollow())
+            .custom_flags(libc_nofollow() | OFlags::NONBLOCK.bits() as i32)
             .open(&count)?;
+        // Ours, one name, a regular file: another user's file planted under
+        // the name must neither hold nor steer us.
+        {
+            use std::os::unix::fs::MetadataExt;
+            let md = f.metadata()?;
+            if !md.is_file() || md.nlink() != 1 || md.uid() != rustix::process::geteuid().as_raw() {
+                return Err(io::Error::other(format!(
+                    "{} is not this copy's own file",
+                    Path::new(&count).display()
+                )));
+            }
+        }
         rustix::fs::flock(&f, rustix::fs::FlockOperation::LockExclusive)?;
         let n = f.metadata()?.len() + 1;
         std::os::unix::fs::FileExt::write_all_at(&f, &[1], n - 1)?;

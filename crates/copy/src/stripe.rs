@@ -74,7 +74,7 @@ impl Stripe {
     /// The temporary name of `leaf`'s striped copy.
     pub fn tmp_name(&self, leaf: &[u8]) -> Vec<u8> {
         let mut t = b".".to_vec();
-        t.extend_from_slice(&leaf[..leaf.len().min(200)]);
+        t.extend_from_slice(&short(leaf));
         t.extend_from_slice(format!(".rdcp-s{:016x}", self.run).as_bytes());
         t
     }
@@ -100,12 +100,25 @@ pub fn dest_tmp(tmp: &[u8], leaf: &[u8]) -> Option<Vec<u8>> {
         return None;
     }
     let suffix = &tmp[1 + target.len()..];
-    Some([b".", &leaf[..leaf.len().min(200)], suffix].concat())
+    Some([b".", &short(leaf)[..], suffix].concat())
+}
+
+/// `leaf` as a striped temporary name holds it: whole up to 200 bytes
+/// (NAME_MAX is 255), else its first 180 and the xxh3-64 of all of it, so
+/// that two long names sharing their start never share a temporary file.
+fn short(leaf: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    if leaf.len() <= 200 {
+        return leaf.into();
+    }
+    let h = rdpipe_wire::checksum::xxh3_64(leaf);
+    [&leaf[..180], format!("~{h:016x}").as_bytes()]
+        .concat()
+        .into()
 }
 
 /// Whether `tmp` is a striped temporary name of `leaf`.
 pub fn is_striped_tmp(tmp: &[u8], leaf: &[u8]) -> bool {
-    crate::list::tmp_target(tmp) == Some(leaf)
+    crate::list::tmp_target(tmp) == Some(&short(leaf)[..])
         && tmp.rsplit(|&b| b == b'.').next().is_some_and(|t| {
             t.len() == 22 && t.starts_with(b"rdcp-s") && t[6..].iter().all(u8::is_ascii_hexdigit)
         })
@@ -199,13 +212,15 @@ impl Ledger {
     pub fn open(dir: &OwnedFd, tmp: &[u8], size: u64, meta: &Meta) -> io::Result<Ledger> {
         let file = open_shared(dir, &ledger_name(tmp))?;
         let want = header(size, meta);
+        // The first stream to get here writes the header, under a lock: one
+        // that read another version of the file then finds it different.
+        rustix::fs::flock(&file, FlockOperation::LockExclusive)?;
         if file.metadata()?.len() < HEAD {
-            // Every stream writes the same header (or, when the source
-            // changed between their reads, one of them loses: read back).
             file.write_all_at(&want, 0)?;
         }
         let mut got = [0u8; HEAD as usize];
         file.read_exact_at(&mut got, 0)?;
+        rustix::fs::flock(&file, FlockOperation::Unlock)?;
         if got != want {
             return Err(io::Error::other(
                 "the file changed on the sending side while the streams read it (their sizes or mtimes differ)",
@@ -333,7 +348,9 @@ fn wait_each(base: &OwnedFd, s: &Stripe) -> Vec<u32> {
     for k in 1..s.count {
         let m = s.marker(k);
         let start = Instant::now();
-        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        // Non-blocking: a FIFO planted under the name must not hold us; it
+        // is then refused as not ours.
+        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
         let file = loop {
             match rustix::fs::openat(base, name(&m), flags, Mode::empty()) {
                 Ok(f) => break Some(File::from(f)),
@@ -345,15 +362,16 @@ fn wait_each(base: &OwnedFd, s: &Stripe) -> Vec<u32> {
                 Err(_) => break None,
             }
         };
-        let ok = file.is_some_and(|f| {
-            check_ours(&f).is_ok()
-                && rustix::fs::flock(f.as_fd(), FlockOperation::LockShared).is_ok()
-                && {
-                    let mut b = [0u8; 1];
-                    matches!(f.read_at(&mut b, 0), Ok(1)) && b[0] == 1
-                }
+        let ours = file.filter(|f| check_ours(f).is_ok());
+        let ok = ours.as_ref().is_some_and(|f| {
+            rustix::fs::flock(f.as_fd(), FlockOperation::LockShared).is_ok() && {
+                let mut b = [0u8; 1];
+                matches!(f.read_at(&mut b, 0), Ok(1)) && b[0] == 1
+            }
         });
-        let _ = rustix::fs::unlinkat(base, name(&m), AtFlags::empty());
+        if ours.is_some() {
+            let _ = rustix::fs::unlinkat(base, name(&m), AtFlags::empty());
+        }
         if !ok {
             failed.push(k);
         }
@@ -385,10 +403,15 @@ pub fn remove_stale_markers(base: &OwnedFd) {
         if !is_marker(n) {
             continue;
         }
-        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
         let Ok(f) = rustix::fs::openat(base, name(n), flags, Mode::empty()) else {
             continue;
         };
+        // Only ours: never someone else's file (or FIFO) of that name.
+        let f = File::from(f);
+        if check_ours(&f).is_err() {
+            continue;
+        }
         if rustix::fs::flock(&f, FlockOperation::NonBlockingLockExclusive).is_ok() {
             let _ = rustix::fs::unlinkat(base, name(n), AtFlags::empty());
         }
@@ -478,13 +501,32 @@ mod tests {
         let stale = Stripe { run: 0x78, ..s(2) };
         drop(Marker::hold(&dir, &stale).unwrap());
         std::fs::write(d.path().join("other"), b"").unwrap();
+        // A FIFO under a marker's name: neither waited on nor removed.
+        let fifo = d.path().join(".rdcp-s0000000000000079.1");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::FileType::Fifo,
+            Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
         remove_stale_markers(&dir);
+        let other = Stripe { run: 0x79, ..s(0) };
+        assert_eq!(wait_others(&dir, &Stripe { count: 2, ..other }), [1]);
         let mut left: Vec<_> = std::fs::read_dir(d.path())
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
         left.sort();
-        assert_eq!(left, [".rdcp-s0000000000000077.1", "other"]);
+        assert_eq!(
+            left,
+            [
+                ".rdcp-s0000000000000077.1",
+                ".rdcp-s0000000000000079.1",
+                "other"
+            ]
+        );
         drop(live);
     }
 }

@@ -137,13 +137,18 @@ fn walk(p: &Path) -> Vec<PathBuf> {
 fn three_streams_copy_a_tree_whole_and_leave_nothing_behind() {
     let d = tempfile::tempdir().unwrap();
     let src = tree(d.path());
+    // Two long names sharing their first 200 bytes: two temporary files.
+    for (k, end) in [(21, "a"), (22, "b")] {
+        let n = format!("{}{end}", "n".repeat(240));
+        std::fs::write(src.join("sub").join(n), data(STRIPE_MIN, k)).unwrap();
+    }
     let dst = d.path().join("dst");
     std::fs::create_dir(&dst).unwrap();
     let s = streams(&src, 3, 0xabc, None);
     // The second and third streams carry pieces only: piece 1 of both
     // striped files, and the short piece 2 of the first.
     let len = |k: usize| s[k].len() as u64;
-    assert!(len(1) >= 2 * PIECE_SIZE && len(1) < 2 * PIECE_SIZE + 4096);
+    assert!(len(1) >= 4 * PIECE_SIZE && len(1) < 4 * PIECE_SIZE + 4096);
     assert!(len(2) > 12345 && len(2) < 12345 + 4096);
     for r in unpack(&dst, 3, 0xabc, s, &[]) {
         r.unwrap();

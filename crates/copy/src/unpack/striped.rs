@@ -13,7 +13,6 @@ use rdpipe_wire::entry::{piece_span, FileEnd, Meta, RelPath};
 use rustix::fs::AtFlags;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::Arc;
 
 /// A piece being received: which one, and the ledger it is marked in.
 pub(super) struct PieceOf {
@@ -24,7 +23,10 @@ pub(super) struct PieceOf {
 /// A striped file the first stream announced, published at its end.
 pub(super) struct Announced {
     rel: RelPath,
-    dir: Arc<OwnedFd>,
+    /// Its directory's components, opened again to publish it (not held
+    /// open: a tree with many striped files' directories must not run out
+    /// of descriptors).
+    comps: Vec<Vec<u8>>,
     leaf: Vec<u8>,
     tmp: Vec<u8>,
     meta: Meta,
@@ -88,9 +90,9 @@ impl Unpacker {
         let (comps, leaf) = self.place(&rel)?;
         let tmp = local_tmp(&tmp, &leaf)?;
         match self.dir(&comps) {
-            Ok(dir) => self.announced.push(Announced {
+            Ok(_) => self.announced.push(Announced {
                 rel,
-                dir,
+                comps,
                 leaf,
                 tmp,
                 meta,
@@ -221,8 +223,9 @@ impl Unpacker {
 
     /// Publishes one striped file; `Ok(true)` when a piece was read while
     /// the source changed.
-    fn publish_one(&self, a: &Announced) -> io::Result<bool> {
-        let Some((ledger, size, lmeta)) = Ledger::existing(&a.dir, &a.tmp)? else {
+    fn publish_one(&mut self, a: &Announced) -> io::Result<bool> {
+        let dir = self.dir(&a.comps)?;
+        let Some((ledger, size, lmeta)) = Ledger::existing(&dir, &a.tmp)? else {
             return Err(io::Error::other("none of its pieces arrived"));
         };
         if size != a.size || (lmeta.mtime, lmeta.mtime_ns) != (a.meta.mtime, a.meta.mtime_ns) {
@@ -239,12 +242,12 @@ impl Unpacker {
                 crate::shown(&a.tmp)
             )));
         }
-        let file = stripe::open_tmp(&a.dir, &a.leaf, &a.tmp)?;
+        let file = stripe::open_tmp(&dir, &a.leaf, &a.tmp)?;
         file.set_len(a.size)?;
         set_meta(&file, &a.meta, &a.xattrs, self.policy(), None)?;
-        self.publish(&a.dir, &a.tmp, &a.leaf)?;
+        self.publish(&dir, &a.tmp, &a.leaf)?;
         let _ = rustix::fs::unlinkat(
-            a.dir.as_fd(),
+            dir.as_fd(),
             crate::beneath::name(&stripe::ledger_name(&a.tmp)),
             AtFlags::empty(),
         );
