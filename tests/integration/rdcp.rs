@@ -11,7 +11,7 @@ use std::time::Duration;
 
 const LIMIT: Duration = Duration::from_secs(90);
 
-fn args(ssh: &LocalSsh, extra: &[&str]) -> Vec<String> {
+pub(crate) fn args(ssh: &LocalSsh, extra: &[&str]) -> Vec<String> {
     let mut v = ssh.base_args();
     v.extend(extra.iter().map(|s| s.to_string()));
     v

@@ -3,7 +3,7 @@
 //! host and from here, byte for byte, with one summary and one report; an
 //! interrupted striped copy resumed with only the pieces it lacked.
 
-use crate::rdcp::assert_same_tree;
+use crate::rdcp::{args, assert_same_tree};
 use crate::support::*;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -11,12 +11,6 @@ use std::time::Duration;
 
 const LIMIT: Duration = Duration::from_secs(120);
 const MIB: usize = 1 << 20;
-
-fn args(ssh: &LocalSsh, extra: &[&str]) -> Vec<String> {
-    let mut v = ssh.base_args();
-    v.extend(extra.iter().map(|s| s.to_string()));
-    v
-}
 
 /// Nothing of a striped copy left: no temporary file, ledger or marker.
 fn assert_nothing_left(dir: &Path) {

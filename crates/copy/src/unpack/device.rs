@@ -8,9 +8,31 @@
 
 use super::current::{Current, Sink};
 use super::{Dest, Unpacker};
-use rdpipe_wire::entry::Entry;
+use rdpipe_wire::entry::{Entry, Meta, RelPath};
 use rdpipe_wire::StreamHasher;
+use std::fs::File;
 use std::io;
+
+impl Current {
+    /// Data from `pos` to `end` of the entry `rel` (a file, or a piece of
+    /// one), written straight into the device `file`.
+    pub(super) fn straight(rel: RelPath, file: File, meta: Meta, pos: u64, end: u64) -> Current {
+        Current {
+            rel,
+            dir: None,
+            owner: None,
+            name: Vec::new(),
+            tmp: Vec::new(),
+            sink: Sink::Straight(file),
+            meta,
+            size: end,
+            pos,
+            hash: StreamHasher::new(),
+            xattrs: Vec::new(),
+            piece: None,
+        }
+    }
+}
 
 impl Unpacker {
     pub(super) fn device_entry(&mut self, e: Entry) -> io::Result<()> {
@@ -23,20 +45,7 @@ impl Unpacker {
             {
                 let file = dev.try_clone()?;
                 self.top = Some(path.as_bytes().to_vec());
-                self.current = Some(Current {
-                    rel: path,
-                    dir: None,
-                    owner: None,
-                    name: Vec::new(),
-                    tmp: Vec::new(),
-                    sink: Sink::Straight(file),
-                    meta,
-                    size,
-                    pos: 0,
-                    hash: StreamHasher::new(),
-                    xattrs: Vec::new(),
-                    piece: None,
-                });
+                self.current = Some(Current::straight(path, file, meta, 0, size));
                 Ok(())
             }
             Entry::Striped {

@@ -4,7 +4,7 @@
 //! stream, which announced the file, publishes it at its end once the other
 //! streams have ended and every piece is done.
 
-use super::current::{Current, Sink, Start, Temp};
+use super::current::{Current, Start, Temp};
 use super::pool::set_meta;
 use super::{Dest, Unpacker};
 use crate::stripe::{self, Ledger, PieceState};
@@ -118,23 +118,12 @@ impl Unpacker {
         let (start, len) = piece_span(size, index).expect("checked by the decoder");
         if let Dest::Device(d) = &self.dest {
             let file = d.try_clone()?;
-            self.current = Some(Current {
-                rel,
-                dir: None,
-                owner: None,
-                name: Vec::new(),
-                tmp: Vec::new(),
-                sink: Sink::Straight(file),
-                meta,
-                size: start + len,
-                pos: start,
-                hash: rdpipe_wire::StreamHasher::new(),
-                xattrs: Vec::new(),
-                piece: Some(PieceOf {
-                    index,
-                    ledger: None,
-                }),
+            let mut cur = Current::straight(rel, file, meta, start, start + len);
+            cur.piece = Some(PieceOf {
+                index,
+                ledger: None,
             });
+            self.current = Some(cur);
             return Ok(());
         }
         let (comps, leaf) = self.place(&rel)?;
