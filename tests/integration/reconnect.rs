@@ -450,3 +450,110 @@ fn an_rdcp_copy_reset_mid_stream_resumes_byte_exact() {
         std::fs::read_to_string(&json).unwrap()
     );
 }
+
+/// Whether a thread of process `pid` is blocked writing into a full pipe.
+fn blocked_on_a_pipe(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().any(|t| {
+        std::fs::read_to_string(t.path().join("wchan")).is_ok_and(|w| w.contains("pipe_write"))
+    })
+}
+
+/// The receiver's consumer stops reading (as `zfs recv` does while it
+/// commits) and the hop's connection is reset while rdrecv is blocked
+/// writing into it, for longer than both ends' `--reconnect-timeout` and
+/// `--handshake-timeout`: the sender's new connection is authenticated by
+/// the receiver's acceptor and waits there for the receiver to ask, so the
+/// stream resumes once the consumer reads again; byte-exact, both exit 0.
+#[test]
+fn a_reset_while_the_receivers_consumer_is_stalled_resumes() {
+    need_reset!();
+    const KEY: &str = "reconnect-stalled-consumer-key";
+    let dir = Scratch::new("stalled");
+    let data = random_bytes(96 << 20, 31);
+    let input = dir.path("in.bin");
+    std::fs::write(&input, &data).unwrap();
+    let args = ["-v", "--reconnect-timeout", "2", "--handshake-timeout", "1"];
+    let mut ra: Vec<&str> = args.to_vec();
+    ra.push(KEY);
+    let mut r = Receiver::start(&ra, &[], Some(Stdio::piped()));
+    let mut out = r.child.stdout.take().unwrap();
+    let port = r.port.to_string();
+    let s = std::thread::spawn({
+        let input = input.clone();
+        move || {
+            let mut a: Vec<&str> = args.to_vec();
+            a.extend(["127.0.0.1", &port, KEY, input.to_str().unwrap()]);
+            send(&a, &[], None)
+        }
+    });
+    let mut got = vec![0u8; 8 << 20];
+    out.read_exact(&mut got).unwrap();
+    // Stop reading: rdrecv fills the pipe and blocks on it.
+    let pid = r.child.id();
+    wait_until(
+        "rdrecv blocked on its output",
+        Duration::from_secs(30),
+        || blocked_on_a_pipe(pid).then_some(()),
+    );
+    assert!(reset_port(r.port) > 0, "no connection to reset");
+    // The stall outlasts both timeouts (2 s + 1 s) before the consumer reads.
+    std::thread::sleep(Duration::from_secs(5));
+    out.read_to_end(&mut got).unwrap();
+    let s = s.join().unwrap();
+    let f = r.finish();
+    s.expect_code(0);
+    f.expect_code(0);
+    assert!(
+        got == data,
+        "the output differs from the input ({} bytes)",
+        got.len()
+    );
+    assert!(s.stderr.contains("reconnected"), "{}", s.stderr);
+    assert!(f.stderr.contains("reconnected"), "{}", f.stderr);
+}
+
+/// The same stall where the receiving end dials: rdpipe's own stdout, fed
+/// by a local segment's agent that listens. While rdpipe is blocked writing
+/// its stdout, a thread of its hop watches the connection and dials again
+/// as soon as it is lost, so the agent's acceptor gets an authenticated
+/// connection within its `--reconnect-timeout` and waits there; the stream
+/// resumes once the consumer reads again.
+#[test]
+fn a_reset_while_rdpipes_stdout_is_stalled_resumes() {
+    need_reset!();
+    let dir = Scratch::new("stalledout");
+    let data = random_bytes(96 << 20, 37);
+    let src = dir.path("src");
+    std::fs::write(&src, &data).unwrap();
+    let mut p = Command::new(crate::support::rdpipe())
+        .args(["-v", "--reconnect-timeout", "2", "--handshake-timeout", "1"])
+        .arg(format!("-:cat {}", src.display()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = p.stdout.take().unwrap();
+    let mut err = p.stderr.take().unwrap();
+    let errs = std::thread::spawn(move || {
+        let mut e = String::new();
+        let _ = err.read_to_string(&mut e);
+        e
+    });
+    let mut got = vec![0u8; 8 << 20];
+    out.read_exact(&mut got).unwrap();
+    let pid = p.id();
+    wait_until("rdpipe blocked on its stdout", Duration::from_secs(30), || {
+        blocked_on_a_pipe(pid).then_some(())
+    });
+    assert!(reset_process(pid) > 0, "no connection of rdpipe to reset");
+    std::thread::sleep(Duration::from_secs(5));
+    out.read_to_end(&mut got).unwrap();
+    let status = wait_bounded(&mut p, Duration::from_secs(60), "rdpipe");
+    let e = errs.join().unwrap();
+    assert!(status.success(), "rdpipe: {status:?}\n{e}");
+    assert!(got == data, "the output differs ({} bytes)\n{e}", got.len());
+}

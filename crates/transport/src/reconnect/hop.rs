@@ -104,14 +104,7 @@ pub(crate) fn send_reconnecting<R: Input>(
             let Some((mut s, n2)) = link.again(&opts, Role::Sender, deadline)? else {
                 return Err(gave_up(&peer, at, opts.reconnect_timeout, e));
             };
-            match answer_resume(
-                &mut s,
-                &n2,
-                &first,
-                &binding,
-                &mut input,
-                opts.handshake_timeout,
-            )? {
+            match answer_resume(&mut s, &n2, &first, &binding, &mut input)? {
                 Rejoined::Yes((offset, bytes)) => {
                     tracing::info!(
                         "reconnected to {}: resending from byte {offset} ({} bytes from the \
@@ -152,6 +145,7 @@ pub(crate) fn recv_reconnecting<W: Write, F: FnOnce() -> Result<W, TransportErro
     let mut hasher = protection(&first).hasher();
     link.watch(&stream);
     let mut guard = stream.try_clone().ok();
+    let mut predial = link.predial(&stream, &opts);
     let mut rx = select::receiver(stream, &first)?;
     let mut output = open_or_abort(rx.as_mut(), open_output)?;
     let mut progress = opts.progress.take();
@@ -175,10 +169,19 @@ pub(crate) fn recv_reconnecting<W: Write, F: FnOnce() -> Result<W, TransportErro
         let peer = link.describe(&n.peer_addr);
         let offset = hasher.bytes();
         waiting(&mut opts, &peer, offset, &e);
-        let lost_at = Instant::now();
+        // A dialing receiver's thread may have seen the loss first and dialed
+        // while the output was busy: the deadline counts from its loss.
+        let (lost_at, mut kept) = match predial.take().and_then(|p| p.finish()) {
+            Some((at, kept)) => (at, kept),
+            None => (Instant::now(), None),
+        };
         let deadline = lost_at + opts.reconnect_timeout;
         (rx, n) = loop {
-            let Some((mut s, n2)) = link.again(&opts, Role::Receiver, deadline)? else {
+            let next = match kept.take() {
+                Some(won) => Some(won),
+                None => link.again(&opts, Role::Receiver, deadline)?,
+            };
+            let Some((mut s, n2)) = next else {
                 return Err(gave_up(&peer, offset, opts.reconnect_timeout, e));
             };
             let why = match ask_resume(
@@ -193,10 +196,13 @@ pub(crate) fn recv_reconnecting<W: Write, F: FnOnce() -> Result<W, TransportErro
                     link.kicked();
                     link.watch(&s);
                     guard = s.try_clone().ok();
+                    predial = link.predial(&s, &opts);
                     match select::receiver(s, &n2) {
                         Ok(rx) => break (rx, n2),
                         Err(why) if lost(&why, &link, guard.as_ref()) => {
                             reset(guard.take());
+                            // Its thread may have dialed already: one dialer.
+                            kept = predial.take().and_then(|p| p.finish()?.1);
                             why
                         }
                         Err(fatal) => return Err(fatal),

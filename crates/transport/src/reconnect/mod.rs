@@ -20,7 +20,7 @@ use crate::connect::{connect_attempts, connect_retry, REDIAL_ATTEMPT};
 use crate::endpoint::{listen_announced, local_params, Endpoint, Options};
 use crate::error::GoneCause;
 use crate::frame_io::{conn_error, protocol};
-use crate::handshake::{handshake, Negotiated};
+use crate::handshake::{handshake, LocalParams, Negotiated};
 use crate::listen::Acceptor;
 use crate::TransportError;
 use rdpipe_wire::resume::{
@@ -110,6 +110,25 @@ impl Link {
         }
     }
 
+    /// For a receiver that dials: a thread that dials again as soon as
+    /// `conn` fails, while the stream loop may be blocked on its output
+    /// ([`predial`]). `None` for a link that listens (its acceptor takes the
+    /// sender's dial whenever it comes).
+    pub(crate) fn predial(&self, conn: &TcpStream, opts: &Options) -> Option<Predial> {
+        let Link::Dial { host, port } = self else {
+            return None;
+        };
+        let dial = predial::Dial {
+            host: host.clone(),
+            port: *port,
+            key: opts.key.clone(),
+            params: local_params(opts, Role::Receiver),
+            handshake_timeout: opts.handshake_timeout,
+            reconnect_timeout: opts.reconnect_timeout,
+        };
+        Predial::start(conn, dial)
+    }
+
     /// The next authenticated connection, by `deadline`; `None` once it passed.
     pub(crate) fn again(
         &mut self,
@@ -125,10 +144,7 @@ impl Link {
                     return Ok(None);
                 }
                 let params = local_params(opts, role);
-                let r = connect_attempts(host, *port, left, REDIAL_ATTEMPT).and_then(|mut s| {
-                    handshake(&mut s, &opts.key, &params, opts.handshake_timeout).map(|n| (s, n))
-                });
-                match r {
+                match redial_once(host, *port, &opts.key, &params, opts.handshake_timeout, left) {
                     Ok(won) => return Ok(Some(won)),
                     // Missing RDMA libraries do not come back; a device that
                     // is down (`--transport rdma` then finds no active one on
@@ -142,6 +158,21 @@ impl Link {
             },
         }
     }
+}
+
+/// Dials `host:port` again (retrying a refused connection for up to `left`)
+/// and authenticates the connection.
+fn redial_once(
+    host: &str,
+    port: u16,
+    key: &[u8],
+    params: &LocalParams,
+    handshake_timeout: Duration,
+    left: Duration,
+) -> Result<(TcpStream, Negotiated), TransportError> {
+    let mut s = connect_attempts(host, port, left, REDIAL_ATTEMPT)?;
+    let n = handshake(&mut s, key, params, handshake_timeout)?;
+    Ok((s, n))
 }
 
 /// Whether a failed connection is worth reconnecting: the path to the peer
@@ -228,6 +259,42 @@ pub(crate) fn read_message<const N: usize>(
     r.map(|_| b)
 }
 
+/// How long a new connection may be silent before TCP probes it, how often
+/// it probes then, and how many unanswered probes end it: while a sender
+/// waits for the receiver's resume request ([`await_request`]), a receiver
+/// whose host died or whose link went down again is noticed within ~7 s.
+const PROBE_AFTER: Duration = Duration::from_secs(2);
+const PROBE_EVERY: Duration = Duration::from_secs(1);
+const PROBES: u32 = 5;
+
+/// Reads the receiver's resume request on a new connection, which the
+/// receiver's end has already authenticated (the handshake): that end is
+/// alive. It sends the request when its stream loop comes back to the hop,
+/// which a consumer that stopped reading delays for as long as it does not
+/// read (rdrecv blocked writing into `zfs recv` while it commits): so the
+/// sender waits as it would on a full connection, with no timeout, for as
+/// long as the connection stands. TCP keepalive probes it meanwhile, so a
+/// host that dies or a link that fails again ends the wait (then the
+/// reconnect's deadline applies again).
+pub(crate) fn await_request(
+    mut s: &TcpStream,
+    peer: &str,
+) -> Result<[u8; RESUME_LEN], TransportError> {
+    let sock = socket2::SockRef::from(s);
+    let probe = socket2::TcpKeepalive::new()
+        .with_time(PROBE_AFTER)
+        .with_interval(PROBE_EVERY)
+        .with_retries(PROBES);
+    sock.set_tcp_keepalive(&probe)
+        .map_err(TransportError::SocketOption)?;
+    let mut b = [0u8; RESUME_LEN];
+    let r = s.read_exact(&mut b).map_err(|e| conn_error(peer, e));
+    // The stream's own keepalives take over from here.
+    sock.set_keepalive(false)
+        .map_err(TransportError::SocketOption)?;
+    r.map(|_| b)
+}
+
 /// What the resume exchange on a new connection came to.
 pub(crate) enum Rejoined<T> {
     /// The stream goes on.
@@ -247,13 +314,12 @@ pub(crate) fn answer_resume<R: crate::replay::Input>(
     first: &Negotiated,
     binding: &[u8],
     input: &mut crate::replay::Recorded<R>,
-    timeout: Duration,
 ) -> Result<Rejoined<(u64, Vec<u8>)>, TransportError> {
     let peer = n.peer_addr.as_str();
     if let Some(e) = same_protection(n, first) {
         return Ok(Rejoined::Retry(e));
     }
-    let b = match read_message::<RESUME_LEN>(s, peer, timeout) {
+    let b = match await_request(s, peer) {
         Ok(b) => b,
         Err(e) => return Ok(Rejoined::Retry(e)),
     };
@@ -335,4 +401,6 @@ pub enum HopState {
 }
 
 mod hop;
+mod predial;
+use predial::Predial;
 pub(crate) use hop::{recv_reconnecting, send_reconnecting};

@@ -1,0 +1,136 @@
+//! A receiver that dials its sender (rdpipe's own stdout, fed by an agent
+//! that listens) learns that its connection was lost only when its stream
+//! loop reads again. A consumer that stops reading (`zfs recv` committing)
+//! keeps that loop blocked on the output for as long as it does not read,
+//! possibly past the sender's `--reconnect-timeout`: the sender's acceptor
+//! would wait for a dial that comes too late. So while the stream runs, a
+//! thread watches the connection; once it fails (an error or a reset, not
+//! the sender's clean close), the thread dials again at once, authenticates
+//! the new connection and keeps it. The sender, seeing an authenticated
+//! peer, waits on that connection for the resume request
+//! ([`super::await_request`]); the stream loop, once it reads again and
+//! finds the old connection gone, takes the kept one ([`Predial::finish`]).
+//!
+//! Only one end dials at a time: the stream loop dials itself only after
+//! [`Predial::finish`] has stopped the thread and taken what it had.
+
+use super::{redial_once, REDIAL_PAUSE};
+use crate::handshake::{LocalParams, Negotiated};
+use crate::TransportError;
+use rustix::event::{poll, PollFd, PollFlags};
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How often the watching thread looks at its stop flag.
+const CHECK_EVERY: Duration = Duration::from_millis(200);
+
+/// The most one dial waits before the stop flag is looked at again.
+const DIAL_SLICE: Duration = Duration::from_secs(1);
+
+/// What the thread brings back: when it saw the loss, and the connection it
+/// authenticated since, if any.
+type Found = Option<(Instant, Option<(TcpStream, Negotiated)>)>;
+
+/// Where to dial, and what to authenticate with.
+pub(crate) struct Dial {
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    pub(crate) key: Vec<u8>,
+    pub(crate) params: LocalParams,
+    pub(crate) handshake_timeout: Duration,
+    pub(crate) reconnect_timeout: Duration,
+}
+
+/// The watching (and, after a loss, dialing) thread of one connection.
+pub(crate) struct Predial {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<Found>>,
+}
+
+impl Predial {
+    /// Watches `conn` (a second handle on it, dropped the moment the loss is
+    /// seen, so that it does not keep the dead socket open) and dials `dial`
+    /// once it fails. `None` when the handle cannot be had: the stream loop
+    /// then notices the loss itself, as any listening receiver's does.
+    pub(crate) fn start(conn: &TcpStream, dial: Dial) -> Option<Predial> {
+        let watched = conn.try_clone().ok()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("rdpipe-predial".into())
+            .spawn(move || watch_then_dial(watched, &dial, &flag))
+            .ok()?;
+        Some(Predial {
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Stops the thread and takes what it found: when it saw the loss (the
+    /// reconnect's deadline counts from then) and the connection it
+    /// authenticated, if any. Waits at most one dial's slice of time.
+    pub(crate) fn finish(mut self) -> Found {
+        self.stop.store(true, Ordering::SeqCst);
+        self.thread.take().and_then(|t| t.join().ok()).flatten()
+    }
+}
+
+impl Drop for Predial {
+    /// A stream that ended (or failed for good) stops the thread; it ends at
+    /// its next look at the flag, holding nothing.
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+fn watch_then_dial(watched: TcpStream, dial: &Dial, stop: &AtomicBool) -> Found {
+    // No events asked for: only an error or a hang-up (a reset, a timeout,
+    // both directions shut) wakes the poll; the peer's bytes and its clean
+    // close (its end of the stream) do not.
+    loop {
+        if stop.load(Ordering::SeqCst) {
+            return None;
+        }
+        let mut fds = [PollFd::new(&watched, PollFlags::empty())];
+        match poll(&mut fds, CHECK_EVERY.as_millis() as i32) {
+            Ok(0) | Err(rustix::io::Errno::INTR) => continue,
+            Ok(_) => break,
+            Err(_) => return None,
+        }
+    }
+    drop(watched);
+    let lost_at = Instant::now();
+    tracing::debug!(
+        "{}:{}: the connection failed while the output was busy; dialing again",
+        dial.host,
+        dial.port
+    );
+    let deadline = lost_at + dial.reconnect_timeout;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || stop.load(Ordering::SeqCst) {
+            return Some((lost_at, None));
+        }
+        match redial_once(
+            &dial.host,
+            dial.port,
+            &dial.key,
+            &dial.params,
+            dial.handshake_timeout,
+            left.min(DIAL_SLICE),
+        ) {
+            Ok(won) => return Some((lost_at, Some(won))),
+            Err(e @ TransportError::RdmaLibraries(_)) => {
+                tracing::debug!("{}:{}: {e}", dial.host, dial.port);
+                return Some((lost_at, None));
+            }
+            Err(e) => {
+                tracing::debug!("reconnecting to {}:{}: {e}", dial.host, dial.port);
+                std::thread::sleep(REDIAL_PAUSE.min(left));
+            }
+        }
+    }
+}
