@@ -546,9 +546,11 @@ fn a_reset_while_rdpipes_stdout_is_stalled_resumes() {
     let mut got = vec![0u8; 8 << 20];
     out.read_exact(&mut got).unwrap();
     let pid = p.id();
-    wait_until("rdpipe blocked on its stdout", Duration::from_secs(30), || {
-        blocked_on_a_pipe(pid).then_some(())
-    });
+    wait_until(
+        "rdpipe blocked on its stdout",
+        Duration::from_secs(30),
+        || blocked_on_a_pipe(pid).then_some(()),
+    );
     assert!(reset_process(pid) > 0, "no connection of rdpipe to reset");
     std::thread::sleep(Duration::from_secs(5));
     out.read_to_end(&mut got).unwrap();

@@ -226,6 +226,53 @@ fn a_stream_that_dies_leaves_its_files_unpublished_and_resume_sends_what_they_la
     same_tree(&src, &dst.join("src"));
 }
 
+/// An interrupted striped copy of a file that then changed: `--resume`
+/// sends the new version whole under a new temporary name, and once it is
+/// published the old version's temporary file and ledger go with it.
+#[test]
+fn a_resume_after_the_file_changed_leaves_no_old_striped_copy() {
+    let d = tempfile::tempdir().unwrap();
+    let src = tree(d.path());
+    let dst = d.path().join("dst");
+    std::fs::create_dir(&dst).unwrap();
+    let s = streams(&src, 2, 0x1, None);
+    let cut = s[1].len() / 4;
+    unpack(&dst, 2, 0x1, s, &[(1, cut)]);
+    let striped_tmps = |dir: &Path| -> usize {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .filter(|e| {
+                let n = e.as_ref().unwrap().file_name();
+                n.to_string_lossy().contains(".rdcp-s")
+            })
+            .count()
+    };
+    assert_eq!(striped_tmps(&dst.join("src")), 2);
+    // Another version of `big`: other bytes, another mtime.
+    std::fs::write(src.join("big"), data(2 * PIECE_SIZE + 999, 5)).unwrap();
+    let t = std::fs::File::options()
+        .write(true)
+        .open(src.join("big"))
+        .unwrap();
+    t.set_modified(std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1 << 30))
+        .unwrap();
+    drop(t);
+
+    let mut listing = Vec::new();
+    list(&dst, true, &[b"src".to_vec()], false, &mut listing).unwrap();
+    let lpath = d.path().join("listing");
+    std::fs::write(&lpath, &listing).unwrap();
+    let m = Manifest::read(&lpath).unwrap();
+    let s = streams(&src, 2, 0x2, Some(&m));
+    for r in unpack(&dst, 2, 0x2, s, &[]) {
+        r.unwrap();
+    }
+    // The tree equals the source: no old temporary file or ledger beside it.
+    same_tree(&src, &dst.join("src"));
+    assert_eq!(striped_tmps(&dst.join("src")), 0);
+    assert_eq!(std::fs::read_dir(&dst).unwrap().count(), 1);
+}
+
 #[test]
 fn a_piece_past_a_symlink_or_under_a_foreign_name_is_refused() {
     let d = tempfile::tempdir().unwrap();

@@ -200,14 +200,39 @@ impl Unpacker {
                 s.count
             ));
         }
+        // Per directory, the files published there and their temporary names.
+        let mut published: Vec<(Vec<Vec<u8>>, Vec<stripe::Published>)> = Vec::new();
         for a in std::mem::take(&mut self.announced) {
             let r = self.publish_one(&a);
             match r {
                 // Its bytes were counted piece by piece.
-                Ok(changed) => self.counted(&a.rel, 0, changed, Ok(())),
+                Ok(changed) => {
+                    self.counted(&a.rel, 0, changed, Ok(()));
+                    let at = match published.iter().position(|(c, _)| *c == a.comps) {
+                        Some(i) => i,
+                        None => {
+                            published.push((a.comps.clone(), Vec::new()));
+                            published.len() - 1
+                        }
+                    };
+                    published[at].1.push(stripe::Published {
+                        leaf: a.leaf,
+                        tmp: a.tmp,
+                    });
+                }
                 Err(e) => self.failed(&a.rel, e),
             }
         }
+        let Some(base) = self.base().and_then(|b| b.try_clone().ok()) else {
+            return;
+        };
+        // What interrupted runs left of older versions of these files goes.
+        for (comps, done) in published {
+            if let Ok(dir) = self.dir(&comps) {
+                stripe::remove_superseded(&dir, &base, &done);
+            }
+        }
+        stripe::release(&base, &s);
     }
 
     /// Publishes one striped file; `Ok(true)` when a piece was read while

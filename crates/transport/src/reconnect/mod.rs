@@ -144,7 +144,14 @@ impl Link {
                     return Ok(None);
                 }
                 let params = local_params(opts, role);
-                match redial_once(host, *port, &opts.key, &params, opts.handshake_timeout, left) {
+                match redial_once(
+                    host,
+                    *port,
+                    &opts.key,
+                    &params,
+                    opts.handshake_timeout,
+                    left,
+                ) {
                     Ok(won) => return Ok(Some(won)),
                     // Missing RDMA libraries do not come back; a device that
                     // is down (`--transport rdma` then finds no active one on
@@ -402,5 +409,5 @@ pub enum HopState {
 
 mod hop;
 mod predial;
-use predial::Predial;
 pub(crate) use hop::{recv_reconnecting, send_reconnecting};
+use predial::Predial;

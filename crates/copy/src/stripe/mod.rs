@@ -24,12 +24,17 @@
 
 use crate::beneath::name;
 use rdpipe_wire::entry::{piece_count, Meta, PIECE_SIZE};
-use rustix::fs::{AtFlags, FlockOperation, Mode, OFlags};
+use rustix::fs::{FlockOperation, Mode, OFlags};
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::{FileExt, MetadataExt};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+mod marker;
+pub use marker::{
+    release, remove_stale_markers, remove_superseded, wait_others, Marker, Published,
+};
 
 /// Files of at least this many bytes are striped (two pieces).
 pub const STRIPE_MIN: u64 = 2 * PIECE_SIZE;
@@ -296,128 +301,6 @@ fn read_at_most(f: &File, b: &mut [u8], at: u64) -> io::Result<usize> {
     Ok(n)
 }
 
-/// A stream's marker in the destination, locked while the stream runs.
-/// The first stream's (`.rdcp-s<RUN>.0`) says where the copy goes: the
-/// others look for it in DEST (DEST is a directory the copy goes into) or
-/// beside DEST (the copy is DEST), so that all follow the first stream's
-/// reading of DEST however their starts interleave with its creating it
-/// (`Dest::open_stream`). Another stream's tells the first whether it has
-/// ended ([`wait_others`]); [`Marker::ended`] records that it was verified
-/// whole.
-pub struct Marker {
-    file: File,
-}
-
-impl Marker {
-    /// Makes and locks stream `s.index`'s marker in `base`. It is created
-    /// under another name and renamed into place already locked, so stream
-    /// 0 never finds it unlocked before this stream ended.
-    pub fn hold(base: &OwnedFd, s: &Stripe) -> io::Result<Marker> {
-        let real = s.marker(s.index);
-        let new = [&real[..], b".new"].concat();
-        let flags =
-            OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let file = File::from(rustix::fs::openat(
-            base,
-            name(&new),
-            flags,
-            Mode::from_raw_mode(0o600),
-        )?);
-        rustix::fs::flock(&file, FlockOperation::LockExclusive)?;
-        rustix::fs::renameat(base, name(&new), base, name(&real))?;
-        Ok(Marker { file })
-    }
-
-    /// This stream was verified whole.
-    pub fn ended(&self) -> io::Result<()> {
-        self.file.write_all_at(&[1], 0)
-    }
-}
-
-/// Stream 0 at its end: waits until every other stream has ended; the
-/// streams that did not end verified (failed, killed, or never came within
-/// a minute) by index. Removes the markers, its own last.
-pub fn wait_others(base: &OwnedFd, s: &Stripe) -> Vec<u32> {
-    let failed = wait_each(base, s);
-    let _ = rustix::fs::unlinkat(base, name(&s.marker(0)), AtFlags::empty());
-    failed
-}
-
-fn wait_each(base: &OwnedFd, s: &Stripe) -> Vec<u32> {
-    let mut failed = Vec::new();
-    for k in 1..s.count {
-        let m = s.marker(k);
-        let start = Instant::now();
-        // Non-blocking: a FIFO planted under the name must not hold us; it
-        // is then refused as not ours.
-        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
-        let file = loop {
-            match rustix::fs::openat(base, name(&m), flags, Mode::empty()) {
-                Ok(f) => break Some(File::from(f)),
-                Err(rustix::io::Errno::NOENT) if start.elapsed() < ARRIVAL => {
-                    // It has not started yet: its marker appears, locked,
-                    // as soon as its stream is authenticated.
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-                Err(_) => break None,
-            }
-        };
-        let ours = file.filter(|f| check_ours(f).is_ok());
-        let ok = ours.as_ref().is_some_and(|f| {
-            rustix::fs::flock(f.as_fd(), FlockOperation::LockShared).is_ok() && {
-                let mut b = [0u8; 1];
-                matches!(f.read_at(&mut b, 0), Ok(1)) && b[0] == 1
-            }
-        });
-        if ours.is_some() {
-            let _ = rustix::fs::unlinkat(base, name(&m), AtFlags::empty());
-        }
-        if !ok {
-            failed.push(k);
-        }
-    }
-    failed
-}
-
-/// Whether `file` is a stream's marker (`.rdcp-s<RUN>.<K>`, or its name
-/// before it is locked, `.new` after).
-fn is_marker(file: &[u8]) -> bool {
-    let Some(rest) = file.strip_prefix(b".rdcp-s") else {
-        return false;
-    };
-    let rest = rest.strip_suffix(b".new").unwrap_or(rest);
-    rest.len() > 17
-        && rest[..16].iter().all(u8::is_ascii_hexdigit)
-        && rest[16] == b'.'
-        && rest[17..].iter().all(u8::is_ascii_digit)
-}
-
-/// Removes the markers interrupted copies left in `base` (`rdcp --resume`'s
-/// listing does): those no running stream holds locked.
-pub fn remove_stale_markers(base: &OwnedFd) {
-    let Ok(dir) = rustix::fs::Dir::read_from(base) else {
-        return;
-    };
-    for e in dir.flatten() {
-        let n = e.file_name().to_bytes();
-        if !is_marker(n) {
-            continue;
-        }
-        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
-        let Ok(f) = rustix::fs::openat(base, name(n), flags, Mode::empty()) else {
-            continue;
-        };
-        // Only ours: never someone else's file (or FIFO) of that name.
-        let f = File::from(f);
-        if check_ours(&f).is_err() {
-            continue;
-        }
-        if rustix::fs::flock(&f, FlockOperation::NonBlockingLockExclusive).is_ok() {
-            let _ = rustix::fs::unlinkat(base, name(n), AtFlags::empty());
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -492,6 +375,9 @@ mod tests {
         let dir0 = dir.try_clone().unwrap();
         assert_eq!(wait_others(&dir0, &s(0)), [2]);
         t.join().unwrap();
+        // Stream 0's own marker stays until it has published.
+        assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 1);
+        release(&dir0, &s(0));
         drop(m0);
         assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 0);
 
@@ -528,5 +414,55 @@ mod tests {
             ]
         );
         drop(live);
+    }
+
+    #[test]
+    fn superseded_striped_copies_go_unless_a_running_copy_writes_them() {
+        let d = tempfile::tempdir().unwrap();
+        let dir: OwnedFd = File::open(d.path()).unwrap().into();
+        let at = |run: u64| Stripe {
+            index: 0,
+            count: 2,
+            run,
+        };
+        let leaf = b"big.img".to_vec();
+        let (stale, live, kept) = (at(0xa1), at(0xa2), at(0xa3));
+        for s in [&stale, &live, &kept] {
+            let t = s.tmp_name(&leaf);
+            std::fs::write(d.path().join(std::str::from_utf8(&t).unwrap()), b"x").unwrap();
+            let l = ledger_name(&t);
+            std::fs::write(d.path().join(std::str::from_utf8(&l).unwrap()), b"x").unwrap();
+        }
+        // Another file's striped copy, and a stray file.
+        let other = stale.tmp_name(b"other.img");
+        std::fs::write(d.path().join(std::str::from_utf8(&other).unwrap()), b"x").unwrap();
+        std::fs::write(d.path().join("big.img"), b"published").unwrap();
+        // Run a2 is running: its first stream holds its marker.
+        let _held = Marker::hold(&dir, &live).unwrap();
+        remove_superseded(
+            &dir,
+            &dir,
+            &[Published {
+                tmp: kept.tmp_name(&leaf),
+                leaf: leaf.clone(),
+            }],
+        );
+        let mut left: Vec<String> = std::fs::read_dir(d.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            [
+                ".big.img.rdcp-s00000000000000a2",
+                ".big.img.rdcp-s00000000000000a2.pieces",
+                ".big.img.rdcp-s00000000000000a3",
+                ".big.img.rdcp-s00000000000000a3.pieces",
+                ".other.img.rdcp-s00000000000000a1",
+                ".rdcp-s00000000000000a2.0",
+                "big.img",
+            ]
+        );
     }
 }
