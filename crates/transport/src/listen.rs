@@ -11,6 +11,8 @@
 use crate::connect::Listener;
 use crate::handshake::{handshake, LocalParams, Negotiated};
 use crate::TransportError;
+use rdpipe_wire::resume::Resuming;
+use std::io::Write;
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -46,6 +48,9 @@ pub struct Acceptor {
     current: Arc<Mutex<Option<TcpStream>>>,
     /// Set when a newcomer shut the watched connection down.
     kicked: Arc<AtomicBool>,
+    /// A reconnecting receiver's stream binding: each newly authenticated
+    /// peer gets a hold bound to it at once ([`Acceptor::hold_with`]).
+    hold: Arc<Mutex<Option<Vec<u8>>>>,
 }
 
 impl Acceptor {
@@ -61,7 +66,9 @@ impl Acceptor {
         let l = Arc::new(l);
         let current: Arc<Mutex<Option<TcpStream>>> = Arc::new(Mutex::new(None));
         let kicked = Arc::new(AtomicBool::new(false));
+        let hold: Arc<Mutex<Option<Vec<u8>>>> = Arc::new(Mutex::new(None));
         let (pending, acc, kick) = (pending.clone(), l.clone(), kicked.clone());
+        let holding = hold.clone();
         let (key, params, cur) = (key.to_vec(), params.clone(), current.clone());
         std::thread::Builder::new()
             .name("acceptor".into())
@@ -85,7 +92,7 @@ impl Acceptor {
                 }
                 pending.fetch_add(1, Ordering::SeqCst);
                 let (tx, pending, cur) = (tx.clone(), pending.clone(), cur.clone());
-                let kick = kick.clone();
+                let (kick, holding) = (kick.clone(), holding.clone());
                 let (key, params) = (key.clone(), params.clone());
                 let spawned =
                     std::thread::Builder::new()
@@ -102,6 +109,14 @@ impl Acceptor {
                                     let _ = old.shutdown(std::net::Shutdown::Both);
                                 }
                             }
+                            let r = r.map(|(mut s, n)| {
+                                let binding = holding.lock().ok().and_then(|h| h.clone());
+                                if let Some(b) = binding {
+                                    // A failed write shows in the exchange.
+                                    let _ = s.write_all(&Resuming::hold(&n.keys, &b));
+                                }
+                                (s, n)
+                            });
                             // Nobody listens once the endpoint ended: the
                             // connection just closes.
                             let _ = tx.send((peer, r));
@@ -119,6 +134,7 @@ impl Acceptor {
             listener: l,
             current,
             kicked,
+            hold,
         })
     }
 
@@ -163,6 +179,26 @@ impl Acceptor {
     /// call (its end then looks closed here, but the peer came back).
     pub fn take_kicked(&self) -> bool {
         self.kicked.swap(false, Ordering::SeqCst)
+    }
+
+    /// A reconnecting receiver's acceptor, from its stream's first
+    /// connection on: every newly authenticated peer is sent a hold bound to
+    /// the stream's `binding` at once ([`rdpipe_wire::resume::Resuming`]),
+    /// from the handshake's thread, so that a returning sender learns that
+    /// the receiver is alive while its stream loop may be blocked on its
+    /// output, and waits for the request it sends from there.
+    pub fn hold_with(&self, binding: &[u8]) {
+        if let Ok(mut h) = self.hold.lock() {
+            *h = Some(binding.to_vec());
+        }
+    }
+
+    /// Stops watching the current connection: the hop gave it up, and our
+    /// handle must not keep it open (its reset would not leave).
+    pub fn unwatch(&self) {
+        if let Ok(mut cur) = self.current.lock() {
+            cur.take();
+        }
     }
 
     /// From now on, a newly authenticated peer shuts `s` down (a peer coming

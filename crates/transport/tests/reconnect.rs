@@ -487,3 +487,66 @@ fn a_sender_with_an_idle_input_resumes_while_it_waits() {
         assert_eq!(r.reconnects[0].offset, 1 << 20);
     }
 }
+
+/// A holder of the key that is not this stream's receiver (a restarted
+/// rdrecv, or another transfer under the same key) dials the sender that
+/// waits for its receiver to come back, authenticates, and says nothing: it
+/// sends no hold bound to this stream, so the sender drops it after
+/// `handshake_timeout` as before and fails within its `--reconnect-timeout`,
+/// instead of waiting on it for ever.
+#[test]
+fn a_silent_peer_with_the_key_does_not_hold_the_sender() {
+    let input = data(16 << 20);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("input");
+    std::fs::write(&path, &input).unwrap();
+    let (port_tx, port_rx) = mpsc::channel();
+    let limit = Duration::from_secs(2);
+    let quick = |mut o: Options| {
+        o.handshake_timeout = Duration::from_secs(1);
+        o
+    };
+    let send = std::thread::spawn(move || {
+        let mut f = std::fs::File::open(path).unwrap();
+        let o = quick(opts(Integrity::Mac, 32 << 20, limit));
+        run_send(listen_announcing(port_tx), o, &mut f)
+    });
+    let port = port_rx.recv().unwrap();
+    let proxy = Proxy::start(port, false);
+    let out = Shared::default();
+    let recv = {
+        let (out, p) = (out.clone(), proxy.port);
+        std::thread::spawn(move || {
+            let o = quick(opts(Integrity::Mac, 32 << 20, limit));
+            run_recv(dial(p), o, move || Ok(out))
+        })
+    };
+    while out.len() < 2 << 20 {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    // The receiver is cut off for good; the stranger dials the sender.
+    proxy.closed.store(true, Ordering::SeqCst);
+    proxy.cut();
+    let cut_at = Instant::now();
+    let mut stranger = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let params = rdpipe_transport::handshake::LocalParams {
+        role: rdpipe_wire::Role::Receiver,
+        transport: TransportPref::Tcp,
+        caps: rdpipe_transport::select::local_caps(TransportPref::Tcp),
+        chunk_size: 256 << 10,
+        slots: 2,
+        integrity: Integrity::Mac,
+        rate_limit: None,
+        compress: Compress::None,
+    };
+    let key = opts(Integrity::Mac, 0, limit).key;
+    rdpipe_transport::handshake::handshake(&mut stranger, &key, &params, Duration::from_secs(5))
+        .expect("the stranger holds the key");
+    let s = send.join().unwrap();
+    let took = cut_at.elapsed();
+    drop(stranger);
+    let _ = recv.join().unwrap();
+    let e = s.unwrap_err();
+    assert!(matches!(e, TransportError::NotReconnected { .. }), "{e}");
+    assert!(took < limit + Duration::from_secs(4), "took {took:?}");
+}

@@ -24,6 +24,13 @@
 //! Layouts (integers big-endian):
 //!
 //! - request, [`RESUME_LEN`] bytes: `RSRQ`, offset (u64), tag (32);
+//! - hold (a reconnecting hop only), [`RESUME_LEN`] bytes: `RSHD`, eight zero
+//!   bytes, tag (32) under the receiver's resume key over the body and the
+//!   stream's binding: sent by the receiver's side right after a new
+//!   connection's handshake, before the request, when the receiver's stream
+//!   loop may be busy (its output blocked): it proves that this is the
+//!   stream's other end, alive, so the sender waits for the request without a
+//!   deadline ([`Resuming`]);
 //! - answer, [`RESUME_REPLY_LEN`] bytes: `RSRP`, verdict (u8: 0 resume,
 //!   1 beyond the window), offset (u64), window start (u64), window end (u64),
 //!   tag (32).
@@ -35,7 +42,9 @@ use crate::{Role, WireError};
 pub const REQUEST_MAGIC: [u8; 4] = *b"RSRQ";
 /// The answer's magic.
 pub const REPLY_MAGIC: [u8; 4] = *b"RSRP";
-/// Length of an encoded [`ResumeRequest`].
+/// The hold's magic.
+pub const HOLD_MAGIC: [u8; 4] = *b"RSHD";
+/// Length of an encoded [`ResumeRequest`] (and of a hold, [`Resuming::Hold`]).
 pub const RESUME_LEN: usize = 4 + 8 + TAG_LEN;
 /// Length of an encoded [`ResumeReply`].
 pub const RESUME_REPLY_LEN: usize = 4 + 1 + 3 * 8 + TAG_LEN;
@@ -115,6 +124,48 @@ impl ResumeRequest {
         Ok(ResumeRequest {
             offset: u64::from_be_bytes(b[4..12].try_into().expect("8 bytes")),
         })
+    }
+}
+
+/// What a reconnecting hop's sender reads first on a new connection: the
+/// request, or a hold that announces it ([`HOLD_MAGIC`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resuming {
+    /// The stream's receiver is back and alive; its request follows once its
+    /// stream loop gets to it.
+    Hold,
+    /// The request itself.
+    Request(ResumeRequest),
+}
+
+impl Resuming {
+    const HOLD_BODY: [u8; 12] = [b'R', b'S', b'H', b'D', 0, 0, 0, 0, 0, 0, 0, 0];
+
+    /// A hold bound to the stream's `binding`, tagged with the receiver's
+    /// resume key of the new connection's `keys`.
+    pub fn hold(keys: &SessionKeys, binding: &[u8]) -> [u8; RESUME_LEN] {
+        let mut out = [0u8; RESUME_LEN];
+        out[..12].copy_from_slice(&Self::HOLD_BODY);
+        out[12..].copy_from_slice(&keys.resume_tag(Role::Receiver, &Self::HOLD_BODY, binding));
+        out
+    }
+
+    /// Decodes a hold or a request bound to `binding`; anything else, or a
+    /// tag that does not verify, is refused as [`ResumeRequest::decode_bound`]
+    /// refuses it.
+    pub fn decode_bound(
+        b: &[u8; RESUME_LEN],
+        keys: &SessionKeys,
+        binding: &[u8],
+    ) -> Result<Resuming, WireError> {
+        if b[..12] != Self::HOLD_BODY {
+            return ResumeRequest::decode_bound(b, keys, binding).map(Resuming::Request);
+        }
+        let tag: [u8; TAG_LEN] = b[12..].try_into().expect("tag length");
+        if !keys.verify_resume(Role::Receiver, &b[..12], binding, &tag) {
+            return Err(WireError::ResumeForged);
+        }
+        Ok(Resuming::Hold)
     }
 }
 

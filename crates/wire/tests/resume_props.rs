@@ -4,7 +4,7 @@
 //! (to make a relay skip or repeat bytes) is caught.
 
 use proptest::prelude::*;
-use rdpipe_wire::resume::{stream_binding, RESUME_LEN, RESUME_REPLY_LEN};
+use rdpipe_wire::resume::{stream_binding, Resuming, RESUME_LEN, RESUME_REPLY_LEN};
 use rdpipe_wire::{ResumeReply, ResumeRequest, ResumeVerdict, SessionKeys, WireError};
 
 fn keys(secret: &[u8]) -> SessionKeys {
@@ -12,6 +12,24 @@ fn keys(secret: &[u8]) -> SessionKeys {
 }
 
 proptest! {
+    #[test]
+    fn holds_and_bound_requests_decode_only_from_their_stream(offset in any::<u64>(),
+                                                             junk in any::<[u8; RESUME_LEN]>(),
+                                                             bit in 0..RESUME_LEN * 8) {
+        let (k, first, other) = (keys(b"k"), keys(b"first"), keys(b"other"));
+        let (bind, wrong) = (stream_binding(&first), stream_binding(&other));
+        prop_assert!(Resuming::decode_bound(&junk, &k, &bind).is_err());
+        let mut h = Resuming::hold(&k, &bind);
+        prop_assert_eq!(Resuming::decode_bound(&h, &k, &bind), Ok(Resuming::Hold));
+        prop_assert!(Resuming::decode_bound(&h, &k, &wrong).is_err());
+        // A hold is not a request, under any decoder.
+        prop_assert!(ResumeRequest::decode_bound(&h, &k, &bind).is_err());
+        let r = ResumeRequest { offset }.encode_bound(&k, &bind);
+        prop_assert_eq!(Resuming::decode_bound(&r, &k, &bind), Ok(Resuming::Request(ResumeRequest { offset })));
+        h[bit / 8] ^= 1 << (bit % 8);
+        prop_assert!(Resuming::decode_bound(&h, &k, &bind).is_err());
+    }
+
     #[test]
     fn arbitrary_bytes_never_decode(req in any::<[u8; RESUME_LEN]>(),
                                     rep in proptest::collection::vec(any::<u8>(), RESUME_REPLY_LEN)) {

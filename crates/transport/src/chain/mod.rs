@@ -262,7 +262,7 @@ fn resume(
     stream
         .write_all(&ResumeRequest { offset }.encode(&n.keys))
         .map_err(|e| conn_error(peer, e))?;
-    let b = read_message::<RESUME_REPLY_LEN>(&mut stream, peer, timeout)?;
+    let b = read_message::<RESUME_REPLY_LEN>(&mut stream, peer, Some(timeout))?;
     let reply = ResumeReply::decode(&b, &n.keys)
         .and_then(|r| r.check(offset).map(|()| r))
         .map_err(|e| protocol(peer, e))?;

@@ -6,10 +6,10 @@ use crate::endpoint::{progress_of, protection, Endpoint, Options, Report};
 use crate::frame_io::{conn_error, protocol};
 use crate::handshake::Negotiated;
 use crate::pump::{send_stream_with, Totals};
-use crate::reconnect::{await_request, Link, Reconnect};
+use crate::reconnect::{read_message, Link, Reconnect};
 use crate::replay::{Input, Recorded};
 use crate::{select, TransportError};
-use rdpipe_wire::resume::ResumeRequest;
+use rdpipe_wire::resume::{ResumeRequest, RESUME_LEN};
 use rdpipe_wire::{Role, StreamHasher};
 use std::io::Write;
 use std::net::TcpStream;
@@ -37,7 +37,7 @@ pub fn run_send_chain<R: Input>(
     loop {
         let prog = progress_of(&mut progress);
         let guard = stream.try_clone().ok();
-        let slots = opts.slots as usize;
+        let view = opts_view(&opts);
         let mut on_flow = |transport: String, offset: u64| {
             if let Some((since, Rejoin::Reconnected)) = rejoined {
                 reconnected(&mut opts, &mut reconnects, offset, since, transport);
@@ -46,7 +46,7 @@ pub fn run_send_chain<R: Input>(
         let r = send_hop(
             stream,
             &n,
-            slots,
+            &view,
             input,
             &mut hasher,
             chain.secret,
@@ -63,6 +63,7 @@ pub fn run_send_chain<R: Input>(
             Err(e) if lost(&e) => e,
             Err(e) => return Err(e),
         };
+        link.unwatch();
         crate::reconnect::reset(guard);
         let at = hasher.as_ref().map_or(0, StreamHasher::bytes);
         let since = match rejoined {
@@ -79,6 +80,19 @@ pub fn run_send_chain<R: Input>(
     }
 }
 
+/// What [`send_hop`] reads of the hop's options.
+struct HopOpts {
+    handshake_timeout: std::time::Duration,
+    slots: usize,
+}
+
+fn opts_view(o: &Options) -> HopOpts {
+    HopOpts {
+        handshake_timeout: o.handshake_timeout,
+        slots: o.slots as usize,
+    }
+}
+
 /// One connection of [`run_send_chain`]: the resume exchange when it
 /// follows a loss (`resuming`), then the stream (the replayed bytes first).
 /// `on_flow` hears the transport and the offset once the stream flows.
@@ -86,7 +100,7 @@ pub fn run_send_chain<R: Input>(
 fn send_hop<R: Input>(
     mut stream: TcpStream,
     n: &Negotiated,
-    slots: usize,
+    opts: &HopOpts,
     input: &mut Recorded<R>,
     hasher: &mut Option<StreamHasher>,
     secret: &[u8],
@@ -99,7 +113,7 @@ fn send_hop<R: Input>(
     let mut offset = 0;
     if resuming {
         let peer = n.peer_addr.as_str();
-        let b = await_request(&stream, peer)?;
+        let b = read_message::<RESUME_LEN>(&mut stream, peer, Some(opts.handshake_timeout))?;
         let req = ResumeRequest::decode(&b, &n.keys).map_err(|e| protocol(peer, e))?;
         let (reply, bytes) = input
             .resume_at(req.offset)
@@ -114,7 +128,7 @@ fn send_hop<R: Input>(
             replay.len()
         );
     }
-    let mut tx = select::sender(stream, n, slots)?;
+    let mut tx = select::sender(stream, n, opts.slots)?;
     if resuming {
         on_flow(tx.describe(), offset);
     }

@@ -94,17 +94,19 @@ pub(crate) fn send_reconnecting<R: Input>(
         };
         // The old connection's last handles go, so that the reset leaves now.
         input.watch(None);
+        link.unwatch();
         reset(guard);
         let peer = link.describe(&n.peer_addr);
         let at = hasher.bytes();
         waiting(&mut opts, &peer, at, &e);
         let lost_at = Instant::now();
-        let deadline = lost_at + opts.reconnect_timeout;
+        let mut deadline = lost_at + opts.reconnect_timeout;
         loop {
             let Some((mut s, n2)) = link.again(&opts, Role::Sender, deadline)? else {
                 return Err(gave_up(&peer, at, opts.reconnect_timeout, e));
             };
-            match answer_resume(&mut s, &n2, &first, &binding, &mut input)? {
+            let timeout = opts.handshake_timeout;
+            match answer_resume(&mut s, &n2, &first, &binding, &mut input, timeout)? {
                 Rejoined::Yes((offset, bytes)) => {
                     tracing::info!(
                         "reconnected to {}: resending from byte {offset} ({} bytes from the \
@@ -128,6 +130,11 @@ pub(crate) fn send_reconnecting<R: Input>(
                     tracing::info!("{}: no resume on this connection: {why}", n2.peer_addr);
                     reset(Some(s));
                 }
+                Rejoined::Lapsed(why) => {
+                    tracing::info!("{}: lost again while it waited: {why}", n2.peer_addr);
+                    reset(Some(s));
+                    deadline = Instant::now() + opts.reconnect_timeout;
+                }
             }
         }
     }
@@ -144,8 +151,9 @@ pub(crate) fn recv_reconnecting<W: Write, F: FnOnce() -> Result<W, TransportErro
     let binding = stream_binding(&first.keys);
     let mut hasher = protection(&first).hasher();
     link.watch(&stream);
+    link.hold_with(&binding);
     let mut guard = stream.try_clone().ok();
-    let mut predial = link.predial(&stream, &opts);
+    let mut predial = link.predial(&stream, &opts, &binding);
     let mut rx = select::receiver(stream, &first)?;
     let mut output = open_or_abort(rx.as_mut(), open_output)?;
     let mut progress = opts.progress.take();
@@ -164,6 +172,7 @@ pub(crate) fn recv_reconnecting<W: Write, F: FnOnce() -> Result<W, TransportErro
             Err(e @ TransportError::Truncated { .. }) if lost(&e, &link, guard.as_ref()) => e,
             Err(e) => return Err(e),
         };
+        link.unwatch();
         reset(guard.take());
         drop(rx);
         let peer = link.describe(&n.peer_addr);
@@ -175,8 +184,9 @@ pub(crate) fn recv_reconnecting<W: Write, F: FnOnce() -> Result<W, TransportErro
             Some((at, kept)) => (at, kept),
             None => (Instant::now(), None),
         };
-        let deadline = lost_at + opts.reconnect_timeout;
+        let mut deadline = lost_at + opts.reconnect_timeout;
         (rx, n) = loop {
+            let from_kept = kept.is_some();
             let next = match kept.take() {
                 Some(won) => Some(won),
                 None => link.again(&opts, Role::Receiver, deadline)?,
@@ -196,10 +206,11 @@ pub(crate) fn recv_reconnecting<W: Write, F: FnOnce() -> Result<W, TransportErro
                     link.kicked();
                     link.watch(&s);
                     guard = s.try_clone().ok();
-                    predial = link.predial(&s, &opts);
+                    predial = link.predial(&s, &opts, &binding);
                     match select::receiver(s, &n2) {
                         Ok(rx) => break (rx, n2),
                         Err(why) if lost(&why, &link, guard.as_ref()) => {
+                            link.unwatch();
                             reset(guard.take());
                             // Its thread may have dialed already: one dialer.
                             kept = predial.take().and_then(|p| p.finish()?.1);
@@ -208,10 +219,15 @@ pub(crate) fn recv_reconnecting<W: Write, F: FnOnce() -> Result<W, TransportErro
                         Err(fatal) => return Err(fatal),
                     }
                 }
-                Rejoined::Retry(why) => {
+                Rejoined::Retry(why) | Rejoined::Lapsed(why) => {
                     // A reset, not a close: a sender that takes this
                     // connection up later must not see our end of the stream.
                     reset(Some(s));
+                    // The connection our thread kept (and held) while the
+                    // output was busy failed since: a new outage.
+                    if from_kept {
+                        deadline = Instant::now() + opts.reconnect_timeout;
+                    }
                     why
                 }
             };

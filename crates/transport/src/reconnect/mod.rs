@@ -24,7 +24,7 @@ use crate::handshake::{handshake, LocalParams, Negotiated};
 use crate::listen::Acceptor;
 use crate::TransportError;
 use rdpipe_wire::resume::{
-    ResumeReply, ResumeRequest, ResumeVerdict, RESUME_LEN, RESUME_REPLY_LEN,
+    ResumeReply, ResumeRequest, ResumeVerdict, Resuming, HOLD_MAGIC, RESUME_LEN, RESUME_REPLY_LEN,
 };
 use rdpipe_wire::{Role, WireError};
 use std::io::{Read, Write};
@@ -103,6 +103,20 @@ impl Link {
         }
     }
 
+    /// A receiver's link, once its stream began: see [`Acceptor::hold_with`].
+    pub(crate) fn hold_with(&self, binding: &[u8]) {
+        if let Link::Accept(a) = self {
+            a.hold_with(binding);
+        }
+    }
+
+    /// The connection was given up: see [`Acceptor::unwatch`].
+    pub(crate) fn unwatch(&self) {
+        if let Link::Accept(a) = self {
+            a.unwatch();
+        }
+    }
+
     /// While `s` carries the stream, a peer coming back replaces it.
     pub(crate) fn watch(&self, s: &TcpStream) {
         if let Link::Accept(a) = self {
@@ -114,7 +128,12 @@ impl Link {
     /// `conn` fails, while the stream loop may be blocked on its output
     /// ([`predial`]). `None` for a link that listens (its acceptor takes the
     /// sender's dial whenever it comes).
-    pub(crate) fn predial(&self, conn: &TcpStream, opts: &Options) -> Option<Predial> {
+    pub(crate) fn predial(
+        &self,
+        conn: &TcpStream,
+        opts: &Options,
+        binding: &[u8],
+    ) -> Option<Predial> {
         let Link::Dial { host, port } = self else {
             return None;
         };
@@ -125,6 +144,7 @@ impl Link {
             params: local_params(opts, Role::Receiver),
             handshake_timeout: opts.handshake_timeout,
             reconnect_timeout: opts.reconnect_timeout,
+            binding: binding.to_vec(),
         };
         Predial::start(conn, dial)
     }
@@ -251,13 +271,14 @@ pub(crate) fn reset(guard: Option<TcpStream>) {
     }
 }
 
-/// Reads one resume message of `N` bytes within `timeout`.
+/// Reads one resume message of `N` bytes within `timeout` (`None`: for as
+/// long as the connection stands).
 pub(crate) fn read_message<const N: usize>(
     s: &mut TcpStream,
     peer: &str,
-    timeout: Duration,
+    timeout: Option<Duration>,
 ) -> Result<[u8; N], TransportError> {
-    s.set_read_timeout(Some(timeout))
+    s.set_read_timeout(timeout)
         .map_err(TransportError::SocketOption)?;
     let mut b = [0u8; N];
     let r = s.read_exact(&mut b).map_err(|e| conn_error(peer, e));
@@ -266,40 +287,41 @@ pub(crate) fn read_message<const N: usize>(
     r.map(|_| b)
 }
 
-/// How long a new connection may be silent before TCP probes it, how often
-/// it probes then, and how many unanswered probes end it: while a sender
-/// waits for the receiver's resume request ([`await_request`]), a receiver
-/// whose host died or whose link went down again is noticed within ~7 s.
-const PROBE_AFTER: Duration = Duration::from_secs(2);
-const PROBE_EVERY: Duration = Duration::from_secs(1);
-const PROBES: u32 = 5;
-
-/// Reads the receiver's resume request on a new connection, which the
-/// receiver's end has already authenticated (the handshake): that end is
-/// alive. It sends the request when its stream loop comes back to the hop,
-/// which a consumer that stopped reading delays for as long as it does not
-/// read (rdrecv blocked writing into `zfs recv` while it commits): so the
-/// sender waits as it would on a full connection, with no timeout, for as
-/// long as the connection stands. TCP keepalive probes it meanwhile, so a
-/// host that dies or a link that fails again ends the wait (then the
-/// reconnect's deadline applies again).
-pub(crate) fn await_request(
-    mut s: &TcpStream,
-    peer: &str,
-) -> Result<[u8; RESUME_LEN], TransportError> {
-    let sock = socket2::SockRef::from(s);
-    let probe = socket2::TcpKeepalive::new()
-        .with_time(PROBE_AFTER)
-        .with_interval(PROBE_EVERY)
-        .with_retries(PROBES);
-    sock.set_tcp_keepalive(&probe)
-        .map_err(TransportError::SocketOption)?;
-    let mut b = [0u8; RESUME_LEN];
-    let r = s.read_exact(&mut b).map_err(|e| conn_error(peer, e));
-    // The stream's own keepalives take over from here.
-    sock.set_keepalive(false)
-        .map_err(TransportError::SocketOption)?;
-    r.map(|_| b)
+/// Reads the receiver's resume request on a new connection of a
+/// reconnecting hop: the first message within `timeout`, as any message of
+/// the exchange. That may be a hold instead ([`Resuming::Hold`], bound to
+/// this stream: only its receiver can send one): the receiver's side
+/// authenticated the connection while its stream loop is busy, blocked on
+/// an output whose consumer stopped reading (`zfs recv` committing), and it
+/// asks once that loop gets to it. The sender then waits for the request as
+/// it waits on a full connection, with no deadline, for as long as the
+/// connection stands (the keepalive and user timeout every connection has,
+/// [`crate::connect::tune`], end the wait when the receiver's host or the
+/// path dies). `Ok((request, held))`: whether a hold came first.
+fn await_request(
+    s: &mut TcpStream,
+    n: &Negotiated,
+    binding: &[u8],
+    timeout: Duration,
+) -> Result<(ResumeRequest, bool), (TransportError, bool)> {
+    let peer = n.peer_addr.as_str();
+    let decode = |b: &[u8; RESUME_LEN]| {
+        Resuming::decode_bound(b, &n.keys, binding).map_err(|e| protocol(peer, e))
+    };
+    let first = read_message::<RESUME_LEN>(s, peer, Some(timeout)).map_err(|e| (e, false))?;
+    match decode(&first).map_err(|e| (e, false))? {
+        Resuming::Request(r) => Ok((r, false)),
+        Resuming::Hold => {
+            tracing::debug!("{peer}: held: waiting for its request");
+            let b = read_message::<RESUME_LEN>(s, peer, None).map_err(|e| (e, true))?;
+            match decode(&b).map_err(|e| (e, true))? {
+                Resuming::Request(r) => Ok((r, true)),
+                Resuming::Hold => {
+                    Err((protocol(peer, WireError::BadResumeMagic(HOLD_MAGIC)), true))
+                }
+            }
+        }
+    }
 }
 
 /// What the resume exchange on a new connection came to.
@@ -310,6 +332,10 @@ pub(crate) enum Rejoined<T> {
     /// message was forged, or bound to another stream), or the connection
     /// failed during the exchange. Drop it and keep waiting.
     Retry(TransportError),
+    /// The stream's other end proved itself alive on this connection (its
+    /// hold), and then the connection failed: a new outage, which gets a
+    /// `--reconnect-timeout` of its own.
+    Lapsed(TransportError),
 }
 
 /// The sender's side of the exchange on a reconnected hop: the receiver's
@@ -321,24 +347,27 @@ pub(crate) fn answer_resume<R: crate::replay::Input>(
     first: &Negotiated,
     binding: &[u8],
     input: &mut crate::replay::Recorded<R>,
+    timeout: Duration,
 ) -> Result<Rejoined<(u64, Vec<u8>)>, TransportError> {
     let peer = n.peer_addr.as_str();
     if let Some(e) = same_protection(n, first) {
         return Ok(Rejoined::Retry(e));
     }
-    let b = match await_request(s, peer) {
-        Ok(b) => b,
-        Err(e) => return Ok(Rejoined::Retry(e)),
-    };
-    let req = match ResumeRequest::decode_bound(&b, &n.keys, binding) {
+    let (req, held) = match await_request(s, n, binding, timeout) {
         Ok(r) => r,
-        Err(e) => return Ok(Rejoined::Retry(protocol(peer, e))),
+        Err((e, false)) => return Ok(Rejoined::Retry(e)),
+        Err((e, true)) => return Ok(Rejoined::Lapsed(e)),
     };
     let (reply, bytes) = input
         .resume_at(req.offset)
         .map_err(crate::replay::Resend::into_error)?;
     if let Err(e) = s.write_all(&reply.encode_bound(&n.keys, binding)) {
-        return Ok(Rejoined::Retry(conn_error(peer, e)));
+        let e = conn_error(peer, e);
+        return Ok(if held {
+            Rejoined::Lapsed(e)
+        } else {
+            Rejoined::Retry(e)
+        });
     }
     bytes
         .map(|b| Rejoined::Yes((req.offset, b)))
@@ -362,7 +391,7 @@ pub(crate) fn ask_resume(
     if let Err(e) = s.write_all(&ResumeRequest { offset }.encode_bound(&n.keys, binding)) {
         return Ok(Rejoined::Retry(conn_error(peer, e)));
     }
-    let b = match read_message::<RESUME_REPLY_LEN>(s, peer, timeout) {
+    let b = match read_message::<RESUME_REPLY_LEN>(s, peer, Some(timeout)) {
         Ok(b) => b,
         Err(e) => return Ok(Rejoined::Retry(e)),
     };

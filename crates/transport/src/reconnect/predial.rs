@@ -6,10 +6,11 @@
 //! would wait for a dial that comes too late. So while the stream runs, a
 //! thread watches the connection; once it fails (an error or a reset, not
 //! the sender's clean close), the thread dials again at once, authenticates
-//! the new connection and keeps it. The sender, seeing an authenticated
-//! peer, waits on that connection for the resume request
-//! ([`super::await_request`]); the stream loop, once it reads again and
-//! finds the old connection gone, takes the kept one ([`Predial::finish`]).
+//! the new connection, sends the hold that tells the sender so
+//! ([`rdpipe_wire::resume::Resuming::Hold`], bound to the stream) and keeps
+//! it. The sender then waits on that connection for the resume request
+//! (`super::await_request`); the stream loop, once it reads again and finds
+//! the old connection gone, takes the kept one ([`Predial::finish`]) and asks.
 //!
 //! Only one end dials at a time: the stream loop dials itself only after
 //! [`Predial::finish`] has stopped the thread and taken what it had.
@@ -17,7 +18,9 @@
 use super::{redial_once, REDIAL_PAUSE};
 use crate::handshake::{LocalParams, Negotiated};
 use crate::TransportError;
+use rdpipe_wire::resume::Resuming;
 use rustix::event::{poll, PollFd, PollFlags};
+use std::io::Write;
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -42,6 +45,8 @@ pub(crate) struct Dial {
     pub(crate) params: LocalParams,
     pub(crate) handshake_timeout: Duration,
     pub(crate) reconnect_timeout: Duration,
+    /// The stream's binding, for the hold sent on the new connection.
+    pub(crate) binding: Vec<u8>,
 }
 
 /// The watching (and, after a loss, dialing) thread of one connection.
@@ -71,7 +76,8 @@ impl Predial {
 
     /// Stops the thread and takes what it found: when it saw the loss (the
     /// reconnect's deadline counts from then) and the connection it
-    /// authenticated, if any. Waits at most one dial's slice of time.
+    /// authenticated, if any. Waits for the dial in progress, if one is
+    /// (at most a slice of connecting and one handshake).
     pub(crate) fn finish(mut self) -> Found {
         self.stop.store(true, Ordering::SeqCst);
         self.thread.take().and_then(|t| t.join().ok()).flatten()
@@ -87,9 +93,12 @@ impl Drop for Predial {
 }
 
 fn watch_then_dial(watched: TcpStream, dial: &Dial, stop: &AtomicBool) -> Found {
-    // No events asked for: only an error or a hang-up (a reset, a timeout,
-    // both directions shut) wakes the poll; the peer's bytes and its clean
-    // close (its end of the stream) do not.
+    // No events asked for: only an error or a hang-up wakes the poll; the
+    // peer's bytes and its clean close (its end of the stream) do not. Only
+    // an error is a loss (a reset, `ss -K`, a timeout: the socket holds it
+    // until the stream loop reads it); a hang-up without one is our own end
+    // shutting the connection down (the stream confirmed or aborted), or an
+    // error the stream loop took already (it reconnects itself).
     loop {
         if stop.load(Ordering::SeqCst) {
             return None;
@@ -97,8 +106,8 @@ fn watch_then_dial(watched: TcpStream, dial: &Dial, stop: &AtomicBool) -> Found 
         let mut fds = [PollFd::new(&watched, PollFlags::empty())];
         match poll(&mut fds, CHECK_EVERY.as_millis() as i32) {
             Ok(0) | Err(rustix::io::Errno::INTR) => continue,
-            Ok(_) => break,
-            Err(_) => return None,
+            Ok(_) if fds[0].revents().contains(PollFlags::ERR) => break,
+            Ok(_) | Err(_) => return None,
         }
     }
     drop(watched);
@@ -122,7 +131,15 @@ fn watch_then_dial(watched: TcpStream, dial: &Dial, stop: &AtomicBool) -> Found 
             dial.handshake_timeout,
             left.min(DIAL_SLICE),
         ) {
-            Ok(won) => return Some((lost_at, Some(won))),
+            Ok((mut s, n)) => {
+                // Ours is the stream's other end, alive: the sender waits
+                // for our request until the stream loop sends it.
+                if let Err(e) = s.write_all(&Resuming::hold(&n.keys, &dial.binding)) {
+                    tracing::debug!("{}:{}: {e}", dial.host, dial.port);
+                    continue;
+                }
+                return Some((lost_at, Some((s, n))));
+            }
             Err(e @ TransportError::RdmaLibraries(_)) => {
                 tracing::debug!("{}:{}: {e}", dial.host, dial.port);
                 return Some((lost_at, None));
