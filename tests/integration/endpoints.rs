@@ -312,12 +312,12 @@ fn garbage_on_the_port_is_rejected_without_panic() {
         // Right magic, future version.
         [b"RDPP".as_slice(), &9u16.to_le_bytes(), &[0u8; 46]].concat(),
         // A truncated hello, then EOF.
-        b"RDPP\x03\x00\x01".to_vec(),
+        b"RDPP\x04\x00\x01".to_vec(),
     ];
     let expect = [
         "not an rdma-pipe endpoint",
         "not an rdma-pipe endpoint",
-        "peer speaks protocol 9, we speak 3",
+        "peer speaks protocol 9, we speak 4",
         "connection closed",
     ];
     // One receiver sees every case (-v: each dropped peer is a line), then
@@ -347,7 +347,7 @@ fn silent_and_trickling_peers_time_out_and_the_receiver_keeps_waiting() {
     let t = std::time::Instant::now();
     let port = r.port;
     let h = std::thread::spawn(move || {
-        for b in b"RDPP\x03\x00\x01\x00" {
+        for b in b"RDPP\x04\x00\x01\x00" {
             if trickle.write_all(&[*b]).is_err() {
                 break;
             }

@@ -23,8 +23,12 @@ pub const MAGIC: [u8; 4] = *b"RDPP";
 /// 256 KiB pieces, one tag each ([`crate::seal`]); a chunk of more than one
 /// piece (RDMA's 1 MiB default) differs from version 2's single tag, so the
 /// two never talk (a version 2 peer gets the clear version error, not a
-/// "tampered" chunk).
-pub const PROTOCOL_VERSION: u16 = 3;
+/// "tampered" chunk). 4: a reconnecting hop's receiver may send a hold
+/// before its resume request ([`crate::resume::Resuming`]), which a version 3
+/// sender takes for a forged request (it would never resume), and rdcp's
+/// streams carry striped entries ([`crate::entry::Entry::Piece`]) that a
+/// version 3 unpacker refuses: the two never talk.
+pub const PROTOCOL_VERSION: u16 = 4;
 /// Length of an encoded [`Hello`].
 pub const HELLO_LEN: usize = 56;
 /// Length of the part of the hello that every version keeps: magic and version.
