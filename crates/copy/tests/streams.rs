@@ -167,16 +167,41 @@ fn three_streams_copy_a_tree_whole_and_leave_nothing_behind() {
     assert_eq!(std::fs::read_dir(&dst).unwrap().count(), 1);
 }
 
+/// A copy of [`tree`] by two streams (run 1) whose second stream dies in
+/// the middle of the first piece it carries: the source, the destination,
+/// and each stream's verdict.
+fn interrupted(d: &Path) -> (PathBuf, PathBuf, Vec<Result<(), String>>) {
+    let src = tree(d);
+    let dst = d.join("dst");
+    std::fs::create_dir(&dst).unwrap();
+    let s = streams(&src, 2, 0x1, None);
+    let cut = s[1].len() / 4;
+    let r = unpack(&dst, 2, 0x1, s, &[(1, cut)]);
+    (src, dst, r)
+}
+
+/// `rdcp --resume`'s listing of `dst`, read back as the sending side does.
+fn listed(d: &Path, dst: &Path) -> Manifest {
+    let mut listing = Vec::new();
+    list(dst, true, &[b"src".to_vec()], false, &mut listing).unwrap();
+    let lpath = d.join("listing");
+    std::fs::write(&lpath, &listing).unwrap();
+    Manifest::read(&lpath).unwrap()
+}
+
+/// The striped temporary files and ledgers in `dir`.
+fn striped_tmps(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.contains(".rdcp-s"))
+        .collect()
+}
+
 #[test]
 fn a_stream_that_dies_leaves_its_files_unpublished_and_resume_sends_what_they_lack() {
     let d = tempfile::tempdir().unwrap();
-    let src = tree(d.path());
-    let dst = d.path().join("dst");
-    std::fs::create_dir(&dst).unwrap();
-    let s = streams(&src, 2, 0x1, None);
-    // In the middle of the first piece stream 1 carries.
-    let cut = s[1].len() / 4;
-    let r = unpack(&dst, 2, 0x1, s, &[(1, cut)]);
+    let (src, dst, r) = interrupted(d.path());
     let first = r[0].as_ref().unwrap_err();
     assert!(first.contains("not all copied"), "{first}");
     // Stream 1 carried the second piece of each striped file and died in
@@ -184,19 +209,11 @@ fn a_stream_that_dies_leaves_its_files_unpublished_and_resume_sends_what_they_la
     // the rest of the tree is.
     assert!(!dst.join("src/big").exists() && !dst.join("src/sub/edge").exists());
     assert_eq!(std::fs::read(dst.join("src/sub/small")).unwrap(), b"small");
-    let tmps: Vec<_> = std::fs::read_dir(dst.join("src"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .filter(|n| n.contains(".rdcp-s"))
-        .collect();
+    let tmps = striped_tmps(&dst.join("src"));
     assert_eq!(tmps.len(), 2, "the temporary file and its ledger: {tmps:?}");
 
     // --resume, with another number of streams: only the missing pieces.
-    let mut listing = Vec::new();
-    list(&dst, true, &[b"src".to_vec()], false, &mut listing).unwrap();
-    let lpath = d.path().join("listing");
-    std::fs::write(&lpath, &listing).unwrap();
-    let m = Manifest::read(&lpath).unwrap();
+    let m = listed(d.path(), &dst);
     let s = streams(&src, 3, 0x2, Some(&m));
     let sent: usize = s.iter().map(Vec::len).sum();
     assert!(
@@ -210,10 +227,7 @@ fn a_stream_that_dies_leaves_its_files_unpublished_and_resume_sends_what_they_la
     assert_eq!(std::fs::read_dir(&dst).unwrap().count(), 1);
 
     // Resumed again: everything is complete; no file data at all.
-    let mut listing = Vec::new();
-    list(&dst, true, &[b"src".to_vec()], false, &mut listing).unwrap();
-    std::fs::write(&lpath, &listing).unwrap();
-    let m = Manifest::read(&lpath).unwrap();
+    let m = listed(d.path(), &dst);
     let s = streams(&src, 2, 0x3, Some(&m));
     assert!(
         s.iter().all(|b| b.len() < 4096),
@@ -232,22 +246,8 @@ fn a_stream_that_dies_leaves_its_files_unpublished_and_resume_sends_what_they_la
 #[test]
 fn a_resume_after_the_file_changed_leaves_no_old_striped_copy() {
     let d = tempfile::tempdir().unwrap();
-    let src = tree(d.path());
-    let dst = d.path().join("dst");
-    std::fs::create_dir(&dst).unwrap();
-    let s = streams(&src, 2, 0x1, None);
-    let cut = s[1].len() / 4;
-    unpack(&dst, 2, 0x1, s, &[(1, cut)]);
-    let striped_tmps = |dir: &Path| -> usize {
-        std::fs::read_dir(dir)
-            .unwrap()
-            .filter(|e| {
-                let n = e.as_ref().unwrap().file_name();
-                n.to_string_lossy().contains(".rdcp-s")
-            })
-            .count()
-    };
-    assert_eq!(striped_tmps(&dst.join("src")), 2);
+    let (src, dst, _) = interrupted(d.path());
+    assert_eq!(striped_tmps(&dst.join("src")).len(), 2);
     // Another version of `big`: other bytes, another mtime.
     std::fs::write(src.join("big"), data(2 * PIECE_SIZE + 999, 5)).unwrap();
     let t = std::fs::File::options()
@@ -258,18 +258,14 @@ fn a_resume_after_the_file_changed_leaves_no_old_striped_copy() {
         .unwrap();
     drop(t);
 
-    let mut listing = Vec::new();
-    list(&dst, true, &[b"src".to_vec()], false, &mut listing).unwrap();
-    let lpath = d.path().join("listing");
-    std::fs::write(&lpath, &listing).unwrap();
-    let m = Manifest::read(&lpath).unwrap();
+    let m = listed(d.path(), &dst);
     let s = streams(&src, 2, 0x2, Some(&m));
     for r in unpack(&dst, 2, 0x2, s, &[]) {
         r.unwrap();
     }
     // The tree equals the source: no old temporary file or ledger beside it.
     same_tree(&src, &dst.join("src"));
-    assert_eq!(striped_tmps(&dst.join("src")), 0);
+    assert_eq!(striped_tmps(&dst.join("src")), Vec::<String>::new());
     assert_eq!(std::fs::read_dir(&dst).unwrap().count(), 1);
 }
 

@@ -400,13 +400,8 @@ mod tests {
         remove_stale_markers(&dir);
         let other = Stripe { run: 0x79, ..s(0) };
         assert_eq!(wait_others(&dir, &Stripe { count: 2, ..other }), [1]);
-        let mut left: Vec<_> = std::fs::read_dir(d.path())
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .collect();
-        left.sort();
         assert_eq!(
-            left,
+            names(d.path()),
             [
                 ".rdcp-s0000000000000077.1",
                 ".rdcp-s0000000000000079.1",
@@ -414,6 +409,16 @@ mod tests {
             ]
         );
         drop(live);
+    }
+
+    /// The names in `dir`, sorted.
+    fn names(dir: &std::path::Path) -> Vec<String> {
+        let mut left: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        left
     }
 
     #[test]
@@ -447,13 +452,8 @@ mod tests {
                 leaf: leaf.clone(),
             }],
         );
-        let mut left: Vec<String> = std::fs::read_dir(d.path())
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .collect();
-        left.sort();
         assert_eq!(
-            left,
+            names(d.path()),
             [
                 ".big.img.rdcp-s00000000000000a2",
                 ".big.img.rdcp-s00000000000000a2.pieces",
