@@ -2,7 +2,7 @@
 //! verified) and what stream 0 removes once it has published: the markers,
 //! and striped copies that other versions of the published files left.
 
-use super::{check_ours, is_striped_tmp, short, Stripe, ARRIVAL};
+use super::{check_ours, is_striped_tmp, marker_name, short, Stripe, ARRIVAL};
 use crate::beneath::name;
 use rustix::fs::{AtFlags, FlockOperation, Mode, OFlags};
 use std::fs::File;
@@ -65,12 +65,7 @@ pub fn release(base: &OwnedFd, s: &Stripe) {
 /// Whether run `run`'s first stream is running in `base`: its marker there
 /// is ours and held locked.
 fn running(base: &OwnedFd, run: u64) -> bool {
-    let m = Stripe {
-        index: 0,
-        count: 2,
-        run,
-    }
-    .marker(0);
+    let m = marker_name(run, 0);
     let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
     let Ok(f) = rustix::fs::openat(base, name(&m), flags, Mode::empty()) else {
         return false;

@@ -85,8 +85,13 @@ impl Stripe {
     }
 
     pub(crate) fn marker(&self, k: u32) -> Vec<u8> {
-        format!(".rdcp-s{:016x}.{k}", self.run).into_bytes()
+        marker_name(self.run, k)
     }
+}
+
+/// The name of stream `k`'s marker in run `run`.
+fn marker_name(run: u64, k: u32) -> Vec<u8> {
+    format!(".rdcp-s{run:016x}.{k}").into_bytes()
 }
 
 impl std::fmt::Display for Stripe {

@@ -29,6 +29,7 @@ use rdpipe_wire::resume::{
 use rdpipe_wire::{Role, WireError};
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// One reconnect of a hop, as `-v` and `--json` report it.
@@ -138,11 +139,13 @@ impl Link {
             return None;
         };
         let dial = predial::Dial {
-            host: host.clone(),
-            port: *port,
-            key: opts.key.clone(),
-            params: local_params(opts, Role::Receiver),
-            handshake_timeout: opts.handshake_timeout,
+            redial: Redial {
+                host: host.clone(),
+                port: *port,
+                key: opts.key.clone(),
+                params: local_params(opts, Role::Receiver),
+                handshake_timeout: opts.handshake_timeout,
+            },
             reconnect_timeout: opts.reconnect_timeout,
             binding: binding.to_vec(),
         };
@@ -158,48 +161,61 @@ impl Link {
     ) -> Result<Option<(TcpStream, Negotiated)>, TransportError> {
         match self {
             Link::Accept(a) => a.next(Some(deadline)),
-            Link::Dial { host, port, .. } => loop {
-                let left = deadline.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    return Ok(None);
-                }
-                let params = local_params(opts, role);
-                match redial_once(
-                    host,
-                    *port,
-                    &opts.key,
-                    &params,
-                    opts.handshake_timeout,
-                    left,
-                ) {
-                    Ok(won) => return Ok(Some(won)),
-                    // Missing RDMA libraries do not come back; a device that
-                    // is down (`--transport rdma` then finds no active one on
-                    // an end) may, with the link: retried as any failed dial.
-                    Err(e @ TransportError::RdmaLibraries(_)) => return Err(e),
-                    Err(e) => {
-                        tracing::debug!("reconnecting to {host}:{port}: {e}");
-                        std::thread::sleep(REDIAL_PAUSE.min(left));
-                    }
-                }
-            },
+            Link::Dial { host, port, .. } => Redial {
+                host: host.clone(),
+                port: *port,
+                key: opts.key.clone(),
+                params: local_params(opts, role),
+                handshake_timeout: opts.handshake_timeout,
+            }
+            .until(deadline, Duration::MAX, &AtomicBool::new(false)),
         }
     }
 }
 
-/// Dials `host:port` again (retrying a refused connection for up to `left`)
-/// and authenticates the connection.
-fn redial_once(
-    host: &str,
-    port: u16,
-    key: &[u8],
-    params: &LocalParams,
-    handshake_timeout: Duration,
-    left: Duration,
-) -> Result<(TcpStream, Negotiated), TransportError> {
-    let mut s = connect_attempts(host, port, left, REDIAL_ATTEMPT)?;
-    let n = handshake(&mut s, key, params, handshake_timeout)?;
-    Ok((s, n))
+/// Where a dialing end dials again, and what it authenticates with.
+pub(crate) struct Redial {
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    pub(crate) key: Vec<u8>,
+    pub(crate) params: LocalParams,
+    pub(crate) handshake_timeout: Duration,
+}
+
+impl Redial {
+    /// Dials until a connection authenticates; `Ok(None)` once `deadline`
+    /// passed or `stop` was set. Each attempt retries a refused connection
+    /// for up to `slice` of the time left.
+    pub(crate) fn until(
+        &self,
+        deadline: Instant,
+        slice: Duration,
+        stop: &AtomicBool,
+    ) -> Result<Option<(TcpStream, Negotiated)>, TransportError> {
+        let (host, port) = (self.host.as_str(), self.port);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() || stop.load(Ordering::SeqCst) {
+                return Ok(None);
+            }
+            let r =
+                connect_attempts(host, port, left.min(slice), REDIAL_ATTEMPT).and_then(|mut s| {
+                    handshake(&mut s, &self.key, &self.params, self.handshake_timeout)
+                        .map(|n| (s, n))
+                });
+            match r {
+                Ok(won) => return Ok(Some(won)),
+                // Missing RDMA libraries do not come back; a device that
+                // is down (`--transport rdma` then finds no active one on
+                // an end) may, with the link: retried as any failed dial.
+                Err(e @ TransportError::RdmaLibraries(_)) => return Err(e),
+                Err(e) => {
+                    tracing::debug!("reconnecting to {host}:{port}: {e}");
+                    std::thread::sleep(REDIAL_PAUSE.min(left));
+                }
+            }
+        }
+    }
 }
 
 /// Whether a failed connection is worth reconnecting: the path to the peer

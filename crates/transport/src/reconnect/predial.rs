@@ -15,9 +15,8 @@
 //! Only one end dials at a time: the stream loop dials itself only after
 //! [`Predial::finish`] has stopped the thread and taken what it had.
 
-use super::{redial_once, REDIAL_PAUSE};
-use crate::handshake::{LocalParams, Negotiated};
-use crate::TransportError;
+use super::Redial;
+use crate::handshake::Negotiated;
 use rdpipe_wire::resume::Resuming;
 use rustix::event::{poll, PollFd, PollFlags};
 use std::io::Write;
@@ -30,7 +29,8 @@ use std::time::{Duration, Instant};
 /// How often the watching thread looks at its stop flag.
 const CHECK_EVERY: Duration = Duration::from_millis(200);
 
-/// The most one dial waits before the stop flag is looked at again.
+/// The most one dial retries a refused connection before the stop flag is
+/// looked at again.
 const DIAL_SLICE: Duration = Duration::from_secs(1);
 
 /// What the thread brings back: when it saw the loss, and the connection it
@@ -39,11 +39,7 @@ type Found = Option<(Instant, Option<(TcpStream, Negotiated)>)>;
 
 /// Where to dial, and what to authenticate with.
 pub(crate) struct Dial {
-    pub(crate) host: String,
-    pub(crate) port: u16,
-    pub(crate) key: Vec<u8>,
-    pub(crate) params: LocalParams,
-    pub(crate) handshake_timeout: Duration,
+    pub(crate) redial: Redial,
     pub(crate) reconnect_timeout: Duration,
     /// The stream's binding, for the hold sent on the new connection.
     pub(crate) binding: Vec<u8>,
@@ -112,41 +108,26 @@ fn watch_then_dial(watched: TcpStream, dial: &Dial, stop: &AtomicBool) -> Found 
     }
     drop(watched);
     let lost_at = Instant::now();
+    let (host, port) = (&dial.redial.host, dial.redial.port);
     tracing::debug!(
-        "{}:{}: the connection failed while the output was busy; dialing again",
-        dial.host,
-        dial.port
+        "{host}:{port}: the connection failed while the output was busy; dialing again"
     );
     let deadline = lost_at + dial.reconnect_timeout;
     loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() || stop.load(Ordering::SeqCst) {
-            return Some((lost_at, None));
-        }
-        match redial_once(
-            &dial.host,
-            dial.port,
-            &dial.key,
-            &dial.params,
-            dial.handshake_timeout,
-            left.min(DIAL_SLICE),
-        ) {
-            Ok((mut s, n)) => {
+        match dial.redial.until(deadline, DIAL_SLICE, stop) {
+            Ok(Some((mut s, n))) => {
                 // Ours is the stream's other end, alive: the sender waits
                 // for our request until the stream loop sends it.
                 if let Err(e) = s.write_all(&Resuming::hold(&n.keys, &dial.binding)) {
-                    tracing::debug!("{}:{}: {e}", dial.host, dial.port);
+                    tracing::debug!("{host}:{port}: {e}");
                     continue;
                 }
                 return Some((lost_at, Some((s, n))));
             }
-            Err(e @ TransportError::RdmaLibraries(_)) => {
-                tracing::debug!("{}:{}: {e}", dial.host, dial.port);
-                return Some((lost_at, None));
-            }
+            Ok(None) => return Some((lost_at, None)),
             Err(e) => {
-                tracing::debug!("reconnecting to {}:{}: {e}", dial.host, dial.port);
-                std::thread::sleep(REDIAL_PAUSE.min(left));
+                tracing::debug!("{host}:{port}: {e}");
+                return Some((lost_at, None));
             }
         }
     }
