@@ -15,7 +15,8 @@
 #              The link-down case runs last (after it rxe1 takes new
 #              connections only slowly, see rdma-suite.sh).
 #              Before them: the hop's TCP connection reset while the
-#              sender's input is quiet (idle_case), and an RDMA set-up that
+#              sender's input is quiet (idle_case), or while the receiver
+#              is blocked on a reader that stopped (stalled_case), and an RDMA set-up that
 #              never completes falls back to TCP on both ends
 #              (setup_fallback_case).
 
@@ -205,9 +206,81 @@ idle_case() {
     rm -f "$in" "$out" "$feed"
 }
 
+# blocked_on_pipe PID: whether a thread of PID sleeps writing into a pipe.
+blocked_on_pipe() {
+    grep -qs pipe_write /proc/"$1"/task/*/wchan
+}
+
+# has_bytes FILE N: whether FILE holds N bytes or more.
+has_bytes() {
+    [ "$(stat -c %s "$1" 2>/dev/null || echo 0)" -ge "$2" ]
+}
+
+# stalled_case: rdrecv writes to its stdout, a pipe whose reader (`cat`) is
+# stopped after 4 MiB, as `zfs recv` stops reading while it commits; once
+# rdrecv is blocked writing into it, the hop's TCP connection is reset
+# (`ss -K`) and the stall lasts 25 s, longer than both ends'
+# --reconnect-timeout (5 s) and --handshake-timeout (15 s) together. The
+# sender notices the loss at once (its RDMA connection polls the TCP one)
+# and dials; rdrecv's acceptor authenticates that connection and sends the
+# hold while its stream loop is blocked, so the sender waits for the
+# request; once the reader goes on, rdrecv finds its RDMA connection gone,
+# asks on the held connection and the stream resumes over RDMA, byte-exact.
+stalled_case() {
+    local rpid spid cpid rp port fifo=$W/stl.fifo pipe=$W/stl.pipe ok=1
+    local in=$W/in.stl out=$W/stl.out
+    head -c $((32 * CHUNK)) /dev/urandom >"$in"
+    rm -f "$fifo" "$pipe" "$out"
+    mkfifo -m 666 "$fifo" "$pipe"
+    cat "$pipe" >"$out" &
+    cpid=$!
+    RUST_LOG=debug timeout 180 "$RECV" -v --reconnect-timeout 5 --handshake-timeout 15 \
+        --announce-fd 3 0 "$KEY" 3>"$fifo" 2>"$W/stl.recv.err" >"$pipe" &
+    rpid=$!
+    port=
+    read -r _ port <"$fifo" || true
+    rm -f "$fifo"
+    if [ -z "$port" ]; then
+        ok=; echo "    rdrecv announced no port"
+        kill "$cpid" 2>/dev/null
+    else
+        RUST_LOG=debug timeout 180 "$SEND" -v --reconnect-timeout 5 --handshake-timeout 15 \
+            "$RXE_SERVER_IP" "$port" "$KEY" "$in" 2>"$W/stl.send.err" &
+        spid=$!
+        # Readiness: the reader has 4 MiB, then stops; rdrecv fills the pipe.
+        wait_for 120 has_bytes "$out" $((4 * CHUNK)) \
+            || { ok=; echo "    the first 4 MiB did not arrive"; }
+        kill -STOP "$cpid"
+        rp=$(pgrep -P "$rpid" | head -n1)
+        wait_for 60 blocked_on_pipe "${rp:-$rpid}" || { ok=; echo "    rdrecv did not block on its output"; }
+        ss -K -tnH state established "( sport = :$port or dport = :$port )" >/dev/null \
+            || { ok=; echo "    ss -K failed"; }
+        sleep 25
+        kill -CONT "$cpid"
+        wait_ends
+        wait "$cpid"
+    fi
+    cmp -s "$in" "$out" || { ok=; echo "    output differs from input ($(stat -c %s "$out" 2>/dev/null) bytes)"; }
+    grep -q 'held: waiting for its request' "$W/stl.send.err" \
+        || { ok=; echo "    rdsend was not held (the loss did not come while rdrecv was blocked)"; }
+    for side in recv send; do
+        grep -q 'reconnected at byte [0-9]* after [0-9.]* s, over rdma' "$W/stl.$side.err" \
+            || { ok=; echo "    rd$side -v reports no reconnect over rdma"; }
+    done
+    if [ -n "$ok" ]; then
+        pass "reconnect over rdma (stalled consumer): the hop's connection reset while rdrecv was blocked on its stopped reader for 25 s (--reconnect-timeout 5): held, $(grep -o 'reconnected at byte .*' "$W/stl.send.err" | head -n1), byte-exact"
+    else
+        fail "reconnect over rdma (stalled consumer): the hop's connection reset while rdrecv was blocked on its output"
+        show stl
+    fi
+    rm -f "$in" "$out" "$pipe"
+}
+
 if want reconnect; then
     echo "== reconnect: the hop's connection reset while the sender's input is quiet"
     idle_case
+    echo "== reconnect: the hop's connection reset while the receiver's reader is stopped"
+    stalled_case
     echo "== reconnect: the RDMA connection set-up never completes (RoCE dropped)"
     setup_fallback_case
     echo "== reconnect: credits lost without a queue pair failing (both ends wait on each other)"
