@@ -24,6 +24,9 @@
 //! ([`crate::reconnect::Link`]), with the same key and the same resume
 //! exchange; meanwhile both ends keep asking for a re-link, so a dead relay
 //! is still re-linked around as soon as rdpipe orders it.
+//! A sink blocked on its output when the hop is lost holds the returning
+//! sender as a standalone receiver does (its acceptor's hold, or where it
+//! dials, the thread that redials at once: [`crate::reconnect`]).
 
 mod send;
 
@@ -68,6 +71,14 @@ pub struct Chain<'a> {
     /// reconnect (at once with `--reconnect-timeout 0`).
     pub wait: Duration,
 }
+
+/// What a chain hop's resume messages and holds are bound to: nothing
+/// beyond the connection's own keys. Each chain hop has a key of its own
+/// that rdpipe made for this run and gave only to the hop's two ends (and a
+/// re-link's new key only to the new pair), so a peer that authenticates is
+/// the hop's other end; the stream's own binding would not carry over a
+/// re-link to another peer.
+const CHAIN_BINDING: &[u8] = &[];
 
 /// How often a lost hop that is reconnecting looks for a re-link order.
 const POLL: Duration = Duration::from_millis(500);
@@ -195,6 +206,10 @@ pub fn run_recv_chain<W: Write, F: FnOnce() -> Result<W, TransportError>>(
     let (mut link, stream, mut n) = Link::open(endpoint, &opts, Role::Receiver)?;
     let integrity = n.integrity;
     link.watch(&stream);
+    // While the output is busy (its consumer not reading), the sender's new
+    // connection is still taken and held ([`crate::reconnect`]).
+    link.hold_with(CHAIN_BINDING);
+    let mut predial = link.predial(&stream, &opts, CHAIN_BINDING);
     let mut rx = select::receiver(stream, &n)?;
     let mut output = open_or_abort(rx.as_mut(), open_output)?;
     let mut hasher = chain_hasher(integrity, chain.secret);
@@ -215,13 +230,22 @@ pub fn run_recv_chain<W: Write, F: FnOnce() -> Result<W, TransportError>>(
                 Err(e) => return Err(e),
             };
         let offset = hasher.bytes();
-        let since = Instant::now();
+        // A dialing sink's thread may have seen the loss first and dialed
+        // the same peer again while the output was busy.
+        let (since, mut kept) = match predial.take().and_then(|p| p.finish()) {
+            Some((at, kept)) => (at, kept),
+            None => (Instant::now(), None),
+        };
         loop {
-            let (s, n2, how) =
-                next_hop(&mut link, &mut opts, Role::Receiver, &mut chain, offset, e)?;
+            let (s, n2, how) = match kept.take() {
+                Some((s, n2)) => (s, n2, Rejoin::Reconnected),
+                None => next_hop(&mut link, &mut opts, Role::Receiver, &mut chain, offset, e)?,
+            };
             match resume(s, &n2, integrity, offset, opts.handshake_timeout) {
                 Ok(s) => {
                     link.watch(&s);
+                    link.hold_with(CHAIN_BINDING);
+                    predial = link.predial(&s, &opts, CHAIN_BINDING);
                     rx = select::receiver(s, &n2)?;
                     n = n2;
                     match how {
@@ -260,10 +284,10 @@ fn resume(
         )));
     }
     stream
-        .write_all(&ResumeRequest { offset }.encode(&n.keys))
+        .write_all(&ResumeRequest { offset }.encode_bound(&n.keys, CHAIN_BINDING))
         .map_err(|e| conn_error(peer, e))?;
     let b = read_message::<RESUME_REPLY_LEN>(&mut stream, peer, Some(timeout))?;
-    let reply = ResumeReply::decode(&b, &n.keys)
+    let reply = ResumeReply::decode_bound(&b, &n.keys, CHAIN_BINDING)
         .and_then(|r| r.check(offset).map(|()| r))
         .map_err(|e| protocol(peer, e))?;
     if reply.verdict == ResumeVerdict::BeyondWindow {

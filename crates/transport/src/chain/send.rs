@@ -1,15 +1,14 @@
 //! A chain hop's sending end: the relay's stream to the next sink, resent
 //! from the replay window after a reconnect or a re-link.
 
-use super::{chain_hasher, describe, lost, next_hop, reconnected, Chain, Rejoin};
+use super::{chain_hasher, describe, lost, next_hop, reconnected, Chain, Rejoin, CHAIN_BINDING};
 use crate::endpoint::{progress_of, protection, Endpoint, Options, Report};
-use crate::frame_io::{conn_error, protocol};
+use crate::frame_io::conn_error;
 use crate::handshake::Negotiated;
 use crate::pump::{send_stream_with, Totals};
-use crate::reconnect::{read_message, Link, Reconnect};
+use crate::reconnect::{await_request, Link, Reconnect};
 use crate::replay::{Input, Recorded};
 use crate::{select, TransportError};
-use rdpipe_wire::resume::{ResumeRequest, RESUME_LEN};
 use rdpipe_wire::{Role, StreamHasher};
 use std::io::Write;
 use std::net::TcpStream;
@@ -113,13 +112,15 @@ fn send_hop<R: Input>(
     let mut offset = 0;
     if resuming {
         let peer = n.peer_addr.as_str();
-        let b = read_message::<RESUME_LEN>(&mut stream, peer, Some(opts.handshake_timeout))?;
-        let req = ResumeRequest::decode(&b, &n.keys).map_err(|e| protocol(peer, e))?;
+        // A sink blocked on its output holds the connection first: the
+        // request follows once its stream loop gets to it.
+        let (req, _held) = await_request(&mut stream, n, CHAIN_BINDING, opts.handshake_timeout)
+            .map_err(|(e, _)| e)?;
         let (reply, bytes) = input
             .resume_at(req.offset)
             .map_err(crate::replay::Resend::into_error)?;
         stream
-            .write_all(&reply.encode(&n.keys))
+            .write_all(&reply.encode_bound(&n.keys, CHAIN_BINDING))
             .map_err(|e| conn_error(peer, e))?;
         replay = bytes.map_err(crate::replay::Resend::into_error)?;
         offset = req.offset;

@@ -313,8 +313,9 @@ pub(crate) fn read_message<const N: usize>(
 /// it waits on a full connection, with no deadline, for as long as the
 /// connection stands (the keepalive and user timeout every connection has,
 /// [`crate::connect::tune`], end the wait when the receiver's host or the
-/// path dies). `Ok((request, held))`: whether a hold came first.
-fn await_request(
+/// path dies). `Ok((request, held))`: whether a hold came first. A fan-out
+/// chain's hop reads its request the same way (`binding` empty there).
+pub(crate) fn await_request(
     s: &mut TcpStream,
     n: &Negotiated,
     binding: &[u8],
