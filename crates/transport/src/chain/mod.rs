@@ -41,7 +41,7 @@ use crate::{select, TransportError};
 use rdpipe_wire::resume::{
     chain_stream_key, ResumeReply, ResumeRequest, ResumeVerdict, RESUME_REPLY_LEN,
 };
-use rdpipe_wire::{Integrity, Role, StreamHasher, TransportPref};
+use rdpipe_wire::{Integrity, Role, StreamHasher, TransportPref, WireError};
 use std::io::Write;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
@@ -104,12 +104,19 @@ fn chain_hasher(integrity: Integrity, secret: &[u8]) -> StreamHasher {
 /// Whether a failed hop is worth re-linking: its peer or the connection went
 /// away. A verdict on the stream (a mismatch, tampering, an abort) or our own
 /// input or output failing is not.
+/// A resume message on a new connection that fails its tag or is not one
+/// (a replayed hold, a forged request) is that connection's loss too: it is
+/// dropped and the hop goes on reconnecting, as a standalone hop does.
 fn lost(e: &TransportError) -> bool {
     matches!(
         e,
         TransportError::PeerGone { .. }
             | TransportError::Truncated { .. }
             | TransportError::Rdma(_)
+            | TransportError::Protocol {
+                source: WireError::ResumeForged | WireError::BadResumeMagic(_),
+                ..
+            }
     )
 }
 
@@ -121,19 +128,36 @@ fn describe(transport: String, relinked: Option<u64>) -> String {
     }
 }
 
-/// The next connection of a hop lost at stream byte `at` with `e`: the same
-/// peer again over `link` while `--reconnect-timeout` lasts, or a re-link
-/// as soon as rdpipe orders one; after the timeout only a re-link, for up to
-/// `chain.wait`. Fails with `e` when neither comes.
+/// How a lost hop looks for its next connection ([`next_hop`]).
+struct Lost {
+    /// The stream byte at which it was lost.
+    at: u64,
+    /// When: `--reconnect-timeout` counts from here.
+    since: Instant,
+    /// A connection to the same peer that a dialing sink's thread already
+    /// authenticated (and held) while the output was busy.
+    kept: Option<(TcpStream, Negotiated)>,
+}
+
+/// The next connection of a hop lost with `e`: the same peer again over
+/// `link` (the kept connection first) while `--reconnect-timeout` lasts, or
+/// a re-link as soon as rdpipe orders one (an order drops a kept
+/// connection); after the timeout only a re-link, for up to `chain.wait`.
+/// Fails with `e` when neither comes.
 fn next_hop(
     link: &mut Link,
     opts: &mut Options,
     role: Role,
     chain: &mut Chain<'_>,
-    at: u64,
+    lost: Lost,
     e: TransportError,
 ) -> Result<(TcpStream, Negotiated, Rejoin), TransportError> {
-    let deadline = Instant::now() + opts.reconnect_timeout;
+    let Lost {
+        at,
+        since,
+        mut kept,
+    } = lost;
+    let deadline = since + opts.reconnect_timeout;
     if !opts.reconnect_timeout.is_zero() {
         tracing::info!("the hop was lost at byte {at} ({e}); reconnecting (or re-linking)");
         if let Some(n) = opts.notice.as_mut() {
@@ -144,7 +168,8 @@ fn next_hop(
     }
     loop {
         let now = Instant::now();
-        let reconnecting = now < deadline;
+        // A kept connection is held by its peer, past any deadline.
+        let reconnecting = now < deadline || kept.is_some();
         let wait = if reconnecting {
             Duration::ZERO
         } else {
@@ -152,6 +177,7 @@ fn next_hop(
         };
         match (chain.relink)(at, wait) {
             RelinkPoll::To(ep, key) => {
+                crate::reconnect::reset(kept.take().map(|(s, _)| s));
                 opts.key = key;
                 opts.transport = TransportPref::Tcp;
                 let (l, s, n) = Link::open(ep, opts, role)?;
@@ -161,6 +187,9 @@ fn next_hop(
             RelinkPoll::Refused => return Err(e),
             RelinkPoll::NotYet if !reconnecting => return Err(e),
             RelinkPoll::NotYet => {}
+        }
+        if let Some((s, n)) = kept.take() {
+            return Ok((s, n, Rejoin::Reconnected));
         }
         if let Some((s, n)) = link.again(opts, role, (now + POLL).min(deadline))? {
             return Ok((s, n, Rejoin::Reconnected));
@@ -232,14 +261,28 @@ pub fn run_recv_chain<W: Write, F: FnOnce() -> Result<W, TransportError>>(
         let offset = hasher.bytes();
         // A dialing sink's thread may have seen the loss first and dialed
         // the same peer again while the output was busy.
-        let (since, mut kept) = match predial.take().and_then(|p| p.finish()) {
+        let (since, kept) = match predial.take().and_then(|p| p.finish()) {
             Some((at, kept)) => (at, kept),
             None => (Instant::now(), None),
         };
+        let mut lost_now = Lost {
+            at: offset,
+            since,
+            kept,
+        };
         loop {
-            let (s, n2, how) = match kept.take() {
-                Some((s, n2)) => (s, n2, Rejoin::Reconnected),
-                None => next_hop(&mut link, &mut opts, Role::Receiver, &mut chain, offset, e)?,
+            let (s, n2, how) = next_hop(
+                &mut link,
+                &mut opts,
+                Role::Receiver,
+                &mut chain,
+                lost_now,
+                e,
+            )?;
+            lost_now = Lost {
+                at: offset,
+                since: Instant::now(),
+                kept: None,
             };
             match resume(s, &n2, integrity, offset, opts.handshake_timeout) {
                 Ok(s) => {

@@ -35,6 +35,9 @@ pub fn run_send_chain<R: Input>(
     let mut rejoined: Option<(Instant, Rejoin)> = None;
     loop {
         let prog = progress_of(&mut progress);
+        // A sink that comes back on a new connection replaces this one,
+        // also while it holds us waiting for its request.
+        link.watch(&stream);
         let guard = stream.try_clone().ok();
         let view = opts_view(&opts);
         let mut on_flow = |transport: String, offset: u64| {
@@ -70,7 +73,12 @@ pub fn run_send_chain<R: Input>(
             Some((since, _)) => since,
             None => Instant::now(),
         };
-        let (s, n2, how) = next_hop(&mut link, &mut opts, Role::Sender, &mut chain, at, e)?;
+        let lost_now = super::Lost {
+            at,
+            since: Instant::now(),
+            kept: None,
+        };
+        let (s, n2, how) = next_hop(&mut link, &mut opts, Role::Sender, &mut chain, lost_now, e)?;
         if how == Rejoin::Relinked {
             relinked = Some(at);
         }

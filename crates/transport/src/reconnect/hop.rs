@@ -106,6 +106,9 @@ pub(crate) fn send_reconnecting<R: Input>(
                 return Err(gave_up(&peer, at, opts.reconnect_timeout, e));
             };
             let timeout = opts.handshake_timeout;
+            // The receiver coming back on yet another connection replaces
+            // this one, also while it holds us waiting for its request.
+            link.watch(&s);
             match answer_resume(&mut s, &n2, &first, &binding, &mut input, timeout)? {
                 Rejoined::Yes((offset, bytes)) => {
                     tracing::info!(
@@ -128,10 +131,15 @@ pub(crate) fn send_reconnecting<R: Input>(
                 }
                 Rejoined::Retry(why) => {
                     tracing::info!("{}: no resume on this connection: {why}", n2.peer_addr);
+                    link.unwatch();
+                    // Also if another connection's arrival closed it.
+                    link.kicked();
                     reset(Some(s));
                 }
                 Rejoined::Lapsed(why) => {
                     tracing::info!("{}: lost again while it waited: {why}", n2.peer_addr);
+                    link.unwatch();
+                    link.kicked();
                     reset(Some(s));
                     deadline = Instant::now() + opts.reconnect_timeout;
                 }

@@ -78,11 +78,21 @@ pub(crate) fn pump(
     let mut buf = vec![0u8; 64 << 10];
     while gen.load(Ordering::SeqCst) == mine {
         let n = match from.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => n,
+            Ok(n) if n > 0 => n,
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
             Err(e) if e.kind() == std::io::ErrorKind::TimedOut => continue,
-            Err(_) => break,
+            // One end closed its connection: the other end sees the close.
+            Ok(_) => {
+                let _ = to.shutdown(std::net::Shutdown::Write);
+                break;
+            }
+            // One end reset its connection: the other pump ends too (it
+            // reads an end of file), and both connections close with a
+            // reset, as the other end's would without the proxy.
+            Err(_) => {
+                let _ = to.shutdown(std::net::Shutdown::Read);
+                break;
+            }
         };
         if let Some(r) = &record {
             let mut r = r.lock().unwrap();
