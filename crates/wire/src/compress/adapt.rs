@@ -8,9 +8,8 @@
 //! each chunk shrank. Every [`WINDOW`] compressed chunks it decides:
 //!
 //! - the chunks shrank by less than 3 % ([`INCOMPRESSIBLE`]): stop trying; the
-//!   next chunks go stored without trying for 16 chunks, then twice as
-//!   many after each failed probe (up to 1024), and the probe starts again at
-//!   [`ADAPT_MIN`];
+//!   next chunks go stored without trying for 4 chunks, then twice as
+//!   many after each failed probe (up to 1024); the level stays;
 //! - compression bound above [`ADAPT_MIN`] (its waits at least [`BOUND`] of
 //!   the window's time and more than the link's, and the window moved fewer
 //!   bytes than the link carries at its ratio: storing's rate over the
@@ -172,7 +171,7 @@ impl Adapt {
         Adapt {
             level: ADAPT_START,
             off_for: 0,
-            next_off: FIRST_OFF,
+            next_off: FIRST_INCOMPRESSIBLE_OFF,
             next_cpu_off: FIRST_OFF,
             chunks: 0,
             raw: 0,
@@ -435,14 +434,15 @@ impl Adapt {
             })
         };
         if ratio > INCOMPRESSIBLE {
+            // The level stays: what the link and the cores allowed before
+            // the data stopped compressing still holds when it starts again.
             self.off_for = self.next_off;
             self.next_off = (self.next_off * 2).min(MAX_OFF);
-            self.level = ADAPT_MIN;
             record(self, Why::Incompressible);
             self.clear();
             return;
         }
-        self.next_off = FIRST_OFF;
+        self.next_off = FIRST_INCOMPRESSIBLE_OFF;
         self.span_wire += self.packed;
         self.span_time += self.elapsed;
         if self.storing_underrated() {

@@ -379,9 +379,34 @@ fn incompressible_data_pauses_longer_each_time() {
         }
         n
     };
+    assert_eq!(pause(&mut a), 4);
+    assert_eq!(pause(&mut a), 8);
     assert_eq!(pause(&mut a), 16);
-    assert_eq!(pause(&mut a), 32);
-    assert_eq!(pause(&mut a), 64);
+}
+
+#[test]
+fn data_that_stops_compressing_for_a_while_keeps_its_level() {
+    let mut a = Adapt::new();
+    // The link binds: the level climbs to 3.
+    for _ in 0..2 {
+        window(&mut a, 0.4, 8, 0);
+    }
+    let level = a.next_level();
+    assert_eq!(level, Some(ADAPT_MIN + 2));
+    // A stretch of compressed files, then compressible data again.
+    window(&mut a, 0.99, 8, 0);
+    let mut stored = 0;
+    while a.next_level().is_none() {
+        a.stored(1000);
+        a.waited(
+            Duration::from_millis(8),
+            Duration::ZERO,
+            Duration::from_millis(8),
+        );
+        stored += 1;
+    }
+    assert_eq!(stored, 4);
+    assert_eq!(a.next_level(), level);
 }
 
 #[test]
