@@ -11,8 +11,8 @@
 mod proxy;
 mod stalled;
 
-use proxy::{data, dial, listen_announcing, no_relink, opts, Proxy, Shared};
-use rdpipe_transport::chain::{run_recv_chain, run_send_chain, Chain};
+use proxy::{data, dial, listen_announcing, opts, test_chain, Proxy, Shared};
+use rdpipe_transport::chain::{run_recv_chain, run_send_chain};
 use rdpipe_transport::reconnect::HopState;
 use rdpipe_transport::replay::Recorded;
 use rdpipe_transport::{run_recv, run_send, Endpoint, Options, Report, TransportError};
@@ -57,11 +57,7 @@ fn flapping_as(
             let mut o = opts(integrity, 32 << 20, Duration::from_secs(20));
             o.compress = compress;
             if chain {
-                let chain = Chain {
-                    secret: b"chain secret",
-                    relink: &mut no_relink,
-                    wait: Duration::from_secs(1),
-                };
+                let chain = test_chain();
                 return run_recv_chain(ep, o, move || Ok(out), chain);
             }
             run_recv(ep, o, move || Ok(out))
@@ -80,11 +76,7 @@ fn flapping_as(
             let mut o = opts(integrity, 32 << 20, Duration::from_secs(20));
             o.compress = compress;
             if chain {
-                let chain = Chain {
-                    secret: b"chain secret",
-                    relink: &mut no_relink,
-                    wait: Duration::from_secs(1),
-                };
+                let chain = test_chain();
                 return run_send_chain(ep, o, &mut Recorded::new(f, 32 << 20), chain);
             }
             run_send(ep, o, &mut f)

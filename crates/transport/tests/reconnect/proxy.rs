@@ -1,7 +1,7 @@
 //! What the reconnect tests share: the options of a test hop, an output
 //! the test reads while it grows, and the proxy that resets connections.
 
-use rdpipe_transport::chain::RelinkPoll;
+use rdpipe_transport::chain::{Chain, RelinkPoll};
 use rdpipe_transport::{Endpoint, Options, Rate};
 use rdpipe_wire::{Compress, Integrity, TransportPref};
 use std::io::{Read, Write};
@@ -196,4 +196,13 @@ pub(crate) fn dial(port: u16) -> Endpoint {
 pub(crate) fn no_relink(_at: u64, wait: Duration) -> RelinkPoll {
     std::thread::sleep(wait);
     RelinkPoll::NotYet
+}
+
+/// A fan-out chain hop's part whose re-link never comes ([`no_relink`]).
+pub(crate) fn test_chain() -> Chain<'static> {
+    Chain {
+        secret: b"chain secret",
+        relink: Box::leak(Box::new(no_relink)),
+        wait: Duration::from_secs(1),
+    }
 }

@@ -2,8 +2,8 @@
 //! nothing (a consumer that stopped reading): it resumes once the output
 //! goes on, however long the stall.
 
-use crate::proxy::{data, dial, listen_announcing, no_relink, opts, Proxy, Shared};
-use rdpipe_transport::chain::{run_recv_chain, run_send_chain, Chain};
+use crate::proxy::{data, dial, listen_announcing, opts, test_chain, Proxy, Shared};
+use rdpipe_transport::chain::{run_recv_chain, run_send_chain};
 use rdpipe_transport::replay::Recorded;
 use rdpipe_transport::{run_recv, run_send, Endpoint};
 use rdpipe_wire::Integrity;
@@ -86,11 +86,7 @@ fn a_reset_while_the_receivers_output_is_stalled_resumes() {
             std::thread::spawn(move || {
                 let ep = recv_ep();
                 if chain {
-                    let c = Chain {
-                        secret: b"chain secret",
-                        relink: &mut no_relink,
-                        wait: Duration::from_secs(1),
-                    };
+                    let c = test_chain();
                     return run_recv_chain(ep, quick(), move || Ok(out), c);
                 }
                 run_recv(ep, quick(), move || Ok(out))
@@ -101,11 +97,7 @@ fn a_reset_while_the_receivers_output_is_stalled_resumes() {
                 let ep = send_ep();
                 let mut f = std::fs::File::open(path).unwrap();
                 if chain {
-                    let c = Chain {
-                        secret: b"chain secret",
-                        relink: &mut no_relink,
-                        wait: Duration::from_secs(1),
-                    };
+                    let c = test_chain();
                     return run_send_chain(ep, quick(), &mut Recorded::new(f, 32 << 20), c);
                 }
                 run_send(ep, quick(), &mut f)
