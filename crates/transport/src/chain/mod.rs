@@ -103,9 +103,10 @@ fn chain_hasher(integrity: Integrity, secret: &[u8]) -> StreamHasher {
 
 /// Whether a failed hop is worth re-linking: its peer or the connection went
 /// away. A verdict on the stream (a mismatch, tampering, an abort) or our own
-/// input or output failing is not. A resume message on a new connection that fails its tag or is not one
-/// (a replayed hold, a forged request) is that connection's loss too: it is
-/// dropped and the hop goes on reconnecting, as a standalone hop does.
+/// input or output failing is not. A resume message on a new connection
+/// that fails its tag or is not one (a replayed hold, a forged request) is
+/// that connection's loss too: it is dropped and the hop goes on
+/// reconnecting, as a standalone hop does.
 fn lost(e: &TransportError) -> bool {
     matches!(
         e,

@@ -139,13 +139,7 @@ impl Link {
             return None;
         };
         let dial = predial::Dial {
-            redial: Redial {
-                host: host.clone(),
-                port: *port,
-                key: opts.key.clone(),
-                params: local_params(opts, Role::Receiver),
-                handshake_timeout: opts.handshake_timeout,
-            },
+            redial: Redial::to(host, *port, opts, Role::Receiver),
             reconnect_timeout: opts.reconnect_timeout,
             binding: binding.to_vec(),
         };
@@ -161,14 +155,11 @@ impl Link {
     ) -> Result<Option<(TcpStream, Negotiated)>, TransportError> {
         match self {
             Link::Accept(a) => a.next(Some(deadline)),
-            Link::Dial { host, port, .. } => Redial {
-                host: host.clone(),
-                port: *port,
-                key: opts.key.clone(),
-                params: local_params(opts, role),
-                handshake_timeout: opts.handshake_timeout,
-            }
-            .until(deadline, Duration::MAX, &AtomicBool::new(false)),
+            Link::Dial { host, port, .. } => Redial::to(host, *port, opts, role).until(
+                deadline,
+                Duration::MAX,
+                &AtomicBool::new(false),
+            ),
         }
     }
 }
@@ -183,6 +174,17 @@ pub(crate) struct Redial {
 }
 
 impl Redial {
+    /// Dialing `host:port` again as `role`, with `opts`' key and timeout.
+    fn to(host: &str, port: u16, opts: &Options, role: Role) -> Redial {
+        Redial {
+            host: host.to_string(),
+            port,
+            key: opts.key.clone(),
+            params: local_params(opts, role),
+            handshake_timeout: opts.handshake_timeout,
+        }
+    }
+
     /// Dials until a connection authenticates; `Ok(None)` once `deadline`
     /// passed or `stop` was set. Each attempt retries a refused connection
     /// for up to `slice` of the time left.
