@@ -176,12 +176,14 @@ fn tcp_pump(c: &mut Criterion) {
                     let rx = std::thread::spawn(move || {
                         let (s, _) = l.accept().unwrap();
                         rdpipe_transport::connect::tune(&s).unwrap();
-                        let mut rx = TcpReceiver::new(s, chunk, "bench".into());
+                        let buf = rdpipe_transport::tcp::buffer_size(chunk, false);
+                        let mut rx = TcpReceiver::new(s, buf, chunk, "bench".into());
                         recv_stream(&mut rx, &mut std::io::sink(), prot, &mut |_| {}).unwrap()
                     });
                     let s = TcpStream::connect(addr).unwrap();
                     rdpipe_transport::connect::tune(&s).unwrap();
-                    let mut tx = TcpSender::new(s, chunk, 2, "bench".into()).unwrap();
+                    let buf = rdpipe_transport::tcp::buffer_size(chunk, false);
+                    let mut tx = TcpSender::new(s, buf, 2, "bench".into()).unwrap();
                     let mut f = std::fs::File::open(&path).unwrap();
                     let sent = send_stream(&mut f, &mut tx, prot, None, &mut |_| {}).unwrap();
                     drop(tx);

@@ -240,17 +240,13 @@ fn rdpipe_relay_and_chain_carry_compressed_hops() {
     net.assert_clean();
 }
 
-/// Handshake parameters of a fake peer in `role`: a build from before
-/// compression has no [`Caps::COMPRESS`] and asks for none.
-fn fake(role: Role, compress: Compress, knows: bool) -> LocalParams {
+/// Handshake parameters of a fake peer in `role` that announces `caps`: a
+/// build from before compression has no [`Caps::COMPRESS`] and asks for none.
+fn fake(role: Role, compress: Compress, caps: Caps) -> LocalParams {
     LocalParams {
         role,
         transport: TransportPref::Tcp,
-        caps: if knows {
-            Caps::COMPRESS
-        } else {
-            Caps::default()
-        },
+        caps,
         chunk_size: 1 << 20,
         slots: 2,
         integrity: Integrity::Mac,
@@ -264,7 +260,7 @@ fn a_peer_from_before_compression_is_refused_with_one_line() {
     // rdrecv --compress against an old sender.
     let r = Receiver::start(&[KEY, "--compress"], &[], None);
     let mut s = TcpStream::connect(("127.0.0.1", r.port)).unwrap();
-    let old = fake(Role::Sender, Compress::None, false);
+    let old = fake(Role::Sender, Compress::None, Caps::default());
     let _ = handshake(&mut s, KEY.as_bytes(), &old, Duration::from_secs(5));
     let f = r.finish();
     f.expect_code(8)
@@ -276,7 +272,7 @@ fn a_peer_from_before_compression_is_refused_with_one_line() {
     let port = l.local_addr().unwrap().port().to_string();
     let h = std::thread::spawn(move || {
         let (mut c, _) = l.accept().unwrap();
-        let old = fake(Role::Receiver, Compress::None, false);
+        let old = fake(Role::Receiver, Compress::None, Caps::default());
         let _ = handshake(&mut c, KEY.as_bytes(), &old, Duration::from_secs(5));
         // What the old build reads next: our Abort, with its reason.
         rdpipe_transport::frame_io::read_control(&mut c, "rdsend")
@@ -298,11 +294,64 @@ fn a_peer_from_before_compression_is_refused_with_one_line() {
     // Without --compress, an old peer still works.
     let r = Receiver::start(&[KEY], &[], None);
     let mut s = TcpStream::connect(("127.0.0.1", r.port)).unwrap();
-    let old = fake(Role::Sender, Compress::None, false);
+    let old = fake(Role::Sender, Compress::None, Caps::default());
     handshake(&mut s, KEY.as_bytes(), &old, Duration::from_secs(5)).unwrap();
     drop(s);
     let f = r.finish();
     assert!(!f.stderr.contains("compress"), "{}", f.stderr);
+}
+
+/// The lengths of the data frames real rdsend (with `flags`) sends a fake
+/// receiver that announces `caps`, for 3 MiB of random bytes: chunks that
+/// do not shrink, each as large as the sender's buffer.
+fn frame_lengths(caps: Caps, flags: &[&str]) -> Vec<u32> {
+    use rdpipe_transport::frame_io::{read_control_payload, read_header};
+    use rdpipe_wire::{Control, FrameKind};
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port().to_string();
+    let h = std::thread::spawn(move || {
+        let (mut c, _) = l.accept().unwrap();
+        let p = fake(Role::Receiver, Compress::None, caps);
+        handshake(&mut c, KEY.as_bytes(), &p, Duration::from_secs(5)).unwrap();
+        let mut lengths = Vec::new();
+        loop {
+            let h = read_header(&mut c, "rdsend", 64 << 20).unwrap();
+            if h.kind == FrameKind::Data {
+                let mut payload = vec![0u8; h.len as usize];
+                std::io::Read::read_exact(&mut c, &mut payload).unwrap();
+                lengths.push(h.len);
+                continue;
+            }
+            match read_control_payload(&mut c, "rdsend", h).unwrap() {
+                Control::Keepalive => {}
+                Control::End(_) => return lengths,
+                other => panic!("the sender sent {other:?}"),
+            }
+        }
+    });
+    let mut args = vec!["127.0.0.1", &port, KEY, "--reconnect-timeout", "0"];
+    args.extend(flags);
+    // The fake never confirms: rdsend fails once it has sent End.
+    let _ = send(&args, &[], Some(&random_bytes(3 << 20, 4)));
+    h.join().unwrap()
+}
+
+#[test]
+fn a_compressed_stream_uses_larger_tcp_frames_only_where_both_ends_take_them() {
+    let (narrow, wide) = (256 << 10, 1 << 20);
+    let both = Caps::COMPRESS.union(Caps::WIDE_COMPRESSED);
+    let l = frame_lengths(both, &["--compress=zstd:3"]);
+    assert!(l.len() >= 3, "{l:?}");
+    assert!(l.iter().all(|n| *n as usize <= wide), "{l:?}");
+    assert!(l.iter().any(|n| *n as usize > narrow), "{l:?}");
+    // A build that takes compressed chunks only in 256 KiB frames.
+    let l = frame_lengths(Caps::COMPRESS, &["--compress=zstd:3"]);
+    assert!(l.len() >= 12, "{l:?}");
+    assert!(l.iter().all(|n| *n as usize <= narrow), "{l:?}");
+    // Without compression, 256 KiB frames whatever the peer takes.
+    let l = frame_lengths(both, &[]);
+    assert!(l.len() >= 12, "{l:?}");
+    assert!(l.iter().all(|n| *n as usize <= narrow), "{l:?}");
 }
 
 /// A chunk whose body is `body` and whose trailer says `raw_len`, kind zstd.
@@ -364,7 +413,7 @@ fn bombs_and_corrupt_frames_from_an_authenticated_sender_are_refused() {
         // Checksum here, Mac the fake's: data frames go unsealed.
         let r = Receiver::start(&[KEY, "--integrity", "checksum"], &[], None);
         let mut s = TcpStream::connect(("127.0.0.1", r.port)).unwrap();
-        let p = fake(Role::Sender, Compress::Zstd(3), true);
+        let p = fake(Role::Sender, Compress::Zstd(3), Caps::COMPRESS);
         let n = handshake(&mut s, KEY.as_bytes(), &p, Duration::from_secs(5)).unwrap();
         assert_eq!(n.compress, Compress::Zstd(3));
         // A good chunk first: written only once the stream verifies, so

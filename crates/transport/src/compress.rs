@@ -327,6 +327,7 @@ impl Packer {
         };
         if self.room == 0 {
             self.room = room;
+            self.adapt.chunk_size(room);
             let workers = self.pool.map_or(1, |p| p.threads);
             self.depth = (workers + 1).min(AHEAD_BYTES / room).max(1);
         }

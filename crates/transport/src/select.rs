@@ -7,7 +7,7 @@
 
 use crate::handshake::Negotiated;
 use crate::rdma::{self, Decline, RequiredBy, Setup};
-use crate::tcp::{TcpReceiver, TcpSender};
+use crate::tcp::{self, TcpReceiver, TcpSender};
 use crate::{ChunkReceiver, ChunkSender, TransportError};
 use rdpipe_wire::frame::Chosen;
 use rdpipe_wire::{Caps, TransportPref};
@@ -18,7 +18,9 @@ use std::net::TcpStream;
 /// `RDPIPE_RDMA_NO_IMM=1` is set or the devices are iWARP.
 pub fn local_caps(pref: TransportPref) -> Caps {
     // Every build since compression reads compressed chunks.
-    transport_caps(pref).union(Caps::COMPRESS)
+    transport_caps(pref)
+        .union(Caps::COMPRESS)
+        .union(Caps::WIDE_COMPRESSED)
 }
 
 fn transport_caps(pref: TransportPref) -> Caps {
@@ -59,23 +61,35 @@ fn fall_back(n: &Negotiated, decline: Decline) -> Result<(), TransportError> {
     Ok(())
 }
 
+/// The TCP transport's buffer for this stream: [`tcp::COMPRESSED_TCP_BUF`]
+/// when it is compressed and both ends take that, else [`tcp::TCP_BUF`]
+/// (within the chunk size either way).
+fn tcp_buffer(n: &Negotiated) -> usize {
+    let wide = n.compress.is_on()
+        && n.local.caps.contains(Caps::WIDE_COMPRESSED)
+        && n.peer.caps.contains(Caps::WIDE_COMPRESSED);
+    tcp::buffer_size(n.chunk_size as usize, wide)
+}
+
 fn tcp_sender(
     stream: TcpStream,
     n: &Negotiated,
     buffers: usize,
 ) -> Result<Box<dyn ChunkSender>, TransportError> {
-    let tx = TcpSender::new(stream, n.chunk_size as usize, buffers, n.peer_addr.clone()).map_err(
-        |source| TransportError::Io {
-            context: "starting the TCP sender",
-            source,
-        },
-    )?;
+    let tx =
+        TcpSender::new(stream, tcp_buffer(n), buffers, n.peer_addr.clone()).map_err(|source| {
+            TransportError::Io {
+                context: "starting the TCP sender",
+                source,
+            }
+        })?;
     Ok(Box::new(tx))
 }
 
 fn tcp_receiver(stream: TcpStream, n: &Negotiated) -> Box<dyn ChunkReceiver> {
     Box::new(TcpReceiver::new(
         stream,
+        tcp_buffer(n),
         n.chunk_size as usize,
         n.peer_addr.clone(),
     ))

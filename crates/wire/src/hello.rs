@@ -6,7 +6,8 @@
 //! `compress` and `level` (once the second and third bytes of a `caps:u32` that
 //! earlier builds always sent as zero, and still read as capability bits they
 //! ignore) are the end's `--compress` wish ([`Compress`]); an end that reads
-//! compressed chunks sets [`Caps::COMPRESS`].
+//! compressed chunks sets [`Caps::COMPRESS`], one that takes them in larger TCP
+//! frames [`Caps::WIDE_COMPRESSED`].
 //! `rate_limit` (once `reserved[3]=0`, so a hello without a limit is what earlier
 //! builds send) is the end's `--rate-limit` in bytes per second as `shift:u8
 //! mantissa:u16`, value `mantissa << shift`, all zero for none: see [`encode_rate`].
@@ -167,6 +168,11 @@ impl Caps {
     /// This end reads compressed chunks ([`crate::compress`]); builds from
     /// before compression never set it.
     pub const COMPRESS: Caps = Caps(4);
+    /// This end takes the TCP data frames of a compressed stream up to 1 MiB
+    /// (within the negotiated chunk size; the transport's
+    /// `COMPRESSED_TCP_BUF`); builds without it take at most 256 KiB, so a
+    /// stream uses the larger frames only when both ends set it.
+    pub const WIDE_COMPRESSED: Caps = Caps(8);
     /// The bits of the hello's `caps:u32` that carry the compression wish,
     /// not capabilities.
     const WISH_BITS: u32 = 0x00FF_FF00;
@@ -383,6 +389,10 @@ mod tests {
         let mut bad = b;
         bad[9] = 9;
         assert_eq!(Hello::decode(&bad), Err(WireError::BadCompress([9, 7])));
+        // The larger compressed TCP frames' bit sits beside it.
+        h.caps = h.caps.union(Caps::WIDE_COMPRESSED);
+        assert_eq!(h.encode()[8], 1 | 4 | 8);
+        assert_eq!(Hello::decode(&h.encode()).unwrap(), h);
     }
 
     #[test]

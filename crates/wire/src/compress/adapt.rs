@@ -71,6 +71,12 @@
 //! and chunks after it that did not is a stall, and the whole stretch is
 //! storing's rate.
 //!
+//! Every count of chunks here is of 256 KiB units ([`UNIT`],
+//! [`Adapt::chunk_size`]): a window, a pause and a stretch cover the same
+//! bytes whether the transport's chunks are 256 KiB (TCP) or 1 MiB (RDMA,
+//! and a compressed stream over TCP), with at least two chunks to a window
+//! or a stretch's paced part.
+//!
 //! A chunk compressed at another level than the current one (on the pool
 //! when the level changed: up to nine chunks ahead) is judged by no window,
 //! nor are its waits ([`Adapt::compressed_at`]). Under `--rate-limit`
@@ -85,7 +91,10 @@ use std::time::Duration;
 #[derive(Debug, Clone)]
 pub struct Adapt {
     level: i32,
-    /// Chunks left to store without trying.
+    /// The units ([`UNIT`]) one chunk counts as: every count below is of
+    /// units, not chunks.
+    per: u32,
+    /// Units left to store without trying.
     off_for: u32,
     /// How long the next incompressible pause lasts.
     next_off: u32,
@@ -170,6 +179,7 @@ impl Adapt {
     pub fn new() -> Adapt {
         Adapt {
             level: ADAPT_START,
+            per: 1,
             off_for: 0,
             next_off: FIRST_INCOMPRESSIBLE_OFF,
             next_cpu_off: FIRST_OFF,
@@ -222,6 +232,22 @@ impl Adapt {
         self
     }
 
+    /// Chunks of `bytes` (the transport's buffer): each counts as the
+    /// [`UNIT`]s it holds, so that a window, a pause and a stretch cover the
+    /// bytes they were measured at whatever the chunk size (a 1 MiB chunk
+    /// is four of the 256 KiB ones; one of 256 KiB or less, one), and no
+    /// window or stretch has fewer than two chunks.
+    pub fn chunk_size(&mut self, bytes: usize) {
+        // To the nearest unit: a chunk's room is its buffer less a trailer
+        // and, sealed, a tag per piece.
+        self.per = ((bytes + UNIT / 2) / UNIT).clamp(1, MAX_OFF as usize) as u32;
+    }
+
+    /// A count of `units`, but at least two chunks' worth.
+    fn least(&self, units: u32) -> u32 {
+        units.max(2 * self.per)
+    }
+
     /// The level for the next chunk; `None`: store it without trying. Call
     /// once per chunk.
     pub fn next_level(&mut self) -> Option<i32> {
@@ -229,15 +255,16 @@ impl Adapt {
             self.off_for = 0;
         }
         if self.off_for > 0 {
-            self.off_for -= 1;
+            self.off_for = self.off_for.saturating_sub(self.per);
             self.pausing = true;
             return None;
         }
-        if self.pausing && (1..PACED_MIN).contains(&self.paced_chunks) && self.extended < PACED_MIN
+        let paced_min = self.least(PACED_MIN);
+        if self.pausing && (1..paced_min).contains(&self.paced_chunks) && self.extended < paced_min
         {
             // A chunk waited on the link near the stretch's end: a few more,
             // to tell full buffers from a stall.
-            self.extended += 1;
+            self.extended += self.per;
             return None;
         }
         if std::mem::take(&mut self.pausing) {
@@ -252,7 +279,7 @@ impl Adapt {
             // stretch measured storing at 130-250 MB/s for a path that
             // stores at 1 GB/s, and the whole stream went compressed at a
             // quarter of that).
-            let paced = self.paced_chunks >= PACED_MIN
+            let paced = self.paced_chunks >= paced_min
                 && self.paced_waited * 2 >= self.paced_chunks
                 && !self.paced_time.is_zero();
             let (raw, time) = if paced {
@@ -315,7 +342,7 @@ impl Adapt {
         let Some(probe) = self.probe_rate else {
             return false;
         };
-        self.paced_chunks >= PAUSE_CHECKED_AFTER
+        self.paced_chunks >= self.least(PAUSE_CHECKED_AFTER)
             && self.paced_waited * 4 >= self.paced_chunks * 3
             && !self.paced_time.is_zero()
             && self.paced_raw as f64 / self.paced_time.as_secs_f64() * KEEP_MARGIN < probe
@@ -356,8 +383,8 @@ impl Adapt {
             if !self.paced_time.is_zero() || waited {
                 self.paced_raw += self.last_raw;
                 self.paced_time += elapsed;
-                self.paced_chunks += 1;
-                self.paced_waited += u32::from(waited);
+                self.paced_chunks += self.per;
+                self.paced_waited += self.per * u32::from(waited);
             }
         } else if !self.last_stale {
             self.link += link;
@@ -397,10 +424,10 @@ impl Adapt {
             // Compressed before the stretch began: judged by no window.
             return;
         }
-        self.chunks += 1;
+        self.chunks += self.per;
         self.raw += raw as u64;
         self.packed += packed.min(raw) as u64;
-        if self.chunks < WINDOW {
+        if self.chunks < self.least(WINDOW) {
             return;
         }
         let ratio = self.packed as f64 / self.raw.max(1) as f64;
@@ -430,7 +457,7 @@ impl Adapt {
                 stored_rate: a.stored_rate(),
                 why,
                 level: a.level,
-                store_for: a.off_for,
+                store_for: a.off_for.div_ceil(a.per),
             })
         };
         if ratio > INCOMPRESSIBLE {

@@ -1,6 +1,13 @@
 //! The numbers `--compress auto` decides by ([`super::adapt`]), each with
 //! what it is for and, where a figure chose it, that figure; and the pause
 //! they give a probe that lost ([`probe_pays_off_after`]).
+//!
+//! Counts of "chunks" here are of [`UNIT`]s: the figures were measured with
+//! chunks of that size, and a larger chunk counts as the units it holds.
+
+/// The chunk size the counts here were measured at (a TCP frame of 256
+/// KiB); a chunk of 1 MiB counts as four ([`super::adapt::Adapt::chunk_size`]).
+pub const UNIT: usize = 256 << 10;
 
 /// The lowest level `auto` uses.
 pub const ADAPT_MIN: i32 = 1;
