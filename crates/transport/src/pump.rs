@@ -164,7 +164,16 @@ pub fn send_stream_with<R: Read + AsFd>(
 ) -> Result<Totals, TransportError> {
     let mut replay = replay;
     let mut pacer: Option<Pacer> = None;
-    let mut sealer = (prot.integrity == Integrity::Encrypt).then(|| Sealer::new(&prot.keys.aead));
+    // A compressed stream's chunks are sealed on this thread, as they are
+    // opened ([`recv_stream_with`]).
+    let mut sealer = (prot.integrity == Integrity::Encrypt).then(|| {
+        let s = Sealer::new(&prot.keys.aead);
+        if prot.compress.is_on() {
+            s.single_threaded()
+        } else {
+            s
+        }
+    });
     let mut packer = prot
         .compress
         .is_on()
