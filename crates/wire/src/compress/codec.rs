@@ -18,8 +18,9 @@ pub const SAMPLES: usize = 4;
 /// Bytes of a chunk per slice [`Encoder::worth_trying`] compresses (past
 /// [`SAMPLES`] of them): the samples cost 1/16 of trying the whole chunk
 /// whatever its size, and cover a 1 MiB chunk as densely as a 256 KiB one.
-/// Four slices of a 1 MiB chunk of a tar of /usr/share missed 22 chunks of
-/// 192 that shrank whole (a stored chunk there costs its ratio, 2 ×).
+/// With four slices of each 1 MiB chunk of a tar of /usr/share `auto`
+/// stored 29 chunks of 193 (7 by its decisions) where `zstd:3` stored 1;
+/// with one per 64 KiB, 17.
 pub const SAMPLED_PER: usize = 16 * SAMPLE;
 
 /// zstd's frame magic number, little endian on the wire.
