@@ -21,8 +21,8 @@
 //! (j | MORE) as u32 LE || c as u64 LE      MORE = 1 << 31 on every piece but the last
 //! ```
 //!
-//! so a single-piece chunk (every TCP frame: 256 KiB buffers hold at most
-//! 256 KiB − 16 bytes of plaintext) is byte for byte the format before pieces:
+//! so a single-piece chunk (every uncompressed TCP frame: 256 KiB buffers hold
+//! at most 256 KiB − 16 bytes of plaintext) is byte for byte the format before pieces:
 //! `ciphertext || tag` under the nonce `0u32 || c`.
 //!
 //! **Nonces never repeat under one key.** A nonce names `(c, j, last?)`; the
