@@ -583,3 +583,7 @@ impl Adapt {
 #[cfg(test)]
 #[path = "adapt_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "adapt_chunk_size_tests.rs"]
+mod chunk_size_tests;

@@ -1,0 +1,33 @@
+//! `auto`'s counts with chunks larger than the 256 KiB they were measured
+//! at ([`super::Adapt::chunk_size`]).
+
+use super::*;
+
+#[test]
+fn a_mebibyte_chunk_counts_as_four_of_the_chunks_the_counts_were_measured_at() {
+    let ms = Duration::from_millis;
+    // The room of a sealed buffer (less a trailer and tags) rounds to its units.
+    for (size, per) in [(UNIT - 100, 1), (4 * UNIT - 100, 4), (16 * UNIT, 16)] {
+        let mut a = Adapt::new();
+        a.chunk_size(size);
+        // A window is two chunks at least, else WINDOW units.
+        let window = (WINDOW / per).max(2);
+        for i in 0..window {
+            assert!(a.take_decision().is_none(), "{size}: decided after {i}");
+            assert!(a.next_level().is_some());
+            a.waited(ms(5), ms(0), ms(10));
+            a.compressed(size, size);
+        }
+        let d = a.take_decision().expect("a window ended");
+        assert_eq!(d.why, Why::Incompressible);
+        // The pause covers the bytes it covers in 256 KiB chunks (a chunk at least).
+        let pause = FIRST_INCOMPRESSIBLE_OFF.div_ceil(per);
+        assert_eq!(d.store_for, pause, "{size}");
+        for _ in 0..pause {
+            assert_eq!(a.next_level(), None, "{size}");
+            a.stored(size);
+            a.waited(ms(0), ms(0), ms(10));
+        }
+        assert!(a.next_level().is_some(), "{size}");
+    }
+}
