@@ -128,6 +128,31 @@ impl Protection<'_> {
             Integrity::Checksum | Integrity::Encrypt => StreamHasher::new(),
         }
     }
+
+    /// The sealer under `--encrypt`. A compressed stream's chunks are sealed
+    /// (and opened, [`Protection::opener`]) on the calling thread: the
+    /// compression pool already spreads its work over the cores, and the seal
+    /// pool's workers, woken for each chunk's pieces, spin between chunks (1
+    /// MiB chunks of random bytes under `auto`, two cores: 0.1 CPU s/GB more
+    /// for the receiver).
+    fn sealer(&self) -> Option<Sealer> {
+        let s = (self.integrity == Integrity::Encrypt).then(|| Sealer::new(&self.keys.aead))?;
+        Some(if self.compress.is_on() {
+            s.single_threaded()
+        } else {
+            s
+        })
+    }
+
+    /// The opener under `--encrypt` (see [`Protection::sealer`]).
+    fn opener(&self) -> Option<Opener> {
+        let o = (self.integrity == Integrity::Encrypt).then(|| Opener::new(&self.keys.aead))?;
+        Some(if self.compress.is_on() {
+            o.single_threaded()
+        } else {
+            o
+        })
+    }
 }
 
 /// Sends all of `input`, then end of stream, and waits for the receiver's
@@ -164,16 +189,7 @@ pub fn send_stream_with<R: Read + AsFd>(
 ) -> Result<Totals, TransportError> {
     let mut replay = replay;
     let mut pacer: Option<Pacer> = None;
-    // A compressed stream's chunks are sealed on this thread, as they are
-    // opened ([`recv_stream_with`]).
-    let mut sealer = (prot.integrity == Integrity::Encrypt).then(|| {
-        let s = Sealer::new(&prot.keys.aead);
-        if prot.compress.is_on() {
-            s.single_threaded()
-        } else {
-            s
-        }
-    });
+    let mut sealer = prot.sealer();
     let mut packer = prot
         .compress
         .is_on()
@@ -363,18 +379,7 @@ pub fn recv_stream_with<W: Write>(
     hasher: &mut StreamHasher,
     progress: Progress<'_>,
 ) -> Result<Totals, TransportError> {
-    // A compressed stream's chunks are opened on this thread: the compression
-    // pool already spreads its work over the cores, and the seal pool's
-    // workers, woken for each chunk's pieces, spin between chunks (1 MiB
-    // chunks of random bytes under `auto`, two cores: 0.1 CPU s/GB more).
-    let mut opener = (prot.integrity == Integrity::Encrypt).then(|| {
-        let o = Opener::new(&prot.keys.aead);
-        if prot.compress.is_on() {
-            o.single_threaded()
-        } else {
-            o
-        }
-    });
+    let mut opener = prot.opener();
     let mut unpacker = prot
         .compress
         .is_on()

@@ -98,11 +98,11 @@ impl TcpSender {
     /// Starts the writer and back-channel threads on an authenticated
     /// connection, with `slots` buffers of `buf_size` bytes ([`buffer_size`]).
     pub fn new(stream: TcpStream, buf_size: usize, slots: usize, peer: String) -> io::Result<Self> {
-        let chunk_size = buf_size.max(1);
+        let buf_size = buf_size.max(1);
         let (free_tx, free) = channel();
         for _ in 0..slots.max(2) {
             free_tx
-                .send(PageBuf::new(chunk_size))
+                .send(PageBuf::new(buf_size))
                 .expect("receiver is alive");
         }
         let peer_on_loopback = stream.peer_addr().is_ok_and(|a| a.ip().is_loopback());
