@@ -176,6 +176,30 @@ fn netns_failing_middle_command() {
     );
     assert!(r.stdout.is_empty());
     net.assert_clean();
+    // n1's cat dies of SIGPIPE once its sender stops, and its stdin breaks in
+    // the same instant: whichever of the two the agent sees first, no line
+    // (not even with -v, which prints every failure) blames n1's cat for
+    // stopping to read.
+    for round in 0..3 {
+        let r = net.rdpipe(
+            &[
+                "-v",
+                "n1:cat",
+                "n2:head -c 1000 >/dev/null; exit 5",
+                "n3:cat",
+            ],
+            Some(random_bytes(8 << 20, round)),
+            30,
+        );
+        assert_eq!(r.code(), Some(5), "{}", r.stderr);
+        let blamed = r
+            .stderr
+            .lines()
+            .filter(|l| l.contains("stopped reading its input"))
+            .find(|l| !l.contains("n2 [2]"));
+        assert!(blamed.is_none(), "round {round}: {}", r.stderr);
+        net.assert_clean();
+    }
 }
 
 #[test]
