@@ -141,7 +141,10 @@ fn a_relay_that_rewrites_data_and_fixes_the_checksum_is_caught_by_both_ends() {
 fn a_relay_that_drops_the_end_and_echoes_it_as_done_is_caught() {
     // The receiver never sees End (truncation); the attacker answers the sender
     // with the End turned into a Done. The Done tag is under another key.
-    let r = Receiver::start(&[KEY], &[], None);
+    // The relay's close can reach the receiver as a reset (it closes with the
+    // receiver's last messages unread), which the receiver takes for a lost
+    // path and waits out for the sender: a short --reconnect-timeout bounds it.
+    let r = Receiver::start(&[KEY, "--reconnect-timeout", "2"], &[], None);
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();
     let target = r.port;

@@ -34,6 +34,9 @@ pub struct Shared {
     /// end closes): from then on a SIGPIPE death of the command is the sender's
     /// failure showing through, not the command's own.
     pub output_closed: AtomicBool,
+    /// The command's stdout reached end of file (the command closed it or
+    /// ended) before the sender let go of it.
+    pub output_ended: AtomicBool,
     /// The command's exit status, once it exited.
     status: Mutex<Option<ExitStatus>>,
     cv: Condvar,
@@ -44,6 +47,14 @@ impl Shared {
     pub fn set_exit(&self, st: ExitStatus) {
         *self.status.lock().unwrap_or_else(|p| p.into_inner()) = Some(st);
         self.cv.notify_all();
+    }
+
+    /// Whether the sender let go of the command's stdout before it ended (a
+    /// failure downstream): a command that stops reading its input after that
+    /// was most likely killed by SIGPIPE (or by the agent stopping it), not
+    /// stopping of its own accord.
+    pub fn output_cut(&self) -> bool {
+        self.output_closed.load(Ordering::SeqCst) && !self.output_ended.load(Ordering::SeqCst)
     }
 
     /// Whether the command has exited.
@@ -122,6 +133,7 @@ impl Read for CmdOutput {
         if n > 0 {
             return Ok(n);
         }
+        self.shared.output_ended.store(true, Ordering::SeqCst);
         let st = self.shared.wait_exit();
         // Poisoned first: a command stopped by the agent after another failure is
         // an echo of that failure, not a failure of its own to report downstream.

@@ -14,9 +14,6 @@
 //! A command that stops reading its input early (`head -c 1000`) makes the
 //! incoming transfer fail (the upstream is told "output closed", like SIGPIPE in a
 //! shell pipeline) but is not stopped: its own exit status is still reported.
-//! That report waits for the command's exit: a command that died of SIGPIPE
-//! after the sender let go of its output did not choose to stop reading, and
-//! its broken input is an echo of the sender's failure.
 //!
 //! A `--to` sink ([`Segment::sink`], see [`super::relay`]) differs: its
 //! command's failure, or its stopping to read, is reported (`EXIT`, `FAIL cmd`)
@@ -112,13 +109,6 @@ pub struct Segment {
     /// never collateral, even when the sender's report of it reached this loop
     /// before the exit event did.
     exited_first: bool,
-    /// The command's input broke (it closed its stdin) while it still ran: the
-    /// `FAIL in` report waits for its exit, which tells whether it stopped
-    /// reading on its own or died of SIGPIPE because its output was closed
-    /// (the sender's failure showing through; the two happen in either order).
-    stopped_reading: Option<(Part, u8, String)>,
-    /// The command died of SIGPIPE after the sender let go of its output.
-    broken_output: bool,
     /// The CPU used before the segment started (the agent's start-up helpers,
     /// such as `ip`, count as the agent's, not as the command's).
     usage_base: Option<crate::control::Usage>,
@@ -147,8 +137,6 @@ impl Segment {
             ok: true,
             deadline: None,
             exited_first: false,
-            stopped_reading: None,
-            broken_output: false,
             usage_base: super::usage::measure(),
             copied: Arc::default(),
         }
@@ -232,10 +220,6 @@ impl Segment {
                     format!("the command stopped reading its input after {n} bytes"),
                 ));
             }
-        }
-        if let Some((part, code, msg)) = self.stopped_reading.take() {
-            // The command outlived the grace: it stopped reading on its own.
-            self.report_stopped_reading(part, code, msg);
         }
         if !self.ok {
             self.kill(Signal::Kill);
@@ -336,14 +320,20 @@ impl Segment {
             && !self.sink
             && self.deadline.is_none()
             && matches!(&e, TransportError::Output(io) if io.kind() == std::io::ErrorKind::BrokenPipe);
-        if stopped_reading && self.pending_exit {
-            self.stopped_reading = Some((part, e.exit_code(), msg));
+        // Its output was let go of first (the sender failed): the command's
+        // SIGPIPE death (or our SIGTERM, when the sender's report came first)
+        // broke its input, whichever of the two reports reached this loop
+        // first. An echo of the sender's failure, not a choice of the command.
+        let echo = stopped_reading && self.shared.output_cut();
+        let kind = if echo {
+            FailKind::Echo
         } else if stopped_reading {
-            self.report_stopped_reading(part, e.exit_code(), msg);
+            FailKind::StoppedReading
         } else {
-            self.say
-                .send(&FromAgent::fail(part, FailKind::Error, e.exit_code(), msg));
-        }
+            FailKind::Error
+        };
+        self.say
+            .send(&FromAgent::fail(part, kind, e.exit_code(), msg));
         if stopped_reading {
             // The command stopped reading (like `head`): the upstream was told,
             // and our output must not end cleanly, but the command itself is not
@@ -357,21 +347,6 @@ impl Segment {
         if let Some(h) = &self.held_input {
             h.release();
         }
-    }
-
-    /// Reports that the command's input broke: its own choice to stop reading
-    /// (`head`), or an echo when it died of SIGPIPE because the sender let go of
-    /// its output first.
-    fn report_stopped_reading(&mut self, part: Part, code: u8, msg: String) {
-        let (kind, msg) = if self.broken_output {
-            (
-                FailKind::Echo,
-                format!("{msg} (the command's output was closed first)"),
-            )
-        } else {
-            (FailKind::StoppedReading, msg)
-        };
-        self.say.send(&FromAgent::fail(part, kind, code, msg));
     }
 
     fn exited(&mut self, st: ExitStatus) {
@@ -393,10 +368,6 @@ impl Segment {
                 .shared
                 .output_closed
                 .load(std::sync::atomic::Ordering::SeqCst);
-        self.broken_output = broken_output;
-        if let Some((part, code, msg)) = self.stopped_reading.take() {
-            self.report_stopped_reading(part, code, msg);
-        }
         if (self.deadline.is_some() && collateral && !self.exited_first) || broken_output {
             self.say.send(&FromAgent::Exit(CmdExit::Killed));
             return;
