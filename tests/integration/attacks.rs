@@ -25,6 +25,22 @@ fn read_frame(r: &mut TcpStream) -> Option<(FrameHeader, Vec<u8>)> {
     Some((header, p))
 }
 
+/// Accepts the sender under test: the first connection that delivers a whole
+/// hello within 10 s. Tests run in parallel on loopback, so another test's
+/// process (a scanner, a sender redialing a port its receiver gave up) can reach
+/// this listener first; such a stray is dropped.
+fn accept_hello(l: &TcpListener) -> (TcpStream, [u8; HELLO_LEN]) {
+    loop {
+        let (mut c, _) = l.accept().unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut hello = [0u8; HELLO_LEN];
+        if c.read_exact(&mut hello).is_ok() {
+            c.set_read_timeout(None).unwrap();
+            return (c, hello);
+        }
+    }
+}
+
 /// A relay between a client and `target`: the client-to-target direction goes
 /// through `rewrite` frame by frame after the hello (what an on-path attacker
 /// without the key can do), the other direction is copied. Everything the client
@@ -38,24 +54,21 @@ fn relay(
     let record = Arc::new(Mutex::new(Vec::new()));
     let rec = record.clone();
     let h = std::thread::spawn(move || {
-        let (mut c, _) = l.accept().unwrap();
+        let (mut c, hello) = accept_hello(&l);
         let mut up = TcpStream::connect(("127.0.0.1", target)).unwrap();
         let (mut c2, mut up2) = (c.try_clone().unwrap(), up.try_clone().unwrap());
         let back = std::thread::spawn(move || {
             let _ = std::io::copy(&mut up2, &mut c2);
             let _ = c2.shutdown(Shutdown::Write);
         });
-        let mut hello = [0u8; HELLO_LEN];
-        if c.read_exact(&mut hello).is_ok() {
-            rec.lock().unwrap().extend_from_slice(&hello);
-            let _ = up.write_all(&hello);
-            while let Some((h, p)) = read_frame(&mut c) {
-                let mut frame = h.encode().to_vec();
-                frame.extend_from_slice(&p);
-                rec.lock().unwrap().extend_from_slice(&frame);
-                if up.write_all(&rewrite(h, p)).is_err() {
-                    break;
-                }
+        rec.lock().unwrap().extend_from_slice(&hello);
+        let _ = up.write_all(&hello);
+        while let Some((h, p)) = read_frame(&mut c) {
+            let mut frame = h.encode().to_vec();
+            frame.extend_from_slice(&p);
+            rec.lock().unwrap().extend_from_slice(&frame);
+            if up.write_all(&rewrite(h, p)).is_err() {
+                break;
             }
         }
         let _ = up.shutdown(Shutdown::Write);
@@ -149,14 +162,12 @@ fn a_relay_that_drops_the_end_and_echoes_it_as_done_is_caught() {
     let port = l.local_addr().unwrap().port();
     let target = r.port;
     let h = std::thread::spawn(move || {
-        let (mut c, _) = l.accept().unwrap();
+        let (mut c, hello) = accept_hello(&l);
         let mut up = TcpStream::connect(("127.0.0.1", target)).unwrap();
         let (mut c2, mut up2) = (c.try_clone().unwrap(), up.try_clone().unwrap());
         let back = std::thread::spawn(move || {
             let _ = std::io::copy(&mut up2, &mut c2);
         });
-        let mut hello = [0u8; HELLO_LEN];
-        c.read_exact(&mut hello).unwrap();
         up.write_all(&hello).unwrap();
         while let Some((h, p)) = read_frame(&mut c) {
             if h.kind == FrameKind::End {
@@ -288,9 +299,7 @@ fn a_fake_receiver_gets_no_tag_from_rdsend() {
     let sent = Arc::new(Mutex::new(Vec::new()));
     let rec = sent.clone();
     let h = std::thread::spawn(move || {
-        let (mut c, _) = l.accept().unwrap();
-        let mut hello = [0u8; HELLO_LEN];
-        c.read_exact(&mut hello).unwrap();
+        let (mut c, hello) = accept_hello(&l);
         // Its own hello: rdsend's with the role flipped.
         let mut mine = hello;
         mine[6] = 2;
