@@ -320,10 +320,11 @@ impl Segment {
             && !self.sink
             && self.deadline.is_none()
             && matches!(&e, TransportError::Output(io) if io.kind() == std::io::ErrorKind::BrokenPipe);
-        // Its output was let go of first (the sender failed): the command's
-        // SIGPIPE death (or our SIGTERM, when the sender's report came first)
-        // broke its input, whichever of the two reports reached this loop
-        // first. An echo of the sender's failure, not a choice of the command.
+        // The sender let go of the command's unfinished output first (it
+        // failed): the command died of SIGPIPE and its input broke, and this
+        // report can reach the loop before the sender's. An echo of the
+        // sender's failure, not the command's choice. (Not judged by the exit
+        // status: our SIGTERM can reach a shell around the command first.)
         let echo = stopped_reading && self.shared.output_cut();
         let kind = if echo {
             FailKind::Echo
