@@ -26,10 +26,9 @@ fn read_frame(r: &mut TcpStream) -> Option<(FrameHeader, Vec<u8>)> {
 }
 
 /// Accepts the sender under test: the first connection that delivers a hello
-/// that decodes, within 10 s. Tests run in parallel, and
-/// `a_connector_racing_rdpipes_endpoints_fails_no_pipeline` connects to every
-/// new listener on the host (empty connections, 64 bytes of garbage): such a
-/// stray is dropped, as rdrecv drops it.
+/// that decodes, within 10 s. A stray connection on this loopback (a scanner,
+/// another parallel test's client dialing a port since reused) is dropped, as
+/// rdrecv drops it.
 fn accept_hello(l: &TcpListener) -> (TcpStream, [u8; HELLO_LEN]) {
     loop {
         let (mut c, _) = l.accept().unwrap();
@@ -423,32 +422,48 @@ fn a_killed_sender_leaves_the_old_output_file_intact() {
     assert_eq!(dir.names(), ["image.bin"], "a temporary file was left");
 }
 
-/// The TCP ports in LISTEN state on this host (from /proc/net/tcp and tcp6).
+/// The TCP ports in LISTEN state on this host (from /proc/net/tcp and tcp6),
+/// except those of this test process's own sockets: the racer below attacks
+/// rdpipe's endpoints, not the fakes, relays and proxies other tests run in
+/// this process at the same time (each accepts one connection and would take
+/// the racer's for the one under test).
 fn listening_ports() -> std::collections::HashSet<u16> {
-    let mut ports = std::collections::HashSet::new();
+    // (port, socket inode) of every listener, read before this process's
+    // descriptors: a listener of ours that shows in the table is then among them.
+    let mut listeners = Vec::new();
     for f in ["/proc/net/tcp", "/proc/net/tcp6"] {
         let Ok(text) = std::fs::read_to_string(f) else {
             continue;
         };
         for l in text.lines().skip(1) {
             let w: Vec<&str> = l.split_whitespace().collect();
-            // local_address is HEXIP:HEXPORT, st 0A is LISTEN.
-            if w.len() > 3 && w[3] == "0A" {
-                if let Some(p) = w[1].rsplit(':').next() {
-                    if let Ok(p) = u16::from_str_radix(p, 16) {
-                        ports.insert(p);
-                    }
+            // local_address is HEXIP:HEXPORT, st 0A is LISTEN, w[9] the inode.
+            if w.len() > 9 && w[3] == "0A" {
+                if let Some(Ok(p)) = w[1].rsplit(':').next().map(|p| u16::from_str_radix(p, 16)) {
+                    listeners.push((p, format!("socket:[{}]", w[9])));
                 }
             }
         }
     }
-    ports
+    let ours: std::collections::HashSet<String> = std::fs::read_dir("/proc/self/fd")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| std::fs::read_link(e.path()).ok())
+        .map(|t| t.to_string_lossy().into_owned())
+        .collect();
+    listeners
+        .into_iter()
+        .filter(|(_, inode)| !ours.contains(inode))
+        .map(|(p, _)| p)
+        .collect()
 }
 
 #[test]
 fn a_connector_racing_rdpipes_endpoints_fails_no_pipeline() {
-    // A process that connects to every new listener on this host as soon as it
-    // appears (empty connections and garbage) while local pipelines run: with
+    // A process that connects to every new listener of another process on this
+    // host as soon as it appears (empty connections and garbage) while local
+    // pipelines run (rdpipe's and those of other tests' rdsend/rdrecv): with
     // accept-until-authenticated and per-hop keys, every pipeline still succeeds.
     let before = listening_ports();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
