@@ -34,6 +34,7 @@
 
 use rdpipe_wire::compress::{
     put_trailer, Adapt, Encoder, Packed, KIND_STORED, KIND_ZSTD, MAX_LEVEL, TRAILER_LEN,
+    TRY_WHOLE_BELOW,
 };
 use rdpipe_wire::Compress;
 use std::cell::RefCell;
@@ -236,6 +237,9 @@ pub(crate) struct Packer {
     /// [`Adapt`] said to store the next chunk without trying; it is not
     /// read yet (the chunks on the pool go first).
     store_next: bool,
+    /// Under `auto`: sample the next chunk before trying it (the last chunk
+    /// tried did not shrink below [`TRY_WHOLE_BELOW`], or none was yet).
+    sample: bool,
     free: Vec<Job>,
     /// Raw bytes per chunk, from the first buffer lent.
     room: usize,
@@ -263,6 +267,7 @@ impl Packer {
             pool: workers(),
             inflight: VecDeque::new(),
             store_next: false,
+            sample: true,
             free: Vec::new(),
             room: 0,
             depth: 1,
@@ -288,6 +293,10 @@ impl Packer {
     fn done(&mut self, raw: usize, body: usize, wire: usize, level: Option<i32>, packed: Packed) {
         if self.mode == Compress::Auto {
             if let Some(level) = level {
+                self.sample = match packed {
+                    Packed::Zstd(_) => body as f64 >= TRY_WHOLE_BELOW * raw as f64,
+                    Packed::Stored => true,
+                };
                 self.adapt.compressed_at(level, raw, body);
                 if let Some(d) = self.adapt.take_decision() {
                     tracing::debug!("compress auto: {d}");
@@ -370,7 +379,7 @@ impl Packer {
                 Ok(n) => {
                     job.n = n;
                     job.level = level;
-                    job.sample = self.mode == Compress::Auto;
+                    job.sample = self.mode == Compress::Auto && self.sample;
                     self.dispatch(job);
                 }
                 Err(e) => {

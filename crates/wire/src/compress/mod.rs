@@ -45,6 +45,7 @@ mod tuning;
 pub use adapt::{Adapt, Binding, Decision, Why};
 pub use codec::{
     put_trailer, CompressError, Decoder, Encoder, Packed, KIND_STORED, KIND_ZSTD, TRAILER_LEN,
+    TRY_WHOLE_BELOW,
 };
 pub use tuning::{ADAPT_MAX, ADAPT_MIN, ADAPT_START, INCOMPRESSIBLE};
 
