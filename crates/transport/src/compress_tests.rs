@@ -1,0 +1,161 @@
+//! Tests of the sender's side of `--compress` ([`super::Packer`]).
+
+use super::*;
+use rdpipe_wire::compress::Decoder;
+
+/// Pieces of input, then an error or the end; `ready` as told.
+struct Script {
+    pieces: VecDeque<io::Result<Vec<u8>>>,
+    ready: bool,
+    reads: usize,
+}
+
+impl Source for Script {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.reads += 1;
+        match self.pieces.pop_front() {
+            None => Ok(0),
+            Some(Err(e)) => Err(e),
+            Some(Ok(p)) => {
+                buf[..p.len()].copy_from_slice(&p);
+                Ok(p.len())
+            }
+        }
+    }
+    fn ready(&mut self) -> bool {
+        self.ready
+    }
+}
+
+fn pieces(n: usize) -> Vec<Vec<u8>> {
+    (0..n)
+        .map(|i| {
+            let mut p = vec![i as u8; 60_000];
+            // Every other piece random: it goes stored.
+            if i % 2 == 1 {
+                let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ i as u64;
+                for b in p.iter_mut() {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    *b = x as u8;
+                }
+            }
+            p
+        })
+        .collect()
+}
+
+#[test]
+fn chunks_come_back_in_order_then_the_input_error() {
+    for mode in [Compress::Auto, Compress::Zstd(3), Compress::Zstd(1)] {
+        let want = pieces(9);
+        let mut src = Script {
+            pieces: want.iter().cloned().map(Ok).collect(),
+            ready: true,
+            reads: 0,
+        };
+        src.pieces
+            .push_back(Err(io::Error::other("the command failed")));
+        let mut p = Packer::new(mode, None);
+        let mut d = Decoder::new(1 << 20);
+        let mut buf = vec![0u8; 64 << 10];
+        for (i, w) in want.iter().enumerate() {
+            let n = p.next(&mut buf, &mut src).unwrap();
+            assert!(n > 0, "{mode} chunk {i}");
+            assert_eq!(d.decode(&buf[..n]).unwrap(), &w[..], "{mode} chunk {i}");
+        }
+        let e = p.next(&mut buf, &mut src).unwrap_err();
+        assert_eq!(e.to_string(), "the command failed");
+        let s = p.stats;
+        assert_eq!(s.raw, 9 * 60_000);
+        assert_eq!(s.chunks, 9);
+        assert!(s.stored >= 4, "{mode}: {s:?}");
+        assert!(s.wire < s.raw, "{mode}: {s:?}");
+    }
+}
+
+#[test]
+fn a_pause_on_incompressible_data_reads_straight_into_the_buffer() {
+    // Every piece random: after the first window `auto` pauses for 16
+    // chunks; once the chunks on the pool are out, each paused chunk is
+    // read into the caller's buffer when asked for, not ahead of it.
+    let random: Vec<Vec<u8>> = pieces(60).into_iter().skip(1).step_by(2).collect();
+    let mut src = Script {
+        pieces: random.iter().cloned().map(Ok).collect(),
+        ready: true,
+        reads: 0,
+    };
+    let mut p = Packer::new(Compress::Auto, None);
+    let mut d = Decoder::new(1 << 20);
+    let mut buf = vec![0u8; 64 << 10];
+    let mut straight = 0;
+    for (i, w) in random.iter().enumerate() {
+        let n = p.next(&mut buf, &mut src).unwrap();
+        assert_eq!(d.decode(&buf[..n]).unwrap(), &w[..], "chunk {i}");
+        straight += usize::from(src.reads == i + 1);
+    }
+    assert_eq!(p.next(&mut buf, &mut src).unwrap(), 0);
+    let depth = MAX_WORKERS + 1;
+    assert!(straight >= 16 - depth, "{straight} chunks read straight");
+    assert_eq!(p.stats.stored, 30);
+}
+
+#[test]
+fn nothing_is_read_ahead_of_input_that_is_not_ready() {
+    let mut src = Script {
+        pieces: pieces(3).into_iter().map(Ok).collect(),
+        ready: false,
+        reads: 0,
+    };
+    let mut p = Packer::new(Compress::Zstd(3), None);
+    let mut buf = vec![0u8; 64 << 10];
+    for i in 1..=3 {
+        p.next(&mut buf, &mut src).unwrap();
+        assert_eq!(src.reads, i, "chunk {i} waited for more input");
+    }
+    assert_eq!(p.next(&mut buf, &mut src).unwrap(), 0);
+}
+
+/// A chunk whose 4 KiB slices do not shrink but whose whole does: one
+/// random block of 6,000 bytes, ten times.
+fn long_matches() -> Vec<u8> {
+    let block = &pieces(2)[1][..6000];
+    block.repeat(10)
+}
+
+#[test]
+fn a_chunk_after_one_that_compressed_is_tried_whole() {
+    // As the first chunk, its samples decide: stored. After a chunk that
+    // compressed, it is tried whole: compressed.
+    for (input, stored) in [
+        (vec![long_matches()], 1),
+        (vec![vec![7u8; 60_000], long_matches()], 0),
+    ] {
+        let mut src = Script {
+            pieces: input.iter().cloned().map(Ok).collect(),
+            ready: false,
+            reads: 0,
+        };
+        let mut p = Packer::new(Compress::Auto, None);
+        let mut d = Decoder::new(1 << 20);
+        let mut buf = vec![0u8; 64 << 10];
+        for w in &input {
+            let n = p.next(&mut buf, &mut src).unwrap();
+            assert_eq!(d.decode(&buf[..n]).unwrap(), &w[..]);
+        }
+        assert_eq!(p.next(&mut buf, &mut src).unwrap(), 0);
+        assert_eq!(p.stats.stored, stored, "{:?}", p.stats);
+    }
+}
+
+#[test]
+fn a_buffer_without_room_for_the_trailer_is_an_error() {
+    let mut src = Script {
+        pieces: VecDeque::new(),
+        ready: true,
+        reads: 0,
+    };
+    let mut p = Packer::new(Compress::Auto, None);
+    assert!(p.next(&mut [0u8; TRAILER_LEN], &mut src).is_err());
+}
