@@ -99,6 +99,14 @@ pub trait ChunkSender: Send {
 
     /// Human-readable transport description for `-v` (e.g. `tcp`, `rdma (rxe0)`).
     fn describe(&self) -> String;
+
+    /// The bytes this transport's chunks hold without compression, where a
+    /// compressed stream's buffers are larger (TCP: 256 KiB frames, 1 MiB
+    /// compressed): a compressed stream's chunk that goes stored, or is
+    /// sampled first, is read no larger ([`compress`]). `None`: the buffer's size.
+    fn plain_chunk(&self) -> Option<usize> {
+        None
+    }
 }
 
 /// The receiving half of a transport.

@@ -190,10 +190,9 @@ pub fn send_stream_with<R: Read + AsFd>(
     let mut replay = replay;
     let mut pacer: Option<Pacer> = None;
     let mut sealer = prot.sealer();
-    let mut packer = prot
-        .compress
-        .is_on()
-        .then(|| Packer::new(prot.compress, rate_limit.map(|r| r.get().get())));
+    let mut packer = prot.compress.is_on().then(|| {
+        Packer::new(prot.compress, rate_limit.map(|r| r.get().get())).plain_chunk(tx.plain_chunk())
+    });
     grow_pipe(input);
     advise_sequential(input);
     loop {

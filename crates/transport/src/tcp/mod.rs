@@ -211,6 +211,10 @@ impl TcpSender {
 }
 
 impl ChunkSender for TcpSender {
+    fn plain_chunk(&self) -> Option<usize> {
+        Some(TCP_BUF)
+    }
+
     fn send_chunk(
         &mut self,
         fill: &mut dyn FnMut(&mut [u8]) -> io::Result<usize>,

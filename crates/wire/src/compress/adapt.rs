@@ -87,12 +87,20 @@ pub use super::decision::{Binding, Decision, Why};
 use super::tuning::*;
 use std::time::Duration;
 
+/// The [`UNIT`]s a chunk of `bytes` counts as: to the nearest (a full
+/// chunk's room is its buffer less a trailer and, sealed, a tag per piece),
+/// one at least.
+pub fn units(bytes: usize) -> u32 {
+    ((bytes + UNIT / 2) / UNIT).clamp(1, MAX_OFF as usize) as u32
+}
+
 /// The adaptive level (see the module docs).
 #[derive(Debug, Clone)]
 pub struct Adapt {
     level: i32,
-    /// The units ([`UNIT`]) one chunk counts as: every count below is of
-    /// units, not chunks.
+    /// The units ([`UNIT`]) a full chunk holds: a window or a stretch is
+    /// two full chunks at least. Every count below is of units, not chunks,
+    /// each chunk counted by its own bytes ([`units`]).
     per: u32,
     /// Units left to store without trying.
     off_for: u32,
@@ -232,15 +240,15 @@ impl Adapt {
         self
     }
 
-    /// Chunks of `bytes` (the transport's buffer): each counts as the
-    /// [`UNIT`]s it holds, so that a window, a pause and a stretch cover the
-    /// bytes they were measured at whatever the chunk size (a 1 MiB chunk
-    /// is four of the 256 KiB ones; one of 256 KiB or less, one), and no
-    /// window or stretch has fewer than two chunks.
+    /// Chunks of at most `bytes` (the transport's buffer): no window or
+    /// stretch has fewer than two such. Each chunk counts as the [`UNIT`]s
+    /// it holds ([`units`]), so that a window, a pause and a stretch cover
+    /// the bytes they were measured at whatever the chunks' sizes (a 1 MiB
+    /// chunk is four of the 256 KiB ones; one of 256 KiB or less, one; a
+    /// pipe's short reads and the sender's 256 KiB reads of data that does
+    /// not compress count as what they hold, not as full chunks).
     pub fn chunk_size(&mut self, bytes: usize) {
-        // To the nearest unit: a chunk's room is its buffer less a trailer
-        // and, sealed, a tag per piece.
-        self.per = ((bytes + UNIT / 2) / UNIT).clamp(1, MAX_OFF as usize) as u32;
+        self.per = units(bytes);
     }
 
     /// A count of `units`, but at least two chunks' worth.
@@ -255,7 +263,7 @@ impl Adapt {
             self.off_for = 0;
         }
         if self.off_for > 0 {
-            self.off_for = self.off_for.saturating_sub(self.per);
+            // Counted down by the chunk's units in `stored`.
             self.pausing = true;
             return None;
         }
@@ -263,8 +271,7 @@ impl Adapt {
         if self.pausing && (1..paced_min).contains(&self.paced_chunks) && self.extended < paced_min
         {
             // A chunk waited on the link near the stretch's end: a few more,
-            // to tell full buffers from a stall.
-            self.extended += self.per;
+            // to tell full buffers from a stall (counted in `stored`).
             return None;
         }
         if std::mem::take(&mut self.pausing) {
@@ -383,8 +390,9 @@ impl Adapt {
             if !self.paced_time.is_zero() || waited {
                 self.paced_raw += self.last_raw;
                 self.paced_time += elapsed;
-                self.paced_chunks += self.per;
-                self.paced_waited += self.per * u32::from(waited);
+                let u = units(self.last_raw as usize);
+                self.paced_chunks += u;
+                self.paced_waited += u * u32::from(waited);
             }
         } else if !self.last_stale {
             self.link += link;
@@ -396,6 +404,11 @@ impl Adapt {
     /// A chunk of `raw` bytes stored without trying (a `None` from
     /// [`Adapt::next_level`]).
     pub fn stored(&mut self, raw: usize) {
+        if self.off_for > 0 {
+            self.off_for = self.off_for.saturating_sub(units(raw));
+        } else {
+            self.extended += units(raw);
+        }
         self.paused_raw += raw as u64;
         self.last_raw = raw as u64;
         self.last_stored = true;
@@ -424,7 +437,7 @@ impl Adapt {
             // Compressed before the stretch began: judged by no window.
             return;
         }
-        self.chunks += self.per;
+        self.chunks += units(raw);
         self.raw += raw as u64;
         self.packed += packed.min(raw) as u64;
         if self.chunks < self.least(WINDOW) {
@@ -457,7 +470,7 @@ impl Adapt {
                 stored_rate: a.stored_rate(),
                 why,
                 level: a.level,
-                store_for: a.off_for.div_ceil(a.per),
+                store_for: a.off_for,
             })
         };
         if ratio > INCOMPRESSIBLE {

@@ -21,8 +21,8 @@ fn a_mebibyte_chunk_counts_as_four_of_the_chunks_the_counts_were_measured_at() {
         let d = a.take_decision().expect("a window ended");
         assert_eq!(d.why, Why::Incompressible);
         // The pause covers the bytes it covers in 256 KiB chunks (a chunk at least).
+        assert_eq!(d.store_for, FIRST_INCOMPRESSIBLE_OFF, "{size}");
         let pause = FIRST_INCOMPRESSIBLE_OFF.div_ceil(per);
-        assert_eq!(d.store_for, pause, "{size}");
         for _ in 0..pause {
             assert_eq!(a.next_level(), None, "{size}");
             a.stored(size);
@@ -30,4 +30,28 @@ fn a_mebibyte_chunk_counts_as_four_of_the_chunks_the_counts_were_measured_at() {
         }
         assert!(a.next_level().is_some(), "{size}");
     }
+}
+
+#[test]
+fn short_chunks_count_as_the_bytes_they_hold() {
+    // 1 MiB chunks negotiated, 256 KiB read (a pipe's short reads; the
+    // sender's reads of data that does not compress): a window and a pause
+    // cover the same bytes as with full chunks, in four times the chunks.
+    let ms = Duration::from_millis;
+    let mut a = Adapt::new();
+    a.chunk_size(4 * UNIT - 100);
+    for i in 0..WINDOW {
+        assert!(a.take_decision().is_none(), "decided after {i} chunks");
+        assert!(a.next_level().is_some());
+        a.waited(ms(5), ms(0), ms(10));
+        a.compressed(UNIT, UNIT);
+    }
+    let d = a.take_decision().expect("a window ended");
+    assert_eq!(d.why, Why::Incompressible);
+    for i in 0..FIRST_INCOMPRESSIBLE_OFF {
+        assert_eq!(a.next_level(), None, "stored chunk {i}");
+        a.stored(UNIT);
+        a.waited(ms(0), ms(0), ms(10));
+    }
+    assert!(a.next_level().is_some());
 }

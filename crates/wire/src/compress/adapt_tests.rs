@@ -412,39 +412,39 @@ fn data_that_stops_compressing_for_a_while_keeps_its_level() {
 #[test]
 fn a_stretch_measured_slow_is_measured_again_once_the_link_carried_more() {
     let us = Duration::from_micros;
-    const MIB: usize = 1 << 20;
-    // One 1 MiB chunk: compressed to 30 % in 2 ms, compression binding
+    const C: usize = UNIT;
+    // One 256 KiB chunk: compressed to 30 % in 0.5 ms, compression binding
     // (500 MB/s of data, 150 MB/s on the wire); stored in `stored` µs, all
     // of it waiting on the link.
     let chunk = |a: &mut Adapt, stored: u64| match a.next_level() {
         Some(_) => {
-            a.compressed(MIB, 3 * MIB / 10);
-            a.waited(us(0), us(1500), us(2000));
+            a.compressed(C, 3 * C / 10);
+            a.waited(us(0), us(375), us(500));
             None
         }
         None => {
-            a.stored(MIB);
+            a.stored(C);
             a.waited(us(stored), us(0), us(stored));
             Some(stored)
         }
     };
     let mut a = Adapt::new();
     // The first stretch, at the start of the stream, measures 10 MB/s
-    // (100 ms a chunk): compressing seems 50 times faster.
+    // (25 ms a chunk): compressing seems 50 times faster.
     let first = (0..WINDOW + 16)
-        .filter_map(|_| chunk(&mut a, 100_000))
+        .filter_map(|_| chunk(&mut a, 25_000))
         .count();
     assert_eq!(first, 16);
     assert_eq!(a.take_decision().map(|d| d.why), Some(Why::CpuFirst));
-    // The path really stores at 1 GB/s (1 ms a chunk). Once more than
+    // The path really stores at 1 GB/s (0.25 ms a chunk). Once more than
     // SPAN_WIRE bytes went out compressed at 15 times the measured rate,
     // a stretch goes stored at once and measures it again; compressing
     // (500 MB/s) is then slower, and storing wins from there on.
-    let windows_to_prove = (SPAN_WIRE as usize).div_ceil(3 * MIB / 10 * WINDOW as usize);
+    let windows_to_prove = (SPAN_WIRE as usize).div_ceil(3 * C / 10 * WINDOW as usize);
     let mut decisions = Vec::new();
     let mut stored = 0;
     for _ in 0..(windows_to_prove as u32 + 2) * WINDOW + 8 {
-        stored += chunk(&mut a, 1000).map_or(0, |_| 1);
+        stored += chunk(&mut a, 250).map_or(0, |_| 1);
         if let Some(d) = a.take_decision() {
             decisions.push(d.why);
         }

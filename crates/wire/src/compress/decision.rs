@@ -52,7 +52,7 @@ pub struct Decision {
     pub why: Why,
     /// The level from now on.
     pub level: i32,
-    /// Chunks stored without trying from now on (0: none).
+    /// [`UNIT`](super::tuning::UNIT)s stored without trying from now on (0: none).
     pub store_for: u32,
 }
 
@@ -71,7 +71,8 @@ impl std::fmt::Display for Decision {
             self.level
         )?;
         if self.store_for > 0 {
-            write!(f, ", next {} chunks stored", self.store_for)?;
+            let mib = self.store_for as f64 * super::tuning::UNIT as f64 / (1 << 20) as f64;
+            write!(f, ", next {mib} MiB stored")?;
         }
         Ok(())
     }
