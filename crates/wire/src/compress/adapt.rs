@@ -71,11 +71,12 @@
 //! and chunks after it that did not is a stall, and the whole stretch is
 //! storing's rate.
 //!
-//! Every count of chunks here is of 256 KiB units ([`UNIT`],
-//! [`Adapt::chunk_size`]): a window, a pause and a stretch cover the same
-//! bytes whether the transport's chunks are 256 KiB (TCP) or 1 MiB (RDMA,
-//! and a compressed stream over TCP), with at least two chunks to a window
-//! or a stretch's paced part.
+//! Every count of chunks here is of 256 KiB units ([`UNIT`], each chunk
+//! counted by the bytes it holds: [`units`]): a window, a pause and a
+//! stretch cover the same bytes whether the transport's chunks are 256 KiB
+//! (TCP) or 1 MiB (RDMA, and a compressed stream over TCP) or shorter (a
+//! pipe's reads, a stored chunk read at TCP's 256 KiB), with at least two
+//! full chunks to a window or a stretch's paced part ([`Adapt::chunk_size`]).
 //!
 //! A chunk compressed at another level than the current one (on the pool
 //! when the level changed: up to nine chunks ahead) is judged by no window,
@@ -86,13 +87,6 @@
 pub use super::decision::{Binding, Decision, Why};
 use super::tuning::*;
 use std::time::Duration;
-
-/// The [`UNIT`]s a chunk of `bytes` counts as: to the nearest (a full
-/// chunk's room is its buffer less a trailer and, sealed, a tag per piece),
-/// one at least.
-pub fn units(bytes: usize) -> u32 {
-    ((bytes + UNIT / 2) / UNIT).clamp(1, MAX_OFF as usize) as u32
-}
 
 /// The adaptive level (see the module docs).
 #[derive(Debug, Clone)]

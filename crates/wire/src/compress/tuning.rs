@@ -9,6 +9,13 @@
 /// KiB); a chunk of 1 MiB counts as four ([`super::adapt::Adapt::chunk_size`]).
 pub const UNIT: usize = 256 << 10;
 
+/// The [`UNIT`]s a chunk of `bytes` counts as: to the nearest (a full
+/// chunk's room is its buffer less a trailer and, sealed, a tag per piece),
+/// one at least.
+pub(super) fn units(bytes: usize) -> u32 {
+    ((bytes + UNIT / 2) / UNIT).clamp(1, MAX_OFF as usize) as u32
+}
+
 /// The lowest level `auto` uses.
 pub const ADAPT_MIN: i32 = 1;
 /// The highest level `auto` uses.
