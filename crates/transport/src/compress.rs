@@ -16,7 +16,7 @@
 //! ([`ChunkSender::plain_chunk`](crate::ChunkSender::plain_chunk)): over TCP a
 //! compressed stream's 1 MiB buffer, read, hashed, sealed and copied into the
 //! socket, no longer fits the core's cache; random data at 1 Gb/s cost the
-//! sender 20 % more CPU than without compression, in hashing and in the copy
+//! sender 28 % more CPU than without compression, in hashing and in the copy
 //! into the socket (`perf`), and 3 % more read 256 KiB at a time.
 //! With one CPU, each chunk is compressed on the calling thread.
 //!

@@ -159,3 +159,64 @@ fn a_buffer_without_room_for_the_trailer_is_an_error() {
     let mut p = Packer::new(Compress::Auto, None);
     assert!(p.next(&mut [0u8; TRAILER_LEN], &mut src).is_err());
 }
+
+/// Endless input, random or all zeros, as much as each read asks for;
+/// records the sizes asked.
+struct Endless {
+    random: bool,
+    x: u64,
+    asked: Vec<usize>,
+}
+
+impl Source for Endless {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.asked.push(buf.len());
+        for b in buf.iter_mut() {
+            self.x ^= self.x << 13;
+            self.x ^= self.x >> 7;
+            self.x ^= self.x << 17;
+            *b = if self.random { self.x as u8 } else { 0 };
+        }
+        Ok(buf.len())
+    }
+    fn ready(&mut self) -> bool {
+        true
+    }
+}
+
+#[test]
+fn chunks_stored_or_sampled_are_read_at_the_plain_size() {
+    // A 256 KiB buffer where the transport's plain chunk is 64 KiB: random
+    // data (sampled, then paused) is read 64 KiB at a time; data that
+    // compresses, after its first chunk, fills the buffer (until `auto`
+    // stores a stretch to measure storing: read as random data is).
+    for random in [true, false] {
+        let mut src = Endless {
+            random,
+            x: 0x9e37_79b9_7f4a_7c15,
+            asked: Vec::new(),
+        };
+        let mut p = Packer::new(Compress::Auto, None).plain_chunk(Some(64 << 10));
+        let mut buf = vec![0u8; (256 << 10) + TRAILER_LEN];
+        for _ in 0..40 {
+            assert!(p.next(&mut buf, &mut src).unwrap() > 0);
+        }
+        assert_eq!(
+            src.asked[0],
+            64 << 10,
+            "random {random}: the first chunk is sampled"
+        );
+        if random {
+            let later = &src.asked[1..];
+            assert!(later.iter().all(|n| *n == 64 << 10), "{later:?}");
+        } else {
+            // The chunks read ahead while the first was on the pool are
+            // sampled too.
+            let full = src.asked.iter().position(|n| *n == 256 << 10);
+            let full = full.expect("full reads");
+            assert!(full <= MAX_WORKERS + 1, "{:?}", src.asked);
+            let later = &src.asked[full..full + 8];
+            assert!(later.iter().all(|n| *n == 256 << 10), "{:?}", src.asked);
+        }
+    }
+}
