@@ -10,6 +10,17 @@ struct Script {
     reads: usize,
 }
 
+impl Script {
+    /// `pieces` in order, then the end.
+    fn of(pieces: &[Vec<u8>], ready: bool) -> Script {
+        Script {
+            pieces: pieces.iter().cloned().map(Ok).collect(),
+            ready,
+            reads: 0,
+        }
+    }
+}
+
 impl Source for Script {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         self.reads += 1;
@@ -50,11 +61,7 @@ fn pieces(n: usize) -> Vec<Vec<u8>> {
 fn chunks_come_back_in_order_then_the_input_error() {
     for mode in [Compress::Auto, Compress::Zstd(3), Compress::Zstd(1)] {
         let want = pieces(9);
-        let mut src = Script {
-            pieces: want.iter().cloned().map(Ok).collect(),
-            ready: true,
-            reads: 0,
-        };
+        let mut src = Script::of(&want, true);
         src.pieces
             .push_back(Err(io::Error::other("the command failed")));
         let mut p = Packer::new(mode, None);
@@ -81,11 +88,7 @@ fn a_pause_on_incompressible_data_reads_straight_into_the_buffer() {
     // chunks; once the chunks on the pool are out, each paused chunk is
     // read into the caller's buffer when asked for, not ahead of it.
     let random: Vec<Vec<u8>> = pieces(60).into_iter().skip(1).step_by(2).collect();
-    let mut src = Script {
-        pieces: random.iter().cloned().map(Ok).collect(),
-        ready: true,
-        reads: 0,
-    };
+    let mut src = Script::of(&random, true);
     let mut p = Packer::new(Compress::Auto, None);
     let mut d = Decoder::new(1 << 20);
     let mut buf = vec![0u8; 64 << 10];
@@ -103,11 +106,7 @@ fn a_pause_on_incompressible_data_reads_straight_into_the_buffer() {
 
 #[test]
 fn nothing_is_read_ahead_of_input_that_is_not_ready() {
-    let mut src = Script {
-        pieces: pieces(3).into_iter().map(Ok).collect(),
-        ready: false,
-        reads: 0,
-    };
+    let mut src = Script::of(&pieces(3), false);
     let mut p = Packer::new(Compress::Zstd(3), None);
     let mut buf = vec![0u8; 64 << 10];
     for i in 1..=3 {
@@ -132,11 +131,7 @@ fn a_chunk_after_one_that_compressed_is_tried_whole() {
         (vec![long_matches()], 1),
         (vec![vec![7u8; 60_000], long_matches()], 0),
     ] {
-        let mut src = Script {
-            pieces: input.iter().cloned().map(Ok).collect(),
-            ready: false,
-            reads: 0,
-        };
+        let mut src = Script::of(&input, false);
         let mut p = Packer::new(Compress::Auto, None);
         let mut d = Decoder::new(1 << 20);
         let mut buf = vec![0u8; 64 << 10];
@@ -151,11 +146,7 @@ fn a_chunk_after_one_that_compressed_is_tried_whole() {
 
 #[test]
 fn a_buffer_without_room_for_the_trailer_is_an_error() {
-    let mut src = Script {
-        pieces: VecDeque::new(),
-        ready: true,
-        reads: 0,
-    };
+    let mut src = Script::of(&[], true);
     let mut p = Packer::new(Compress::Auto, None);
     assert!(p.next(&mut [0u8; TRAILER_LEN], &mut src).is_err());
 }

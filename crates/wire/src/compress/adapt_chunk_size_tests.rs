@@ -3,6 +3,22 @@
 
 use super::*;
 
+/// `chunks` chunks of `size` bytes that do not shrink, each waiting half
+/// its time on the link: the window ends with the last, not before.
+fn incompressible_window(a: &mut Adapt, chunks: u32, size: usize) -> Decision {
+    let ms = Duration::from_millis;
+    for i in 0..chunks {
+        assert!(
+            a.take_decision().is_none(),
+            "{size}: decided after {i} chunks"
+        );
+        assert!(a.next_level().is_some());
+        a.waited(ms(5), ms(0), ms(10));
+        a.compressed(size, size);
+    }
+    a.take_decision().expect("a window ended")
+}
+
 #[test]
 fn a_mebibyte_chunk_counts_as_four_of_the_chunks_the_counts_were_measured_at() {
     let ms = Duration::from_millis;
@@ -12,13 +28,7 @@ fn a_mebibyte_chunk_counts_as_four_of_the_chunks_the_counts_were_measured_at() {
         a.chunk_size(size);
         // A window is two chunks at least, else WINDOW units.
         let window = (WINDOW / per).max(2);
-        for i in 0..window {
-            assert!(a.take_decision().is_none(), "{size}: decided after {i}");
-            assert!(a.next_level().is_some());
-            a.waited(ms(5), ms(0), ms(10));
-            a.compressed(size, size);
-        }
-        let d = a.take_decision().expect("a window ended");
+        let d = incompressible_window(&mut a, window, size);
         assert_eq!(d.why, Why::Incompressible);
         // The pause covers the bytes it covers in 256 KiB chunks (a chunk at least).
         assert_eq!(d.store_for, FIRST_INCOMPRESSIBLE_OFF, "{size}");
@@ -40,13 +50,7 @@ fn short_chunks_count_as_the_bytes_they_hold() {
     let ms = Duration::from_millis;
     let mut a = Adapt::new();
     a.chunk_size(4 * UNIT - 100);
-    for i in 0..WINDOW {
-        assert!(a.take_decision().is_none(), "decided after {i} chunks");
-        assert!(a.next_level().is_some());
-        a.waited(ms(5), ms(0), ms(10));
-        a.compressed(UNIT, UNIT);
-    }
-    let d = a.take_decision().expect("a window ended");
+    let d = incompressible_window(&mut a, WINDOW, UNIT);
     assert_eq!(d.why, Why::Incompressible);
     for i in 0..FIRST_INCOMPRESSIBLE_OFF {
         assert_eq!(a.next_level(), None, "stored chunk {i}");
