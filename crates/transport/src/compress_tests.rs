@@ -179,8 +179,7 @@ impl Source for Endless {
 fn chunks_stored_or_sampled_are_read_at_the_plain_size() {
     // A 256 KiB buffer where the transport's plain chunk is 64 KiB: random
     // data (sampled, then paused) is read 64 KiB at a time; data that
-    // compresses, after its first chunk, fills the buffer (until `auto`
-    // stores a stretch to measure storing: read as random data is).
+    // compresses, once its first chunk compressed, fills the buffer.
     for random in [true, false] {
         let mut src = Endless {
             random,
@@ -202,12 +201,12 @@ fn chunks_stored_or_sampled_are_read_at_the_plain_size() {
             assert!(later.iter().all(|n| *n == 64 << 10), "{later:?}");
         } else {
             // The chunks read ahead while the first was on the pool are
-            // sampled too.
+            // sampled too; the first read after its result fills the
+            // buffer. (Which later chunks `auto` stores to measure storing
+            // depends on timing.)
             let full = src.asked.iter().position(|n| *n == 256 << 10);
             let full = full.expect("full reads");
             assert!(full <= MAX_WORKERS + 1, "{:?}", src.asked);
-            let later = &src.asked[full..full + 8];
-            assert!(later.iter().all(|n| *n == 256 << 10), "{:?}", src.asked);
         }
     }
 }
