@@ -176,13 +176,19 @@ fn tcp_pump(c: &mut Criterion) {
                     let rx = std::thread::spawn(move || {
                         let (s, _) = l.accept().unwrap();
                         rdpipe_transport::connect::tune(&s).unwrap();
-                        let buf = rdpipe_transport::tcp::buffer_size(chunk, false);
+                        let buf = rdpipe_transport::tcp::buffer_size(
+                            chunk,
+                            rdpipe_transport::tcp::Frames::Plain,
+                        );
                         let mut rx = TcpReceiver::new(s, buf, chunk, "bench".into());
                         recv_stream(&mut rx, &mut std::io::sink(), prot, &mut |_| {}).unwrap()
                     });
                     let s = TcpStream::connect(addr).unwrap();
                     rdpipe_transport::connect::tune(&s).unwrap();
-                    let buf = rdpipe_transport::tcp::buffer_size(chunk, false);
+                    let buf = rdpipe_transport::tcp::buffer_size(
+                        chunk,
+                        rdpipe_transport::tcp::Frames::Plain,
+                    );
                     let mut tx = TcpSender::new(s, buf, 2, "bench".into()).unwrap();
                     let mut f = std::fs::File::open(&path).unwrap();
                     let sent = send_stream(&mut f, &mut tx, prot, None, &mut |_| {}).unwrap();

@@ -302,9 +302,10 @@ fn a_peer_from_before_compression_is_refused_with_one_line() {
 }
 
 /// The lengths of the data frames real rdsend (with `flags`) sends a fake
-/// receiver that announces `caps`, for 3 MiB of random bytes: chunks that
-/// do not shrink, each as large as the sender's buffer.
-fn frame_lengths(caps: Caps, flags: &[&str]) -> Vec<u32> {
+/// receiver that announces `caps` (and a chunk size of 1 MiB), for a file
+/// holding `input` (a file is always ready to read: each chunk is as large
+/// as the sender makes it).
+fn frame_lengths(caps: Caps, flags: &[&str], input: &[u8]) -> Vec<u32> {
     use rdpipe_transport::frame_io::{read_control_payload, read_header};
     use rdpipe_wire::{Control, FrameKind};
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -329,28 +330,67 @@ fn frame_lengths(caps: Caps, flags: &[&str]) -> Vec<u32> {
             }
         }
     });
-    let mut args = vec!["127.0.0.1", &port, KEY, "--reconnect-timeout", "0"];
+    let dir = Scratch::new("frames");
+    std::fs::write(dir.path("in"), input).unwrap();
+    let input = dir.s("in");
+    let mut args = vec!["127.0.0.1", &port, KEY, &input, "--reconnect-timeout", "0"];
     args.extend(flags);
     // The fake never confirms: rdsend fails once it has sent End.
-    let _ = send(&args, &[], Some(&random_bytes(3 << 20, 4)));
+    let _ = send(&args, &[], None);
     h.join().unwrap()
+}
+
+/// `len` bytes that shrink to about 0.65 of their size: in each 64, 40
+/// random bytes and 24 spaces (so compressed 4 MiB chunks still take frames
+/// larger than 1 MiB).
+fn partly_random(len: usize, seed: u64) -> Vec<u8> {
+    let mut v = random_bytes(len, seed);
+    for (i, b) in v.iter_mut().enumerate() {
+        if i % 64 >= 40 {
+            *b = b' ';
+        }
+    }
+    v
 }
 
 #[test]
 fn a_compressed_stream_uses_larger_tcp_frames_only_where_both_ends_take_them() {
-    let (narrow, wide) = (256 << 10, 1 << 20);
-    let both = Caps::COMPRESS.union(Caps::WIDE_COMPRESSED);
-    let l = frame_lengths(both, &["--compress=zstd:3"]);
-    assert!(l.len() >= 3, "{l:?}");
+    let (narrow, wide, large) = (256 << 10, 1 << 20, 4 << 20);
+    let wide_only = Caps::COMPRESS.union(Caps::WIDE_COMPRESSED);
+    let both = wide_only.union(Caps::LARGE_COMPRESSED);
+    let random = random_bytes(9 << 20, 4);
+    // `auto` on a link it waits on (a rate limit far below what it
+    // compresses at) compresses chunks as large as its buffer: 4 MiB, or
+    // the rate limit's pacing piece (a twentieth of a second: 3.2 MiB).
+    let paced = ["--compress=auto", "--rate-limit=64M"];
+    let text = partly_random(64 << 20, 5);
+    let l = frame_lengths(both, &paced, &text);
+    assert!(l.iter().all(|n| *n as usize <= large), "{l:?}");
+    assert!(l.iter().any(|n| *n as usize > wide), "{l:?}");
+    let l = frame_lengths(wide_only, &paced, &text);
+    assert!(l.iter().all(|n| *n as usize <= wide), "{l:?}");
+    // A fixed level keeps to 1 MiB chunks, in frames of more than 256 KiB.
+    let zstd = ["--compress=zstd:3"];
+    let l = frame_lengths(both, &zstd, &random);
+    assert!(l.len() >= 9, "{l:?}");
+    assert!(l.iter().all(|n| *n as usize <= large), "{l:?}");
+    assert!(l.iter().any(|n| *n as usize > narrow), "{l:?}");
+    // A smaller --chunk-size keeps every frame within it.
+    let l = frame_lengths(both, &["--compress=zstd:3", "--chunk-size=256K"], &random);
+    assert!(l.len() >= 36, "{l:?}");
+    assert!(l.iter().all(|n| *n as usize <= narrow), "{l:?}");
+    // A build that takes compressed chunks in 1 MiB frames, not 4 MiB.
+    let l = frame_lengths(wide_only, &zstd, &random);
+    assert!(l.len() >= 9, "{l:?}");
     assert!(l.iter().all(|n| *n as usize <= wide), "{l:?}");
     assert!(l.iter().any(|n| *n as usize > narrow), "{l:?}");
     // A build that takes compressed chunks only in 256 KiB frames.
-    let l = frame_lengths(Caps::COMPRESS, &["--compress=zstd:3"]);
-    assert!(l.len() >= 12, "{l:?}");
+    let l = frame_lengths(Caps::COMPRESS, &zstd, &random);
+    assert!(l.len() >= 36, "{l:?}");
     assert!(l.iter().all(|n| *n as usize <= narrow), "{l:?}");
     // Without compression, 256 KiB frames whatever the peer takes.
-    let l = frame_lengths(both, &[]);
-    assert!(l.len() >= 12, "{l:?}");
+    let l = frame_lengths(both, &[], &random);
+    assert!(l.len() >= 36, "{l:?}");
     assert!(l.iter().all(|n| *n as usize <= narrow), "{l:?}");
 }
 

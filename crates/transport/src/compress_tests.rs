@@ -210,3 +210,39 @@ fn chunks_stored_or_sampled_are_read_at_the_plain_size() {
         }
     }
 }
+
+#[test]
+fn only_auto_where_the_link_binds_compresses_chunks_larger_than_the_short_one() {
+    let big = 4 << 20;
+    let mut p = Packer::new(Compress::Auto, None);
+    p.room = big;
+    p.sample = false;
+    assert_eq!(p.compressed_size(), SMALL_CHUNK);
+    assert_eq!(p.counted, SMALL_CHUNK);
+    p.large = true;
+    assert_eq!(p.compressed_size(), big);
+    assert_eq!(p.counted, big, "auto counts its windows by the size in use");
+    // After a chunk that did not shrink: short.
+    p.sample = true;
+    assert_eq!(p.compressed_size(), SMALL_CHUNK);
+    assert_eq!(p.counted, SMALL_CHUNK);
+    // A buffer no larger than the short chunk (an RDMA slot): all of it.
+    p.room = 256 << 10;
+    p.sample = false;
+    assert_eq!(p.compressed_size(), 256 << 10);
+    // A fixed level keeps to the short chunk, whatever the data.
+    for random in [false, true] {
+        let mut src = Endless {
+            random,
+            x: 1,
+            asked: Vec::new(),
+        };
+        let mut p = Packer::new(Compress::Zstd(1), None).plain_chunk(Some(256 << 10));
+        let mut buf = vec![0u8; big + TRAILER_LEN];
+        for _ in 0..(MAX_WORKERS + 8) {
+            assert!(p.next(&mut buf, &mut src).unwrap() > 0);
+        }
+        let asked = &src.asked;
+        assert!(asked.iter().all(|n| *n == SMALL_CHUNK), "{asked:?}");
+    }
+}

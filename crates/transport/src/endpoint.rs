@@ -170,7 +170,7 @@ pub(crate) fn protection(n: &Negotiated) -> Protection<'_> {
         integrity: n.integrity,
         keys: &n.keys,
         compress: n.compress,
-        chunk_size: n.chunk_size as usize,
+        chunk_size: crate::select::largest_chunk(n),
         peer: &n.peer_addr,
     }
 }

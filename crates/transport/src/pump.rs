@@ -112,7 +112,8 @@ pub struct Protection<'a> {
     pub keys: &'a SessionKeys,
     /// The compression both ends use.
     pub compress: Compress,
-    /// The negotiated chunk size: no chunk decompresses to more.
+    /// The most bytes a chunk holds (the negotiated chunk size, or a
+    /// compressed stream's larger TCP frame): no chunk decompresses to more.
     pub chunk_size: usize,
     /// The peer, for messages.
     pub peer: &'a str,

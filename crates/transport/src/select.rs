@@ -21,6 +21,7 @@ pub fn local_caps(pref: TransportPref) -> Caps {
     transport_caps(pref)
         .union(Caps::COMPRESS)
         .union(Caps::WIDE_COMPRESSED)
+        .union(Caps::LARGE_COMPRESSED)
 }
 
 fn transport_caps(pref: TransportPref) -> Caps {
@@ -61,14 +62,27 @@ fn fall_back(n: &Negotiated, decline: Decline) -> Result<(), TransportError> {
     Ok(())
 }
 
-/// The TCP transport's buffer for this stream: [`tcp::COMPRESSED_TCP_BUF`]
-/// when it is compressed and both ends take that, else [`tcp::TCP_BUF`]
-/// (within the chunk size either way).
-fn tcp_buffer(n: &Negotiated) -> usize {
-    let wide = n.compress.is_on()
-        && n.local.caps.contains(Caps::WIDE_COMPRESSED)
-        && n.peer.caps.contains(Caps::WIDE_COMPRESSED);
-    tcp::buffer_size(n.chunk_size as usize, wide)
+/// The TCP transport's buffer for this stream: larger for a compressed one
+/// where both ends take larger frames ([`tcp::buffer_size`]).
+pub(crate) fn tcp_buffer(n: &Negotiated) -> usize {
+    let both = |c| n.local.caps.contains(c) && n.peer.caps.contains(c);
+    let frames = if !n.compress.is_on() {
+        tcp::Frames::Plain
+    } else if both(Caps::LARGE_COMPRESSED) {
+        tcp::Frames::Large
+    } else if both(Caps::WIDE_COMPRESSED) {
+        tcp::Frames::Wide
+    } else {
+        tcp::Frames::Plain
+    };
+    tcp::buffer_size(n.chunk_size as usize, frames)
+}
+
+/// The most bytes one chunk of this stream holds on any transport: the
+/// negotiated chunk size (an RDMA slot), or a compressed stream's larger TCP
+/// frame. Bounds what a receiver accepts and decompresses.
+pub(crate) fn largest_chunk(n: &Negotiated) -> usize {
+    tcp_buffer(n).max(n.chunk_size as usize)
 }
 
 fn tcp_sender(
@@ -90,7 +104,7 @@ fn tcp_receiver(stream: TcpStream, n: &Negotiated) -> Box<dyn ChunkReceiver> {
     Box::new(TcpReceiver::new(
         stream,
         tcp_buffer(n),
-        n.chunk_size as usize,
+        largest_chunk(n),
         n.peer_addr.clone(),
     ))
 }

@@ -7,7 +7,7 @@
 //! earlier builds always sent as zero, and still read as capability bits they
 //! ignore) are the end's `--compress` wish ([`Compress`]); an end that reads
 //! compressed chunks sets [`Caps::COMPRESS`], one that takes them in larger TCP
-//! frames [`Caps::WIDE_COMPRESSED`].
+//! frames [`Caps::WIDE_COMPRESSED`] and [`Caps::LARGE_COMPRESSED`].
 //! `rate_limit` (once `reserved[3]=0`, so a hello without a limit is what earlier
 //! builds send) is the end's `--rate-limit` in bytes per second as `shift:u8
 //! mantissa:u16`, value `mantissa << shift`, all zero for none: see [`encode_rate`].
@@ -173,6 +173,12 @@ impl Caps {
     /// `COMPRESSED_TCP_BUF`); builds without it take at most 256 KiB, so a
     /// stream uses the larger frames only when both ends set it.
     pub const WIDE_COMPRESSED: Caps = Caps(8);
+    /// This end takes the TCP data frames of a compressed stream up to 4 MiB
+    /// where the negotiated chunk size is 1 MiB (the default) or more (the
+    /// transport's `LARGE_COMPRESSED_TCP_BUF`): each frame is a chunk
+    /// compressed on its own, and a larger one compresses better. Builds
+    /// without it take at most 1 MiB ([`Caps::WIDE_COMPRESSED`]).
+    pub const LARGE_COMPRESSED: Caps = Caps(16);
     /// The bits of the hello's `caps:u32` that carry the compression wish,
     /// not capabilities.
     const WISH_BITS: u32 = 0x00FF_FF00;
@@ -392,6 +398,9 @@ mod tests {
         // The larger compressed TCP frames' bit sits beside it.
         h.caps = h.caps.union(Caps::WIDE_COMPRESSED);
         assert_eq!(h.encode()[8], 1 | 4 | 8);
+        assert_eq!(Hello::decode(&h.encode()).unwrap(), h);
+        h.caps = h.caps.union(Caps::LARGE_COMPRESSED);
+        assert_eq!(h.encode()[8], 1 | 4 | 8 | 16);
         assert_eq!(Hello::decode(&h.encode()).unwrap(), h);
     }
 

@@ -14,8 +14,8 @@
 //! Buffers are at most [`TCP_BUF`] bytes whatever the negotiated chunk size, so
 //! that the data is still in the CPU cache between the copy in, the checksum and
 //! the copy out (see docs/performance.md for the measurements behind this layout);
-//! a compressed stream's, at most [`COMPRESSED_TCP_BUF`], as each is a chunk
-//! compressed on its own.
+//! a compressed stream's are larger ([`LARGE_COMPRESSED_TCP_BUF`], 4 MiB, where
+//! both ends take it: [`buffer_size`]), as each is a chunk compressed on its own.
 //!
 //! Whether the sender writes each chunk on the caller's thread or hands it to
 //! the writer thread is measured, not guessed: see `tcp/chooser.rs`
@@ -47,19 +47,47 @@ use std::time::Duration;
 /// chunk size only bounds what the receiver accepts from the peer.
 pub const TCP_BUF: usize = 256 << 10;
 
-/// The largest buffer of a compressed stream's TCP transport, where both ends
-/// take it ([`rdpipe_wire::Caps::WIDE_COMPRESSED`]): each buffer is one
-/// chunk compressed on its own, and a larger chunk compresses better (a tar
-/// of /usr/share at `zstd -3`: 2.12 × in 256 KiB chunks, 2.20 × in 1 MiB,
-/// 2.31 × as one stream). The data passes through the compression threads'
-/// buffers anyway, so the cache argument for [`TCP_BUF`] does not hold for it.
+/// The largest buffer of a compressed stream's TCP transport where both ends
+/// take 1 MiB frames but not 4 MiB ones ([`rdpipe_wire::Caps::WIDE_COMPRESSED`]).
 pub const COMPRESSED_TCP_BUF: usize = 1 << 20;
 
+/// The buffer of a compressed stream's TCP transport where both ends take it
+/// ([`rdpipe_wire::Caps::LARGE_COMPRESSED`]) and the chunk size is
+/// [`COMPRESSED_TCP_BUF`] or more: each buffer is one chunk compressed on
+/// its own, and a larger chunk compresses better (192 MiB of a tar of
+/// /usr/share, `zstd -b -B`: at level 3 2.20 × in 1 MiB pieces, 2.27 × in 4
+/// MiB, 2.31 × as one stream; at level 6 2.26 × and 2.33 ×: a chunk of 1 MiB
+/// cannot match one stream at any level, one of 4 MiB can). The data passes
+/// through the compression threads' buffers anyway, so the cache argument
+/// for [`TCP_BUF`] does not hold for it; chunks stored without trying are
+/// read at [`TCP_BUF`] ([`crate::ChunkSender::plain_chunk`]).
+pub const LARGE_COMPRESSED_TCP_BUF: usize = 4 << 20;
+
+/// Which data frames both ends of a TCP stream take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Frames {
+    /// Not compressed, or a peer without the larger frames: [`TCP_BUF`].
+    Plain,
+    /// Compressed, both ends take [`COMPRESSED_TCP_BUF`].
+    Wide,
+    /// Compressed, both ends take [`LARGE_COMPRESSED_TCP_BUF`].
+    Large,
+}
+
 /// The buffer (and largest data frame) of a TCP stream whose chunks are at
-/// most `chunk_size` bytes: [`COMPRESSED_TCP_BUF`] for a compressed stream
-/// whose ends both take it (`wide`), else [`TCP_BUF`].
-pub fn buffer_size(chunk_size: usize, wide: bool) -> usize {
-    chunk_size.clamp(1, if wide { COMPRESSED_TCP_BUF } else { TCP_BUF })
+/// most `chunk_size` bytes and whose ends take `frames`: within the chunk
+/// size, except that a compressed stream with [`Frames::Large`] and a chunk
+/// size of [`COMPRESSED_TCP_BUF`] or more (the default, 1 MiB, the RDMA
+/// slot's size) uses [`LARGE_COMPRESSED_TCP_BUF`]; a smaller `--chunk-size`
+/// (to save memory, or a test's many chunks) keeps every frame within it.
+pub fn buffer_size(chunk_size: usize, frames: Frames) -> usize {
+    let chunk_size = chunk_size.max(1);
+    match frames {
+        Frames::Plain => chunk_size.min(TCP_BUF),
+        Frames::Wide => chunk_size.min(COMPRESSED_TCP_BUF),
+        Frames::Large if chunk_size >= COMPRESSED_TCP_BUF => LARGE_COMPRESSED_TCP_BUF,
+        Frames::Large => chunk_size,
+    }
 }
 
 /// How often an idle sender proves it is alive.
@@ -452,5 +480,27 @@ impl ChunkReceiver for TcpReceiver {
 
     fn describe(&self) -> String {
         "tcp".into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buffers_are_within_the_chunk_size_except_large_compressed_frames() {
+        let mib = 1 << 20;
+        assert_eq!(buffer_size(mib, Frames::Plain), TCP_BUF);
+        assert_eq!(buffer_size(4096, Frames::Plain), 4096);
+        assert_eq!(buffer_size(0, Frames::Plain), 1);
+        assert_eq!(buffer_size(8 * mib, Frames::Wide), COMPRESSED_TCP_BUF);
+        assert_eq!(buffer_size(512 << 10, Frames::Wide), 512 << 10);
+        // The default chunk size and larger: 4 MiB frames; smaller: as asked.
+        assert_eq!(buffer_size(mib, Frames::Large), LARGE_COMPRESSED_TCP_BUF);
+        assert_eq!(
+            buffer_size(16 * mib, Frames::Large),
+            LARGE_COMPRESSED_TCP_BUF
+        );
+        assert_eq!(buffer_size(256 << 10, Frames::Large), 256 << 10);
     }
 }

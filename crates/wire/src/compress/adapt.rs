@@ -460,6 +460,7 @@ impl Adapt {
             a.decided = Some(Decision {
                 ratio,
                 binding,
+                link_share: link / total,
                 rate,
                 stored_rate: a.stored_rate(),
                 why,

@@ -59,3 +59,26 @@ fn short_chunks_count_as_the_bytes_they_hold() {
     }
     assert!(a.next_level().is_some());
 }
+
+#[test]
+fn large_chunks_from_their_level_once_the_link_binds_half_a_window() {
+    let d = |level, binding, link_share| Decision {
+        ratio: 0.4,
+        binding,
+        link_share,
+        rate: 1e8,
+        stored_rate: None,
+        why: Why::Pays,
+        level,
+        store_for: 0,
+    };
+    let at = LARGE_FROM_LEVEL;
+    assert!(d(at, Binding::Link, LARGE_LINK_SHARE).large_chunks(false));
+    // The link bound, but not for half the window: as before.
+    assert!(!d(at, Binding::Link, 0.2).large_chunks(false));
+    assert!(d(at, Binding::Link, 0.2).large_chunks(true));
+    assert!(d(at + 3, Binding::Neither, 0.0).large_chunks(true));
+    // Compression bound, or a level below: short chunks.
+    assert!(!d(at + 3, Binding::Cpu, 0.0).large_chunks(true));
+    assert!(!d(at - 1, Binding::Link, 0.9).large_chunks(true));
+}

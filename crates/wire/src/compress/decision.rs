@@ -2,6 +2,8 @@
 //! bound the sender, why the window ended as it did, and the decision as
 //! `RUST_LOG=debug` on the sender prints it.
 
+use super::tuning::{LARGE_FROM_LEVEL, LARGE_LINK_SHARE};
+
 /// What bound the sender during a window, as [`Adapt`](super::adapt::Adapt) saw it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Binding {
@@ -43,6 +45,8 @@ pub struct Decision {
     pub ratio: f64,
     /// What bound it.
     pub binding: Binding,
+    /// The share of the window's time the sender waited on the link.
+    pub link_share: f64,
     /// Raw bytes per second the window moved.
     pub rate: f64,
     /// Storing's rate (bytes per second) the window was judged against
@@ -56,14 +60,32 @@ pub struct Decision {
     pub store_for: u32,
 }
 
+impl Decision {
+    /// Whether `auto` compresses chunks as large as the transport's buffer
+    /// after this window (`was`: whether it did before): from
+    /// [`LARGE_FROM_LEVEL`] on, once a window waited on the link for
+    /// [`LARGE_LINK_SHARE`] of its time or more, until compression binds or
+    /// the level falls below it.
+    pub fn large_chunks(&self, was: bool) -> bool {
+        if self.level < LARGE_FROM_LEVEL || self.binding == Binding::Cpu {
+            false
+        } else if self.binding == Binding::Link && self.link_share >= LARGE_LINK_SHARE {
+            true
+        } else {
+            was
+        }
+    }
+}
+
 impl std::fmt::Display for Decision {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mbs = |r: f64| r / 1e6;
         write!(
             f,
-            "window ratio {:.2}, {:?} bound, {:.0} MB/s (stored {}): {:?}, level {}",
+            "window ratio {:.2}, {:?} bound (link {:.0} %), {:.0} MB/s (stored {}): {:?}, level {}",
             self.ratio,
             self.binding,
+            self.link_share * 100.0,
             mbs(self.rate),
             self.stored_rate
                 .map_or("not yet".to_string(), |r| format!("{:.0} MB/s", mbs(r))),

@@ -47,7 +47,10 @@ pub use codec::{
     put_trailer, CompressError, Decoder, Encoder, Packed, KIND_STORED, KIND_ZSTD, TRAILER_LEN,
     TRY_WHOLE_BELOW,
 };
-pub use tuning::{ADAPT_MAX, ADAPT_MIN, ADAPT_START, INCOMPRESSIBLE};
+pub use tuning::{
+    ADAPT_MAX, ADAPT_MIN, ADAPT_START, INCOMPRESSIBLE, LARGE_FROM_LEVEL, LARGE_LINK_SHARE,
+    SMALL_CHUNK,
+};
 
 use std::fmt;
 use std::str::FromStr;
