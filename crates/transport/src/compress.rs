@@ -14,10 +14,13 @@
 //! chunk, and one to be sampled (the data looked incompressible), is read no
 //! larger than the transport's chunks without compression
 //! ([`ChunkSender::plain_chunk`](crate::ChunkSender::plain_chunk)): over TCP a
-//! compressed stream's 1 MiB buffer, read, hashed, sealed and copied into the
+//! 1 MiB chunk, read, hashed, sealed and copied into the
 //! socket, no longer fits the core's cache; random data at 1 Gb/s cost the
 //! sender 28 % more CPU than without compression, in hashing and in the copy
 //! into the socket (`perf`), and 3 % more read 256 KiB at a time.
+//! A chunk to compress is at most 1 MiB; over TCP, where both ends take 4
+//! MiB frames, `auto` compresses chunks of the whole 4 MiB buffer while the
+//! link binds ([`Packer::compressed_size`]).
 //! With one CPU, each chunk is compressed on the calling thread.
 //!
 //! The pool is not the seal pool's rayon threads: an idle rayon worker spins
@@ -51,11 +54,13 @@ use std::sync::mpsc::{channel, sync_channel, Receiver, Sender};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-/// The most bytes read ahead of the send loop (all jobs' input together):
-/// eight 4 MiB chunks (a compressed TCP stream's, [`crate::tcp::LARGE_COMPRESSED_TCP_BUF`])
-/// keep eight compression threads busy. Each job holds its input and its
-/// output, so a sender compressing at the most holds twice this.
-pub const AHEAD_BYTES: usize = 32 << 20;
+/// The most bytes read ahead of the send loop (all jobs' input together,
+/// the next chunk counted at the size in use): up to `threads + 1` chunks
+/// of 1 MiB, four of 4 MiB ([`crate::tcp::LARGE_COMPRESSED_TCP_BUF`]: those
+/// only where the link binds, so four keep up). What is read ahead is read
+/// from the input, so a reconnecting hop's replay window (`--replay-window`,
+/// 32 MiB by default) must hold it besides what is on the way.
+pub const AHEAD_BYTES: usize = 16 << 20;
 
 /// What compression did to a stream, for `-v` and `--json`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -263,7 +268,10 @@ pub(crate) struct Packer {
     /// The most raw bytes of a chunk stored without trying or sampled
     /// ([`Packer::plain_chunk`]).
     plain: Option<usize>,
+    /// Chunks on the pool at most (`threads + 1`).
     depth: usize,
+    /// Raw bytes of the chunks on the pool.
+    ahead: usize,
     eof: bool,
     err: Option<io::Error>,
     /// When [`Packer::next`] last returned and last started.
@@ -294,6 +302,7 @@ impl Packer {
             large: false,
             plain: None,
             depth: 1,
+            ahead: 0,
             eof: false,
             err: None,
             left_at: None,
@@ -372,12 +381,13 @@ impl Packer {
             self.counted = room.min(SMALL_CHUNK);
             self.adapt.chunk_size(self.counted);
             let workers = self.pool.map_or(1, |p| p.threads);
-            self.depth = (workers + 1).min(AHEAD_BYTES / room).max(1);
+            self.depth = workers + 1;
         }
         if room < self.room {
             return Err(io::Error::other("the transport's buffer shrank"));
         }
         while self.inflight.len() < self.depth
+            && (self.inflight.is_empty() || self.ahead + self.counted <= AHEAD_BYTES)
             && !self.eof
             && self.err.is_none()
             && (self.inflight.is_empty() || src.ready())
@@ -440,6 +450,7 @@ impl Packer {
             .map_err(|_| io::Error::other("a compression worker stopped"))?;
         self.cpu += waited.elapsed();
         let n = job.n;
+        self.ahead -= n;
         let (len, body) = match job.packed {
             Packed::Zstd(c) => {
                 buf[..c].copy_from_slice(&job.out[..c]);
@@ -492,6 +503,7 @@ impl Packer {
 
     /// Compresses `job` on the pool (on this thread without one).
     fn dispatch(&mut self, mut job: Job) {
+        self.ahead += job.n;
         let rx = match self.pool {
             Some(p) => p.submit(job, Job::run),
             None => {

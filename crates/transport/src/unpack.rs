@@ -21,8 +21,9 @@
 //!
 //! Memory: at most `threads + 1` jobs, each holding one chunk's compressed
 //! bytes and a buffer as large as the largest chunk it decompressed (the
-//! [`Decoder`] grows it to the chunk's size, never past the negotiated
-//! chunk size).
+//! [`Decoder`] grows it to the chunk's size, never past the largest chunk
+//! the stream allows: the negotiated chunk size, or a compressed TCP
+//! stream's 4 MiB frame).
 //!
 //! A stored chunk goes straight from the transport's buffer (after the chunks
 //! before it): incompressible data costs what it does without the pool.
@@ -72,7 +73,7 @@ pub(crate) type Emit<'a> = dyn FnMut(&[u8]) -> Result<(), TransportError> + 'a;
 
 impl Unpacker {
     /// Decompresses a stream compressed as `mode`, no chunk to more than
-    /// `limit` bytes (the negotiated chunk size).
+    /// `limit` bytes (the largest chunk the stream allows).
     pub(crate) fn new(mode: Compress, limit: usize) -> Unpacker {
         let pool = workers();
         Unpacker {

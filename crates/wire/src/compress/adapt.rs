@@ -74,9 +74,11 @@
 //! Every count of chunks here is of 256 KiB units ([`UNIT`], each chunk
 //! counted by the bytes it holds: [`units`]): a window, a pause and a
 //! stretch cover the same bytes whether the transport's chunks are 256 KiB
-//! (TCP) or 1 MiB (RDMA, and a compressed stream over TCP) or shorter (a
-//! pipe's reads, a stored chunk read at TCP's 256 KiB), with at least two
-//! full chunks to a window or a stretch's paced part ([`Adapt::chunk_size`]).
+//! (TCP) or 1 MiB (RDMA, and a compressed stream over TCP) or 4 MiB (a
+//! compressed TCP stream whose link binds: [`Decision::large_chunks`]) or
+//! shorter (a pipe's reads, a stored chunk read at TCP's 256 KiB), with at
+//! least two chunks of the size in use to a window or a stretch's paced
+//! part ([`Adapt::chunk_size`]).
 //!
 //! A chunk compressed at another level than the current one (on the pool
 //! when the level changed: up to nine chunks ahead) is judged by no window,
