@@ -340,13 +340,13 @@ fn frame_lengths(caps: Caps, flags: &[&str], input: &[u8]) -> Vec<u32> {
     h.join().unwrap()
 }
 
-/// `len` bytes that shrink to about 0.65 of their size: in each 64, 40
-/// random bytes and 24 spaces (so compressed 4 MiB chunks still take frames
-/// larger than 1 MiB).
+/// `len` bytes that shrink to about 0.82 of their size: in each 64, 52
+/// random bytes and 12 spaces (so compressed chunks of more than 1.3 MiB
+/// still take frames larger than 1 MiB).
 fn partly_random(len: usize, seed: u64) -> Vec<u8> {
     let mut v = random_bytes(len, seed);
     for (i, b) in v.iter_mut().enumerate() {
-        if i % 64 >= 40 {
+        if i % 64 >= 52 {
             *b = b' ';
         }
     }
@@ -361,9 +361,9 @@ fn a_compressed_stream_uses_larger_tcp_frames_only_where_both_ends_take_them() {
     let random = random_bytes(9 << 20, 4);
     // `auto` on a link it waits on (a rate limit far below what it
     // compresses at) compresses chunks as large as its buffer: 4 MiB, or
-    // the rate limit's pacing piece (a twentieth of a second: 3.2 MiB).
-    let paced = ["--compress=auto", "--rate-limit=64M"];
-    let text = partly_random(64 << 20, 5);
+    // the rate limit's pacing piece (a twentieth of a second: 1.6 MiB).
+    let paced = ["--compress=auto", "--rate-limit=32M"];
+    let text = partly_random(40 << 20, 5);
     let l = frame_lengths(both, &paced, &text);
     assert!(l.iter().all(|n| *n as usize <= large), "{l:?}");
     assert!(l.iter().any(|n| *n as usize > wide), "{l:?}");
