@@ -252,10 +252,10 @@ pub(crate) struct Packer {
     /// [`Adapt`] said to store the next chunk without trying; it is not
     /// read yet (the chunks on the pool go first).
     store_next: bool,
-    /// The last chunk tried did not shrink below [`TRY_WHOLE_BELOW`], or
-    /// none was yet: under `auto` the next is sampled before it is tried,
-    /// and under any mode it is no larger than [`SMALL_CHUNK`]
-    /// ([`Packer::compressed_size`]).
+    /// Under `auto`: the last chunk tried did not shrink below
+    /// [`TRY_WHOLE_BELOW`], or none was yet: the next is sampled before it
+    /// is tried, and no chunk is larger than [`SMALL_CHUNK`] until one
+    /// shrinks ([`Packer::compressed_size`]).
     sample: bool,
     free: Vec<Job>,
     /// Raw bytes per chunk, from the first buffer lent.
@@ -330,14 +330,12 @@ impl Packer {
 
     /// Counts a chunk; feeds `auto` what it compressed to.
     fn done(&mut self, raw: usize, body: usize, wire: usize, level: Option<i32>, packed: Packed) {
-        if level.is_some() {
-            self.sample = match packed {
-                Packed::Zstd(_) => body as f64 >= TRY_WHOLE_BELOW * raw as f64,
-                Packed::Stored => true,
-            };
-        }
         if self.mode == Compress::Auto {
             if let Some(level) = level {
+                self.sample = match packed {
+                    Packed::Zstd(_) => body as f64 >= TRY_WHOLE_BELOW * raw as f64,
+                    Packed::Stored => true,
+                };
                 self.adapt.compressed_at(level, raw, body);
                 if let Some(d) = self.adapt.take_decision() {
                     self.large = d.large_chunks(self.large);
