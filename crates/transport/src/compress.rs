@@ -386,6 +386,7 @@ impl Packer {
         }
         while self.inflight.len() < self.depth
             && (self.inflight.is_empty() || self.ahead + self.counted <= AHEAD_BYTES)
+            && (self.inflight.is_empty() || self.probe_left().is_none_or(|l| self.ahead < l))
             && !self.eof
             && self.err.is_none()
             && (self.inflight.is_empty() || src.ready())
@@ -462,6 +463,16 @@ impl Packer {
         self.done(n, body, len, job.level, job.packed);
         self.free.push(job);
         Ok(len)
+    }
+
+    /// Under `auto`, while a probe window is under way: the raw bytes it
+    /// still needs ([`Adapt::probe_left`]); the pool gets no chunk beyond
+    /// them until it decided.
+    fn probe_left(&self) -> Option<usize> {
+        match self.mode {
+            Compress::Auto => self.adapt.probe_left(),
+            _ => None,
+        }
     }
 
     /// The raw bytes of a chunk stored without trying or sampled.

@@ -246,3 +246,35 @@ fn only_auto_where_the_link_binds_compresses_chunks_larger_than_the_short_one() 
         assert!(asked.iter().all(|n| *n == SMALL_CHUNK), "{asked:?}");
     }
 }
+
+#[test]
+fn a_probe_window_reads_no_further_ahead_than_it_needs() {
+    // 1 MiB chunks, nine allowed on the pool (a 16-core host): the
+    // stream's first window, a probe of two chunks, reads two, not nine,
+    // before it decides.
+    let mib = 1 << 20;
+    let mut src = Endless {
+        random: false,
+        x: 1,
+        asked: Vec::new(),
+    };
+    let mut p = Packer::new(Compress::Auto, None);
+    (p.room, p.counted, p.depth, p.sample) = (mib, mib, MAX_WORKERS + 1, false);
+    p.adapt.chunk_size(mib);
+    let mut buf = vec![0u8; mib + TRAILER_LEN];
+    while p.adapt.last_binding().is_none() {
+        assert!(p.next(&mut buf, &mut src).unwrap() > 0);
+    }
+    let read: usize = src.asked.iter().sum();
+    assert_eq!(read, 2 * mib, "{:?}", src.asked);
+    // A fixed level reads ahead as far as the pool takes.
+    let mut src = Endless {
+        random: false,
+        x: 1,
+        asked: Vec::new(),
+    };
+    let mut p = Packer::new(Compress::Zstd(1), None);
+    (p.room, p.counted, p.depth, p.sample) = (mib, mib, MAX_WORKERS + 1, false);
+    assert!(p.next(&mut buf, &mut src).unwrap() > 0);
+    assert_eq!(src.asked.len(), MAX_WORKERS + 1);
+}

@@ -170,6 +170,16 @@ pub struct Adapt {
     /// The most the link carries (bytes per second), where the sender
     /// paces it (`--rate-limit`): storing is never faster.
     link_cap: Option<f64>,
+    /// The window under way is the stream's first or follows a stretch
+    /// stored without trying ([`Adapt::probe_left`]).
+    probing: bool,
+    /// The length of the pause under way after a probe slower than storing
+    /// (0: another kind), and the units stored since it began or was last
+    /// renewed, and of them those that waited on the link
+    /// ([`Adapt::link_idle`]).
+    slower_pause: u32,
+    leg_units: u32,
+    leg_waited: u32,
 }
 
 impl Default for Adapt {
@@ -220,6 +230,10 @@ impl Adapt {
             recent_n: 0,
             recent_level: ADAPT_START,
             link_cap: None,
+            probing: true,
+            slower_pause: 0,
+            leg_units: 0,
+            leg_waited: 0,
         }
     }
 
@@ -270,7 +284,15 @@ impl Adapt {
             // to tell full buffers from a stall (counted in `stored`).
             return None;
         }
+        if self.pausing && self.slower_pause > 0 && self.link_idle() {
+            // The same pause again, no probe: compressing cannot move the
+            // stream faster while the link is not what it waits for.
+            (self.off_for, self.leg_units, self.leg_waited) = (self.slower_pause, 0, 0);
+            return None;
+        }
         if std::mem::take(&mut self.pausing) {
+            self.probing = true;
+            (self.slower_pause, self.leg_units, self.leg_waited) = (0, 0, 0);
             self.probe_rate = None;
             self.recent_n = 0;
             // The stretch stored without trying is over: its rate, for the
@@ -336,21 +358,6 @@ impl Adapt {
         }
     }
 
-    /// A long pause (after probes that moved `probe_rate`) whose chunks,
-    /// nearly all waiting on the link, show it carrying stored chunks
-    /// slower than those probes: storing's rate was measured high, the
-    /// pause ends. (A stall is one chunk that waits among many that do not:
-    /// it ends nothing.)
-    fn pause_lost_its_bet(&self) -> bool {
-        let Some(probe) = self.probe_rate else {
-            return false;
-        };
-        self.paced_chunks >= self.least(PAUSE_CHECKED_AFTER)
-            && self.paced_waited * 4 >= self.paced_chunks * 3
-            && !self.paced_time.is_zero()
-            && self.paced_raw as f64 / self.paced_time.as_secs_f64() * KEEP_MARGIN < probe
-    }
-
     /// Counts the window that just ended among the recent ones and gives
     /// their rate (raw bytes per second).
     fn recent_rate(&mut self) -> f64 {
@@ -383,10 +390,12 @@ impl Adapt {
             self.paused_time += elapsed;
             // Paced from the first chunk that waited half its time on.
             let waited = !elapsed.is_zero() && link * 2 >= elapsed;
+            let u = units(self.last_raw as usize);
+            self.leg_units += u;
+            self.leg_waited += u * u32::from(waited);
             if !self.paced_time.is_zero() || waited {
                 self.paced_raw += self.last_raw;
                 self.paced_time += elapsed;
-                let u = units(self.last_raw as usize);
                 self.paced_chunks += u;
                 self.paced_waited += u * u32::from(waited);
             }
@@ -439,6 +448,7 @@ impl Adapt {
         if self.chunks < self.least(WINDOW) {
             return;
         }
+        self.probing = false;
         let ratio = self.packed as f64 / self.raw.max(1) as f64;
         let total = self.elapsed.as_secs_f64().max(1e-9);
         let (link, cpu) = (self.link.as_secs_f64(), self.cpu.as_secs_f64());
@@ -515,6 +525,7 @@ impl Adapt {
                     _ => 0,
                 };
                 self.store_for_a_while(least);
+                self.slower_pause = self.off_for;
                 self.probe_rate = (least > 0).then_some(recent);
                 Why::SlowerThanStoring
             }
@@ -544,18 +555,6 @@ impl Adapt {
         };
         record(self, why);
         self.clear();
-    }
-
-    /// Whether the compressed chunks since the last stretch moved on the
-    /// link at more than [`UNDERRATED`] times storing's measured rate.
-    fn storing_underrated(&self) -> bool {
-        let Some(stored) = self.stored_rate() else {
-            return false;
-        };
-        let secs = self.span_time.as_secs_f64();
-        self.span_wire >= SPAN_WIRE
-            && secs > 0.0
-            && self.span_wire as f64 / secs > UNDERRATED * stored
     }
 
     /// One level up, to at most the ceiling; at the ceiling for
@@ -589,6 +588,9 @@ impl Adapt {
         self.elapsed = Duration::ZERO;
     }
 }
+
+#[path = "adapt_probe.rs"]
+mod probe;
 
 #[cfg(test)]
 #[path = "adapt_tests.rs"]

@@ -82,6 +82,11 @@ pub(super) const FIRST_OFF: u32 = 16;
 pub(super) const FIRST_INCOMPRESSIBLE_OFF: u32 = 4;
 /// The longest such pause.
 pub(super) const MAX_OFF: u32 = 1024;
+/// A pause after a probe slower than storing ends in a probe only where
+/// at least this share of its stored units waited on the link for half
+/// their time ([`super::adapt::Adapt`]'s `link_idle`); else it goes on as
+/// long again.
+pub const LINK_IDLE_SHARE: f64 = 0.125;
 /// The most a probe window that compression binds, and that loses to
 /// storing, may cost of the time until the next one
 /// ([`probe_pays_off_after`]). On a fast link with few cores level 1
