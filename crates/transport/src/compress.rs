@@ -7,7 +7,10 @@
 //! when it did not shrink: [`rdpipe_wire::compress`]) into the transport's
 //! buffer, where it is sealed as any chunk. Reading ahead stops at what the
 //! input has ready, so an interactive stream's chunk goes out as soon as it
-//! was read; and at [`AHEAD_BYTES`]. Under `auto`, a chunk to be stored
+//! was read; at [`AHEAD_BYTES`]; and under `auto`, during a probe window
+//! (the stream's first, or the first after a stretch stored without
+//! trying), at the bytes that window still needs
+//! ([`rdpipe_wire::compress::Adapt::probe_left`]). Under `auto`, a chunk to be stored
 //! without trying (the data does not compress, or compression is what binds)
 //! is read straight into the transport's buffer once the chunks ahead of it
 //! are out: a pause costs what the stream without compression does. Such a

@@ -36,8 +36,10 @@
 //!   of the pause: a probe at a third of storing's rate is followed by 800
 //!   stored chunks, not 32; such a long pause ends early once
 //!   [`PAUSE_CHECKED_AFTER`] of its chunks that waited on the link show it
-//!   carrying stored chunks slower than the probes before it moved). What looks
-//!   like the link from the sender can be the receiver, decompressing
+//!   carrying stored chunks slower than the probes before it moved; a pause
+//!   after a probe that lost ends in the next probe only where its stored
+//!   chunks waited on the link, else it goes on: [`Adapt::link_idle`]). What
+//!   looks like the link from the sender can be the receiver, decompressing
 //!   slower than the link carries stored chunks: then storing is faster,
 //!   whatever the level, and the next probe starts again at [`ADAPT_MIN`];
 //! - otherwise compression pays: the link bound (its waits at least
@@ -170,13 +172,11 @@ pub struct Adapt {
     /// The most the link carries (bytes per second), where the sender
     /// paces it (`--rate-limit`): storing is never faster.
     link_cap: Option<f64>,
-    /// The window under way is the stream's first or follows a stretch
-    /// stored without trying ([`Adapt::probe_left`]).
+    /// The window under way is a probe ([`Adapt::probe_left`]).
     probing: bool,
-    /// The length of the pause under way after a probe slower than storing
-    /// (0: another kind), and the units stored since it began or was last
-    /// renewed, and of them those that waited on the link
-    /// ([`Adapt::link_idle`]).
+    /// The pause under way after a probe slower than storing (0: another
+    /// kind), the units stored since it began or was renewed, and of them
+    /// those that waited on the link ([`Adapt::link_idle`]).
     slower_pause: u32,
     leg_units: u32,
     leg_waited: u32,
@@ -285,8 +285,7 @@ impl Adapt {
             return None;
         }
         if self.pausing && self.slower_pause > 0 && self.link_idle() {
-            // The same pause again, no probe: compressing cannot move the
-            // stream faster while the link is not what it waits for.
+            // The same pause again, no probe ([`Adapt::link_idle`]).
             (self.off_for, self.leg_units, self.leg_waited) = (self.slower_pause, 0, 0);
             return None;
         }

@@ -50,12 +50,13 @@ impl Adapt {
     /// still needs to decide, which is as far as the sender should read
     /// ahead and compress (`None`: as far as it likes). A probe on a path
     /// where storing is faster ends in a pause, and every chunk compressed
-    /// beyond its window went stored after all: on the 2-core VM over
-    /// loopback, where two 1 MiB chunks make a window and three were on
-    /// the pool, such chunks were a third of the chunks `auto` compressed
-    /// on a 1.5 GiB stream, and the third one took a core from the two
-    /// being measured. A probe that pays starts the read-ahead again once
-    /// it decides: one pool's fill per probe.
+    /// beyond its window was compressed for nothing (judged by no window,
+    /// at a cost the pause is there to avoid): on the 2-core VM over
+    /// loopback, with two 1 MiB chunks to a window and three on the pool,
+    /// such chunks were half of what `auto` compressed on a 1.5 GiB stream
+    /// of a tar of /usr/share, and the third took a core from the two being
+    /// measured. A probe that pays starts the read-ahead again once it
+    /// decides: one pool's fill per probe.
     pub fn probe_left(&self) -> Option<usize> {
         self.probing.then(|| {
             let left = self.least(WINDOW).saturating_sub(self.chunks);
