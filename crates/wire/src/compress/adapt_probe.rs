@@ -37,10 +37,11 @@ impl Adapt {
 
     /// A pause after a probe slower than storing, at its end: fewer than
     /// [`LINK_IDLE_SHARE`] of the units stored since it began (or was
-    /// renewed) waited on the link for half their time. Then
-    /// the link is not what the stream waits for (the sender's own CPU or
-    /// its input is), no level can move it faster, and the pause goes on
-    /// rather than end in a probe.
+    /// renewed) waited on the link for half their time. Then the link is
+    /// not what the stream waits for (the sender's own CPU or its input
+    /// is), no level can move it faster, and the pause goes on rather than
+    /// end in a probe. A pause into buffers that an earlier probe let drain
+    /// goes on only until they are full again: its stored chunks then wait.
     pub(super) fn link_idle(&self) -> bool {
         (self.leg_waited as f64) < LINK_IDLE_SHARE * self.leg_units as f64
     }
@@ -125,7 +126,7 @@ mod tests {
         let mut a = Adapt::new();
         a.chunk_size(UNIT);
         // Compression binds in the stream's first window: a pause, its
-        // stored chunks on the link, 1 ms each.
+        // stored chunks on the link, 2 ms each.
         for _ in 0..WINDOW {
             assert!(a.next_level().is_some());
             a.waited(ms(0), ms(9), ms(10));
@@ -133,7 +134,7 @@ mod tests {
         }
         assert_eq!(a.take_decision().unwrap().why, Why::CpuFirst);
         let first = store_until_probe(&mut a, true, 1000);
-        // The probe after it moves a tenth of that: slower, a pause.
+        // The probe after it moves a fifth of that: slower, a pause.
         a.compressed(UNIT, UNIT / 4);
         for _ in 1..WINDOW {
             a.waited(ms(0), ms(9), ms(10));
