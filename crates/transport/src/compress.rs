@@ -388,8 +388,7 @@ impl Packer {
             return Err(io::Error::other("the transport's buffer shrank"));
         }
         while self.inflight.len() < self.depth
-            && (self.inflight.is_empty() || self.ahead + self.counted <= AHEAD_BYTES)
-            && (self.inflight.is_empty() || self.probe_left().is_none_or(|l| self.ahead < l))
+            && (self.inflight.is_empty() || self.room_ahead())
             && !self.eof
             && self.err.is_none()
             && (self.inflight.is_empty() || src.ready())
@@ -468,14 +467,16 @@ impl Packer {
         Ok(len)
     }
 
-    /// Under `auto`, while a probe window is under way: the raw bytes it
-    /// still needs ([`Adapt::probe_left`]); the pool gets no chunk beyond
-    /// them until it decided.
-    fn probe_left(&self) -> Option<usize> {
-        match self.mode {
+    /// Whether another chunk may go on the pool beside those on it: within
+    /// [`AHEAD_BYTES`], and under `auto` while a probe window is under way,
+    /// within the raw bytes it still needs ([`Adapt::probe_left`]: no chunk
+    /// beyond them until it decided).
+    fn room_ahead(&self) -> bool {
+        let probe_left = match self.mode {
             Compress::Auto => self.adapt.probe_left(),
             _ => None,
-        }
+        };
+        self.ahead + self.counted <= AHEAD_BYTES && probe_left.is_none_or(|l| self.ahead < l)
     }
 
     /// The raw bytes of a chunk stored without trying or sampled.
