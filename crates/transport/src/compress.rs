@@ -340,12 +340,13 @@ impl Packer {
                     Packed::Stored => true,
                 };
                 self.adapt.compressed_at(level, raw, body);
-                if let Some(d) = self.adapt.take_decision() {
-                    self.large = d.large_chunks(self.large);
-                    tracing::debug!("compress auto: {d}");
-                }
             } else {
                 self.adapt.stored(raw);
+            }
+            // Also a stretch's end decides (`Adapt::next_level`).
+            if let Some(d) = self.adapt.take_decision() {
+                self.large = d.large_chunks(self.large);
+                tracing::debug!("compress auto: {d}");
             }
         }
         let level = match packed {

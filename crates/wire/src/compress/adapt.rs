@@ -29,12 +29,16 @@
 //!   the last stretch stored without trying did (the lowest of the last
 //!   few stretches), times [`KEEP_MARGIN`]; or compression bound at
 //!   [`ADAPT_MIN`] before any stretch was stored: the next chunks go stored
-//!   (16, then twice as many after each probe window that is still slower,
-//!   up to 1024; where compression bound and moved less than
+//!   (16, then twice the last pause after each probe window that is still
+//!   slower, up to 1024; a window that wins by less than [`CLEAR_WIN`]
+//!   leaves them that long; where compression bound and moved less than
 //!   [`FAR_SLOWER`] × storing's rate as two stretches or more measured it,
 //!   at least as many as keep the next probe's loss under [`PROBE_SHARE`]
 //!   of the pause: a probe at a third of storing's rate is followed by 800
-//!   stored chunks, not 32; such a long pause ends early once
+//!   stored chunks, not 32; so too the stream's first stretch where it
+//!   stored faster than the first window, which compressed into empty
+//!   buffers, moved: that pause goes on with no probe first
+//!   ([`Adapt::first_lost`]); such a long pause ends early once
 //!   [`PAUSE_CHECKED_AFTER`] of its chunks that waited on the link show it
 //!   carrying stored chunks slower than the probes before it moved; a pause
 //!   after a probe that lost ends in the next probe only where its stored
@@ -180,6 +184,9 @@ pub struct Adapt {
     slower_pause: u32,
     leg_units: u32,
     leg_waited: u32,
+    /// The stream's first window, where it ended in [`Why::CpuFirst`],
+    /// until the first stretch ends ([`Adapt::first_lost`]).
+    first: Option<Decision>,
 }
 
 impl Default for Adapt {
@@ -234,6 +241,7 @@ impl Adapt {
             slower_pause: 0,
             leg_units: 0,
             leg_waited: 0,
+            first: None,
         }
     }
 
@@ -325,6 +333,9 @@ impl Adapt {
             // Chunks compressed before the stretch began and sent during
             // it are no window's.
             self.clear();
+            if self.first_lost() {
+                return None;
+            }
         }
         Some(self.level)
     }
@@ -332,43 +343,6 @@ impl Adapt {
     /// The level compressed chunks get now (for reports).
     pub fn level(&self) -> i32 {
         self.level
-    }
-
-    /// Storing's rate: the lowest of the last [`STORED_KEPT`] stretches'
-    /// (none before the first). A stretch that begins while the buffers
-    /// between here and the receiver are not full (after windows that
-    /// compression bound, which let them drain) measures more than the link
-    /// carries, however it is timed: on a 1 Gb/s link such stretches
-    /// measured 201-227 MB/s against the 104-118 of stretches after
-    /// windows the link bound. The link's rate changes rarely; an error
-    /// only ever raises the figure, so the lowest recent one is the best.
-    /// Under `--rate-limit`, never above the limit ([`Adapt::paced`]).
-    fn stored_rate(&self) -> Option<f64> {
-        let n = self.stored_count.min(STORED_KEPT);
-        let measured = (n > 0).then(|| {
-            self.stored_rates[..n]
-                .iter()
-                .copied()
-                .fold(f64::INFINITY, f64::min)
-        });
-        match (measured, self.link_cap) {
-            (Some(m), Some(cap)) => Some(m.min(cap)),
-            (m, cap) => m.or(cap),
-        }
-    }
-
-    /// Counts the window that just ended among the recent ones and gives
-    /// their rate (raw bytes per second).
-    fn recent_rate(&mut self) -> f64 {
-        if self.recent_level != self.level {
-            (self.recent_level, self.recent_n) = (self.level, 0);
-        }
-        self.recent[self.recent_n % RECENT] = (self.raw, self.elapsed);
-        self.recent_n += 1;
-        let kept = &self.recent[..self.recent_n.min(RECENT)];
-        let raw: u64 = kept.iter().map(|w| w.0).sum();
-        let time: Duration = kept.iter().map(|w| w.1).sum();
-        raw as f64 / time.as_secs_f64().max(1e-9)
     }
 
     /// The decision of the window that ended last, once (for diagnostics).
@@ -534,7 +508,10 @@ impl Adapt {
             }
             b => {
                 if fresh {
-                    self.next_cpu_off = FIRST_OFF;
+                    // A narrow win leaves the pauses as long as they were.
+                    if beats.is_none_or(|b| b >= CLEAR_WIN) {
+                        self.next_cpu_off = FIRST_OFF;
+                    }
                     self.trial_every = if beats.is_some_and(|b| b >= 2.0) {
                         TRIAL_MAX
                     } else {
@@ -553,6 +530,9 @@ impl Adapt {
             }
         };
         record(self, why);
+        if why == Why::CpuFirst {
+            self.first = self.decided;
+        }
         self.clear();
     }
 
@@ -570,10 +550,10 @@ impl Adapt {
     }
 
     /// Stores the next chunks without trying, twice as many as last time
-    /// and at least `least`.
+    /// and at least `least` (the next time twice as many as this time).
     fn store_for_a_while(&mut self, least: u32) {
         self.off_for = self.next_cpu_off.max(least).min(MAX_OFF);
-        self.next_cpu_off = (self.next_cpu_off * 2).min(MAX_OFF);
+        self.next_cpu_off = (self.off_for * 2).min(MAX_OFF);
         self.since_trial = 0;
     }
 

@@ -96,6 +96,22 @@ fn pause_timed(a: &mut Adapt, timing: impl Fn(u32) -> (Duration, Duration)) -> u
     }
 }
 
+/// Stores the stream's first stretch after [`Why::CpuFirst`], `ms` each
+/// chunk, all of it waiting on the link, and returns the decision at its
+/// end, which must be that the pause goes on ([`Adapt::first_lost`]).
+fn first_stretch(a: &mut Adapt, ms: u64) -> Decision {
+    assert_eq!(a.take_decision().map(|d| d.why), Some(Why::CpuFirst));
+    let t = Duration::from_millis(ms);
+    for _ in 0..FIRST_OFF {
+        a.waited(t, Duration::ZERO, t);
+        assert!(a.next_level().is_none());
+        a.stored(1000);
+    }
+    a.waited(t, Duration::ZERO, t);
+    assert!(a.next_level().is_none(), "the pause goes on");
+    a.take_decision().expect("the first stretch decided")
+}
+
 /// The rest of a probe window after [`pause`] took its first level:
 /// chunks of 1000 bytes shrunk to 400, each `link` and `cpu` ms of 10.
 fn probe(a: &mut Adapt, link: u64, cpu: u64) {
@@ -106,122 +122,6 @@ fn probe(a: &mut Adapt, link: u64, cpu: u64) {
         assert!(a.next_level().is_some());
         a.compressed(1000, 400);
     }
-}
-
-#[test]
-fn cpu_bound_at_the_lowest_level_stores_while_storing_is_faster() {
-    let mut a = Adapt::new();
-    window(&mut a, 0.4, 0, 5);
-    assert_eq!(a.level(), ADAPT_MIN);
-    // Storing runs at 9 ms a chunk, compressing at 10: pauses twice as
-    // long each time (a probe that loses by so little costs little).
-    assert_eq!(pause(&mut a, 9), 16);
-    probe(&mut a, 0, 5);
-    assert_eq!(pause(&mut a, 9), 32);
-    probe(&mut a, 0, 5);
-    assert_eq!(pause(&mut a, 9), 64);
-    // Storing slower than compressing (a slow link): compression stays.
-    probe(&mut a, 0, 5);
-    assert_eq!(pause(&mut a, 50), 128);
-    probe(&mut a, 0, 5);
-    assert_eq!(pause(&mut a, 1), 0, "no pause: level 1 beat storing");
-    // The link binds: up.
-    probe(&mut a, 8, 0);
-    assert_eq!(a.level(), ADAPT_MIN + 1);
-}
-
-#[test]
-fn a_probe_far_slower_than_storing_is_followed_by_a_pause_it_is_small_against() {
-    // Compressing at level 1 binds at 10 ms a chunk; storing takes 4 ms
-    // (compressing moves about 0.4 × storing's rate): a probe that loses
-    // costs about 8 × 1.5 stored chunks' time, 2 % of 600 chunks.
-    let mut a = Adapt::new();
-    window(&mut a, 0.4, 0, 5);
-    assert_eq!(pause(&mut a, 4), 16, "the first stretch measures storing");
-    probe(&mut a, 0, 5);
-    assert_eq!(
-        pause(&mut a, 4),
-        32,
-        "one stretch is not enough for a long pause: it doubles"
-    );
-    probe(&mut a, 0, 5);
-    let d = a.take_decision().unwrap();
-    assert_eq!(d.why, Why::SlowerThanStoring);
-    let beats = d.rate / d.stored_rate.unwrap();
-    assert!((0.35..0.5).contains(&beats), "{d}");
-    let least = probe_pays_off_after(beats);
-    assert!((400..800).contains(&least), "{least}");
-    assert_eq!(pause(&mut a, 4), least);
-    // Ten times slower: the longest pause at once.
-    assert_eq!(probe_pays_off_after(0.1), MAX_OFF);
-    // A link-bound probe that loses (a receiver slower on compressed
-    // chunks) still doubles: a_receiver_slower_than_the_link_makes_storing_win….
-    assert_eq!(probe_pays_off_after(1.0), 0);
-    assert_eq!(probe_pays_off_after(0.0), MAX_OFF);
-}
-
-#[test]
-fn a_first_stretch_into_empty_buffers_does_not_pause_compression_for_long() {
-    // Level 1 binds at 10 ms a chunk; the first stretch goes into empty
-    // buffers (1 ms a chunk: ten times the link), the link then carries
-    // a stored chunk in 25 ms. The probe after the first stretch loses by
-    // far, but the pause after it is the short one, and the second
-    // stretch (the link's rate) shows that compressing pays.
-    let mut a = Adapt::new();
-    window(&mut a, 0.4, 0, 5);
-    assert_eq!(pause(&mut a, 1), 16);
-    probe(&mut a, 0, 5);
-    assert_eq!(a.take_decision().unwrap().why, Why::SlowerThanStoring);
-    assert_eq!(pause(&mut a, 25), 32, "doubled, not the long pause");
-    probe(&mut a, 0, 5);
-    // Judged against the lowest stretch: 100 bytes/ms compressing
-    // against 40 storing.
-    assert_eq!(a.take_decision().unwrap().why, Why::Pays);
-    window(&mut a, 0.4, 0, 5);
-    assert_eq!(a.take_decision().unwrap().why, Why::Pays);
-}
-
-#[test]
-fn a_long_pause_ends_once_the_link_shows_storing_slower_than_the_probe() {
-    let ms = Duration::from_millis;
-    // Two stretches into drained buffers (1 ms a chunk) and probes at
-    // 10 ms a chunk, compression binding: the long pause.
-    let mut a = Adapt::new();
-    window(&mut a, 0.4, 0, 5);
-    assert_eq!(pause(&mut a, 1), 16);
-    probe(&mut a, 0, 5);
-    assert_eq!(pause(&mut a, 1), 32);
-    probe(&mut a, 0, 5);
-    let long = a.take_decision().unwrap().store_for;
-    assert!(long >= 16 * PAUSE_CHECKED_AFTER, "{long}");
-    // The buffers full, each stored chunk waits 24 of its 25 ms: slower
-    // than the probe's 10 ms. The pause ends after the chunks that tell.
-    let stored = pause_timed(&mut a, |_| (ms(24), ms(25)));
-    assert_eq!(stored, PAUSE_CHECKED_AFTER, "ended early, not after {long}");
-    // And compressing pays against the stretch's rate.
-    probe(&mut a, 0, 5);
-    assert_eq!(a.take_decision().unwrap().why, Why::Pays);
-    // Where the link takes stored chunks faster than the probe, the long
-    // pause runs whole.
-    let mut b = Adapt::new();
-    window(&mut b, 0.4, 0, 5);
-    assert_eq!(pause(&mut b, 4), 16);
-    probe(&mut b, 0, 5);
-    assert_eq!(pause(&mut b, 4), 32);
-    probe(&mut b, 0, 5);
-    let long = b.take_decision().unwrap().store_for;
-    assert_eq!(pause_timed(&mut b, |_| (ms(3), ms(4))), long);
-    // Nor does a stall (one chunk waiting 500 ms among chunks of which one
-    // in four waits) end one.
-    probe(&mut b, 0, 5);
-    let long = b.take_decision().unwrap().store_for;
-    assert!(long >= 4 * PAUSE_CHECKED_AFTER, "{long}");
-    let stall = |n| match n {
-        3 => (ms(500), ms(501)),
-        n if n % 4 == 0 => (ms(3), ms(4)),
-        _ => (ms(0), ms(4)),
-    };
-    assert_eq!(pause_timed(&mut b, stall), long);
 }
 
 /// A window whose chunks take `ms` each, compression binding.
@@ -259,14 +159,14 @@ fn one_slow_window_among_faster_ones_does_not_stop_compression() {
 fn storing_is_judged_once_the_buffers_are_full() {
     let ms = Duration::from_millis;
     let mut a = Adapt::new();
-    // Compression binds at level 1 before anything was stored: a
-    // stretch goes stored to compare.
-    window(&mut a, 0.4, 0, 5);
+    // Compression binds at level 1 (7 ms a chunk: 143 bytes/ms) before
+    // anything was stored: a stretch goes stored to compare.
+    slow_window(&mut a, 7);
     // Its first 8 chunks fill drained buffers (1 ms each), the next 8
     // wait on the link (10 ms each, 9 of them waiting): storing moves
     // 100 bytes/ms, not the 182 the whole stretch averages.
     let mut stored = 0;
-    while a.next_level().is_none() {
+    while a.next_level().is_none() && stored < 100 {
         a.stored(1000);
         stored += 1;
         if stored <= 8 {
@@ -292,12 +192,17 @@ fn storing_is_judged_once_the_buffers_are_full() {
 fn a_stall_at_the_end_of_a_stretch_is_not_taken_for_the_link() {
     let us = Duration::from_micros;
     let mut a = Adapt::new();
-    // Compression binds at level 1, 1000 µs a chunk.
+    // Compression binds at level 1, 10 ms a chunk.
     window(&mut a, 0.3, 0, 5);
+    assert_eq!(a.take_decision().unwrap().why, Why::CpuFirst);
     // Storing takes 180 µs a chunk, 35 of it on the link, but the
     // stretch's last chunk stalls 3 ms (the receiver off its core).
     let mut stored = 0;
-    while a.next_level().is_none() {
+    let d = loop {
+        assert!(a.next_level().is_none() && stored < 100, "{stored}");
+        if let Some(d) = a.take_decision() {
+            break d;
+        }
         a.stored(1000);
         stored += 1;
         if stored == 16 {
@@ -305,18 +210,11 @@ fn a_stall_at_the_end_of_a_stretch_is_not_taken_for_the_link() {
         } else {
             a.waited(us(35), us(0), us(180));
         }
-    }
+    };
     // Three more chunks to tell, and they do not wait: a stall. Storing
-    // moves 19 chunks in 6.34 ms (3.0 bytes/µs), not 2 in 3.28 ms (0.6).
+    // moves 19 chunks in 6.34 ms (3.0 bytes/µs), not 2 in 3.28 ms (0.6):
+    // thirty times the first window.
     assert_eq!(stored, 16 + PACED_MIN - 1);
-    let us10 = Duration::from_micros(1000);
-    a.compressed(1000, 300);
-    for _ in 1..WINDOW {
-        a.waited(Duration::ZERO, us10 / 2, us10);
-        assert!(a.next_level().is_some());
-        a.compressed(1000, 300);
-    }
-    let d = a.take_decision().unwrap();
     let s = d.stored_rate.unwrap();
     assert!((2.9e6..3.1e6).contains(&s), "{d}");
     assert_eq!(d.why, Why::SlowerThanStoring, "{d}");
@@ -566,7 +464,8 @@ fn a_rate_limit_is_storings_rate_from_the_first_chunk() {
     // the link's buffers take it: 100 KB/s at ratio 0.4.
     let mut a = Adapt::new();
     window(&mut a, 0.4, 0, 5);
-    assert_eq!(pause(&mut a, 1), 16, "unpaced: storing is tried at once");
+    let d = a.take_decision().unwrap();
+    assert_eq!(d.why, Why::CpuFirst, "unpaced: storing is tried at once");
     // Paced to 20 KB/s, the link carries 50 KB/s of raw bytes at that
     // ratio: the window filled buffers; compression pays.
     let mut a = Adapt::new().paced(Some(20_000.0));
@@ -589,3 +488,6 @@ fn a_rate_limit_is_storings_rate_from_the_first_chunk() {
     assert_eq!(stored, WINDOW, "one trial stretch");
     assert!(a.next_level().is_some());
 }
+
+#[path = "adapt_pause_tests.rs"]
+mod pause_tests;
