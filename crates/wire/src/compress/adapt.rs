@@ -35,10 +35,10 @@
 //!   [`FAR_SLOWER`] × storing's rate as two stretches or more measured it,
 //!   at least as many as keep the next probe's loss under [`PROBE_SHARE`]
 //!   of the pause: a probe at a third of storing's rate is followed by 800
-//!   stored chunks, not 32; so too the stream's first stretch where it
-//!   stored faster than the first window, which compressed into empty
-//!   buffers, moved: that pause goes on with no probe first
-//!   ([`Adapt::first_lost`]); such a long pause ends early once
+//!   stored chunks, not 32; where the stream's first stretch stored faster
+//!   than the first window, which compressed into empty buffers, moved, the
+//!   pause goes on with no probe first, by the same rules on that one
+//!   stretch ([`Adapt::first_lost`]); such a long pause ends early once
 //!   [`PAUSE_CHECKED_AFTER`] of its chunks that waited on the link show it
 //!   carrying stored chunks slower than the probes before it moved; a pause
 //!   after a probe that lost ends in the next probe only where its stored
@@ -278,7 +278,12 @@ impl Adapt {
     /// once per chunk.
     pub fn next_level(&mut self) -> Option<i32> {
         if self.off_for > 0 && self.pause_lost_its_bet() {
+            // Ended for the link: not renewed, and the next pause after
+            // a probe that loses is twice what this one stored, not what
+            // it was to be.
             self.off_for = 0;
+            self.slower_pause = 0;
+            self.next_cpu_off = (self.leg_units.saturating_mul(2)).clamp(FIRST_OFF, MAX_OFF);
         }
         if self.off_for > 0 {
             // Counted down by the chunk's units in `stored`.
@@ -364,13 +369,13 @@ impl Adapt {
             // Paced from the first chunk that waited half its time on.
             let waited = !elapsed.is_zero() && link * 2 >= elapsed;
             let u = units(self.last_raw as usize);
-            self.leg_units += u;
-            self.leg_waited += u * u32::from(waited);
+            self.leg_units = self.leg_units.saturating_add(u);
+            self.leg_waited = self.leg_waited.saturating_add(u * u32::from(waited));
             if !self.paced_time.is_zero() || waited {
                 self.paced_raw += self.last_raw;
                 self.paced_time += elapsed;
-                self.paced_chunks += u;
-                self.paced_waited += u * u32::from(waited);
+                self.paced_chunks = self.paced_chunks.saturating_add(u);
+                self.paced_waited = self.paced_waited.saturating_add(u * u32::from(waited));
             }
         } else if !self.last_stale {
             self.link += link;

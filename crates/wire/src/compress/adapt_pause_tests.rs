@@ -11,12 +11,12 @@ fn cpu_bound_at_the_lowest_level_stores_while_storing_is_faster() {
     assert_eq!(a.level(), ADAPT_MIN);
     // Storing runs at 9 ms a chunk, compressing at 10. The first stretch
     // shows storing faster than the first window (compression's best): the
-    // pause goes on with no probe, as long as keeps a probe's loss under
-    // 2 % of it (a probe that loses by so little costs little).
+    // pause goes on with no probe, twice as long (a probe that loses by so
+    // little costs little).
     let first = pause(&mut a, 9);
     let d = a.take_decision().unwrap();
     assert_eq!(d.why, Why::SlowerThanStoring, "{d}");
-    assert_eq!(d.store_for, probe_pays_off_after(0.9));
+    assert_eq!(d.store_for, 2 * FIRST_OFF);
     assert_eq!(first, FIRST_OFF + d.store_for);
     // Then twice as long after each probe that loses.
     probe(&mut a, 0, 5);
@@ -68,10 +68,11 @@ fn a_first_stretch_into_empty_buffers_does_not_pause_compression_for_long() {
     let ms = Duration::from_millis;
     // Level 1 binds at 10 ms a chunk; the first stretch goes into empty
     // buffers (1 ms a chunk: ten times the link), the link then carries
-    // a stored chunk in 25 ms. The first stretch seems ten times faster
-    // than the first window: a long pause, but it ends once its chunks
-    // waiting on the link show them slower than that window, and the
-    // stretch (the link's rate) shows that compressing pays.
+    // a stored chunk in 25 ms. The first stretch seems four times faster
+    // than the first window (its last chunk took 25 ms): a long pause, but
+    // it ends once its chunks waiting on the link show them slower than
+    // that window, and the stretch (the link's rate) shows that
+    // compressing pays.
     let mut a = Adapt::new();
     window(&mut a, 0.4, 0, 5);
     let timing = |n| {
@@ -82,6 +83,11 @@ fn a_first_stretch_into_empty_buffers_does_not_pause_compression_for_long() {
         }
     };
     assert_eq!(pause_timed(&mut a, timing), 16 + PAUSE_CHECKED_AFTER);
+    // Ended for the link: the next pause, should one come, is twice what
+    // this one stored, not twice the 1024 it was to be; and it was not
+    // renewed for the chunks before it that did not wait.
+    assert_eq!(a.next_cpu_off, 2 * PAUSE_CHECKED_AFTER);
+    assert_eq!(a.slower_pause, 0);
     probe(&mut a, 0, 5);
     // Judged against the lowest stretch: 100 bytes/ms compressing
     // against 40 storing.

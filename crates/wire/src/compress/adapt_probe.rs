@@ -6,8 +6,8 @@
 //! early, and when compressed windows show storing's rate was measured low.
 
 use super::{
-    probe_pays_off_after, Adapt, Decision, Why, KEEP_MARGIN, LINK_IDLE_SHARE, PAUSE_CHECKED_AFTER,
-    RECENT, SPAN_WIRE, STORED_KEPT, UNDERRATED, UNIT, WINDOW,
+    probe_pays_off_after, Adapt, Decision, Why, FAR_SLOWER, KEEP_MARGIN, LINK_IDLE_SHARE,
+    PAUSE_CHECKED_AFTER, RECENT, SPAN_WIRE, STORED_KEPT, UNDERRATED, UNIT, WINDOW,
 };
 use std::time::Duration;
 
@@ -59,7 +59,7 @@ impl Adapt {
             return false;
         };
         self.paced_chunks >= self.least(PAUSE_CHECKED_AFTER)
-            && self.paced_waited * 4 >= self.paced_chunks * 3
+            && u64::from(self.paced_waited) * 4 >= u64::from(self.paced_chunks) * 3
             && !self.paced_time.is_zero()
             && self.paced_raw as f64 / self.paced_time.as_secs_f64() * KEEP_MARGIN < probe
     }
@@ -68,9 +68,11 @@ impl Adapt {
     /// the window before it ([`Why::CpuFirst`]): that window compressed into
     /// empty buffers, with nothing to wait for but the cores, so no probe
     /// moves more. Where the stretch stored faster (times [`KEEP_MARGIN`]),
-    /// the pause goes on as after a probe that lost (at least as long as
-    /// keeps such a probe's loss under `PROBE_SHARE` of it), with no probe
-    /// first; a stretch into empty buffers, faster than the link, ends it
+    /// the pause goes on with no probe first: twice as long, and where the
+    /// window moved less than [`FAR_SLOWER`] × storing's rate at least as
+    /// long as keeps a probe's loss under `PROBE_SHARE` of it (on this one
+    /// stretch: the window, not a probe after it, is what it is compared
+    /// with); a stretch into empty buffers, faster than the link, ends it
     /// early ([`Adapt::pause_lost_its_bet`], against the first window's
     /// rate). Whether it did; call as the stretch ends. On the 2-core VM at
     /// 10 Gb/s the second probe of a stream cost as much as the first
@@ -87,7 +89,14 @@ impl Adapt {
         if beats >= KEEP_MARGIN {
             return false;
         }
-        self.store_for_a_while(probe_pays_off_after(beats));
+        // One stretch has measured storing: the long pause only where the
+        // window was far slower (as after probes, `FAR_SLOWER`).
+        let least = if beats < FAR_SLOWER {
+            probe_pays_off_after(beats)
+        } else {
+            0
+        };
+        self.store_for_a_while(least);
         self.slower_pause = self.off_for;
         self.probe_rate = Some(first.rate);
         (self.probing, self.pausing) = (false, true);
@@ -184,12 +193,13 @@ mod tests {
         assert_eq!(a.probe_left(), Some(7 * UNIT));
     }
 
-    /// Stores chunks of one unit until `a` gives a level, each waiting its
-    /// whole 2 ms on the link or none of it; how many.
+    /// Stores chunks of one unit until `a` gives a level or `most` were
+    /// stored, each waiting its whole 2 ms on the link or none of it; how
+    /// many.
     fn store_until_probe(a: &mut Adapt, on_link: bool, most: u32) -> u32 {
         let ms = Duration::from_millis;
         let mut n = 0;
-        while a.next_level().is_none() && n < most {
+        while n < most && a.next_level().is_none() {
             a.stored(UNIT);
             let link = if on_link { ms(2) } else { ms(0) };
             a.waited(link, ms(0), ms(2));
@@ -211,21 +221,30 @@ mod tests {
             a.compressed(UNIT, UNIT / 4);
         }
         assert_eq!(a.take_decision().unwrap().why, Why::CpuFirst);
-        assert_eq!(store_until_probe(&mut a, true, FIRST_OFF), FIRST_OFF);
+        for _ in 0..FIRST_OFF {
+            assert_eq!(a.next_level(), None);
+            a.stored(UNIT);
+            a.waited(ms(2), ms(0), ms(2));
+        }
         // The first window moved a fifth of that: storing is faster, the
-        // pause goes on ([`Adapt::first_lost`]).
+        // pause goes on ([`Adapt::first_lost`]), long: a fifth is far slower.
         assert_eq!(a.next_level(), None);
         let d = a.take_decision().unwrap();
         assert_eq!(d.why, Why::SlowerThanStoring, "{d}");
         let pause = d.store_for;
-        assert!(pause > FIRST_OFF, "{pause}");
+        assert!(pause > 2 * FIRST_OFF, "{pause}");
+        a.stored(UNIT);
+        a.waited(ms(0), ms(0), ms(2));
         // Its stored chunks never wait on the link: it goes on, as long again
         // each time (here: ten times as long, and still on).
-        assert_eq!(store_until_probe(&mut a, false, 10 * pause), 10 * pause);
+        let left = 10 * pause - 1;
+        assert_eq!(store_until_probe(&mut a, false, left), left);
         assert_eq!(a.next_level(), None);
+        a.stored(UNIT);
+        a.waited(ms(2), ms(0), ms(2));
         // Once they wait on the link, the pause ends in a probe after as many
-        // chunks as it was long.
-        assert_eq!(store_until_probe(&mut a, true, 10 * pause), pause);
+        // chunks as it was long (the one above and these).
+        assert_eq!(store_until_probe(&mut a, true, 10 * pause), pause - 1);
         assert_eq!(a.probe_left(), Some(WINDOW as usize * UNIT));
 
         // A pause for data that does not compress ends on time, link or not.

@@ -108,10 +108,13 @@ pub const PROBE_SHARE: f64 = 0.02;
 /// be measured high (a stretch into drained buffers: 192 MB/s on a 1 Gb/s
 /// link), and a long pause on a slow link then stores data that level 1
 /// would have moved twice as fast; on a fast link compressing was 0.2-0.47 ×
-/// storing. Only once two stretches measured storing (their lowest
-/// counts): the first of a stream goes into empty buffers, and on a 1 Gb/s
-/// link whose shaper queues 6 MB it measured 285 MB/s, the probe after it
-/// 123, and a pause of 525 chunks then stored a third of a 384 MiB stream.
+/// storing. After probes, only once two stretches measured storing (their
+/// lowest counts): the first of a stream goes into empty buffers, and on a
+/// 1 Gb/s link whose shaper queues 6 MB it measured 285 MB/s, the probe
+/// after it 123, and a pause of 525 chunks then stored a third of a 384
+/// MiB stream. The stream's first window, compared with the first stretch
+/// (`Adapt::first_lost`), compressed into empty buffers too, and gets the
+/// long pause on that stretch alone.
 pub const FAR_SLOWER: f64 = 0.5;
 /// Paced chunks of a long pause after which it ends if they show the link
 /// slower than the probes before it (`Adapt::pause_lost_its_bet`): 8 MiB
