@@ -283,7 +283,7 @@ impl Adapt {
             // it was to be.
             self.off_for = 0;
             self.slower_pause = 0;
-            self.next_cpu_off = (self.leg_units.saturating_mul(2)).clamp(FIRST_OFF, MAX_OFF);
+            self.next_cpu_off = self.leg_units.saturating_mul(2).clamp(FIRST_OFF, MAX_OFF);
         }
         if self.off_for > 0 {
             // Counted down by the chunk's units in `stored`.
@@ -483,35 +483,28 @@ impl Adapt {
         // the rate of the last few windows at this level.
         let recent = self.recent_rate();
         let beats = self.stored_rate().map(|s| recent / s);
-        let why = match binding {
-            Binding::Cpu if self.level > ADAPT_MIN => {
+        let why = match (binding, beats) {
+            (Binding::Cpu, _) if self.level > ADAPT_MIN => {
                 self.ceiling = self.level - 1;
                 self.at_ceiling = 0;
                 self.level = ADAPT_MIN + (self.level - ADAPT_MIN) / 2;
                 Why::CpuLower
             }
-            _ if beats.is_some_and(|b| b < KEEP_MARGIN) => {
+            (_, Some(b)) if b < KEEP_MARGIN => {
                 // The next probe at the cheapest level: the one most likely
                 // to beat storing (the link raises it again if it binds).
                 self.level = ADAPT_MIN;
                 // The long pause only on storing's rate from two stretches
                 // at least: one alone can have gone into empty buffers.
-                let least = match (binding, beats) {
-                    (Binding::Cpu, Some(b)) if b < FAR_SLOWER && self.stored_count >= 2 => {
-                        probe_pays_off_after(b)
-                    }
-                    _ => 0,
-                };
-                self.store_for_a_while(least);
-                self.slower_pause = self.off_for;
-                self.probe_rate = (least > 0).then_some(recent);
+                let may_be_long = binding == Binding::Cpu && self.stored_count >= 2;
+                self.pause_after_losing(recent, b, may_be_long);
                 Why::SlowerThanStoring
             }
-            Binding::Cpu if beats.is_none() => {
+            (Binding::Cpu, None) => {
                 self.store_for_a_while(0);
                 Why::CpuFirst
             }
-            b => {
+            (b, _) => {
                 if fresh {
                     // A narrow win leaves the pauses as long as they were.
                     if beats.is_none_or(|b| b >= CLEAR_WIN) {

@@ -89,16 +89,8 @@ impl Adapt {
         if beats >= KEEP_MARGIN {
             return false;
         }
-        // One stretch has measured storing: the long pause only where the
-        // window was far slower (as after probes, `FAR_SLOWER`).
-        let least = if beats < FAR_SLOWER {
-            probe_pays_off_after(beats)
-        } else {
-            0
-        };
-        self.store_for_a_while(least);
-        self.slower_pause = self.off_for;
-        self.probe_rate = Some(first.rate);
+        // One stretch has measured storing, against the window itself.
+        self.pause_after_losing(first.rate, beats, true);
         (self.probing, self.pausing) = (false, true);
         self.decided = Some(Decision {
             stored_rate: Some(stored),
@@ -107,6 +99,25 @@ impl Adapt {
             ..first
         });
         true
+    }
+
+    /// Stores the next chunks without trying after a window that moved
+    /// `rate`, `beats` × storing's: twice as many as the last pause, and,
+    /// where `may_be_long` and the window was under [`FAR_SLOWER`] ×
+    /// storing, at least as many as keep another such loss under
+    /// `PROBE_SHARE` of them ([`probe_pays_off_after`]), such a long pause
+    /// ending early where the link carries stored chunks slower than
+    /// `rate` ([`Adapt::pause_lost_its_bet`]). It goes on while the link
+    /// idles ([`Adapt::link_idle`]).
+    pub(super) fn pause_after_losing(&mut self, rate: f64, beats: f64, may_be_long: bool) {
+        let least = if may_be_long && beats < FAR_SLOWER {
+            probe_pays_off_after(beats)
+        } else {
+            0
+        };
+        self.store_for_a_while(least);
+        self.slower_pause = self.off_for;
+        self.probe_rate = (least > 0).then_some(rate);
     }
 
     /// Whether the compressed chunks since the last stretch moved on the
