@@ -88,6 +88,12 @@ pub struct CpArgs {
     #[arg(short, long)]
     pub preserve: bool,
 
+    /// With -p (the default with -r): drop the set-uid and set-gid bits the
+    /// sender's files have (a warning line gives the count), for trees from
+    /// a host you do not fully trust. Owners are still kept as root.
+    #[arg(long)]
+    pub no_setid: bool,
+
     /// With -r: do not keep modes and times (new files get the source's
     /// permission bits less the umask).
     #[arg(long, conflicts_with = "preserve")]
@@ -252,6 +258,7 @@ pub fn plan(a: &CpArgs) -> Result<Vec<Segment>, String> {
                         dest: path,
                         must_be_dir,
                         preserve,
+                        no_setid: a.no_setid,
                         specials: a.specials,
                         resumed_top: None,
                         stripe: None,
@@ -263,9 +270,9 @@ pub fn plan(a: &CpArgs) -> Result<Vec<Segment>, String> {
 }
 
 /// `--resume`'s first step: the destination's host lists what it holds into
-/// a file on the sources' host, which the copy's packer then reads (and
-/// removes). The file's name has 128 random bits: nobody can plant a link
-/// there first.
+/// a new private directory on the sources' host (`rdpipe_copy::private`,
+/// named by 128 random bits), which the copy's packer then reads and
+/// removes.
 fn listing(args: &CpArgs, segments: &mut [Segment], exe: &std::path::Path) -> Result<(), Failure> {
     let [Segment {
         host: src_host,
@@ -286,13 +293,8 @@ fn listing(args: &CpArgs, segments: &mut [Segment], exe: &std::path::Path) -> Re
         // `-` on either side: one file, nothing to resume.
         return Ok(());
     };
-    let mut id = [0u8; 16];
-    getrandom::getrandom(&mut id)
-        .map_err(|e| fail(1, format!("no randomness for a file name: {e}")))?;
-    let path = format!(
-        "/tmp/.rdcp-listing-{}",
-        id.iter().map(|b| format!("{b:02x}")).collect::<String>()
-    );
+    let run = rdpipe_copy::private::new_id()
+        .map_err(|e| fail(1, format!("no randomness for the copy's id: {e}")))?;
     let tops: Vec<String> = sources
         .iter()
         .filter_map(|s| std::path::Path::new(s).file_name())
@@ -314,10 +316,7 @@ fn listing(args: &CpArgs, segments: &mut [Segment], exe: &std::path::Path) -> Re
         },
         Segment {
             host: src_host.clone(),
-            action: Action::WriteFile {
-                path: path.clone(),
-                append: false,
-            },
+            action: Action::SaveListing { run: run.clone() },
         },
     ]);
     let (outcome, _) = rdpipe_orchestrate::run::run_reported(
@@ -334,7 +333,7 @@ fn listing(args: &CpArgs, segments: &mut [Segment], exe: &std::path::Path) -> Re
             .collect(),
         code: e.exit_code(),
     })?;
-    *manifest = Some(path);
+    *manifest = Some(run);
     Ok(())
 }
 
@@ -416,6 +415,7 @@ mod tests {
                 dest: "/dst".into(),
                 must_be_dir: true,
                 preserve: true,
+                no_setid: false,
                 specials: false,
                 resumed_top: None,
                 stripe: None

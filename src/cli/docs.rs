@@ -102,7 +102,7 @@ pub fn commands() -> Vec<DocCommand> {
             files: &[
                 ("~/.ssh/config", "Host aliases, users, ports and options for every host (or the file given with -F)."),
                 ("DIR/.NAME.rdcp-PID-N", "A file being received, renamed to DIR/NAME once its checksum matched; removed when that file fails its check, kept with what had arrived when the copy is cut short (continued by --resume)."),
-                ("/tmp/.rdcp-listing-RANDOM", "With --resume, on the sources' host: the destination's listing, removed once read."),
+                ("$TMPDIR/.rdcp-RANDOM/listing", "With --resume or --checksum, on the sources' host: the destination's listing, in a directory only its user may enter (0700), removed once read; one that a killed run left is removed by the next copy there after an hour."),
             ],
             see_also: "rdpipe(1), rdsend(1), rdrecv(1), scp(1), rsync(1), cp(1)",
         },

@@ -12,6 +12,7 @@
 mod support;
 
 mod attacks;
+mod attacks_local;
 mod compress;
 mod discovery;
 mod docs;

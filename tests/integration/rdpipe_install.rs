@@ -354,6 +354,83 @@ fn self_install_replaces_an_older_agent() {
     assert_clean(&net, &bare);
 }
 
+/// A planted cache binary (another user's, or anything that is not this
+/// build): of the same size and answering `--agent-protocol` as this build
+/// does, it is not run as the agent (it would get the hop keys on stdin):
+/// the probe's SHA-256 differs and rdpipe uploads over it. A cache entry
+/// that group or others may write, or that another user owns, is refused
+/// with one line saying how to fix it.
+#[test]
+fn self_install_never_runs_a_planted_cache_binary() {
+    need_install_host!("self_install_never_runs_a_planted_cache_binary");
+    let net = Netns::start("sp");
+    let bare = Bare::start(&net, 2);
+    go(&net, &["n2:cat"], Some(b"x\n".to_vec()), 120).ok();
+    let cached = bare.cached();
+    assert_eq!(cached.len(), 1, "{cached:?}");
+    let real = std::fs::read(rdpipe()).unwrap();
+    // The impostor: a shell script of exactly the real binary's size.
+    let stolen = bare.home.join("stolen");
+    let id = rdpipe_orchestrate::install::AgentId::this();
+    let mut fake = format!(
+        "#!/bin/sh\nfor a; do [ \"$a\" = --agent-protocol ] && {{ echo '{id}'; exit 0; }}; done\n\
+         cat > /root/stolen; exit 0\n#"
+    )
+    .into_bytes();
+    assert!(fake.len() < real.len());
+    fake.resize(real.len(), b'#');
+    std::fs::write(&cached[0], &fake).unwrap();
+    let r = go(&net, &["-v", "n2:rev"], Some(b"abc\n".to_vec()), 120);
+    r.ok();
+    assert_eq!(r.stdout_str(), "cba\n");
+    assert!(
+        r.stderr
+            .contains("n2: no usable rdrecv in PATH; installing"),
+        "{}",
+        r.stderr
+    );
+    assert!(!stolen.exists(), "the planted binary ran as the agent");
+    assert!(std::fs::read(&cached[0]).unwrap() == real, "not replaced");
+
+    // A cache entry others may write: refused, nothing run or uploaded.
+    let entry = cached[0].parent().unwrap().to_path_buf();
+    std::fs::set_permissions(&entry, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let r = go(&net, &["n2:cat"], Some(b"x\n".to_vec()), 60);
+    assert_eq!(r.code(), Some(1), "{}", r.stderr);
+    let e = entry
+        .strip_prefix(&bare.home)
+        .unwrap()
+        .display()
+        .to_string();
+    assert_eq!(
+        error_lines(&r),
+        [format!(
+            "rdpipe: error: n2: will not run an agent from /root/{e} there: it can be written \
+             by group or others (drwxrwxrwx), so another user could swap the binary that gets \
+             the hop keys; run chmod go-w /root/{e} there, or pass --remote-bin DIR or \
+             --no-install"
+        )],
+        "{}",
+        r.stderr
+    );
+    // Another user's: refused the same way.
+    std::fs::set_permissions(&entry, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::os::unix::fs::chown(&cached[0], Some(65534), Some(65534)).unwrap();
+    let r = go(&net, &["n2:cat"], Some(b"x\n".to_vec()), 60);
+    assert_eq!(r.code(), Some(1), "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("rdrecv there: it is owned by uid 65534, not by you (uid 0)"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(error_lines(&r).len(), 1, "{}", r.stderr);
+    std::os::unix::fs::chown(&cached[0], Some(0), Some(0)).unwrap();
+    go(&net, &["n2:cat"], Some(b"x\n".to_vec()), 60).ok();
+    assert!(!stolen.exists());
+    assert_clean(&net, &bare);
+}
+
 #[test]
 fn self_install_refuses_another_architecture_or_an_older_glibc() {
     need_install_host!("self_install_refuses_another_architecture_or_an_older_glibc");

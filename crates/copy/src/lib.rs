@@ -12,6 +12,7 @@ pub mod beneath;
 pub mod direct;
 pub mod list;
 pub mod pack;
+pub mod private;
 pub mod stripe;
 pub mod unpack;
 pub mod write;
@@ -24,7 +25,8 @@ pub use unpack::{Dest, Unpacker};
 /// One line about a file that was not copied (or copied while it changed),
 /// printed on the side that saw it.
 pub(crate) fn warn(what: std::fmt::Arguments<'_>) {
-    eprintln!("rdcp: {what}");
+    // One line, whatever the sender named its files.
+    eprintln!("rdcp: {}", rdpipe_term::escaped(&what.to_string()));
 }
 
 /// Reads `f` from its start with positioned reads until `limit` bytes or its

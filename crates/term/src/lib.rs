@@ -10,9 +10,15 @@
 //!   pipeline's forwarded stderr) first clears it and then draws it again, so the
 //!   output stays readable. Nothing here writes escape sequences other than the
 //!   colours: the progress line is redrawn with `\r` and blanks.
+//! - Text from elsewhere (file names, remote stderr, a peer's words) never
+//!   reaches the terminal raw: [`say`], [`error`], [`warn`], the log
+//!   subscriber and [`forwarded`] escape its control characters ([`escape`]).
 #![deny(missing_docs)]
 
+pub mod escape;
 pub mod progress;
+
+pub use escape::{escaped, escaped_bytes};
 
 use std::fmt;
 use std::io::{IsTerminal, Write};
@@ -103,6 +109,14 @@ pub fn line(s: &str) {
     line_bytes(s.as_bytes())
 }
 
+/// A line from elsewhere (a remote host's stderr) after `prefix`: its control
+/// characters escaped, so that it is one line and acts on nothing.
+pub fn forwarded(prefix: &str, line: &[u8]) {
+    let line = line.strip_suffix(b"\n").unwrap_or(line);
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    line_bytes(format!("{prefix}{}\n", escaped_bytes(line)).as_bytes());
+}
+
 /// Draws `l` as the progress line (terminal only): replaces the previous one, and
 /// stays below whatever [`line`] prints until [`finish_status`].
 pub fn draw_status(l: &str) {
@@ -136,26 +150,31 @@ pub fn prefix(tool: &str) -> String {
     format!("{}:", paint("1", tool))
 }
 
-/// `tool: msg`.
+/// `tool: msg` (control characters in `msg` escaped, as in every message).
 pub fn say(tool: &str, msg: impl fmt::Display) {
-    line(&format!("{} {msg}\n", prefix(tool)));
+    let msg = msg.to_string();
+    line(&format!("{} {}\n", prefix(tool), escaped(&msg)));
 }
 
 /// `tool: error: msg` (red where colours are allowed).
 pub fn error(tool: &str, msg: impl fmt::Display) {
+    let msg = msg.to_string();
     line(&format!(
-        "{} {} {msg}\n",
+        "{} {} {}\n",
         prefix(tool),
-        paint("31", "error:")
+        paint("31", "error:"),
+        escaped(&msg)
     ));
 }
 
 /// `tool: warning: msg` (yellow where colours are allowed).
 pub fn warn(tool: &str, msg: impl fmt::Display) {
+    let msg = msg.to_string();
     line(&format!(
-        "{} {} {msg}\n",
+        "{} {} {}\n",
         prefix(tool),
-        paint("33", "warning:")
+        paint("33", "warning:"),
+        escaped(&msg)
     ));
 }
 
@@ -180,9 +199,12 @@ where
             Level::DEBUG => "debug:".to_string(),
             Level::TRACE => "trace:".to_string(),
         };
-        write!(w, "{} {label} ", prefix(&self.0))?;
-        ctx.field_format().format_fields(w.by_ref(), e)?;
-        writeln!(w)
+        // The fields plainly (no colours of the field formatter's own), then
+        // escaped: a logged name or peer text must not act on the terminal.
+        let mut fields = String::new();
+        ctx.field_format()
+            .format_fields(Writer::new(&mut fields), e)?;
+        writeln!(w, "{} {label} {}", prefix(&self.0), escaped(&fields))
     }
 }
 

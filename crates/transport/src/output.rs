@@ -2,9 +2,13 @@
 //! `rdrecv PORT KEY FILE` and rdpipe's `HOST:'> FILE'` / `'>> FILE'` write into.
 //!
 //! - `> FILE` (and rdrecv's FILE): the stream goes into a temporary file in the
-//!   same directory (`.FILE.rdpipe-PID-N`, created exclusively, with FILE's
-//!   permissions when it exists), which replaces FILE by `rename` only once the
-//!   whole stream was verified. A failed stream removes the temporary file and
+//!   same directory (`.FILE.rdpipe-PID-N`, created exclusively and private to
+//!   its owner, 0600), which replaces FILE by `rename` only once the whole
+//!   stream was verified. Just before the rename it gets its final permission
+//!   bits: FILE's when it exists, else 0666 less the umask, as a shell's `>`
+//!   would make it. So no other user can open the temporary file while it is
+//!   being written: a descriptor opened then would survive the rename and
+//!   read a file that was meant to be private (docs/security.md). A failed stream removes the temporary file and
 //!   leaves FILE exactly as it was (or absent).
 //! - `>> FILE`: appended in place (a pipeline may append to a log that others
 //!   read); a failed stream truncates FILE back to its length before.
@@ -44,8 +48,13 @@ pub enum Mode {
 }
 
 enum State {
-    /// Writing the temporary file `tmp`, to be renamed to `target`.
-    Replacing { tmp: PathBuf, target: PathBuf },
+    /// Writing the temporary file `tmp` (0600), to be given `mode` and
+    /// renamed to `target`.
+    Replacing {
+        tmp: PathBuf,
+        target: PathBuf,
+        mode: u32,
+    },
     /// Appending; `start` is the length before.
     Appending { start: u64 },
     /// Writing straight into a non-regular file.
@@ -112,6 +121,20 @@ pub fn undo_pending() {
     }
 }
 
+/// This process's umask, read without changing it (`umask(2)` can only be
+/// read by setting it, which races with other threads creating files):
+/// Linux's `/proc/self/status` has it; where it cannot be read, 022.
+fn umask() -> u32 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Umask:"))
+                .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
+        })
+        .unwrap_or(0o022)
+}
+
 fn temp_name(target: &Path) -> PathBuf {
     let name = target
         .file_name()
@@ -159,20 +182,21 @@ impl OutputFile {
             }
             Mode::Replace => {
                 let tmp = temp_name(&target);
+                // Private from its creation: the final bits only once the
+                // stream is verified (the module doc says why).
                 let file = OpenOptions::new()
                     .write(true)
                     .create_new(true)
-                    .mode(0o666)
+                    .mode(0o600)
                     .open(&tmp)?;
-                if let Some(m) = meta {
-                    let _ = file.set_permissions(std::fs::Permissions::from_mode(
-                        m.permissions().mode() & 0o7777,
-                    ));
-                }
+                let mode = match meta {
+                    Some(m) => m.permissions().mode() & 0o7777,
+                    None => 0o666 & !umask(),
+                };
                 let pending = Some(register(Undo::RemoveTemp(tmp.clone())));
                 Ok(OutputFile {
                     file,
-                    state: State::Replacing { tmp, target },
+                    state: State::Replacing { tmp, target, mode },
                     pending,
                     direct: None,
                 })
@@ -201,8 +225,14 @@ impl OutputFile {
         self.file.flush()?;
         unregister(self.pending.take());
         match std::mem::replace(&mut self.state, State::Done) {
-            State::Replacing { tmp, target } => {
-                if let Err(e) = std::fs::rename(&tmp, &target) {
+            State::Replacing { tmp, target, mode } => {
+                let chmod = if mode == 0o600 {
+                    Ok(())
+                } else {
+                    self.file
+                        .set_permissions(std::fs::Permissions::from_mode(mode))
+                };
+                if let Err(e) = chmod.and_then(|()| std::fs::rename(&tmp, &target)) {
                     let _ = std::fs::remove_file(&tmp);
                     return Err(e);
                 }
@@ -275,6 +305,26 @@ mod tests {
         let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o640);
         assert_eq!(entries(d.path()), ["out"]);
+    }
+
+    #[test]
+    fn the_temporary_file_is_private_until_published() {
+        let d = dir();
+        let p = d.path().join("new");
+        let mut f = OutputFile::open(&p, Mode::Replace).unwrap();
+        f.write_all(b"secret").unwrap();
+        let tmp = entries(d.path());
+        assert_eq!(tmp.len(), 1, "{tmp:?}");
+        let m = std::fs::metadata(d.path().join(&tmp[0])).unwrap();
+        assert_eq!(m.permissions().mode() & 0o7777, 0o600);
+        f.flush().unwrap();
+        drop(f);
+        let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(
+            mode,
+            0o666 & !umask(),
+            "a new file gets 0666 less the umask"
+        );
     }
 
     #[test]

@@ -71,6 +71,8 @@ pub struct UnpackStats {
     pub sender_failed: u64,
     /// File data bytes written.
     pub bytes: u64,
+    /// Files whose set-uid or set-gid bits were dropped (`--no-setid`).
+    pub setid_dropped: u64,
 }
 
 /// The receiving side; see the module doc.
@@ -79,6 +81,9 @@ pub struct Unpacker {
     /// The destination operand, for messages.
     label: String,
     preserve: bool,
+    /// `--no-setid`: with `preserve`, files keep their mode less the set-uid
+    /// and set-gid bits.
+    no_setid: bool,
     /// `--specials`: FIFOs, sockets and device nodes are created; without
     /// it a stream that carries one is refused.
     specials: bool,
@@ -146,6 +151,7 @@ impl Unpacker {
             dest,
             label: label.trim_end_matches('/').to_string(),
             preserve,
+            no_setid: false,
             specials: false,
             root: rustix::process::geteuid().is_root(),
             umask: umask(),
@@ -180,6 +186,34 @@ impl Unpacker {
         self
     }
 
+    /// With `yes` (`rdcp --no-setid`), files, nodes and resumed copies
+    /// lose the set-uid and set-gid bits the sender gave them (directories
+    /// keep set-gid: it only makes new entries inherit the group); each one
+    /// is counted in [`UnpackStats::setid_dropped`]. Without `preserve`
+    /// those bits are never kept anyway.
+    pub fn with_no_setid(mut self, yes: bool) -> Unpacker {
+        self.no_setid = yes;
+        self
+    }
+
+    /// `--no-setid`'s rule for one entry's metadata.
+    fn drop_setid(&mut self, e: &mut Entry) {
+        const SETID: u32 = 0o6000;
+        if !(self.no_setid && self.preserve) {
+            return;
+        }
+        if let Entry::File { meta, .. }
+        | Entry::Resume { meta, .. }
+        | Entry::Striped { meta, .. }
+        | Entry::Special { meta, .. } = e
+        {
+            if meta.mode & SETID != 0 {
+                meta.mode &= !SETID;
+                self.stats.setid_dropped += 1;
+            }
+        }
+    }
+
     fn policy(&self) -> pool::Policy {
         pool::Policy {
             preserve: self.preserve,
@@ -208,6 +242,11 @@ impl Unpacker {
     pub fn with_direct(mut self, yes: bool) -> Unpacker {
         self.direct = yes;
         self
+    }
+
+    /// The destination as the user named it, for messages.
+    pub fn label(&self) -> &str {
+        &self.label
     }
 
     /// What it did so far.
@@ -355,6 +394,8 @@ impl Unpacker {
             }
             _ => Vec::new(),
         };
+        let mut e = e;
+        self.drop_setid(&mut e);
         if let Dest::Device(_) = self.dest {
             return self.device_entry(e);
         }

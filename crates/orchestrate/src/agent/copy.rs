@@ -11,7 +11,7 @@ use super::transfers::Transfers;
 use crate::control::{CopyCounts, Direction, Part};
 use rdpipe_copy::pack::handoff::{handoff, Handoff};
 use rdpipe_copy::pack::pack_to;
-use rdpipe_copy::{list, Dest, Manifest, PackOptions, Unpacker};
+use rdpipe_copy::{list, private, Dest, Manifest, PackOptions, Unpacker};
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::PathBuf;
@@ -35,6 +35,14 @@ struct Counted {
 impl Counted {
     fn record(&mut self) {
         let s = self.u.stats();
+        if s.setid_dropped > 0 {
+            tracing::warn!(
+                "{}: dropped the set-uid/set-gid bits of {} file{} (--no-setid)",
+                self.u.label(),
+                s.setid_dropped,
+                if s.setid_dropped == 1 { "" } else { "s" }
+            );
+        }
         record(
             &self.slot,
             CopyCounts::Unpack {
@@ -141,18 +149,25 @@ pub fn start_pack(
     seg: &mut Segment,
     t: &mut Transfers,
 ) {
-    let manifest = match manifest.map(|m| {
-        let m = home_path(m);
+    let manifest = match manifest.map(|run| {
+        let dir = private::open(run)
+            .map_err(|e| format!("cannot open the destination's listing: {e}"))?;
+        let m = dir.join(LISTING);
         let r = match opts.stripe {
-            // Every stream reads it; the last one removes it.
-            Some(s) => Manifest::read_shared(std::path::Path::new(&m), s.count),
+            // Every stream reads it; the last one removes it, and then the
+            // directory goes (it fails while another stream's file is there).
+            Some(s) => {
+                let r = Manifest::read_shared(&m, s.count);
+                let _ = std::fs::remove_dir(&dir);
+                r
+            }
             None => {
-                let r = Manifest::read(std::path::Path::new(&m));
-                let _ = std::fs::remove_file(&m);
+                let r = Manifest::read(&m);
+                let _ = private::remove(run);
                 r
             }
         };
-        r.map_err(|e| format!("cannot read the destination's listing {m}: {e}"))
+        r.map_err(|e| format!("cannot read the destination's listing {}: {e}", m.display()))
     }) {
         None => None,
         Some(Ok(m)) => Some(m),
@@ -201,6 +216,30 @@ pub fn start_pack(
     });
 }
 
+/// The listing's name in its copy's private directory.
+const LISTING: &str = "listing";
+
+/// Starts `rdcp --resume`'s second half of the listing step on the sources'
+/// host: makes copy `run`'s private directory and saves the incoming
+/// listing there (published once verified, as any `> FILE`).
+pub fn start_save_listing(run: &str, seg: &mut Segment, t: &mut Transfers) {
+    match private::create(run) {
+        Ok(dir) => {
+            let path = dir.join(LISTING).to_string_lossy().into_owned();
+            super::file::start_write(&path, false, false, seg, t);
+        }
+        Err(e) => {
+            if seg.pending(Direction::In) {
+                seg.drop_transfer(Direction::In);
+            }
+            seg.setup_failed(
+                Part::File,
+                format!("cannot make a private directory for the listing: {e}"),
+            );
+        }
+    }
+}
+
 /// Starts `rdcp --resume`'s listing of `dest` (for sources named `tops`;
 /// with each file's content hash for `--checksum`).
 pub fn start_list(
@@ -226,6 +265,7 @@ pub fn start_list(
 pub fn start_unpack(dest: &str, a: &super::AgentArgs, seg: &mut Segment, t: &mut Transfers) {
     let (must_be_dir, preserve, specials, direct, stripe) =
         (a.must_be_dir, a.preserve, a.specials, a.direct, a.stripe);
+    let no_setid = a.no_setid;
     let resumed_top = a.top.first().map(String::as_str);
     let dest = home_path(dest);
     seg.file_target = Some(dest.clone());
@@ -242,6 +282,7 @@ pub fn start_unpack(dest: &str, a: &super::AgentArgs, seg: &mut Segment, t: &mut
             t.spawn_recv(
                 Box::new(move || {
                     let mut u = Unpacker::new(d, &label, preserve)
+                        .with_no_setid(no_setid)
                         .with_specials(specials)
                         .with_direct(direct);
                     if let Some(s) = stripe {

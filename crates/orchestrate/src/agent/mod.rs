@@ -57,7 +57,7 @@ use transfers::Transfers;
 /// The agent's command line (hidden; written by rdpipe).
 #[derive(Debug, clap::Parser)]
 #[command(name = "rdrecv --agent", about = "rdpipe endpoint agent (internal)")]
-#[command(group(clap::ArgGroup::new("action").required(true).args(["cmd", "read", "write", "append", "relay", "pack", "unpack", "list"])))]
+#[command(group(clap::ArgGroup::new("action").required(true).args(["cmd", "read", "write", "append", "relay", "pack", "unpack", "list", "save_listing"])))]
 pub struct AgentArgs {
     /// Label for messages.
     #[arg(long, default_value = "agent")]
@@ -137,10 +137,15 @@ pub struct AgentArgs {
     /// create them (rdcp's `--specials`).
     #[arg(long)]
     pub specials: bool,
-    /// With `--pack`: the destination's listing (`rdcp --resume`), a file
-    /// read and then removed.
-    #[arg(long, value_name = "FILE")]
+    /// With `--pack`: the destination's listing (`rdcp --resume`), in the
+    /// private directory of the copy whose random id is RUN
+    /// (`rdpipe_copy::private`), read and then removed.
+    #[arg(long, value_name = "RUN")]
     pub manifest: Option<String>,
+    /// `rdcp --resume`'s first step on the sources' host: save the incoming
+    /// listing in a new private directory for the copy whose id is RUN.
+    #[arg(long, value_name = "RUN")]
+    pub save_listing: Option<String>,
     /// With `--pack`/`--unpack`: this is stream K of N of the copy whose
     /// random id is RUN (hex), rdcp's `--streams` (`rdpipe_copy::stripe`).
     #[arg(long, value_name = "K/N/RUN", value_parser = parse_stripe)]
@@ -165,6 +170,10 @@ pub struct AgentArgs {
     /// With `--unpack`: keep modes and times (rdcp's `-p`).
     #[arg(long)]
     pub preserve: bool,
+    /// With `--unpack --preserve`: drop set-uid and set-gid bits (rdcp's
+    /// `--no-setid`).
+    #[arg(long)]
+    pub no_setid: bool,
     /// Write `--write`/`--append`'s file with O_DIRECT (rdpipe's `--direct`);
     /// with `--pack`/`--unpack`, read or write big files so (rdcp's).
     #[arg(long)]
@@ -327,6 +336,8 @@ fn run(a: AgentArgs) -> bool {
             stripe: a.stripe,
         };
         copy::start_pack(&a.pack, opts, a.manifest.as_deref(), &mut seg, &mut t);
+    } else if let Some(run) = &a.save_listing {
+        copy::start_save_listing(run, &mut seg, &mut t);
     } else if let Some(dest) = &a.list {
         copy::start_list(dest, a.must_be_dir, &a.top, a.checksum, &mut seg, &mut t);
     } else if let Some(dest) = &a.unpack {

@@ -12,9 +12,14 @@
 //! ([`InstallError`]). The upload ([`probe::UPLOAD`]) streams the binary over
 //! the SSH channel, checks its SHA-256 (`sha256sum`) or POSIX `cksum` there,
 //! renames it into place and runs it once. `<hash>` is the first 12 hex digits
-//! of the binary's BLAKE3 hash, so a cache entry only ever holds this exact
-//! binary, and entries are only made by that rename after the check: a later
-//! run reuses it after a size check and its `--agent-protocol` answer.
+//! of the binary's BLAKE3 hash, and entries are only made by that rename after
+//! the check. A later run reuses the cached binary only when the probe's
+//! SHA-256 of it (or its `cksum` where there is no `sha256sum`) is this
+//! binary's, and only from a cache that is the user's alone: the base
+//! directory, `rdma-pipe/`, the entry and the binary owned by the user and
+//! writable by nobody else. Anything else there could swap the binary, which
+//! gets the hop keys on its stdin ([`InstallError::UnsafeCache`] says which
+//! and how to fix it); a binary that is not this one is uploaded over.
 //!
 //! - [`elf`]: the glibc version a binary needs (its `GLIBC_x.y` version needs);
 //! - [`cksum`]: POSIX `cksum` and SHA-256;
@@ -26,7 +31,7 @@ pub mod probe;
 
 use crate::control::PROTOCOL;
 use elf::GlibcVersion;
-use probe::{Probe, RemoteLibc};
+use probe::{CachePart, Probe, RemoteLibc};
 use std::fmt;
 use std::path::Path;
 use std::str::FromStr;
@@ -162,6 +167,19 @@ pub enum InstallError {
         /// What the binary needs.
         need: GlibcVersion,
     },
+    /// A part of the cache can be changed by someone else.
+    #[error(
+        "will not run an agent from {path} there: it {why}, so another user could swap the \
+         binary that gets the hop keys; {fix}, or pass --remote-bin DIR or --no-install"
+    )]
+    UnsafeCache {
+        /// The directory or file.
+        path: String,
+        /// What is wrong with it.
+        why: String,
+        /// What to do about it.
+        fix: String,
+    },
     /// The probe failed.
     #[error("cannot check for rdrecv there: {0}")]
     Probe(String),
@@ -199,14 +217,48 @@ fn same_arch(local: &str, remote: &str) -> bool {
     norm(local) == norm(remote)
 }
 
+/// Refuses a cache that someone else owns or may write (see the module doc).
+fn check_cache(p: &Probe) -> Result<(), InstallError> {
+    let entry = Path::new(&p.cache_dir);
+    let pipe = entry.parent().unwrap_or(entry);
+    let base = pipe.parent().unwrap_or(pipe);
+    for o in &p.owners {
+        let path = match o.part {
+            CachePart::Base => base.to_path_buf(),
+            CachePart::Pipe => pipe.to_path_buf(),
+            CachePart::Entry => entry.to_path_buf(),
+            CachePart::Bin => entry.join("rdrecv"),
+        }
+        .display()
+        .to_string();
+        if let Some(me) = p.uid.filter(|me| *me != o.uid) {
+            return Err(InstallError::UnsafeCache {
+                fix: format!("remove it or make it yours (chown {me} {path})"),
+                why: format!("is owned by uid {}, not by you (uid {me})", o.uid),
+                path,
+            });
+        }
+        if o.writable_by_others() {
+            return Err(InstallError::UnsafeCache {
+                fix: format!("run chmod go-w {path} there"),
+                why: format!("can be written by group or others ({})", o.mode),
+                path,
+            });
+        }
+    }
+    Ok(())
+}
+
 /// What to run on a host, from its probe.
 pub fn decide(p: &Probe, bin: &AgentBinary) -> Result<Choice, InstallError> {
     if p.path_agent.as_ref().is_some_and(AgentId::compatible) {
         return Ok(Choice::Installed);
     }
+    check_cache(p)?;
     let this = AgentId::this();
     if let Some((size, Some(id))) = &p.cached {
-        if *size == bin.bytes.len() as u64 && *id == this {
+        let same = p.cached_sum.as_ref().is_some_and(|s| s.matches(&bin.bytes));
+        if *size == bin.bytes.len() as u64 && *id == this && same {
             return Ok(Choice::Cached(p.cache_dir.clone()));
         }
     }
@@ -261,6 +313,9 @@ mod tests {
             cache_dir: "/c".into(),
             path_agent: None,
             cached: None,
+            cached_sum: None,
+            uid: Some(1000),
+            owners: Vec::new(),
         }
     }
 
@@ -296,6 +351,14 @@ mod tests {
         p.cached = Some((100, None));
         assert_eq!(decide(&p, &b), Ok(Choice::Upload("/c".into())));
         p.cached = Some((100, Some(AgentId::this())));
+        // The same size and answer, but not this binary (or no checksum):
+        // an impostor, uploaded over.
+        assert_eq!(decide(&p, &b), Ok(Choice::Upload("/c".into())));
+        p.cached_sum = Some(probe::Sum::Sha256("0".repeat(64)));
+        assert_eq!(decide(&p, &b), Ok(Choice::Upload("/c".into())));
+        p.cached_sum = Some(probe::Sum::Sha256(cksum::sha256_hex(&b.bytes)));
+        assert_eq!(decide(&p, &b), Ok(Choice::Cached("/c".into())));
+        p.cached_sum = Some(probe::Sum::Cksum(cksum::posix_cksum(&b.bytes)));
         assert_eq!(decide(&p, &b), Ok(Choice::Cached("/c".into())));
         p.path_agent = Some(AgentId::this());
         assert_eq!(decide(&p, &b), Ok(Choice::Installed));
@@ -323,6 +386,39 @@ mod tests {
             decide(&probe("x86_64", "musl libc (x86_64)"), &b),
             Err(InstallError::NoGlibc { .. })
         ));
+        // A cache another user owns or may write is refused, naming the
+        // part and the fix.
+        let own = |part, mode: &str, uid| probe::Owner {
+            part,
+            mode: mode.into(),
+            uid,
+        };
+        let mut p = probe("x86_64", "glibc 2.36");
+        p.cache_dir = "/h/.cache/rdma-pipe/v-1".into();
+        p.owners = vec![own(CachePart::Base, "drwx------", 1000)];
+        assert!(decide(&p, &b).is_ok());
+        p.owners.push(own(CachePart::Pipe, "drwxrwxr-x", 1000));
+        let e = decide(&p, &b).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "will not run an agent from /h/.cache/rdma-pipe there: it can be written by group \
+             or others (drwxrwxr-x), so another user could swap the binary that gets the hop \
+             keys; run chmod go-w /h/.cache/rdma-pipe there, or pass --remote-bin DIR or \
+             --no-install"
+        );
+        p.owners = vec![own(CachePart::Bin, "-rwxr-xr-x", 0)];
+        let e = decide(&p, &b).unwrap_err().to_string();
+        assert!(
+            e.contains("/h/.cache/rdma-pipe/v-1/rdrecv there: it is owned by uid 0, not by you"),
+            "{e}"
+        );
+        p.path_agent = Some(AgentId::this());
+        assert_eq!(
+            decide(&p, &b),
+            Ok(Choice::Installed),
+            "the cache is not used"
+        );
+
         // Unknown libc: try. A static build needs none.
         assert!(decide(&probe("x86_64", ""), &b).is_ok());
         assert!(decide(&probe("x86_64", "musl libc"), &bin(None)).is_ok());

@@ -8,19 +8,28 @@ use super::elf::GlibcVersion;
 use super::AgentId;
 
 /// The probe. Arguments: the rdrecv to try (`rdrecv`, found in PATH), the cache
-/// entry's name (`0.1.0-1a2b3c4d5e6f`). Prints `arch`, `libc`, `cache` (the
-/// entry's directory), `path` (what that rdrecv says to `--agent-protocol`),
-/// `cached` (the size of the cached binary and what it says) when there is
-/// one, and `end`. Every program it runs gets no stdin and, where `timeout`
-/// exists, 10 s.
-pub const PROBE: &str = "c=${XDG_CACHE_HOME:-$HOME/.cache}/rdma-pipe/$2; \
+/// entry's name (`0.1.0-1a2b3c4d5e6f`). Prints `arch`, `libc`, `uid` (the
+/// user's, `id -u`), `cache` (the entry's directory), `path` (what that
+/// rdrecv says to `--agent-protocol`), for each of the cache's base
+/// directory, its `rdma-pipe` directory, the entry and the cached binary that
+/// exists an `own NAME` line with its `ls -ldnL` (mode and owner, symbolic
+/// links followed), `cached` (the size of the cached binary and what it says)
+/// and `sum` (its SHA-256 from `sha256sum`, else its POSIX `cksum`) when there
+/// is one, and `end`. Every program it runs gets no stdin and, where
+/// `timeout` exists, 10 s.
+pub const PROBE: &str = "b=${XDG_CACHE_HOME:-$HOME/.cache}; c=$b/rdma-pipe/$2; \
 t=; if command -v timeout >/dev/null 2>&1; then t=\"timeout 10\"; fi; \
 echo \"arch $(uname -m 2>/dev/null)\"; \
 echo \"libc $(getconf GNU_LIBC_VERSION 2>/dev/null || ldd --version 2>&1 | head -n 1)\"; \
+echo \"uid $(id -u 2>/dev/null)\"; \
 echo \"cache $c\"; \
 echo \"path $($t \"$1\" --agent-protocol </dev/null 2>/dev/null | head -n 1)\"; \
+for n in \"base:$b\" \"pipe:$b/rdma-pipe\" \"entry:$c\" \"bin:$c/rdrecv\"; do p=${n#*:}; \
+if [ -e \"$p\" ]; then echo \"own ${n%%:*} $(ls -ldnL \"$p\" 2>/dev/null | head -n 1)\"; fi; done; \
 if [ -f \"$c/rdrecv\" ] && [ -x \"$c/rdrecv\" ]; then \
-echo \"cached $(wc -c <\"$c/rdrecv\") $($t \"$c/rdrecv\" --agent-protocol </dev/null 2>/dev/null | head -n 1)\"; fi; \
+echo \"cached $(wc -c <\"$c/rdrecv\") $($t \"$c/rdrecv\" --agent-protocol </dev/null 2>/dev/null | head -n 1)\"; \
+if command -v sha256sum >/dev/null 2>&1; then s=$($t sha256sum <\"$c/rdrecv\"); echo \"sum sha256 ${s%% *}\"; \
+else echo \"sum cksum $($t cksum <\"$c/rdrecv\")\"; fi; fi; \
 echo end";
 
 /// The upload. Arguments: the cache entry's name, the binary's SHA-256, its
@@ -29,9 +38,9 @@ echo end";
 /// none), makes it executable, renames it to `rdrecv` (atomic: a concurrent
 /// run sees the whole file or none), prints `installed` and runs it with
 /// `--agent-protocol`, whose answer is the next line. Exit 3: the checksum
-/// differs.
+/// differs. Directories it makes are its user's alone (umask 077).
 pub const UPLOAD: &str = "d=${XDG_CACHE_HOME:-$HOME/.cache}/rdma-pipe/$1; \
-mkdir -p \"$d\" || exit 1; t=\"$d/.rdrecv.tmp.$$\"; \
+(umask 077; mkdir -p \"$d\") || exit 1; t=\"$d/.rdrecv.tmp.$$\"; \
 cat >\"$t\" || { rm -f \"$t\"; exit 1; }; \
 if command -v sha256sum >/dev/null 2>&1; then s=$(sha256sum <\"$t\"); s=${s%% *}; w=$2; \
 else s=$(cksum <\"$t\"); w=$3; fi; \
@@ -85,6 +94,82 @@ pub struct Probe {
     pub path_agent: Option<AgentId>,
     /// The cached binary: its size and what it said.
     pub cached: Option<(u64, Option<AgentId>)>,
+    /// The cached binary's checksum, as the host computed it.
+    pub cached_sum: Option<Sum>,
+    /// The user there (`id -u`).
+    pub uid: Option<u32>,
+    /// The mode and owner of each part of the cache that exists.
+    pub owners: Vec<Owner>,
+}
+
+/// A checksum the host computed of the cached binary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Sum {
+    /// `sha256sum`'s hex digest.
+    Sha256(String),
+    /// POSIX `cksum`'s `CRC SIZE`.
+    Cksum(String),
+}
+
+impl Sum {
+    /// Whether this is the checksum of `data`.
+    pub fn matches(&self, data: &[u8]) -> bool {
+        match self {
+            Sum::Sha256(h) => h.eq_ignore_ascii_case(&super::cksum::sha256_hex(data)),
+            Sum::Cksum(c) => c
+                .split_whitespace()
+                .eq(super::cksum::posix_cksum(data).split_whitespace()),
+        }
+    }
+}
+
+/// Which part of the cache an [`Owner`] line is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CachePart {
+    /// `${XDG_CACHE_HOME:-~/.cache}`.
+    Base,
+    /// Its `rdma-pipe` directory.
+    Pipe,
+    /// This build's entry in it.
+    Entry,
+    /// The cached binary.
+    Bin,
+}
+
+/// The mode and owner of one part of the cache, from `ls -ldnL`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner {
+    /// Which part.
+    pub part: CachePart,
+    /// `ls`'s mode string, e.g. `drwxr-xr-x`.
+    pub mode: String,
+    /// The owner's uid.
+    pub uid: u32,
+}
+
+impl Owner {
+    /// From `NAME MODE LINKS UID GID ...`.
+    fn parse(v: &str) -> Option<Owner> {
+        let mut w = v.split_whitespace();
+        let part = match w.next()? {
+            "base" => CachePart::Base,
+            "pipe" => CachePart::Pipe,
+            "entry" => CachePart::Entry,
+            "bin" => CachePart::Bin,
+            _ => return None,
+        };
+        let mode = w.next()?.to_string();
+        let _links = w.next()?;
+        let uid = w.next()?.parse().ok()?;
+        (mode.len() >= 10).then_some(Owner { part, mode, uid })
+    }
+
+    /// Whether group or others may write it (`ls`'s 6th and 9th mode
+    /// characters).
+    pub fn writable_by_others(&self) -> bool {
+        let m = self.mode.as_bytes();
+        m[5] == b'w' || m[8] == b'w'
+    }
 }
 
 /// Why a probe's answer is unusable.
@@ -126,6 +211,17 @@ impl Probe {
                 .to_string(),
             path_agent: field("path").and_then(|v| v.parse().ok()),
             cached,
+            cached_sum: field("sum").and_then(|v| match v.split_once(' ')? {
+                ("sha256", h) if !h.trim().is_empty() => Some(Sum::Sha256(h.trim().to_string())),
+                ("cksum", c) if !c.trim().is_empty() => Some(Sum::Cksum(c.trim().to_string())),
+                _ => None,
+            }),
+            uid: field("uid").and_then(|v| v.parse().ok()),
+            owners: out
+                .lines()
+                .filter_map(|l| l.strip_prefix("own "))
+                .filter_map(Owner::parse)
+                .collect(),
         })
     }
 }
@@ -157,10 +253,31 @@ mod tests {
     #[test]
     fn probe_answers() {
         let p = Probe::parse(
-            "arch x86_64\nlibc glibc 2.31\ncache /home/u/.cache/rdma-pipe/0.1.0-ab\npath \n\
-             cached 123 2 2 0.1.0\nend\n",
+            "arch x86_64\nlibc glibc 2.31\nuid 1000\ncache /home/u/.cache/rdma-pipe/0.1.0-ab\n\
+             path \nown base drwxr-xr-x 5 1000 1000 4096 Dec  1 18:00 /home/u/.cache\n\
+             own bin -rwxrwxrwx 1 0 0 9 Dec  1 18:00 /x y/rdrecv\nown what -rw 1 2\n\
+             cached 123 2 2 0.1.0\nsum sha256 ABCD\nend\n",
         )
         .unwrap();
+        assert_eq!(p.uid, Some(1000));
+        assert_eq!(p.cached_sum, Some(Sum::Sha256("ABCD".into())));
+        assert_eq!(
+            p.owners,
+            [
+                Owner {
+                    part: CachePart::Base,
+                    mode: "drwxr-xr-x".into(),
+                    uid: 1000
+                },
+                Owner {
+                    part: CachePart::Bin,
+                    mode: "-rwxrwxrwx".into(),
+                    uid: 0
+                }
+            ]
+        );
+        assert!(!p.owners[0].writable_by_others());
+        assert!(p.owners[1].writable_by_others());
         assert_eq!(p.arch, "x86_64");
         assert_eq!(p.cache_dir, "/home/u/.cache/rdma-pipe/0.1.0-ab");
         assert_eq!(p.path_agent, None);
@@ -253,5 +370,32 @@ mod tests {
         let p = Probe::parse(&out).unwrap();
         assert_eq!(p.path_agent, Some(id.clone()));
         assert_eq!(p.cached, Some((agent.len() as u64, Some(id))));
+        assert!(
+            p.cached_sum.as_ref().is_some_and(|s| s.matches(&agent)),
+            "{out}"
+        );
+        assert!(!p.cached_sum.unwrap().matches(b"an impostor"));
+        let me = rustix::process::geteuid().as_raw();
+        assert_eq!(p.uid, Some(me));
+        let parts: Vec<CachePart> = p.owners.iter().map(|o| o.part).collect();
+        assert_eq!(
+            parts,
+            [
+                CachePart::Base,
+                CachePart::Pipe,
+                CachePart::Entry,
+                CachePart::Bin
+            ],
+            "{out}"
+        );
+        assert!(p.owners.iter().all(|o| o.uid == me), "{out}");
+        // The upload made its directories private.
+        let o = p
+            .owners
+            .iter()
+            .find(|o| o.part == CachePart::Entry)
+            .unwrap();
+        assert_eq!(o.mode, "drwx------", "{out}");
+        assert!(!o.writable_by_others());
     }
 }

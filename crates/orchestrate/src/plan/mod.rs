@@ -131,8 +131,9 @@ pub enum Action {
         xattrs: bool,
         /// `--specials`: FIFOs, sockets and device nodes travel too.
         specials: bool,
-        /// `--resume`: the destination's listing, a file on this host (read,
-        /// then removed); what it lists complete is not sent.
+        /// `--resume`: the id of the copy whose private directory on this
+        /// host holds the destination's listing (`rdpipe_copy::private`;
+        /// read, then removed); what it lists complete is not sent.
         manifest: Option<String>,
         /// `--streams`: which of the copy's streams this is.
         stripe: Option<rdpipe_copy::stripe::Stripe>,
@@ -150,6 +151,13 @@ pub enum Action {
         /// `--checksum`: each complete file's content hash too.
         checksum: bool,
     },
+    /// `rdcp --resume`'s first step, on the sources' host: the listing that
+    /// comes in saved in copy `run`'s private directory there
+    /// (`rdpipe_copy::private`), for that copy's packer.
+    SaveListing {
+        /// The copy's id (32 hex digits).
+        run: String,
+    },
     /// rdcp's destination side: the entry stream created beneath `dest`
     /// (`rdpipe_copy::Unpacker`).
     Unpack {
@@ -159,6 +167,9 @@ pub enum Action {
         must_be_dir: bool,
         /// `-p`: keep modes and times (and owners as root).
         preserve: bool,
+        /// `--no-setid`: with `preserve`, files lose their set-uid and
+        /// set-gid bits.
+        no_setid: bool,
         /// `--specials`: create the FIFOs, sockets and device nodes the
         /// stream carries (without it, a stream with one is refused).
         specials: bool,
@@ -190,6 +201,7 @@ impl fmt::Display for Action {
             Action::Pack { sources, .. } => write!(f, "rdcp from {}", sources.join(" ")),
             Action::Unpack { dest, .. } => write!(f, "rdcp to {dest}"),
             Action::List { dest, .. } => write!(f, "rdcp: list {dest}"),
+            Action::SaveListing { .. } => write!(f, "rdcp: save the listing"),
         }
     }
 }
@@ -514,6 +526,9 @@ impl Pipeline {
                 Action::List { dest, .. } => {
                     format!("list what {dest:?} holds (rdcp --resume)")
                 }
+                Action::SaveListing { .. } => {
+                    "save the listing in this copy's private directory".into()
+                }
                 Action::Pack {
                     sources, recursive, ..
                 } => format!(
@@ -524,12 +539,17 @@ impl Pipeline {
                         "the files "
                     }
                 ),
-                Action::Unpack { dest, preserve, .. } => format!(
+                Action::Unpack {
+                    dest,
+                    preserve,
+                    no_setid,
+                    ..
+                } => format!(
                     "create the rdcp stream's files beneath {dest:?}{}",
-                    if *preserve {
-                        ", keeping modes and times"
-                    } else {
-                        ""
+                    match (*preserve, *no_setid) {
+                        (true, false) => ", keeping modes and times",
+                        (true, true) => ", keeping modes less set-uid/set-gid, and times",
+                        (false, _) => "",
                     }
                 ),
             };

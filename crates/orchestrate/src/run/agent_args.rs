@@ -109,6 +109,7 @@ pub fn action_args(action: &Action) -> Vec<String> {
             path.clone(),
         ]),
         Action::Relay => v.push("--relay".into()),
+        Action::SaveListing { run } => v.extend(["--save-listing".into(), run.clone()]),
         Action::Pack {
             sources,
             recursive,
@@ -157,6 +158,7 @@ pub fn action_args(action: &Action) -> Vec<String> {
             dest,
             must_be_dir,
             preserve,
+            no_setid,
             specials,
             resumed_top,
             stripe,
@@ -170,6 +172,9 @@ pub fn action_args(action: &Action) -> Vec<String> {
             }
             if *preserve {
                 v.push("--preserve".into());
+            }
+            if *no_setid {
+                v.push("--no-setid".into());
             }
             if *specials {
                 v.push("--specials".into());

@@ -44,7 +44,10 @@ pub fn build_plan(a: &Config, stdin_is_input: bool) -> Result<Pipeline, PlanErro
                 )
             };
             let writes = |s: &crate::plan::Segment| {
-                matches!(s.action, Action::WriteFile { .. } | Action::Unpack { .. })
+                matches!(
+                    s.action,
+                    Action::WriteFile { .. } | Action::SaveListing { .. } | Action::Unpack { .. }
+                )
             };
             let stdin = !segs.first().is_some_and(reads);
             let stdout = !segs.last().is_some_and(writes);

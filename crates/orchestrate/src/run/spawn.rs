@@ -65,16 +65,11 @@ pub struct Masters {
 /// set-up time per host.
 pub const MAX_PARALLEL_STARTS: usize = 32;
 
-/// A forwarded stderr line, `host: line`, written whole (the progress line, if
-/// any, is cleared and drawn again).
+/// A forwarded stderr line, `host: line`, written whole with its control
+/// characters escaped (the progress line, if any, is cleared and drawn
+/// again).
 fn stderr_line(prefix: &str, line: &[u8]) {
-    let mut v = Vec::with_capacity(prefix.len() + line.len() + 1);
-    v.extend_from_slice(prefix.as_bytes());
-    v.extend_from_slice(line);
-    if !line.ends_with(b"\n") {
-        v.push(b'\n');
-    }
-    rdpipe_term::line_bytes(&v);
+    rdpipe_term::forwarded(prefix, line);
 }
 
 /// Shell-quotes one word for the remote `sh`.
