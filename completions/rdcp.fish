@@ -26,6 +26,7 @@ srun\t'Slurm\'s srun'"
 complete -c rdcp -l jobid -d 'The Slurm job whose allocation `--launcher srun` runs steps in (default: SLURM_JOB_ID, set inside salloc and sbatch)' -r
 complete -c rdcp -s r -l recursive -d 'Copy directories and what is in them (implies -p, like cp -a)'
 complete -c rdcp -s p -l preserve -d 'Keep modes and modification times (and owner and group when the destination side runs as root)'
+complete -c rdcp -l no-setid -d 'With -p (the default with -r): drop the set-uid and set-gid bits the sender\'s files have (a warning line gives the count), for trees from a host you do not fully trust. Owners are still kept as root'
 complete -c rdcp -l no-preserve -d 'With -r: do not keep modes and times (new files get the source\'s permission bits less the umask)'
 complete -c rdcp -l resume -d 'Continue an interrupted copy: first list what DEST already holds (one more connection to its host); files there with the same size and mtime (kept with -p, the default with -r) are not sent again, and a file cut short continues from its partial copy (the temporary file the interrupted run left) once both sides\' hashes of that part agree'
 complete -c rdcp -s c -l checksum -d 'Compare by content too (implies --resume): the destination\'s host hashes every file it holds where the sources land, the sources\' host hashes each source whose size and mtime match, and a file is skipped only when the hashes agree as well (one more read of both sides; a mismatch is named in a warning and sent again)'
