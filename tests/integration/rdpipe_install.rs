@@ -359,7 +359,7 @@ fn self_install_replaces_an_older_agent() {
 /// does, it is not run as the agent (it would get the hop keys on stdin):
 /// the probe's SHA-256 differs and rdpipe uploads over it. A cache entry
 /// that group or others may write, or that another user owns, is refused
-/// with one line saying how to fix it.
+/// with one line saying how to fix it (exit 127, as every install failure).
 #[test]
 fn self_install_never_runs_a_planted_cache_binary() {
     need_install_host!("self_install_never_runs_a_planted_cache_binary");
@@ -396,7 +396,7 @@ fn self_install_never_runs_a_planted_cache_binary() {
     let entry = cached[0].parent().unwrap().to_path_buf();
     std::fs::set_permissions(&entry, std::fs::Permissions::from_mode(0o777)).unwrap();
     let r = go(&net, &["n2:cat"], Some(b"x\n".to_vec()), 60);
-    assert_eq!(r.code(), Some(1), "{}", r.stderr);
+    assert_eq!(r.code(), Some(127), "{}", r.stderr);
     let e = entry
         .strip_prefix(&bare.home)
         .unwrap()
@@ -417,7 +417,7 @@ fn self_install_never_runs_a_planted_cache_binary() {
     std::fs::set_permissions(&entry, std::fs::Permissions::from_mode(0o700)).unwrap();
     std::os::unix::fs::chown(&cached[0], Some(65534), Some(65534)).unwrap();
     let r = go(&net, &["n2:cat"], Some(b"x\n".to_vec()), 60);
-    assert_eq!(r.code(), Some(1), "{}", r.stderr);
+    assert_eq!(r.code(), Some(127), "{}", r.stderr);
     assert!(
         r.stderr
             .contains("rdrecv there: it is owned by uid 65534, not by you (uid 0)"),
