@@ -52,6 +52,7 @@ pub(crate) fn send_reconnecting<R: Input>(
 ) -> Result<Report, TransportError> {
     let (mut link, stream, first) = Link::open(endpoint, &opts, Role::Sender)?;
     let binding = stream_binding(&first.keys);
+    link.require_bound(Role::Sender, &binding);
     let mut input = Recorded::new(input, opts.replay_window);
     let mut hasher = protection(&first).hasher();
     let mut progress = opts.progress.take();
@@ -159,6 +160,7 @@ pub(crate) fn recv_reconnecting<W: Write, F: FnOnce() -> Result<W, TransportErro
     let binding = stream_binding(&first.keys);
     let mut hasher = protection(&first).hasher();
     link.watch(&stream);
+    link.require_bound(Role::Receiver, &binding);
     link.hold_with(&binding);
     let mut guard = stream.try_clone().ok();
     let mut predial = link.predial(&stream, &opts, &binding);
