@@ -237,20 +237,32 @@ struct Shared {
     key: Vec<u8>,
     params: LocalParams,
     timeout: Duration,
-    current: Mutex<Option<TcpStream>>,
+    watch: Mutex<Watch>,
     /// Set when a newcomer shut the watched connection down.
     kicked: AtomicBool,
     /// A reconnecting receiver's stream binding: each admitted newcomer gets
     /// a hold bound to it at once ([`Acceptor::hold_with`]).
     hold: Mutex<Option<Vec<u8>>>,
-    /// What an authenticated newcomer must prove ([`Acceptor::require`]).
-    proof: Mutex<Option<Proof>>,
     pool: Mutex<Pool>,
     /// Set when the acceptor is dropped.
     closed: AtomicBool,
 }
 
+/// The watched connection and what a newcomer must prove to replace it,
+/// under one lock: a newcomer checked (or not) under one rule never replaces
+/// a connection watched under another.
+#[derive(Default)]
+struct Watch {
+    current: Option<TcpStream>,
+    /// What an authenticated newcomer must prove ([`Acceptor::require`]).
+    proof: Option<Proof>,
+}
+
 impl Shared {
+    fn watch(&self) -> std::sync::MutexGuard<'_, Watch> {
+        self.watch.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     fn pool(&self) -> std::sync::MutexGuard<'_, Pool> {
         self.pool.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -286,10 +298,9 @@ impl Acceptor {
             key: key.to_vec(),
             params: params.clone(),
             timeout,
-            current: Mutex::new(None),
+            watch: Mutex::new(Watch::default()),
             kicked: AtomicBool::new(false),
             hold: Mutex::new(None),
-            proof: Mutex::new(None),
             pool: Mutex::new(Pool::default()),
             closed: AtomicBool::new(false),
         });
@@ -373,24 +384,20 @@ impl Acceptor {
     /// [`TransportError::NotThisStream`]. What it sent stays unread for
     /// the hop's resume exchange.
     pub fn require(&self, proof: Proof) {
-        if let Ok(mut p) = self.shared.proof.lock() {
-            *p = Some(proof);
-        }
+        self.shared.watch().proof = Some(proof);
     }
 
     /// Stops watching the current connection: the hop gave it up, and our
     /// handle must not keep it open (its reset would not leave).
     pub fn unwatch(&self) {
-        if let Ok(mut cur) = self.shared.current.lock() {
-            cur.take();
-        }
+        self.shared.watch().current.take();
     }
 
     /// From now on, an admitted newcomer shuts `s` down (a peer coming back
     /// replaces it).
     pub fn watch(&self, s: &TcpStream) {
-        if let (Ok(c), Ok(mut cur)) = (s.try_clone(), self.shared.current.lock()) {
-            *cur = Some(c);
+        if let Ok(c) = s.try_clone() {
+            self.shared.watch().current = Some(c);
         }
     }
 }
@@ -762,7 +769,7 @@ fn shake(u: Unsorted, id: u64, sh: &Shared, tx: &mpsc::Sender<Outcome>) {
         tracing::info!("{peer}: dropped: pushed out by newer handshakes");
         return reset(&s);
     }
-    let proof = sh.proof.lock().ok().and_then(|p| p.clone());
+    let proof = sh.watch().proof.clone();
     let checked = match &proof {
         None => Ok(()),
         Some(p) => check_proof(&s, &n, p),
@@ -781,13 +788,19 @@ fn shake(u: Unsorted, id: u64, sh: &Shared, tx: &mpsc::Sender<Outcome>) {
     }
     // This stream's other end is back (or, before a stream runs, a peer of
     // this key): the connection it replaces is dead to it, end it here too.
-    let old = sh.current.lock().map(|mut c| c.take());
-    if let Ok(Some(old)) = old {
-        sh.kicked.store(true, Ordering::SeqCst);
-        let _ = old.shutdown(Shutdown::Both);
-    }
+    // One that came unchecked while the stream began replaces nothing (the
+    // hop's resume exchange refuses it).
+    let admitted = {
+        let mut w = sh.watch();
+        let admitted = proof.is_some() || w.proof.is_none();
+        if let Some(old) = w.current.take_if(|_| admitted) {
+            sh.kicked.store(true, Ordering::SeqCst);
+            let _ = old.shutdown(Shutdown::Both);
+        }
+        admitted
+    };
     let binding = sh.hold.lock().ok().and_then(|h| h.clone());
-    if let Some(b) = binding {
+    if let Some(b) = binding.filter(|_| admitted) {
         // A failed write shows in the exchange.
         let _ = s.write_all(&Resuming::hold(&n.keys, &b));
     }

@@ -159,8 +159,9 @@ pub(crate) fn recv_reconnecting<W: Write, F: FnOnce() -> Result<W, TransportErro
     let (mut link, stream, first) = Link::open(endpoint, &opts, Role::Receiver)?;
     let binding = stream_binding(&first.keys);
     let mut hasher = protection(&first).hasher();
-    link.watch(&stream);
+    // Before the watch: no newcomer may replace this connection unproven.
     link.require_bound(Role::Receiver, &binding);
+    link.watch(&stream);
     link.hold_with(&binding);
     let mut guard = stream.try_clone().ok();
     let mut predial = link.predial(&stream, &opts, &binding);
