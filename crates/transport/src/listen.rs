@@ -11,7 +11,7 @@
 //!    end always speaks first, [`crate::handshake`]) from all of them with
 //!    one `poll`. At most [`MAX_UNSORTED`] connections wait there; a peer
 //!    must have sent its whole hello within [`HELLO_WITHIN`] of being
-//!    accepted. Garbage goes as soon as its first six bytes are not a hello's
+//!    accepted (or `--handshake-timeout`, when shorter). Garbage goes as soon as its first six bytes are not a hello's
 //!    magic and version (a wrong version is answered with our hello first, so
 //!    that its end reports the version). When a newcomer finds every place
 //!    taken, the oldest connection of the source address holding the most
@@ -55,7 +55,8 @@
 //! Failed handshakes are dropped with a line at `-v` (a wrong key with a
 //! warning, since it is usually a real sender with a mistyped key; a peer
 //! that authenticated but is not the stream's other end with a warning too),
-//! connections dropped before their hello with at most one line a second;
+//! connections dropped before their hello with at most [`DROP_LINES`]
+//! lines a second;
 //! the endpoint goes on waiting. A failure after authentication (the two
 //! ends' `--transport` cannot be reconciled) ends the endpoint like any
 //! other.
@@ -82,8 +83,9 @@ pub const MAX_UNSORTED: usize = 128;
 /// Handshakes past the hello in progress at most (one thread each).
 pub const MAX_HANDSHAKES: usize = 32;
 
-/// How long a peer has, from its accept, to send its whole hello: a real
-/// dialing end sends it as soon as its connect completes.
+/// How long a peer has, from its accept, to send its whole hello (or
+/// `--handshake-timeout` when shorter): a real dialing end sends it as soon
+/// as its connect completes.
 pub const HELLO_WITHIN: Duration = Duration::from_secs(3);
 
 /// How long an authenticated newcomer has to open with its proof
@@ -429,11 +431,11 @@ enum Read1 {
     Waiting,
     /// Its whole hello arrived, the prefix checked.
     Hello,
-    /// Not a hello, or closed before one.
-    Drop(&'static str),
-    /// A hello of another protocol version: answered with ours, so that
-    /// its end reports the versions.
-    OtherVersion,
+    /// Not a hello, or closed before one: why.
+    Drop(String),
+    /// A hello of another protocol version (why): answered with ours, so
+    /// that its end reports the versions.
+    OtherVersion(String),
 }
 
 impl Unsorted {
@@ -445,55 +447,65 @@ impl Unsorted {
                 return Read1::Hello;
             }
             match self.s.read(&mut self.hello[self.got..]) {
-                Ok(0) => return Read1::Drop("closed before its hello"),
+                Ok(0) => return Read1::Drop("connection closed before its hello".into()),
                 Ok(n) => {
                     let before = self.got;
                     self.got += n;
                     if before < HELLO_PREFIX_LEN && self.got >= HELLO_PREFIX_LEN {
                         let mut p = [0u8; HELLO_PREFIX_LEN];
                         p.copy_from_slice(&self.hello[..HELLO_PREFIX_LEN]);
-                        if Hello::check_prefix(&p).is_err() {
+                        if let Err(e) = Hello::check_prefix(&p) {
                             return if p[..4] == MAGIC {
-                                Read1::OtherVersion
+                                Read1::OtherVersion(e.to_string())
                             } else {
-                                Read1::Drop("not a hello")
+                                Read1::Drop(e.to_string())
                             };
                         }
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Read1::Waiting,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => return Read1::Drop("reset before its hello"),
+                Err(e) => return Read1::Drop(format!("{e} before its hello")),
             }
         }
     }
 }
 
-/// Says that connections were dropped before their hello, at most one line
-/// a second at `-v` (the rest at `-vv`): a flood must not flood the log.
+/// Lines at `-v` about connections dropped before their hello, at most per
+/// second (the rest at `-vv`, counted in the next line): a flood must not
+/// flood the log.
+const DROP_LINES: u32 = 10;
+
+/// Says that connections were dropped before their hello, at most
+/// [`DROP_LINES`] lines a second at `-v`.
 struct DropLog {
-    last: Option<Instant>,
+    since: Instant,
+    lines: u32,
     held: u64,
 }
 
 impl DropLog {
     fn dropped(&mut self, peer: &str, why: &str) {
         let now = Instant::now();
-        if self.last.is_some_and(|t| now < t + Duration::from_secs(1)) {
+        if now >= self.since + Duration::from_secs(1) {
+            (self.since, self.lines) = (now, 0);
+        }
+        if self.lines >= DROP_LINES {
             self.held += 1;
             tracing::debug!("{peer}: dropped: {why}");
             return;
         }
+        self.lines += 1;
         if self.held > 0 {
             tracing::info!(
-                "{peer}: dropped: {why} (and {} more connections without a hello since the last such line)",
+                "{peer}: dropped: {why}; still waiting (and {} more connections dropped before \
+                 their hello since the last such line)",
                 self.held
             );
+            self.held = 0;
         } else {
             tracing::info!("{peer}: dropped: {why}; still waiting");
         }
-        self.last = Some(now);
-        self.held = 0;
     }
 }
 
@@ -515,7 +527,8 @@ impl Sorter {
             tx,
             waiting: VecDeque::new(),
             log: DropLog {
-                last: None,
+                since: Instant::now(),
+                lines: 0,
                 held: 0,
             },
             paused_until: None,
@@ -523,6 +536,8 @@ impl Sorter {
     }
 
     fn run(mut self, l: &Listener) {
+        // A shorter --handshake-timeout bounds the wait for the hello too.
+        let within = HELLO_WITHIN.min(self.shared.timeout);
         loop {
             if self.shared.closed.load(Ordering::SeqCst) {
                 return;
@@ -531,10 +546,14 @@ impl Sorter {
             while self
                 .waiting
                 .front()
-                .is_some_and(|u| now >= u.since + HELLO_WITHIN)
+                .is_some_and(|u| now >= u.since + within)
             {
                 if let Some(u) = self.waiting.pop_front() {
-                    self.drop_one(u, "no hello within 3 s");
+                    let why = format!(
+                        "timed out waiting for its hello ({} s)",
+                        within.as_secs_f64()
+                    );
+                    self.drop_one(u, &why);
                 }
             }
             if self.paused_until.is_some_and(|t| now >= t) {
@@ -543,7 +562,7 @@ impl Sorter {
             let accepting = self.paused_until.is_none();
             let mut wait = POLL_AT_MOST;
             if let Some(u) = self.waiting.front() {
-                wait = wait.min((u.since + HELLO_WITHIN).saturating_duration_since(now));
+                wait = wait.min((u.since + within).saturating_duration_since(now));
             }
             if let Some(t) = self.paused_until {
                 wait = wait.min(t.saturating_duration_since(now));
@@ -680,7 +699,7 @@ impl Sorter {
         match u.read() {
             Read1::Waiting => self.drop_one(
                 u,
-                "pushed out by newer connections (all places for connections without a hello taken)",
+                &format!("pushed out by newer connections ({MAX_UNSORTED} without a hello)"),
             ),
             other => self.settle(u, other),
         }
@@ -691,8 +710,8 @@ impl Sorter {
     fn settle(&mut self, u: Unsorted, r: Read1) {
         match r {
             Read1::Hello => self.promote(u),
-            Read1::Drop(why) => self.drop_one(u, why),
-            Read1::OtherVersion => {
+            Read1::Drop(why) => self.drop_one(u, &why),
+            Read1::OtherVersion(why) => {
                 // Our hello tells its end which version we speak; a clean
                 // close, so that it reads it.
                 if let Ok(h) = our_hello(&self.shared.params) {
@@ -700,8 +719,7 @@ impl Sorter {
                     let _ = s.write_all(&h.encode());
                 }
                 let _ = u.s.shutdown(Shutdown::Write);
-                self.log
-                    .dropped(&u.peer, "a hello of another protocol version");
+                self.log.dropped(&u.peer, &why);
             }
             Read1::Waiting => self.waiting.push_back(u),
         }

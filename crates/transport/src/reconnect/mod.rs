@@ -15,6 +15,16 @@
 //! very stream can resume it: an attacker who resets the connection cannot
 //! authenticate a new one, and old bytes replayed into a new connection fail
 //! its keys (docs/security.md).
+//!
+//! The exchange on a new connection, each message bound to the stream: the
+//! sender opens with [`Returning`], the receiver sends its hold (when its
+//! side took the connection while its stream loop was busy) and its
+//! request, the sender answers. The end that listens lets a newcomer replace
+//! the connection its stream still runs on only once the newcomer's first
+//! message verified ([`crate::listen::Proof`]), so a peer that merely holds
+//! the key (a second rdsend, a second receiver) cannot end a live transfer;
+//! and any answer that is not this stream's drops that connection only,
+//! while the hop keeps waiting for its peer within `--reconnect-timeout`.
 
 use crate::connect::{connect_attempts, REDIAL_ATTEMPT};
 use crate::endpoint::{listen_announced, local_params, Endpoint, Options};
