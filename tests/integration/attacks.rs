@@ -238,8 +238,13 @@ fn scans_garbage_and_trickles_around_a_real_transfer_do_not_disturb_it() {
     // A trickler that keeps going while the real sender connects.
     let mut t = TcpStream::connect(("127.0.0.1", port)).unwrap();
     let trickle = std::thread::spawn(move || {
-        for b in b"RDPP\x04\x00" {
-            if t.write_all(&[*b]).is_err() {
+        let prefix = [
+            b"RDPP".as_slice(),
+            &rdpipe_wire::PROTOCOL_VERSION.to_le_bytes(),
+        ]
+        .concat();
+        for b in prefix {
+            if t.write_all(&[b]).is_err() {
                 break;
             }
             std::thread::sleep(Duration::from_millis(200));

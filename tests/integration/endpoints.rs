@@ -3,6 +3,7 @@
 //! keys, a killed sender, a consumer that exits early, and garbage on the port.
 
 use crate::support::*;
+use rdpipe_wire::PROTOCOL_VERSION;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
@@ -312,12 +313,13 @@ fn garbage_on_the_port_is_rejected_without_panic() {
         // Right magic, future version.
         [b"RDPP".as_slice(), &9u16.to_le_bytes(), &[0u8; 46]].concat(),
         // A truncated hello, then EOF.
-        b"RDPP\x04\x00\x01".to_vec(),
+        [b"RDPP".as_slice(), &PROTOCOL_VERSION.to_le_bytes(), &[1]].concat(),
     ];
+    let future = format!("peer speaks protocol 9, we speak {PROTOCOL_VERSION}");
     let expect = [
         "not an rdma-pipe endpoint",
         "not an rdma-pipe endpoint",
-        "peer speaks protocol 9, we speak 4",
+        future.as_str(),
         "connection closed",
     ];
     // One receiver sees every case (-v: each dropped peer is a line), then
@@ -347,8 +349,9 @@ fn silent_and_trickling_peers_time_out_and_the_receiver_keeps_waiting() {
     let t = std::time::Instant::now();
     let port = r.port;
     let h = std::thread::spawn(move || {
-        for b in b"RDPP\x04\x00\x01\x00" {
-            if trickle.write_all(&[*b]).is_err() {
+        let hello = [b"RDPP".as_slice(), &PROTOCOL_VERSION.to_le_bytes(), &[1, 0]].concat();
+        for b in hello {
+            if trickle.write_all(&[b]).is_err() {
                 break;
             }
             std::thread::sleep(Duration::from_millis(300));

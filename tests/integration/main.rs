@@ -24,6 +24,7 @@ mod faults_network;
 mod faults_pipeline;
 mod file_io;
 mod json_report;
+mod listen_attacks;
 mod no_rdma_core;
 mod rate_limit;
 mod rdcp;

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 /// Resets (RST both ways, `ss -K`) the established TCP connections whose
 /// either end is local port `port`; returns how many sockets it killed.
-fn reset_port(port: u16) -> usize {
+pub(crate) fn reset_port(port: u16) -> usize {
     let out = Command::new("ss")
         .args(["-K", "-tnH", "state", "established"])
         .arg(format!("( sport = :{port} or dport = :{port} )"))

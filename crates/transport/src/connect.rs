@@ -122,6 +122,11 @@ pub(crate) fn connect_attempts(
     }
 }
 
+/// The kernel's accept queue of a listening socket (capped by
+/// `net.core.somaxconn`): connections beyond what the acceptor holds wait
+/// there ([`crate::listen`]) instead of having their SYN dropped.
+pub const BACKLOG: i32 = 1024;
+
 /// A listening socket.
 pub struct Listener {
     inner: TcpListener,
@@ -145,7 +150,7 @@ impl Listener {
                 .and_then(|s| {
                     s.set_reuse_address(true)?;
                     s.bind(&a.into())?;
-                    s.listen(8)?;
+                    s.listen(BACKLOG)?;
                     Ok(s)
                 });
             match s {
@@ -178,7 +183,7 @@ impl Listener {
             }
             s.set_reuse_address(true)?;
             s.bind(&addr.into())?;
-            s.listen(8)?;
+            s.listen(BACKLOG)?;
             Ok(s.into())
         };
         let inner = match make(Domain::IPV6, (Ipv6Addr::UNSPECIFIED, port).into()) {

@@ -2,8 +2,8 @@
 //! (connect or listen, independent of the data direction, because rdpipe needs both
 //! ways round), authenticate and negotiate, build the chosen transport, pump, report.
 
-use crate::connect::{connect_retry, Listener};
-use crate::handshake::{handshake, LocalParams, Negotiated};
+use crate::connect::Listener;
+use crate::handshake::{dial, LocalParams, Negotiated};
 use crate::listen::accept_authenticated;
 use crate::pump::{recv_stream, send_stream, Protection};
 use crate::replay::Input;
@@ -200,10 +200,14 @@ pub(crate) fn negotiate(
             host,
             port,
             timeout,
-        } => {
-            let mut s = connect_retry(&host, port, timeout)?;
-            handshake(&mut s, &opts.key, &params, opts.handshake_timeout).map(|n| (s, n))
-        }
+        } => dial(
+            &host,
+            port,
+            timeout,
+            &opts.key,
+            &params,
+            opts.handshake_timeout,
+        ),
         Endpoint::Listen {
             bind,
             port,

@@ -2,7 +2,11 @@
 //! receiver's decision, over the TCP connection every transfer starts with.
 //!
 //! Order (both ends run the same code with their own role):
-//! 1. send our hello; read the peer's magic+version first, then the rest;
+//! 1. send our hello; read the peer's magic+version first, then the rest (a
+//!    listening end has read the dialer's hello before it sends its own:
+//!    [`crate::listen`] answers only a connection that sent one, and a
+//!    dialing end whose connection closes before the listener's hello dials
+//!    again, [`dial`]);
 //! 2. send our SPAKE2 message, read the peer's; both derive the session keys
 //!    from the PAKE secret and the transcript (both hellos, both PAKE messages);
 //! 3. the receiver picks the transport, chunk size and slots and sends Accept with
@@ -136,26 +140,127 @@ pub fn handshake(
     local: &LocalParams,
     timeout: Duration,
 ) -> Result<Negotiated, TransportError> {
-    let peer = stream
-        .peer_addr()
-        .map(|a| std::net::SocketAddr::new(a.ip().to_canonical(), a.port()).to_string())
-        .unwrap_or_else(|_| "peer".into());
+    drive(stream, key, local, timeout, Instant::now(), None)
+}
+
+/// The handshake of a listening end ([`crate::listen`]) on a connection
+/// accepted at `started` whose peer's hello was read already (`hello`, its
+/// prefix checked): the deadline counts from `started`.
+pub fn handshake_accepted(
+    stream: &mut TcpStream,
+    key: &[u8],
+    local: &LocalParams,
+    timeout: Duration,
+    started: Instant,
+    hello: [u8; HELLO_LEN],
+) -> Result<Negotiated, TransportError> {
+    drive(stream, key, local, timeout, started, Some(hello))
+}
+
+fn drive(
+    stream: &mut TcpStream,
+    key: &[u8],
+    local: &LocalParams,
+    timeout: Duration,
+    started: Instant,
+    hello: Option<[u8; HELLO_LEN]>,
+) -> Result<Negotiated, TransportError> {
+    let peer = peer_name(stream);
     let mut d = Deadline {
         stream,
-        until: Instant::now() + timeout,
+        until: started + timeout,
     };
-    let r = run(&mut d, key, local, &peer).map_err(|e| timeout_error(&peer, e, timeout));
+    let r = run(&mut d, key, local, &peer, hello).map_err(|e| timeout_error(&peer, e, timeout));
     stream
         .set_read_timeout(None)
         .map_err(TransportError::SocketOption)?;
     r
 }
 
-/// Reads the peer's hello: magic and version first, then the rest.
+/// The peer's address as messages show it (an IPv4 peer of an IPv6 socket
+/// as plain IPv4).
+pub(crate) fn peer_name(s: &TcpStream) -> String {
+    s.peer_addr()
+        .map(|a| std::net::SocketAddr::new(a.ip().to_canonical(), a.port()).to_string())
+        .unwrap_or_else(|_| "peer".into())
+}
+
+/// How long a dialing end pauses before it dials again after the listening
+/// end closed a connection before its hello, at first; it doubles up to
+/// [`REDIAL_MAX_PAUSE`].
+const REDIAL_FIRST_PAUSE: Duration = Duration::from_millis(20);
+const REDIAL_MAX_PAUSE: Duration = Duration::from_millis(250);
+
+/// Dials `host:port` and runs the handshake, as the end that connects: a
+/// refused connection is retried ([`crate::connect::connect_retry`]), and so
+/// is one that the listening end closes before its hello (it drops what it
+/// cannot answer yet, see [`crate::listen`]), until `connect_timeout` has
+/// passed.
+pub fn dial(
+    host: &str,
+    port: u16,
+    connect_timeout: Duration,
+    key: &[u8],
+    local: &LocalParams,
+    timeout: Duration,
+) -> Result<(TcpStream, Negotiated), TransportError> {
+    let deadline = Instant::now() + connect_timeout;
+    let mut pause = REDIAL_FIRST_PAUSE;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let mut s = crate::connect::connect_retry(host, port, left)?;
+        match handshake(&mut s, key, local, timeout) {
+            Ok(n) => return Ok((s, n)),
+            Err(e @ TransportError::ClosedBeforeHello { .. })
+                if Instant::now() + pause < deadline =>
+            {
+                tracing::debug!("{e}; dialing again");
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(REDIAL_MAX_PAUSE);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// A failure on a connection before the peer's hello: a close or a reset
+/// is [`TransportError::ClosedBeforeHello`].
+fn before_hello(peer: &str, e: io::Error) -> TransportError {
+    match conn_error(peer, e) {
+        TransportError::PeerGone {
+            cause: cause @ (GoneCause::Closed | GoneCause::Io(_)),
+            ..
+        } => TransportError::ClosedBeforeHello {
+            peer: peer.to_string(),
+            cause,
+        },
+        other => other,
+    }
+}
+
+/// This end's hello, with a fresh nonce.
+pub(crate) fn our_hello(local: &LocalParams) -> Result<Hello, TransportError> {
+    Ok(Hello {
+        version: PROTOCOL_VERSION,
+        role: local.role,
+        transport: local.transport,
+        caps: local.caps,
+        chunk_size: local.chunk_size,
+        slots: local.slots,
+        nonce: random_bytes::<NONCE_LEN>()?,
+        integrity: local.integrity,
+        rate_limit: local.rate_limit.map(Rate::get),
+        compress: local.compress,
+    })
+}
+
+/// Reads the peer's hello: magic and version first, then the rest. A
+/// connection closed or reset before any of it is
+/// [`TransportError::ClosedBeforeHello`] (a listening end that dropped it).
 fn read_hello(s: &mut Deadline, peer: &str) -> Result<[u8; HELLO_LEN], TransportError> {
     let mut b = [0u8; HELLO_LEN];
     s.read_exact(&mut b[..HELLO_PREFIX_LEN])
-        .map_err(|e| conn_error(peer, e))?;
+        .map_err(|e| before_hello(peer, e))?;
     let mut prefix = [0u8; HELLO_PREFIX_LEN];
     prefix.copy_from_slice(&b[..HELLO_PREFIX_LEN]);
     Hello::check_prefix(&prefix).map_err(|e| protocol(peer, e))?;
@@ -192,22 +297,18 @@ fn run(
     key: &[u8],
     local: &LocalParams,
     peer: &str,
+    hello: Option<[u8; HELLO_LEN]>,
 ) -> Result<Negotiated, TransportError> {
-    let ours = Hello {
-        version: PROTOCOL_VERSION,
-        role: local.role,
-        transport: local.transport,
-        caps: local.caps,
-        chunk_size: local.chunk_size,
-        slots: local.slots,
-        nonce: random_bytes::<NONCE_LEN>()?,
-        integrity: local.integrity,
-        rate_limit: local.rate_limit.map(Rate::get),
-        compress: local.compress,
-    };
+    let ours = our_hello(local)?;
     let our_bytes = ours.encode();
-    s.write_all(&our_bytes).map_err(|e| conn_error(peer, e))?;
-    let their_bytes = read_hello(s, peer)?;
+    s.write_all(&our_bytes).map_err(|e| match hello {
+        None => before_hello(peer, e),
+        Some(_) => conn_error(peer, e),
+    })?;
+    let their_bytes = match hello {
+        Some(b) => b,
+        None => read_hello(s, peer)?,
+    };
     let theirs = Hello::decode(&their_bytes).map_err(|e| protocol(peer, e))?;
     tracing::debug!(
         "hello from {peer}: {:?}, transport {:?}, caps {:#x}, chunk {}, slots {}, {}, rate limit {:?}, compress {}",

@@ -28,8 +28,12 @@ pub const MAGIC: [u8; 4] = *b"RDPP";
 /// before its resume request ([`crate::resume::Resuming`]), which a version 3
 /// sender takes for a forged request (it would never resume), and rdcp's
 /// streams carry striped entries ([`crate::entry::Entry::Piece`]) that a
-/// version 3 unpacker refuses: the two never talk.
-pub const PROTOCOL_VERSION: u16 = 4;
+/// version 3 unpacker refuses: the two never talk. 5: a reconnecting hop's
+/// sender opens every new connection with a message bound to the stream
+/// ([`crate::resume::Returning`]), which a listening receiver checks before
+/// the connection may replace its live one, and which a version 4 receiver
+/// would take for a bad resume answer: the two never talk.
+pub const PROTOCOL_VERSION: u16 = 5;
 /// Length of an encoded [`Hello`].
 pub const HELLO_LEN: usize = 56;
 /// Length of the part of the hello that every version keeps: magic and version.

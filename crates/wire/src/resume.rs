@@ -31,6 +31,13 @@
 //!   loop may be busy (its output blocked): it proves that this is the
 //!   stream's other end, alive, so the sender waits for the request without a
 //!   deadline ([`Resuming`]);
+//! - returning (a reconnecting hop only), [`RESUME_LEN`] bytes: `RSBK`, eight
+//!   zero bytes, tag (32) under the sender's resume key over the body and the
+//!   stream's binding: the first thing a reconnecting hop's sender sends on
+//!   every new connection, right after the handshake. A receiver that listens
+//!   replaces the connection its stream still runs on only for a peer that
+//!   sent it ([`Returning`]): a peer that merely holds the key (a second
+//!   sender started with it) is not this stream's sender and cannot make one;
 //! - answer, [`RESUME_REPLY_LEN`] bytes: `RSRP`, verdict (u8: 0 resume,
 //!   1 beyond the window), offset (u64), window start (u64), window end (u64),
 //!   tag (32).
@@ -44,6 +51,8 @@ pub const REQUEST_MAGIC: [u8; 4] = *b"RSRQ";
 pub const REPLY_MAGIC: [u8; 4] = *b"RSRP";
 /// The hold's magic.
 pub const HOLD_MAGIC: [u8; 4] = *b"RSHD";
+/// The returning sender's magic.
+pub const RETURNING_MAGIC: [u8; 4] = *b"RSBK";
 /// Length of an encoded [`ResumeRequest`] (and of a hold, [`Resuming::Hold`]).
 pub const RESUME_LEN: usize = 4 + 8 + TAG_LEN;
 /// Length of an encoded [`ResumeReply`].
@@ -166,6 +175,47 @@ impl Resuming {
             return Err(WireError::ResumeForged);
         }
         Ok(Resuming::Hold)
+    }
+}
+
+/// A reconnecting hop's sender, back on a new connection: the first message
+/// it sends there, which proves that it is the sender of the stream bound to
+/// `binding` (its tag is under the sender's resume key of the new
+/// connection, over the body and the binding). A listening receiver checks
+/// it before the new connection may replace the one its stream runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Returning;
+
+impl Returning {
+    const BODY: [u8; 12] = [b'R', b'S', b'B', b'K', 0, 0, 0, 0, 0, 0, 0, 0];
+
+    /// The message, for the new connection's `keys` and the stream's
+    /// `binding`.
+    pub fn encode(keys: &SessionKeys, binding: &[u8]) -> [u8; RESUME_LEN] {
+        let mut out = [0u8; RESUME_LEN];
+        out[..12].copy_from_slice(&Self::BODY);
+        out[12..].copy_from_slice(&keys.resume_tag(Role::Sender, &Self::BODY, binding));
+        out
+    }
+
+    /// Checks a returning sender's message: anything else fails with
+    /// [`WireError::BadResumeMagic`] (the body is not this message's), one
+    /// whose tag does not verify under `keys` and `binding` (another stream's
+    /// sender, or forged) with [`WireError::ResumeForged`].
+    pub fn verify(
+        b: &[u8; RESUME_LEN],
+        keys: &SessionKeys,
+        binding: &[u8],
+    ) -> Result<Returning, WireError> {
+        if b[..12] != Self::BODY {
+            let magic: [u8; 4] = b[..4].try_into().expect("4 bytes");
+            return Err(WireError::BadResumeMagic(magic));
+        }
+        let tag: [u8; TAG_LEN] = b[12..].try_into().expect("tag length");
+        if !keys.verify_resume(Role::Sender, &b[..12], binding, &tag) {
+            return Err(WireError::ResumeForged);
+        }
+        Ok(Returning)
     }
 }
 
@@ -406,6 +456,40 @@ mod tests {
             ResumeReply::decode_bound(&a, &now, &b2),
             Err(WireError::ResumeForged)
         );
+    }
+
+    #[test]
+    fn a_returning_sender_proves_only_its_own_stream() {
+        let (first, other, now) = (keys(b"first"), keys(b"other"), keys(b"now"));
+        let (b1, b2) = (stream_binding(&first), stream_binding(&other));
+        let m = Returning::encode(&now, &b1);
+        assert_eq!(Returning::verify(&m, &now, &b1), Ok(Returning));
+        // Another stream's sender, or another connection's keys.
+        assert_eq!(
+            Returning::verify(&m, &now, &b2),
+            Err(WireError::ResumeForged)
+        );
+        assert_eq!(
+            Returning::verify(&m, &first, &b1),
+            Err(WireError::ResumeForged)
+        );
+        // A receiver's hold is not a sender's message (per-role keys).
+        let mut reflected = Resuming::hold(&now, &b1);
+        reflected[..4].copy_from_slice(&RETURNING_MAGIC);
+        assert_eq!(
+            Returning::verify(&reflected, &now, &b1),
+            Err(WireError::ResumeForged)
+        );
+        // Data, or a request, is refused by its body.
+        let r = ResumeRequest { offset: 0 }.encode_bound(&now, &b1);
+        assert_eq!(
+            Returning::verify(&r, &now, &b1),
+            Err(WireError::BadResumeMagic(REQUEST_MAGIC))
+        );
+        assert!(matches!(
+            Returning::verify(&[0u8; RESUME_LEN], &now, &b1),
+            Err(WireError::BadResumeMagic(_))
+        ));
     }
 
     #[test]

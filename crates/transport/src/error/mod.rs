@@ -80,6 +80,30 @@ pub enum TransportError {
         /// The timeout.
         secs: u64,
     },
+    /// The listening end closed (or reset) the connection before it sent its
+    /// hello: it dropped the connection unanswered (it answers a bounded
+    /// number of unauthenticated connections at once, [`crate::listen`]), or
+    /// it is not rdma-pipe. A dialing end dials again within
+    /// `--connect-timeout` ([`crate::handshake::dial`]).
+    #[error("{peer} closed the connection before its hello ({cause}): is the port busy, or not rdma-pipe's?")]
+    ClosedBeforeHello {
+        /// The peer's address.
+        peer: String,
+        /// How it closed.
+        cause: GoneCause,
+    },
+    /// A peer authenticated on a hop's listening port while the stream ran,
+    /// but did not open with the message bound to this stream: it holds the
+    /// key but is not the stream's other end (another rdsend or receiver
+    /// started with the same key). It is dropped with a reset; the stream
+    /// goes on on its own connection ([`crate::listen::Proof`]).
+    #[error("{peer} authenticated but is not this stream's other end ({source}); dropped")]
+    NotThisStream {
+        /// The peer's address.
+        peer: String,
+        /// What it sent instead (or that it sent nothing in time).
+        source: Box<TransportError>,
+    },
     /// The peer failed (or we failed) mutual authentication.
     #[error("authentication failed with {peer}: the keys differ")]
     AuthFailed {
@@ -220,8 +244,10 @@ impl TransportError {
     pub fn exit_code(&self) -> u8 {
         use TransportError::*;
         match self {
-            Resolve { .. } | Connect { .. } | Listen { .. } => EXIT_CONNECT,
-            AuthFailed { .. } => EXIT_AUTH,
+            Resolve { .. } | Connect { .. } | Listen { .. } | ClosedBeforeHello { .. } => {
+                EXIT_CONNECT
+            }
+            AuthFailed { .. } | NotThisStream { .. } => EXIT_AUTH,
             Protocol { .. } | HandshakeTimeout { .. } | NoCompression { .. } | BadChunk { .. } => {
                 EXIT_PROTOCOL
             }

@@ -52,6 +52,7 @@ pub(crate) fn send_reconnecting<R: Input>(
 ) -> Result<Report, TransportError> {
     let (mut link, stream, first) = Link::open(endpoint, &opts, Role::Sender)?;
     let binding = stream_binding(&first.keys);
+    link.require_bound(Role::Sender, &binding);
     let mut input = Recorded::new(input, opts.replay_window);
     let mut hasher = protection(&first).hasher();
     let mut progress = opts.progress.take();
@@ -158,6 +159,8 @@ pub(crate) fn recv_reconnecting<W: Write, F: FnOnce() -> Result<W, TransportErro
     let (mut link, stream, first) = Link::open(endpoint, &opts, Role::Receiver)?;
     let binding = stream_binding(&first.keys);
     let mut hasher = protection(&first).hasher();
+    // Before the watch: no newcomer may replace this connection unproven.
+    link.require_bound(Role::Receiver, &binding);
     link.watch(&stream);
     link.hold_with(&binding);
     let mut guard = stream.try_clone().ok();

@@ -15,16 +15,27 @@
 //! very stream can resume it: an attacker who resets the connection cannot
 //! authenticate a new one, and old bytes replayed into a new connection fail
 //! its keys (docs/security.md).
+//!
+//! The exchange on a new connection, each message bound to the stream: the
+//! sender opens with [`Returning`], the receiver sends its hold (when its
+//! side took the connection while its stream loop was busy) and its
+//! request, the sender answers. The end that listens lets a newcomer replace
+//! the connection its stream still runs on only once the newcomer's first
+//! message verified ([`crate::listen::Proof`]), so a peer that merely holds
+//! the key (a second rdsend, a second receiver) cannot end a live transfer;
+//! and any answer that is not this stream's drops that connection only,
+//! while the hop keeps waiting for its peer within `--reconnect-timeout`.
 
-use crate::connect::{connect_attempts, connect_retry, REDIAL_ATTEMPT};
+use crate::connect::{connect_attempts, REDIAL_ATTEMPT};
 use crate::endpoint::{listen_announced, local_params, Endpoint, Options};
 use crate::error::GoneCause;
 use crate::frame_io::{conn_error, protocol};
-use crate::handshake::{handshake, LocalParams, Negotiated};
-use crate::listen::Acceptor;
+use crate::handshake::{dial, handshake, LocalParams, Negotiated};
+use crate::listen::{Acceptor, Proof};
 use crate::TransportError;
 use rdpipe_wire::resume::{
-    ResumeReply, ResumeRequest, ResumeVerdict, Resuming, HOLD_MAGIC, RESUME_LEN, RESUME_REPLY_LEN,
+    ResumeReply, ResumeRequest, ResumeVerdict, Resuming, Returning, HOLD_MAGIC, RESUME_LEN,
+    RESUME_REPLY_LEN,
 };
 use rdpipe_wire::{Role, WireError};
 use std::io::{Read, Write};
@@ -68,8 +79,14 @@ impl Link {
                 port,
                 timeout,
             } => {
-                let mut s = connect_retry(&host, port, timeout)?;
-                let n = handshake(&mut s, &opts.key, &params, opts.handshake_timeout)?;
+                let (s, n) = dial(
+                    &host,
+                    port,
+                    timeout,
+                    &opts.key,
+                    &params,
+                    opts.handshake_timeout,
+                )?;
                 Ok((Link::Dial { host, port }, s, n))
             }
             Endpoint::Listen {
@@ -108,6 +125,20 @@ impl Link {
     pub(crate) fn hold_with(&self, binding: &[u8]) {
         if let Link::Accept(a) = self {
             a.hold_with(binding);
+        }
+    }
+
+    /// Once the stream of `role`'s end began: a newcomer replaces the live
+    /// connection only once it opened with the message of the stream's
+    /// other end bound to `binding` (see [`Acceptor::require`]): a
+    /// returning sender's [`Returning`], a returning receiver's hold or
+    /// request.
+    pub(crate) fn require_bound(&self, role: Role, binding: &[u8]) {
+        if let Link::Accept(a) = self {
+            a.require(match role {
+                Role::Receiver => Proof::Sender(binding.to_vec()),
+                Role::Sender => Proof::Receiver(binding.to_vec()),
+            });
         }
     }
 
@@ -357,9 +388,10 @@ pub(crate) enum Rejoined<T> {
     Lapsed(TransportError),
 }
 
-/// The sender's side of the exchange on a reconnected hop: the receiver's
-/// request (bound to this stream), our answer from what `input` kept; the bytes to
-/// resend, or why not.
+/// The sender's side of the exchange on a reconnected hop: that we are this
+/// stream's sender ([`Returning`]), the receiver's request (bound to this
+/// stream), our answer from what `input` kept; the bytes to resend, or why
+/// not.
 pub(crate) fn answer_resume<R: crate::replay::Input>(
     s: &mut TcpStream,
     n: &Negotiated,
@@ -371,6 +403,11 @@ pub(crate) fn answer_resume<R: crate::replay::Input>(
     let peer = n.peer_addr.as_str();
     if let Some(e) = same_protection(n, first) {
         return Ok(Rejoined::Retry(e));
+    }
+    // First, that we are this stream's sender: a listening receiver lets
+    // the connection replace its live one only then.
+    if let Err(e) = s.write_all(&Returning::encode(&n.keys, binding)) {
+        return Ok(Rejoined::Retry(conn_error(peer, e)));
     }
     let (req, held) = match await_request(s, n, binding, timeout) {
         Ok(r) => r,
@@ -393,8 +430,8 @@ pub(crate) fn answer_resume<R: crate::replay::Input>(
         .map_err(crate::replay::Resend::into_error)
 }
 
-/// The receiver's side: ask for the stream from `offset` on, check the
-/// answer.
+/// The receiver's side: ask for the stream from `offset` on, check that the
+/// peer is this stream's sender ([`Returning`]) and its answer.
 pub(crate) fn ask_resume(
     s: &mut TcpStream,
     n: &Negotiated,
@@ -410,16 +447,27 @@ pub(crate) fn ask_resume(
     if let Err(e) = s.write_all(&ResumeRequest { offset }.encode_bound(&n.keys, binding)) {
         return Ok(Rejoined::Retry(conn_error(peer, e)));
     }
+    // The sender's first message, then its answer. Either one not bound to
+    // this stream, or not one at all, is a peer that holds the key but is
+    // not this stream's sender (a fresh rdsend sends data right away), or a
+    // forgery: this connection is dropped and the hop keeps waiting.
+    let returning = match read_message::<RESUME_LEN>(s, peer, Some(timeout)) {
+        Ok(b) => b,
+        Err(e) => return Ok(Rejoined::Retry(e)),
+    };
+    if let Err(e) = Returning::verify(&returning, &n.keys, binding) {
+        return Ok(Rejoined::Retry(protocol(peer, e)));
+    }
     let b = match read_message::<RESUME_REPLY_LEN>(s, peer, Some(timeout)) {
         Ok(b) => b,
         Err(e) => return Ok(Rejoined::Retry(e)),
     };
-    let reply = match ResumeReply::decode_bound(&b, &n.keys, binding) {
+    let reply = match ResumeReply::decode_bound(&b, &n.keys, binding)
+        .and_then(|r| r.check(offset).map(|()| r))
+    {
         Ok(r) => r,
-        Err(e @ WireError::ResumeForged) => return Ok(Rejoined::Retry(protocol(peer, e))),
-        Err(e) => return Err(protocol(peer, e)),
+        Err(e) => return Ok(Rejoined::Retry(protocol(peer, e))),
     };
-    reply.check(offset).map_err(|e| protocol(peer, e))?;
     if reply.verdict == ResumeVerdict::BeyondWindow {
         return Err(TransportError::BeyondWindow {
             offset,
