@@ -54,8 +54,9 @@ pub enum SrunError {
         /// Its error or last stderr line.
         message: String,
     },
-    /// munge does not work on this host.
-    #[error("--launcher srun seals each agent's control channel with munge: {0}")]
+    /// munge does not work on this host (its message names the host and
+    /// the fix).
+    #[error(transparent)]
     Munge(#[from] crate::munge::MungeError),
     /// The allocation's node list did not parse.
     #[error("job {job}: cannot read its node list '{list}': {message}")]
