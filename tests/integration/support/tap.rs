@@ -69,7 +69,8 @@ impl Tap {
                 Some(rustix::thread::LinkNameSpaceType::Network),
             )
             .expect("setns into the tapped namespace");
-            let proto = rustix::net::RawProtocol::new(ETH_P_ALL_BE).map(rustix::net::Protocol::from_raw);
+            let proto =
+                rustix::net::RawProtocol::new(ETH_P_ALL_BE).map(rustix::net::Protocol::from_raw);
             let s = rustix::net::socket(
                 rustix::net::AddressFamily::PACKET,
                 rustix::net::SocketType::RAW,

@@ -7,7 +7,7 @@ use super::say::Say;
 use crate::control::seal::{Answer, Ephemeral, Offer, Opener, SealError};
 use crate::control::{CredLine, FromAgent};
 use crate::munge::{self, MungeError};
-use std::io::BufRead;
+use std::io::{BufRead, Read};
 use std::path::Path;
 
 /// Why the channel could not be agreed (each message names the host).
@@ -56,7 +56,8 @@ pub fn accept(
         source,
     };
     let mut line = String::new();
-    if stdin.read_line(&mut line).unwrap_or(0) == 0 {
+    let max = crate::control::seal::MAX_CRED as u64 + 16;
+    if (&mut *stdin).take(max).read_line(&mut line).unwrap_or(0) == 0 {
         return Err(TrustError::Closed);
     }
     let cred: CredLine = line.trim_end().parse().map_err(handshake)?;

@@ -378,16 +378,18 @@ impl Runner {
                 let Host::Remote(r) = &self.p.segments[i].host else {
                     continue;
                 };
-                if let Some(Ok(mut h)) = slot.take() {
-                    let (node, socket) = (r.name.clone(), srun.munge_socket.clone());
-                    set.spawn(async move {
-                        let t = super::srun_trust::seal(&mut h, &node, socket, limit).await;
-                        (i, h, t)
-                    });
-                } else {
-                    // (A failed spawn stays as it was.)
+                // (A failed spawn stays as it was, to be reported below.)
+                if !matches!(slot, Some(Ok(_))) {
                     continue;
                 }
+                let Some(Ok(mut h)) = slot.take() else {
+                    continue;
+                };
+                let (node, socket) = (r.name.clone(), srun.munge_socket.clone());
+                set.spawn(async move {
+                    let t = super::srun_trust::seal(&mut h, &node, socket, limit).await;
+                    (i, h, t)
+                });
             }
             while let Some(r) = set.join_next().await {
                 match r {
