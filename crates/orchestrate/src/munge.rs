@@ -253,8 +253,11 @@ pub fn decode(host: &str, socket: Option<&Path>, cred: &str) -> Result<Decoded, 
     })
 }
 
+/// unmunge's metadata: (KEY, VALUE) in order.
+type Fields = Vec<(String, String)>;
+
 /// unmunge's output: metadata lines (`KEY: VALUE`), an empty line, the payload.
-fn metadata(out: &[u8]) -> Result<(Vec<(String, String)>, &[u8]), &'static str> {
+fn metadata(out: &[u8]) -> Result<(Fields, &[u8]), &'static str> {
     let split = out
         .windows(2)
         .position(|w| w == b"\n\n")
