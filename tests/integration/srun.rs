@@ -4,7 +4,10 @@
 //! mid-stream, Ctrl-C), a node that dies mid-stream, a node outside the
 //! allocation, no allocation at all; after each, nothing is left running on
 //! any node and no step of the run is left in `squeue -s` (but the dead
-//! node's, until Slurm declares the node down).
+//! node's, until Slurm declares the node down). And the sealed control
+//! channel: a tap on Slurm's step I/O finds no key and nothing that
+//! authenticates, and munge missing or not answering is a clear error, never
+//! keys in clear text.
 
 use crate::support::*;
 use std::time::Duration;
@@ -352,4 +355,250 @@ fn srun_chain_with_a_node_that_dies_mid_stream() {
         let o = slurm.run(&["squeue", "-h", "-s", "-j", &job, "-o", "%i"], None);
         o.stdout.is_empty().then_some(())
     });
+}
+
+/// The keys a run wrote to its `RDPIPE_KEYLOG` file: (what, key).
+fn keylog(path: &std::path::Path) -> Vec<(String, Vec<u8>)> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.rsplit_once(' '))
+        .map(|(what, hex)| {
+            let key = (0..hex.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+                .collect();
+            (what.to_string(), key)
+        })
+        .collect()
+}
+
+/// Whether a hop's authentication handshake passes between a side holding
+/// `real` (as a hop's listener does) and one holding `guess`, both in this
+/// process over loopback.
+fn authenticates(real: &[u8], guess: &[u8]) -> bool {
+    use rdpipe_transport::handshake::handshake;
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let real = real.to_vec();
+    let listener = std::thread::spawn(move || {
+        let (mut c, _) = l.accept().unwrap();
+        let mut params = sender_params();
+        params.role = rdpipe_wire::Role::Receiver;
+        handshake(&mut c, &real, &params, Duration::from_secs(5)).is_ok()
+    });
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mine = handshake(&mut s, guess, &sender_params(), Duration::from_secs(5)).is_ok();
+    drop(s);
+    let theirs = listener.join().unwrap();
+    mine && theirs
+}
+
+/// Playing the eavesdropper on Slurm's step I/O (docs/security.md): a
+/// passive tap (an AF_PACKET socket in rdpipe's namespace, which carries
+/// every byte between srun and the nodes' slurmstepd) during a real run. The
+/// tap sees the control channels (both munge credentials, the sealed lines,
+/// the agents' clear `HELLO`), but none of the run's keys (from
+/// `RDPIPE_KEYLOG`) in hex or raw, no key-shaped word as the key line had
+/// them, and no 64-hex-digit string in all it captured passes the handshake
+/// of the hop between the nodes against its real key (which does pass). A captured
+/// credential replayed to munge is refused.
+#[test]
+fn srun_step_io_tapped_carries_no_key() {
+    need_slurm!();
+    let net = Netns::start_with("sk", 2);
+    let slurm = Slurm::start(&net);
+    let job = slurm.allocate(2);
+    let log = net.dir.path("keylog");
+    let mut args = vec!["--remote-bin".to_string(), bin_dir()];
+    args.extend(strings(&["--progress", "n1:tr a-z A-Z", "n2:rev"]));
+    let tap = Tap::start(&net.ns(0));
+    let r = start_srun_as_is(
+        &net,
+        &slurm,
+        &job,
+        &args,
+        Some(b"hello\n".to_vec()),
+        &[("RDPIPE_KEYLOG", log.to_string_lossy().into_owned())],
+    )
+    .finish(Duration::from_secs(120));
+    // The last of the agents' lines reach the tap before rdpipe ends.
+    let cap = tap.stop();
+    r.ok();
+    assert_eq!(r.stdout_str(), "OLLEH\n", "{}", r.stderr);
+    assert!(r.stderr.contains("RDPIPE_KEYLOG is set"), "{}", r.stderr);
+    assert_clean(&net, &slurm, &job);
+    let keys = keylog(&log);
+    // stdin → n1, n1 → n2, n2 → stdout, and the chain secret.
+    assert_eq!(keys.len(), 4, "{keys:?}");
+    // The tap saw the step I/O, both ways.
+    for seen in [&b"MUNGE MUNGE:"[..], b"\nSEAL ", b"HELLO 10"] {
+        assert!(
+            cap.contains(seen),
+            "the tap missed {:?} ({} segments)",
+            String::from_utf8_lossy(seen),
+            cap.segments
+        );
+    }
+    for (what, key) in &keys {
+        let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
+        for form in [hex.as_bytes(), hex.to_uppercase().as_bytes(), key] {
+            assert!(!cap.contains(form), "{what}'s key crossed Slurm's I/O");
+        }
+    }
+    // No word of 64 hex digits (a key as the clear key line had it) on any
+    // connection.
+    for (flow, bytes) in &cap.flows {
+        let text = String::from_utf8_lossy(bytes);
+        let word = text
+            .split(|c: char| c.is_whitespace())
+            .find(|w| w.len() == 64 && w.chars().all(|c| c.is_ascii_hexdigit()));
+        assert!(word.is_none(), "a key-shaped word on {flow:?}: {word:?}");
+    }
+    // Everything key-shaped the tap holds (each 64-digit window of the sealed
+    // lines' hex, some hundreds) against the real key of the hop between the
+    // nodes (the others' absence is checked above): none authenticates, four
+    // at a time.
+    let guesses = cap.hex_key_candidates();
+    assert!(!guesses.is_empty());
+    let real = &keys.iter().find(|(w, _)| w == "hop 2").unwrap().1;
+    assert!(authenticates(real, real), "the real key must pass");
+    std::thread::scope(|s| {
+        for part in guesses.chunks(guesses.len().div_ceil(4)) {
+            s.spawn(move || {
+                for g in part {
+                    assert!(!authenticates(real, g), "a captured string authenticated");
+                }
+            });
+        }
+    });
+    // A captured credential replayed to munge is refused.
+    let all: Vec<u8> = cap.flows.iter().flat_map(|(_, b)| b.clone()).collect();
+    let text = String::from_utf8_lossy(&all);
+    let cred = text
+        .split("MUNGE ")
+        .nth(1)
+        .and_then(|t| t.split_whitespace().next())
+        .unwrap()
+        .to_string();
+    let socket = slurm.dir.path("munge.socket");
+    let o = slurm.run(
+        &["unmunge", &format!("--socket={}", socket.display())],
+        Some(format!("{cred}\n").as_bytes()),
+    );
+    assert!(!o.status.success(), "a replayed credential decoded");
+}
+
+/// A directory for PATH holding only what a run with `--launcher srun` needs
+/// (Slurm's clients, sh) and, as `munge` and `unmunge`, what `with` names.
+fn path_with(net: &Netns, name: &str, with: &[(&str, &str)]) -> String {
+    let d = net.dir.path(name);
+    std::fs::create_dir_all(&d).unwrap();
+    for p in ["srun", "squeue", "scontrol", "scancel", "sh", "env"] {
+        let target = ["/usr/bin", "/bin"]
+            .iter()
+            .map(|b| std::path::Path::new(b).join(p))
+            .find(|t| t.exists())
+            .unwrap();
+        std::os::unix::fs::symlink(target, d.join(p)).unwrap();
+    }
+    for (p, script) in with {
+        let f = d.join(p);
+        std::fs::write(&f, format!("#!/bin/sh\n{script}\n")).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    d.to_string_lossy().into_owned()
+}
+
+/// munge missing or munged not answering, here or on a node: one clear
+/// error per host naming it and the fix, a non-zero status, no output, and
+/// never the keys in clear text instead (no step of the run ever got a key).
+#[test]
+fn srun_without_munge_is_a_clear_error_never_clear_keys() {
+    need_slurm!();
+    let net = Netns::start_with("sm", 2);
+    let slurm = Slurm::start(&net);
+    let job = slurm.allocate(2);
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    let host = host.trim();
+    let run = |path: String| {
+        let mut args = vec!["--remote-bin".to_string(), bin_dir()];
+        args.extend(strings(&["n1:cat", "n2:cat"]));
+        start_srun_as_is(
+            &net,
+            &slurm,
+            &job,
+            &args,
+            Some(b"secret\n".to_vec()),
+            &[("PATH", path)],
+        )
+        .finish(Duration::from_secs(60))
+    };
+    let errors = |r: &Run| -> Vec<String> {
+        r.stderr
+            .lines()
+            .filter(|l| l.starts_with("rdpipe: error:"))
+            .map(str::to_string)
+            .collect()
+    };
+    // No munge on rdpipe's host: nothing starts.
+    let r = run(path_with(&net, "none", &[]));
+    assert_eq!(r.code(), Some(1), "{}", r.stderr);
+    assert!(r.stdout.is_empty());
+    assert_eq!(
+        errors(&r),
+        [format!(
+            "rdpipe: error: cannot run munge on {host}: No such file or directory (os error 2): \
+             install munge on {host} (--launcher srun authenticates each agent's control \
+             channel with munge)"
+        )],
+        "{}",
+        r.stderr
+    );
+    assert_clean(&net, &slurm, &job);
+    // munged not answering here (a socket nobody listens on).
+    let r = run(path_with(
+        &net,
+        "deaf",
+        &[(
+            "munge",
+            "exec /usr/bin/munge \"$@\" --socket=/nonexistent/munge.socket",
+        )],
+    ));
+    assert_eq!(r.code(), Some(1), "{}", r.stderr);
+    let e = errors(&r);
+    assert_eq!(e.len(), 1, "{}", r.stderr);
+    assert!(
+        e[0].starts_with(&format!("rdpipe: error: munge on {host} failed: "))
+            && e[0].contains("Did you start munged?")
+            && e[0].contains("needs munged running on every host of the run"),
+        "{}",
+        r.stderr
+    );
+    assert_clean(&net, &slurm, &job);
+    // munge here, no unmunge on the nodes (the steps get rdpipe's PATH): each
+    // node's agent says so, naming its node.
+    let r = run(path_with(
+        &net,
+        "half",
+        &[("munge", "exec /usr/bin/munge \"$@\"")],
+    ));
+    assert_eq!(r.code(), Some(1), "{}", r.stderr);
+    assert!(r.stdout.is_empty());
+    let e = errors(&r);
+    assert!((1..=2).contains(&e.len()), "{}", r.stderr);
+    for l in &e {
+        let node = if l.contains("n1 [1]") { "n1" } else { "n2" };
+        assert!(
+            l.contains(&format!(
+                "cannot run unmunge on {node}: No such file or directory (os error 2): install \
+                 munge on {node}"
+            )),
+            "{}",
+            r.stderr
+        );
+    }
+    assert!(!r.stderr.contains("panicked"), "{}", r.stderr);
+    assert_clean(&net, &slurm, &job);
 }

@@ -10,6 +10,8 @@
 //! - [`reach`]: probing a listening host's RDMA-capable addresses (discovery's
 //!   "routed and answering" rule);
 //! - [`install`]: self-install of the agent on hosts without a usable rdrecv;
+//! - [`munge`]: munge's `munge` and `unmunge`, what `--launcher srun` trusts to
+//!   seal each agent's control channel;
 //! - [`guard`]: the processes that tie an SSH master's life to rdpipe's and a
 //!   command's life to its agent's.
 #![deny(missing_docs)]
@@ -19,6 +21,7 @@ pub mod control;
 pub mod doctor;
 pub mod guard;
 pub mod install;
+pub mod munge;
 pub mod persist;
 pub mod plan;
 pub mod reach;

@@ -3,9 +3,11 @@
 //! and munge), not ssh. Each remote segment's agent is one job step of the
 //! current allocation on its node: `srun --jobid J -w NODE -N1 -n1 --overlap
 //! --unbuffered sh -c 'exec LINE'`; the step's stdin and stdout are the agent's
-//! control channel, exactly as an ssh session's are, so keys still travel on
-//! stdin, never in argv or the environment. The probe and the upload of
-//! self-install run the same way.
+//! control channel, as an ssh session's are. Slurm carries a step's I/O as
+//! plain TCP, so the channel is first agreed through munge and sealed
+//! ([`crate::control::seal`], the agent's `--munge`): the keys travel on
+//! stdin, sealed, never in clear text, argv or the environment. The probe and
+//! the upload of self-install (nothing secret) run as steps too.
 //!
 //! Every step of a run is named `rdpipe.PID`; teardown cancels whatever step
 //! of that name is still alive ([`Srun::cancel_steps`]), so nothing is left
@@ -52,6 +54,10 @@ pub enum SrunError {
         /// Its error or last stderr line.
         message: String,
     },
+    /// munge does not work on this host (its message names the host and
+    /// the fix).
+    #[error(transparent)]
+    Munge(#[from] crate::munge::MungeError),
     /// The allocation's node list did not parse.
     #[error("job {job}: cannot read its node list '{list}': {message}")]
     NodeList {
@@ -71,6 +77,9 @@ pub struct Srun {
     pub job: String,
     /// The name every step of this run gets (`rdpipe.PID`).
     pub step_name: String,
+    /// munged's socket as Slurm's configuration names it (`AuthInfo`), for
+    /// rdpipe's and the agents' munge calls; munge's default when None.
+    pub munge_socket: Option<std::path::PathBuf>,
 }
 
 /// Runs a Slurm command; its stdout, or the error with its last stderr line.
@@ -109,7 +118,26 @@ impl Srun {
         Ok(Srun {
             job: job.trim().to_string(),
             step_name: format!("rdpipe.{}", std::process::id()),
+            munge_socket: None,
         })
+    }
+
+    /// munged's socket from Slurm's configuration (`scontrol show config`,
+    /// its `AuthInfo=socket=PATH`); None when it names none or cannot be read.
+    pub fn read_munge_socket() -> Option<std::path::PathBuf> {
+        slurm_cmd("scontrol", &["show", "config"])
+            .ok()
+            .and_then(|out| crate::munge::auth_socket(&out))
+    }
+
+    /// The agent's arguments that seal its control channel: `--munge` and
+    /// munged's socket.
+    pub fn agent_args(&self) -> Vec<String> {
+        let mut v = vec!["--munge".to_string()];
+        if let Some(s) = &self.munge_socket {
+            v.extend(["--munge-socket".into(), s.display().to_string()]);
+        }
+        v
     }
 
     /// The allocation's nodes, in Slurm's order.
@@ -174,6 +202,8 @@ impl Srun {
     pub fn command(&self, node: &str, line: &str) -> tokio::process::Command {
         let mut c = tokio::process::Command::new("srun");
         c.args(self.args(node, line)).kill_on_drop(true);
+        // srun passes rdpipe's environment to the step: not this one.
+        c.env_remove(crate::run::keylog::KEYLOG_ENV);
         c
     }
 
@@ -218,7 +248,9 @@ mod tests {
         let s = Srun {
             job: "42".into(),
             step_name: "rdpipe.7".into(),
+            munge_socket: Some("/run/m sock".into()),
         };
+        assert_eq!(s.agent_args(), ["--munge", "--munge-socket", "/run/m sock"]);
         let a = s.args("n003", "rdrecv --agent 'a b'");
         assert_eq!(a[0], "--jobid=42");
         assert!(a.contains(&"--nodelist=n003".to_string()));

@@ -1,7 +1,8 @@
 //! Support for the integration tests, one concern per file: scratch
 //! directories, test data, processes, the rdsend/rdrecv and rdpipe runners, real
 //! sshd servers (on 127.0.0.1, or in network namespaces as root), a Slurm
-//! cluster on those namespaces, and skips.
+//! cluster on those namespaces, a passive tap on a namespace's traffic, and
+//! skips.
 //! Everything started is torn down by Drop guards, also when a test fails.
 
 pub mod data;
@@ -13,6 +14,7 @@ pub mod scratch;
 pub mod skip;
 pub mod slurm;
 pub mod ssh;
+pub mod tap;
 
 pub use data::*;
 pub use endpoint::*;
@@ -23,6 +25,7 @@ pub use scratch::*;
 pub use skip::*;
 pub use slurm::*;
 pub use ssh::*;
+pub use tap::*;
 
 /// Skips the test (see [`skip::skip`]) unless sshd and ssh are installed.
 macro_rules! need_ssh {

@@ -7,6 +7,7 @@
 
 use super::say::{Meter, Say};
 use super::segment::{Ev, StopReason};
+use crate::control::seal::Opener;
 use crate::control::{Direction, FromAgent, NetAddr, Reach, ToAgent};
 use rdpipe_transport::{Endpoint, TransportError};
 use std::io::BufRead;
@@ -49,11 +50,14 @@ pub fn connect_wait(
 }
 
 /// Starts the threads that listen to rdpipe (the rest of `stdin` after the key
-/// line), watch for its silence and catch signals; all end the segment through
-/// `tx` with a [`StopReason`]. `PROBE` orders are answered on `say`, probing
-/// from `fabric` (this host's RDMA-capable addresses).
+/// line, each line opened by `opener` on a sealed channel), watch for its
+/// silence and catch signals; all end the segment through `tx` with a
+/// [`StopReason`] (a line that does not open ends it as a closed channel
+/// does). `PROBE` orders are answered on `say`, probing from `fabric` (this
+/// host's RDMA-capable addresses).
 pub fn listen<R: BufRead + Send + 'static>(
     mut stdin: R,
+    mut opener: Option<Opener>,
     tx: &mpsc::Sender<Ev>,
     meter: &Arc<Meter>,
     say: &Say,
@@ -97,6 +101,15 @@ pub fn listen<R: BufRead + Send + 'static>(
             match stdin.read_line(&mut line) {
                 Ok(0) | Err(_) => break,
                 Ok(_) => *last_heard.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now(),
+            }
+            if let Some(o) = opener.as_mut() {
+                match o.open(&line) {
+                    Ok(l) => line = l,
+                    Err(e) => {
+                        tracing::warn!("control channel: {e}; ending the segment");
+                        break;
+                    }
+                }
             }
             match line.trim_end().parse::<ToAgent>() {
                 Ok(ToAgent::Ping) => {}

@@ -18,6 +18,8 @@
 //! - [`passthrough`]: a relay-only segment (`HOST:`): the incoming stream
 //!   forwarded to the outgoing transfer, no command;
 //! - [`inbox`]: rdpipe's control lines, the silence watchdog, signals;
+//! - [`trust`]: with `--munge` (`--launcher srun`), the sealed channel's
+//!   handshake: every line from rdpipe is then opened first;
 //! - [`say`]: the control lines to rdpipe and the byte-count meter;
 //! - [`usage`]: the CPU the agent and its command used (`USAGE`, before `END`).
 //!
@@ -40,6 +42,7 @@ pub mod say;
 pub mod segment;
 pub mod shell;
 pub mod transfers;
+pub mod trust;
 pub mod usage;
 
 use crate::control::{Direction, FailKind, FromAgent, KeyLine, Part, PROTOCOL};
@@ -193,6 +196,15 @@ pub struct AgentArgs {
     /// (keyed with the chain's secret) that re-links when its relay dies.
     #[arg(long)]
     pub chain_in: bool,
+    /// The control channel is Slurm's step I/O (`--launcher srun`): agree
+    /// its key through munge first and open every line from rdpipe
+    /// ([`trust`], [`crate::control::seal`]).
+    #[arg(long)]
+    pub munge: bool,
+    /// With `--munge`: munged's socket (Slurm's `AuthInfo=socket=`); munge's
+    /// default without.
+    #[arg(long, value_name = "PATH", requires = "munge")]
+    pub munge_socket: Option<std::path::PathBuf>,
     /// Log level as for rdpipe's `-v` count: 2 debug, 3 trace.
     #[arg(long, default_value_t = 0)]
     pub verbose: u8,
@@ -237,22 +249,32 @@ pub fn main<I: IntoIterator<Item = OsString>>(args: I) -> ExitCode {
 fn run(a: AgentArgs) -> bool {
     let say = Say::stdout();
     let mut stdin = BufReader::new(io::stdin());
+    let refuse = |message: &dyn std::fmt::Display| {
+        say.send(&FromAgent::fail(Part::Agent, FailKind::Error, 2, message));
+        say.send(&FromAgent::End { ok: false });
+        false
+    };
+    let mut opener = None;
+    if a.munge {
+        match trust::accept(&mut stdin, &say, a.munge_socket.as_deref()) {
+            Ok(o) => opener = Some(o),
+            Err(trust::TrustError::Closed) => return false,
+            Err(e) => return refuse(&e),
+        }
+    }
     let mut key_line = String::new();
     if stdin.read_line(&mut key_line).unwrap_or(0) == 0 {
         return false;
     }
+    if let Some(o) = opener.as_mut() {
+        match o.open(&key_line) {
+            Ok(l) => key_line = l,
+            Err(e) => return refuse(&e),
+        }
+    }
     let keys = match key_line.trim().parse::<KeyLine>() {
         Ok(k) => k,
-        Err(_) => {
-            say.send(&FromAgent::fail(
-                Part::Agent,
-                FailKind::Error,
-                2,
-                "the first line on stdin is not the hops' keys",
-            ));
-            say.send(&FromAgent::End { ok: false });
-            return false;
-        }
+        Err(_) => return refuse(&"the first line on stdin is not the hops' keys"),
     };
     say.send(&FromAgent::Hello { version: PROTOCOL });
     // The host's RDMA-capable addresses, for rdpipe's data-address discovery
@@ -267,7 +289,7 @@ fn run(a: AgentArgs) -> bool {
     let meter = Arc::new(Meter::new(&say));
     let (tx, rx) = mpsc::channel();
     let silence = crate::control::control_silence(a.reconnect_timeout);
-    let orders = inbox::listen(stdin, &tx, &meter, &say, fabric, silence);
+    let orders = inbox::listen(stdin, opener, &tx, &meter, &say, fabric, silence);
     let shared = Arc::new(command::Shared::default());
     let mut seg = Segment::new(
         say.clone(),

@@ -24,9 +24,17 @@
 //! - `UNLINK`: a relay whose next sink died: no re-link is coming (nothing
 //!   downstream is left to feed); its relay ends.
 //!
+//! With `--launcher srun` (the agent's `--munge`) the channel is agreed and
+//! sealed first ([`seal`]): rdpipe's first line is `MUNGE CRED` ([`CredLine`]),
+//! the agent's first is its own `MUNGE CRED` ([`FromAgent::Munge`]), and then
+//! every rdpipe → agent line above, the key line included, travels as
+//! `SEAL HEX` (Slurm's step I/O is plain TCP; ssh's channel is encrypted).
+//!
 //! End of file on the agent's stdin means rdpipe (or the SSH connection) is gone.
 //!
 //! agent → rdpipe, on the agent's stdout:
+//! - `MUNGE CRED`: with `--munge`, before anything else, the agent's answer
+//!   to rdpipe's offer ([`seal`]);
 //! - `HELLO V`: started, key read (protocol version [`PROTOCOL`]);
 //! - `FABRIC [ADDR/LEN ...]`: right after `HELLO`, the host's RDMA-capable
 //!   addresses (those of the netdevs of ACTIVE RDMA ports, with their prefix
@@ -62,7 +70,10 @@
 //! and `USAGE` (the agent's and its command's CPU time). Version 6 added
 //! DONE's COMPRESS field and the agent's `--compress`. Version 7 added rdcp's
 //! pack and unpack actions. Version 8 added
-//! `COPIED` and the agent's `--specials`.
+//! `COPIED` and the agent's `--specials`. Version 10 added the srun
+//! launcher's sealed channel: the agent's `--munge` and `--munge-socket`,
+//! the `MUNGE` lines and `SEAL` lines (an older agent would read the key
+//! line in clear text).
 
 use rdpipe_transport::reconnect::Reconnect;
 use std::fmt;
@@ -75,6 +86,7 @@ mod hop_report;
 mod keys;
 mod part;
 mod reach;
+pub mod seal;
 mod squeeze;
 mod usage;
 pub use addr::NetAddr;
@@ -83,13 +95,14 @@ pub use hop_report::{CmdExit, HopReport};
 pub use keys::{decode_hex, encode_hex, KeyLine};
 pub use part::{FailKind, Part};
 pub use reach::Reach;
+pub use seal::CredLine;
 pub use squeeze::CompressSummary;
 use std::net::IpAddr;
 pub use usage::{CpuTimes, Usage};
 
-/// Version of the control protocol (`HELLO 5`). An agent of another version is
+/// Version of the control protocol (`HELLO V`). An agent of another version is
 /// not used.
-pub const PROTOCOL: u32 = 9;
+pub const PROTOCOL: u32 = 10;
 
 /// The most addresses one `PROBE` asks about (and an agent accepts).
 pub const MAX_PROBE: usize = 16;
@@ -335,6 +348,8 @@ pub enum FromAgent {
     Usage(Usage),
     /// `COPIED pack|unpack N...`.
     Copied(CopyCounts),
+    /// `MUNGE CRED`: the agent's answer on a sealed (srun) channel.
+    Munge(CredLine),
 }
 
 impl FromAgent {
@@ -409,6 +424,7 @@ impl fmt::Display for FromAgent {
             ),
             FromAgent::Usage(u) => write!(f, "USAGE {u}"),
             FromAgent::Copied(c) => write!(f, "COPIED {c}"),
+            FromAgent::Munge(c) => write!(f, "{c}"),
         }
     }
 }
@@ -536,6 +552,9 @@ impl FromStr for FromAgent {
             }
             "USAGE" => Ok(FromAgent::Usage(rest.parse()?)),
             "COPIED" => Ok(FromAgent::Copied(rest.parse()?)),
+            "MUNGE" => CredLine::new(rest)
+                .map(FromAgent::Munge)
+                .map_err(|_| ParseError::Field("munge credential")),
             _ => Err(ParseError::Unknown),
         }
     }

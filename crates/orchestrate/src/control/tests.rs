@@ -73,6 +73,12 @@ fn every_agent_message_round_trips() {
     round_trip_from(FromAgent::End { ok: false });
     round_trip_from(FromAgent::Size(4 << 20));
     round_trip_from(FromAgent::Usage(Usage::default()));
+    round_trip_from(FromAgent::Munge(
+        CredLine::new("MUNGE:AwQFAADU44w+JEpES1IBaTlrQPY8=:").unwrap(),
+    ));
+    for bad in ["MUNGE", "MUNGE x", "MUNGE MUNGE:a b:"] {
+        assert!(bad.parse::<FromAgent>().is_err(), "{bad}");
+    }
     let t = |u, s| CpuTimes {
         user: Duration::from_micros(u),
         system: Duration::from_micros(s),

@@ -127,6 +127,8 @@ impl Runner {
             FromAgent::RelinkPort(port) => self.relink_port(i, port).await,
             FromAgent::Usage(u) => self.segs[i].usage = Some(u),
             FromAgent::Copied(c) => self.segs[i].copied = Some(c),
+            // Only the first line of a sealed channel ([`super::srun_trust`]).
+            FromAgent::Munge(_) => debug!("[{}] a MUNGE line after the handshake: ignored", i + 1),
             FromAgent::Lost { dir, offset } => {
                 info!(
                     "{}: the {} hop's connection was lost at byte {offset}; reconnecting",

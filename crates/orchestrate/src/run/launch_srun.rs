@@ -1,8 +1,9 @@
 //! The run's side of `--launcher srun` ([`crate::srun`]): the allocation is
 //! checked before anything starts (every remote host must be one of its
-//! nodes: one line per host that is not), and each remote segment's agent is
-//! an `srun` job step whose stdin, stdout and stderr are those of the local
-//! `srun` process, as a local agent's are.
+//! nodes: one line per host that is not; munge must work on this host), and
+//! each remote segment's agent is an `srun` job step whose stdin, stdout and
+//! stderr are those of the local `srun` process, as a local agent's are; its
+//! channel is sealed before any key goes down it ([`super::srun_trust`]).
 
 use super::spawn::{AgentHandle, Masters};
 use super::verdict::Cause;
@@ -19,8 +20,14 @@ impl Runner {
     pub(super) async fn launch_srun(&mut self) -> Option<Masters> {
         let jobid = self.a.jobid.clone();
         let checked = tokio::task::spawn_blocking(move || {
-            let s = Srun::new(jobid.as_deref())?;
+            let mut s = Srun::new(jobid.as_deref())?;
             let nodes = s.nodes()?;
+            s.munge_socket = Srun::read_munge_socket();
+            // munge must work here before any step starts: without it no
+            // agent's channel can be sealed, and keys never go in clear text.
+            let here = crate::munge::host_name();
+            let uid = rustix::process::getuid().as_raw();
+            crate::munge::encode(&here, s.munge_socket.as_deref(), uid, b"")?;
             Ok::<_, crate::srun::SrunError>((s, nodes))
         })
         .await;
@@ -36,10 +43,11 @@ impl Runner {
             }
         };
         debug!(
-            "--launcher srun: job {}, nodes {}, steps named {}",
+            "--launcher srun: job {}, nodes {}, steps named {}, munge socket {:?}",
             srun.job,
             nodes.join(","),
-            srun.step_name
+            srun.step_name,
+            srun.munge_socket
         );
         if self.a.persist.is_some() {
             tracing::warn!("--persist keeps ssh connections; with --launcher srun it does nothing");

@@ -28,6 +28,7 @@ pub mod discover;
 pub mod ends;
 pub mod fabric;
 pub mod install;
+pub mod keylog;
 pub mod launch_srun;
 pub mod outcome;
 pub mod progress;
@@ -35,6 +36,7 @@ pub mod record;
 pub mod relink;
 pub mod sinks;
 pub mod spawn;
+mod srun_trust;
 pub mod teardown;
 pub mod verdict;
 
@@ -253,6 +255,9 @@ struct Runner {
     rx: mpsc::UnboundedReceiver<Event>,
     /// Each agent's control channel (its stdin), until teardown closes it.
     stdins: Vec<Option<Writer>>,
+    /// An srun agent's sealer: every line to it goes through it
+    /// ([`srun_trust`]).
+    sealers: Vec<Option<crate::control::seal::Sealer>>,
     local_pids: Vec<Option<u32>>,
     segs: Vec<SegState>,
     failures: Vec<Finding>,
@@ -279,7 +284,7 @@ struct Runner {
 
 impl Runner {
     fn new(a: Config, p: Pipeline, exe: LocalExe) -> Runner {
-        let hop_keys = (0..p.hops.len())
+        let hop_keys: Vec<Vec<u8>> = (0..p.hops.len())
             .map(|_| {
                 let mut k = vec![0u8; 32];
                 getrandom::getrandom(&mut k).expect("the OS random source works");
@@ -288,6 +293,10 @@ impl Runner {
             .collect();
         let mut chain_secret = vec![0u8; 32];
         getrandom::getrandom(&mut chain_secret).expect("the OS random source works");
+        for (k, key) in hop_keys.iter().enumerate() {
+            keylog::record(&format!("hop {}", k + 1), key);
+        }
+        keylog::record("chain", &chain_secret);
         let (tx, rx) = mpsc::unbounded_channel();
         let n = p.segments.len();
         let source_done = p.hop_from(Node::Stdin).is_none();
@@ -302,6 +311,7 @@ impl Runner {
             tx,
             rx,
             stdins: (0..n).map(|_| None).collect(),
+            sealers: (0..n).map(|_| None).collect(),
             local_pids: vec![None; n],
             segs: (0..n).map(|_| SegState::default()).collect(),
             failures: Vec::new(),
@@ -523,14 +533,33 @@ impl Runner {
     }
 
     async fn send(&mut self, i: usize, m: &ToAgent) {
-        if let Some(w) = self.stdins[i].as_mut() {
-            if !matches!(m, ToAgent::RelinkIn { .. } | ToAgent::RelinkOut { .. }) {
-                // (Not the re-link orders: they carry a key.)
-                trace!("[{}] sent: {m}", i + 1);
-            }
-            let _ = w.write_all(format!("{m}\n").as_bytes()).await;
-            let _ = w.flush().await;
+        if self.stdins[i].is_none() {
+            return;
         }
+        if !matches!(m, ToAgent::RelinkIn { .. } | ToAgent::RelinkOut { .. }) {
+            // (Not the re-link orders: they carry a key.)
+            trace!("[{}] sent: {m}", i + 1);
+        }
+        self.send_line(i, &m.to_string()).await;
+    }
+
+    /// Writes `line` to agent `i`'s control channel, sealed on an srun one.
+    async fn send_line(&mut self, i: usize, line: &str) {
+        let Some(w) = self.stdins[i].as_mut() else {
+            return;
+        };
+        let line = match self.sealers[i].as_mut().map(|s| s.seal(line)) {
+            None => line.to_string(),
+            Some(Ok(sealed)) => sealed,
+            Some(Err(e)) => {
+                // Never in clear text: the agent hears no more.
+                tracing::warn!("[{}] control channel: {e}; closing it", i + 1);
+                self.stdins[i] = None;
+                return;
+            }
+        };
+        let _ = w.write_all(format!("{line}\n").as_bytes()).await;
+        let _ = w.flush().await;
     }
 
     async fn handle(&mut self, m: Event) {

@@ -133,6 +133,7 @@ impl Runner {
             } if !self.segs[upstream].exited && self.segs[upstream].ended.is_none() => {
                 let mut key = vec![0u8; 32];
                 getrandom::getrandom(&mut key).expect("the OS random source works");
+                super::keylog::record("relink", &key);
                 self.segs[downstream].relinked = Some(Relinked {
                     from: upstream,
                     key: key.clone(),

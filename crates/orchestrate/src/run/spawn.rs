@@ -7,8 +7,10 @@
 
 pub use super::agent_args::agent_args;
 use super::agent_args::chain_hops;
+use super::srun_trust::Refusal;
 use super::verdict::Cause;
 use super::{ssh_config, Event, Runner};
+use crate::control::seal::Sealer;
 use crate::control::{Direction, KeyLine, ToAgent};
 use crate::plan::{Host, Node};
 use crate::ssh::Master;
@@ -17,7 +19,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, BufReader};
 use tracing::debug;
 
 /// An agent's control channel (its stdin).
@@ -332,6 +334,10 @@ impl Runner {
                 }
                 Host::Remote(r) => {
                     let bin = masters.agent_bin(i, self.a.remote_bin.as_deref());
+                    let mut args = args.clone();
+                    if let Some(srun) = &masters.srun {
+                        args.extend(srun.agent_args());
+                    }
                     let line = remote_command_line(&bin, &args, &tuning);
                     match &masters.srun {
                         Some(srun) => {
@@ -357,6 +363,39 @@ impl Runner {
                 Err(e) => self.fail(None, Cause::Local(format!("agent start task failed: {e}"))),
             }
         }
+        // srun agents' channels are sealed first, all at once; nothing of the
+        // run's keys goes down one that is not.
+        let mut sealed: Vec<Option<Result<Sealer, Refusal>>> = (0..n).map(|_| None).collect();
+        if let Some(srun) = &masters.srun {
+            let limit = Duration::from_secs(self.a.connect_timeout.max(30));
+            let mut set = tokio::task::JoinSet::new();
+            for (i, slot) in started.iter_mut().enumerate() {
+                let Host::Remote(r) = &self.p.segments[i].host else {
+                    continue;
+                };
+                // (A failed spawn stays as it was, to be reported below.)
+                if !matches!(slot, Some(Ok(_))) {
+                    continue;
+                }
+                let Some(Ok(mut h)) = slot.take() else {
+                    continue;
+                };
+                let (node, socket) = (r.name.clone(), srun.munge_socket.clone());
+                set.spawn(async move {
+                    let t = super::srun_trust::seal(&mut h, &node, socket, limit).await;
+                    (i, h, t)
+                });
+            }
+            while let Some(r) = set.join_next().await {
+                match r {
+                    Ok((i, h, t)) => {
+                        started[i] = Some(Ok(h));
+                        sealed[i] = Some(t);
+                    }
+                    Err(e) => self.fail(None, Cause::Local(format!("srun seal task failed: {e}"))),
+                }
+            }
+        }
         for (i, spawned) in started.into_iter().enumerate() {
             let Some(spawned) = spawned else {
                 self.segs[i].exited = true;
@@ -370,9 +409,9 @@ impl Runner {
                 output: self.hop_key(me, Direction::Out),
                 chain: chain_hops(&self.p, i, &self.a).then(|| self.chain_secret.clone()),
             };
-            let mut key_line = format!("{keys}\n");
+            let mut lines = vec![keys.to_string()];
             if self.progress.is_some() {
-                key_line.push_str(&format!("{}\n", ToAgent::Progress));
+                lines.push(ToAgent::Progress.to_string());
             }
             match spawned {
                 Ok(h) => {
@@ -383,7 +422,26 @@ impl Runner {
                         i + 1,
                         args_of[i].join(" ")
                     );
-                    self.watch_agent(i, h, &key_line).await;
+                    match sealed[i].take() {
+                        None => self.watch_agent(i, h, &lines).await,
+                        Some(Ok(sealer)) => {
+                            debug!("[{}] control channel sealed (munge, X25519)", i + 1);
+                            self.sealers[i] = Some(sealer);
+                            self.watch_agent(i, h, &lines).await;
+                        }
+                        Some(Err(refusal)) => {
+                            if let Some(cause) = refusal.cause {
+                                self.fail(Some(Node::Segment(i)), cause);
+                            }
+                            // What the agent said instead comes first.
+                            if let Some(l) = refusal.replay {
+                                let _ = self.tx.send(Event::Line(i, l));
+                            }
+                            // No key: its channel closes, and it ends.
+                            self.watch_agent(i, h, &[]).await;
+                            self.stdins[i] = None;
+                        }
+                    }
                 }
                 Err(message) => {
                     self.segs[i].exited = true;
@@ -394,22 +452,23 @@ impl Runner {
         }
     }
 
-    /// Hands agent `i` its key line and starts the tasks that forward its stderr
-    /// and turn its stdout lines and exit into events.
-    async fn watch_agent(&mut self, i: usize, h: AgentHandle, key_line: &str) {
+    /// Hands agent `i` its first `lines` (the key line, `PROGRESS`; sealed on
+    /// an srun channel) and starts the tasks that forward its stderr and turn
+    /// its stdout lines and exit into events.
+    async fn watch_agent(&mut self, i: usize, h: AgentHandle, lines: &[String]) {
         let AgentHandle {
-            mut stdin,
+            stdin,
             stdout,
             stderr,
             pid,
             wait,
         } = h;
         self.local_pids[i] = pid;
-        // A failure here is reported through the agent's exit.
-        if stdin.write_all(key_line.as_bytes()).await.is_ok() {
-            let _ = stdin.flush().await;
-        }
         self.stdins[i] = Some(stdin);
+        // A failure here is reported through the agent's exit.
+        for l in lines {
+            self.send_line(i, l).await;
+        }
         // Local stderr keeps its own words, as when inherited.
         let prefix = if self.is_local(i) {
             String::new()
