@@ -73,7 +73,8 @@
 //! `COPIED` and the agent's `--specials`. Version 10 added the srun
 //! launcher's sealed channel: the agent's `--munge` and `--munge-socket`,
 //! the `MUNGE` lines and `SEAL` lines (an older agent would read the key
-//! line in clear text).
+//! line in clear text), and rdcp's `--save-listing RUN`, `--manifest RUN`
+//! (a private directory's id, no longer a path) and `--no-setid`.
 
 use rdpipe_transport::reconnect::Reconnect;
 use std::fmt;
