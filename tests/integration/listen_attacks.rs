@@ -8,7 +8,7 @@
 //! to a listening sender (a second receiver dialing an rdpipe agent). The
 //! live transfer completes byte-exact every time and the intruder is refused.
 
-use crate::reconnect::{can_reset, reset_port};
+use crate::reconnect::{can_reset, reset_process};
 use crate::support::*;
 use rdpipe_transport::endpoint::{Endpoint, Options, REPLAY_WINDOW};
 use rdpipe_wire::{Compress, Integrity, TransportPref, MAGIC, PROTOCOL_VERSION};
@@ -258,11 +258,9 @@ fn a_hop_reset_under_a_flood_reconnects_and_completes() {
             v
         }
     });
-    let flood = Flood::start(port, FLOOD);
-    flood.wait_in_place();
     let mut s = Command::new(bin("rdsend"))
         .args(args)
-        .args(["--rate-limit", "32M", "127.0.0.1", &port.to_string(), KEY])
+        .args(["--rate-limit", "16M", "127.0.0.1", &port.to_string(), KEY])
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -279,17 +277,20 @@ fn a_hop_reset_under_a_flood_reconnects_and_completes() {
         let _ = serr.read_to_string(&mut e);
         e
     });
-    // Readiness: 16 MiB arrived (or rdsend gave up before).
+    // Readiness: 8 MiB arrived (or rdsend gave up before).
     let flowing = poll(Duration::from_secs(60), Duration::from_millis(20), || {
-        if got.load(Ordering::SeqCst) >= 16 << 20 {
+        if got.load(Ordering::SeqCst) >= 8 << 20 {
             return Some(true);
         }
         s.try_wait().ok().flatten().map(|_| false)
     })
     .unwrap_or(false);
-    // Every established connection on the port goes: the hop's and the
-    // flood's (which comes back at once).
-    let reset = flowing && reset_port(port) > 0;
+    // The flood comes while the stream flows, and stays.
+    let flood = Flood::start(port, FLOOD);
+    flood.wait_in_place();
+    let before_reset = got.load(Ordering::SeqCst);
+    // The hop's connection goes (rdsend's only one), the flood stays.
+    let reset = flowing && reset_process(s.id()) > 0;
     if !reset {
         let _ = s.kill();
         let _ = r.child.kill();
@@ -303,10 +304,14 @@ fn a_hop_reset_under_a_flood_reconnects_and_completes() {
     drop(flood);
     assert!(
         flowing,
-        "the stream never flowed under the flood: rdsend {status:?}\n{serr}\nrdrecv:\n{}",
+        "the stream never flowed: rdsend {status:?}\n{serr}\nrdrecv:\n{}",
         f.stderr
     );
     assert!(reset, "no connection to reset");
+    assert!(
+        before_reset < len as u64,
+        "the stream was over before the reset"
+    );
     assert!(
         status.success(),
         "rdsend: {status:?}\n{serr}\nrdrecv:\n{}",
