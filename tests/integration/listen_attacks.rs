@@ -1,5 +1,5 @@
 //! Playing the attacker against a listening endpoint (docs/security.md,
-//! "Attacks tried"): a flood of at least 256 unauthenticated connections
+//! "Tests that play the attacker"): a flood of at least 256 unauthenticated connections
 //! (silent ones, ones that trickle a byte a second, ones that send garbage),
 //! each opened again as soon as the endpoint closes it and held for the
 //! whole run, while a real sender connects, and while a hop whose connection
@@ -8,7 +8,7 @@
 //! to a listening sender (a second receiver dialing an rdpipe agent). The
 //! live transfer completes byte-exact every time and the intruder is refused.
 
-use crate::reconnect::{can_reset, reset_port};
+use crate::reconnect::{can_reset, reset_process};
 use crate::support::*;
 use rdpipe_transport::endpoint::{Endpoint, Options, REPLAY_WINDOW};
 use rdpipe_wire::{Compress, Integrity, TransportPref, MAGIC, PROTOCOL_VERSION};
@@ -179,16 +179,33 @@ fn a_flood_of_idle_trickling_and_garbage_connections_does_not_keep_a_sender_out(
     let (port, pid) = (r.port, r.child.id());
     let flood = Flood::start(port, FLOOD);
     flood.wait_in_place();
-    // The endpoint's bounds hold under the flood (listen.rs states them).
-    let (fds, threads) = fds_and_threads(pid);
+    // The endpoint's bounds hold under the flood (listen.rs states them):
+    // the most rdrecv holds while the sender connects and streams.
+    let sampling = Arc::new(AtomicBool::new(true));
+    let sampler = std::thread::spawn({
+        let sampling = sampling.clone();
+        move || {
+            let mut most = (0, 0);
+            while sampling.load(Ordering::SeqCst) {
+                let (f, t) = fds_and_threads(pid);
+                most = (most.0.max(f), most.1.max(t));
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            most
+        }
+    });
     let s = send(&["127.0.0.1", &port.to_string(), KEY], &[], Some(&data));
-    let (fds2, threads2) = fds_and_threads(pid);
+    sampling.store(false, Ordering::SeqCst);
+    let (fds, threads) = sampler.join().unwrap();
     if s.status.code() != Some(0) {
         // It would wait for a sender for ever.
         let _ = r.child.kill();
     }
     let f = r.finish();
     drop(flood);
+    loud(&format!(
+        "under the flood rdrecv held at most {fds} descriptors and {threads} threads"
+    ));
     s.expect_code(0);
     f.expect_code(0);
     assert!(
@@ -197,8 +214,8 @@ fn a_flood_of_idle_trickling_and_garbage_connections_does_not_keep_a_sender_out(
         f.stdout.len()
     );
     assert!(
-        fds.max(fds2) <= 300 && threads.max(threads2) <= 48,
-        "rdrecv held {fds}/{fds2} descriptors and {threads}/{threads2} threads under the flood"
+        fds <= 300 && threads <= 48,
+        "rdrecv held {fds} descriptors and {threads} threads under the flood"
     );
 }
 
@@ -226,11 +243,24 @@ fn a_hop_reset_under_a_flood_reconnects_and_completes() {
     let mut r = Receiver::start(&ra, &[], Some(Stdio::piped()));
     let mut out = r.child.stdout.take().unwrap();
     let port = r.port;
-    let flood = Flood::start(port, FLOOD);
-    flood.wait_in_place();
+    let got = Arc::new(AtomicU64::new(0));
+    let reader = std::thread::spawn({
+        let got = got.clone();
+        move || {
+            let (mut v, mut buf) = (Vec::new(), vec![0u8; 1 << 20]);
+            while let Ok(n) = out.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                v.extend_from_slice(&buf[..n]);
+                got.store(v.len() as u64, Ordering::SeqCst);
+            }
+            v
+        }
+    });
     let mut s = Command::new(bin("rdsend"))
         .args(args)
-        .args(["--rate-limit", "32M", "127.0.0.1", &port.to_string(), KEY])
+        .args(["--rate-limit", "16M", "127.0.0.1", &port.to_string(), KEY])
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -247,18 +277,41 @@ fn a_hop_reset_under_a_flood_reconnects_and_completes() {
         let _ = serr.read_to_string(&mut e);
         e
     });
-    let mut got = vec![0u8; 16 << 20];
-    out.read_exact(&mut got).unwrap();
-    // Every established connection on the port goes: the hop's and the
-    // flood's (which comes back at once).
-    assert!(reset_port(port) > 0, "no connection to reset");
-    out.read_to_end(&mut got).unwrap();
+    // Readiness: 8 MiB arrived (or rdsend gave up before).
+    let flowing = poll(Duration::from_secs(60), Duration::from_millis(20), || {
+        if got.load(Ordering::SeqCst) >= 8 << 20 {
+            return Some(true);
+        }
+        s.try_wait().ok().flatten().map(|_| false)
+    })
+    .unwrap_or(false);
+    // The flood comes while the stream flows, and stays.
+    let flood = Flood::start(port, FLOOD);
+    flood.wait_in_place();
+    let before_reset = got.load(Ordering::SeqCst);
+    // The hop's connection goes (rdsend's only one), the flood stays.
+    let reset = flowing && reset_process(s.id()) > 0;
+    if !reset {
+        let _ = s.kill();
+        let _ = r.child.kill();
+    }
     // rdsend first: once it ended, a feeder it no longer reads from ends too.
     let status = wait_bounded(&mut s, Duration::from_secs(60), "rdsend");
     feeder.join().unwrap();
     let serr = serr.join().unwrap();
     let f = r.finish();
+    let got = reader.join().unwrap();
     drop(flood);
+    assert!(
+        flowing,
+        "the stream never flowed: rdsend {status:?}\n{serr}\nrdrecv:\n{}",
+        f.stderr
+    );
+    assert!(reset, "no connection to reset");
+    assert!(
+        before_reset < len as u64,
+        "the stream was over before the reset"
+    );
     assert!(
         status.success(),
         "rdsend: {status:?}\n{serr}\nrdrecv:\n{}",

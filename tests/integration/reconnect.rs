@@ -288,7 +288,7 @@ fn children(parent: u32) -> Vec<u32> {
 }
 
 /// Resets the established TCP connections of process `pid`; how many.
-fn reset_process(pid: u32) -> usize {
+pub(crate) fn reset_process(pid: u32) -> usize {
     let out = Command::new("ss")
         .args(["-tnpH", "state", "established"])
         .output()
