@@ -17,8 +17,21 @@ const KEY: &str = "local-attack-test-key-0123456789";
 const NOBODY: u32 = 65534;
 const LIMIT: Duration = Duration::from_secs(90);
 
-/// The racer (`attackers/racer.c`), compiled into `dir` with the system's
-/// C compiler; None (and a SKIPPED line) without one.
+/// The racer (`attackers/racer.c`) compiled into a scratch directory of its
+/// own (kept while the test holds it); None, with a SKIPPED line, when this
+/// is not root (it runs the racer as another uid) or has no C compiler.
+fn racer_or_skip() -> Option<(Scratch, PathBuf)> {
+    if !is_root() {
+        skip(&test_name(), "needs root (to run the racer as another uid)");
+        return None;
+    }
+    let dir = Scratch::new("racerbin");
+    let exe = build_racer(&dir)?;
+    Some((dir, exe))
+}
+
+/// The racer, compiled into `dir` with the system's C compiler; None (and a
+/// SKIPPED line) without one.
 fn build_racer(dir: &Scratch) -> Option<PathBuf> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/integration/attackers/racer.c");
     let exe = dir.path("racer");
@@ -99,12 +112,7 @@ fn races() -> u64 {
 /// created 0600, so the racer never opens one.
 #[test]
 fn another_user_never_opens_a_private_output_file_while_it_is_written() {
-    if !is_root() {
-        skip(&test_name(), "needs root (to run the racer as another uid)");
-        return;
-    }
-    let bin_dir = Scratch::new("racerbin");
-    let Some(racer) = build_racer(&bin_dir) else {
+    let Some((_bin_dir, racer)) = racer_or_skip() else {
         return;
     };
     let dir = Scratch::new("race");
@@ -150,12 +158,7 @@ fn another_user_never_opens_a_private_output_file_while_it_is_written() {
 /// hour) is removed by the next copy.
 #[test]
 fn rdcp_keeps_its_listing_where_no_other_user_reads_it() {
-    if !is_root() {
-        skip(&test_name(), "needs root (to run the racer as another uid)");
-        return;
-    }
-    let bin_dir = Scratch::new("racerbin");
-    let Some(racer) = build_racer(&bin_dir) else {
+    let Some((_bin_dir, racer)) = racer_or_skip() else {
         return;
     };
     let d = Scratch::new("listing");

@@ -61,17 +61,9 @@ fn refused(e: Errno) -> io::Error {
 }
 
 /// The process's umask, read without changing it (`/proc/self/status`);
-/// 022 where that is not available.
-pub fn umask() -> u32 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Umask:"))
-                .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
-        })
-        .unwrap_or(0o022)
-}
+/// 022 where that is not available. One reader for both: output files
+/// need it too.
+pub use rdpipe_transport::output::umask;
 
 #[cfg(test)]
 mod tests {

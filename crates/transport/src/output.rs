@@ -124,7 +124,7 @@ pub fn undo_pending() {
 /// This process's umask, read without changing it (`umask(2)` can only be
 /// read by setting it, which races with other threads creating files):
 /// Linux's `/proc/self/status` has it; where it cannot be read, 022.
-fn umask() -> u32 {
+pub fn umask() -> u32 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
