@@ -8,8 +8,9 @@
 //!   bits: FILE's when it exists, else 0666 less the umask, as a shell's `>`
 //!   would make it. So no other user can open the temporary file while it is
 //!   being written: a descriptor opened then would survive the rename and
-//!   read a file that was meant to be private (docs/security.md). A failed stream removes the temporary file and
-//!   leaves FILE exactly as it was (or absent).
+//!   read a file that was meant to be private (docs/security.md). A failed
+//!   stream removes the temporary file and leaves FILE exactly as it was (or
+//!   absent).
 //! - `>> FILE`: appended in place (a pipeline may append to a log that others
 //!   read); a failed stream truncates FILE back to its length before.
 //! - A FILE that exists and is not a regular file (`/dev/null`, a FIFO, a
