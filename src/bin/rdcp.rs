@@ -11,7 +11,7 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     let argv: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
     // Internal modes: the endpoint agent of local segments, the ssh master guard.
-    if let Some(code) = rdpipe_orchestrate::internal_mode(&argv) {
+    if let Some(code) = rdpipe_agent::internal_mode(&argv) {
         return code;
     }
     let args = match CpArgs::try_parse_from(std::env::args_os()) {

@@ -12,7 +12,7 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     let argv: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
     // Internal modes: the endpoint agent of local segments, the ssh master guard.
-    if let Some(code) = rdpipe_orchestrate::internal_mode(&argv) {
+    if let Some(code) = rdpipe_agent::internal_mode(&argv) {
         return code;
     }
     // `rdpipe doctor HOST...` (a segment always has a ':', so no pipeline starts so).

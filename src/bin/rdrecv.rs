@@ -11,7 +11,7 @@ fn main() -> ExitCode {
     // `rdrecv --agent ...`: rdpipe's per-segment endpoint, started over SSH (and
     // its `--cmd-guard` helper).
     let argv: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
-    if let Some(code) = rdpipe_orchestrate::internal_mode(&argv) {
+    if let Some(code) = rdpipe_agent::internal_mode(&argv) {
         return code;
     }
     let args = RecvArgs::parse();

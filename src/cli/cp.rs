@@ -6,8 +6,8 @@
 use crate::cli::common::{fail, Failure};
 use crate::cli::run_opts::RunOpts;
 use clap::Parser;
-use rdpipe_orchestrate::plan::{parse_segment, Action, Host, Segment};
 use rdpipe_orchestrate::run::LocalExe;
+use rdpipe_plan::{parse_segment, Action, Host, Segment};
 use std::path::PathBuf;
 
 /// Examples for `--help` and the man page.

@@ -15,9 +15,9 @@
 
 use crate::cli::common::{fail, Failure};
 use rdpipe_copy::stripe::Stripe;
-use rdpipe_orchestrate::plan::{Action, Segment};
-use rdpipe_orchestrate::report::PipeReport;
 use rdpipe_orchestrate::run::{run_reported, Config, LocalExe, RunError};
+use rdpipe_plan::{Action, Segment};
+use rdpipe_report::PipeReport;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -116,10 +116,8 @@ pub fn run(
     }
     if let Some(path) = json {
         let reports: Vec<&PipeReport> = results.iter().filter_map(|r| r.1.as_ref()).collect();
-        if let Err(e) = rdpipe_orchestrate::report::write_json_atomic(
-            &path,
-            &StreamsReport { streams: reports },
-        ) {
+        if let Err(e) = rdpipe_report::write_json_atomic(&path, &StreamsReport { streams: reports })
+        {
             messages.push(e.to_string());
             code = code.max(1);
         }

@@ -6,7 +6,7 @@
 //! host's segments.)
 
 use super::common::{print_failure, Failure};
-use rdpipe_orchestrate::report::Role;
+use rdpipe_report::Role;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -39,7 +39,7 @@ fn name(sig: i32) -> &'static str {
 pub fn watch(on: Interrupted) {
     // Less those inherited as ignored (`nohup`, a background job): see
     // `stop_signals`.
-    let sigs = signal_hook::iterator::Signals::new(rdpipe_orchestrate::guard::stop_signals());
+    let sigs = signal_hook::iterator::Signals::new(rdpipe_agent::guard::stop_signals());
     let Ok(mut sigs) = sigs else {
         // Without the watcher the default action (exit) still stops the run.
         return;

@@ -156,7 +156,7 @@ pub fn normalize_args<I: IntoIterator<Item = std::ffi::OsString>>(
 /// as the ssh master's guard).
 pub fn run(args: PipeArgs, exe: PathBuf) -> Result<(), Failure> {
     if args.persist_stop {
-        let n = rdpipe_orchestrate::persist::stop_all().map_err(|e| crate::cli::fail(1, e))?;
+        let n = rdpipe_launch::persist::stop_all().map_err(|e| crate::cli::fail(1, e))?;
         if args.run.verbose > 0 {
             crate::cli::term::say("rdpipe", format!("closed {n} kept ssh connection(s)"));
         }

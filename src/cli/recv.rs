@@ -2,7 +2,7 @@
 
 use super::common::{report, CommonArgs, Failure};
 use clap::Parser;
-use rdpipe_orchestrate::report::Role;
+use rdpipe_report::Role;
 use rdpipe_transport::output::{Mode, OutputFile};
 use rdpipe_transport::{run_recv, Endpoint, TransportError};
 use std::io::Write;

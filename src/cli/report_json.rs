@@ -1,10 +1,10 @@
 //! `--json FILE` for rdsend and rdrecv: the run's outcome (a transfer's report,
 //! or the failure with its exit status) as the JSON of
-//! [`rdpipe_orchestrate::report::EndpointReport`], written atomically whether the
+//! [`rdpipe_report::EndpointReport`], written atomically whether the
 //! run succeeded or not.
 
 use super::common::{fail, Failure};
-use rdpipe_orchestrate::report::{
+use rdpipe_report::{
     write_json_atomic, CompressReport, EndpointReport, ReconnectReport, Role, Transfer, VERSION,
 };
 use rdpipe_transport::error::EXIT_FAILURE;
@@ -36,9 +36,10 @@ pub fn finish(
         Ok(r) => (
             Transfer {
                 reconnects: r.reconnects.iter().map(ReconnectReport::of).collect(),
-                compress: r.compress.as_deref().map(|c| {
-                    CompressReport::of(&rdpipe_orchestrate::control::CompressSummary::of(c))
-                }),
+                compress: r
+                    .compress
+                    .as_deref()
+                    .map(|c| CompressReport::of(&rdpipe_control::CompressSummary::of(c))),
                 ..Transfer::done(
                     &r.transport,
                     Some(r.integrity),

@@ -243,8 +243,8 @@ impl RunOpts {
             direct: self.direct,
             persist: self.persist.map(std::time::Duration::from_secs),
             launcher: match self.launcher {
-                LauncherArg::Ssh => rdpipe_orchestrate::srun::Launcher::Ssh,
-                LauncherArg::Srun => rdpipe_orchestrate::srun::Launcher::Srun,
+                LauncherArg::Ssh => rdpipe_launch::RemoteLauncher::Ssh,
+                LauncherArg::Srun => rdpipe_launch::RemoteLauncher::Srun,
             },
             jobid: self.jobid,
             summary: true,
@@ -267,10 +267,7 @@ pub fn run_and_report(
     });
     match (json, report) {
         (Some(path), Some(report)) => {
-            match (
-                rdpipe_orchestrate::report::write_json_atomic(&path, &report),
-                outcome,
-            ) {
+            match (rdpipe_report::write_json_atomic(&path, &report), outcome) {
                 (Ok(()), outcome) => outcome,
                 (Err(e), Ok(())) => Err(crate::cli::fail(1, e)),
                 (Err(e), Err(mut f)) => {

@@ -2,7 +2,7 @@
 
 use super::common::{fail, report, stdin_file, CommonArgs, Failure};
 use clap::Parser;
-use rdpipe_orchestrate::report::Role;
+use rdpipe_report::Role;
 use rdpipe_transport::error::EXIT_FAILURE;
 use rdpipe_transport::{run_send, Endpoint};
 use std::io::Seek;

@@ -331,7 +331,7 @@ fn self_install_replaces_an_older_agent() {
         [format!(
             "rdpipe: error: n2: rdrecv there speaks agent protocol 1, not {} (install the \
              same rdma-pipe version there)",
-            rdpipe_orchestrate::control::PROTOCOL
+            rdpipe_control::PROTOCOL
         )],
         "{}",
         r.stderr
@@ -371,7 +371,7 @@ fn self_install_never_runs_a_planted_cache_binary() {
     let real = std::fs::read(rdpipe()).unwrap();
     // The impostor: a shell script of exactly the real binary's size.
     let stolen = bare.home.join("stolen");
-    let id = rdpipe_orchestrate::install::AgentId::this();
+    let id = rdpipe_control::AgentId::this();
     let mut fake = format!(
         "#!/bin/sh\nfor a; do [ \"$a\" = --agent-protocol ] && {{ echo '{id}'; exit 0; }}; done\n\
          cat > /root/stolen; exit 0\n#"

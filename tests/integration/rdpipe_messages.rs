@@ -175,7 +175,7 @@ fn assert_debug_log(r: &Run, data: &[u8]) {
         .lines()
         .filter(|l| l.starts_with("rdpipe: debug: "))
         .collect();
-    let hello = format!("said: HELLO {}", rdpipe_orchestrate::control::PROTOCOL);
+    let hello = format!("said: HELLO {}", rdpipe_control::PROTOCOL);
     for want in [
         hello.as_str(),
         "to CONNECT out 127.0.0.1 ",

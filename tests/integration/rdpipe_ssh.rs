@@ -490,7 +490,7 @@ fn ssh_progress_and_debug_log_from_remote_agents() {
         "rdpipe: debug: starting ssh master ",
         &format!(
             "rdpipe: debug: [2] said: HELLO {}",
-            rdpipe_orchestrate::control::PROTOCOL
+            rdpipe_control::PROTOCOL
         ),
         "rdpipe: debug: [2] listens on port ",
         "h1: agent h1[1]: debug: control: CONNECT out ",

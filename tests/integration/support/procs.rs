@@ -135,7 +135,7 @@ pub fn comm(pid: u32) -> String {
 /// default action, as a foreground job of an interactive shell does, also when
 /// this test process inherited them as ignored (`cargo test &` from a script,
 /// or under `nohup`). The tools keep a signal inherited as ignored (see
-/// `rdpipe_orchestrate::guard::stop_signals`), and the tests that send SIGINT
+/// `rdpipe_agent::guard::stop_signals`), and the tests that send SIGINT
 /// stand for a person's Ctrl-C. Across exec a caught signal goes back to its
 /// default action and an ignored one stays ignored, so each ignored one gets a
 /// handler here that only sets a flag nobody reads: this process goes on
@@ -144,7 +144,7 @@ pub fn children_get_default_signals() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-        let caught = rdpipe_orchestrate::guard::stop_signals();
+        let caught = rdpipe_agent::guard::stop_signals();
         for sig in [SIGINT, SIGTERM, SIGHUP] {
             if !caught.contains(&sig) {
                 let unread = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));

@@ -3,8 +3,8 @@
 //! fix; they make the exit status 1) and notes (printed, not problems).
 
 use super::{HostReport, PairReport, Problem};
-use crate::control::PROTOCOL;
-use crate::report::VERSION;
+use rdpipe_control::PROTOCOL;
+use rdpipe_report::VERSION;
 use rdpipe_term::progress::human_bytes;
 
 fn problem(host: &str, problem: impl Into<String>, fix: impl Into<String>) -> Problem {
@@ -131,7 +131,7 @@ pub fn host(r: &HostReport) -> (Vec<Problem>, Vec<String>) {
 
 fn memlock(
     r: &HostReport,
-    p: &super::probe::HostProbe,
+    p: &rdpipe_agent::inventory::HostProbe,
     problems: &mut Vec<Problem>,
     notes: &mut Vec<String>,
 ) {
@@ -163,7 +163,7 @@ fn memlock(
 
 fn data_address(
     r: &HostReport,
-    p: &super::probe::HostProbe,
+    p: &rdpipe_agent::inventory::HostProbe,
     problems: &mut Vec<Problem>,
     notes: &mut Vec<String>,
 ) {
@@ -248,8 +248,8 @@ pub fn pair(p: &PairReport) -> Vec<Problem> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::probe::{Device, HostProbe, Libraries, Netdev, Port};
     use super::*;
+    use rdpipe_agent::inventory::{Device, HostProbe, Libraries, Netdev, Port};
 
     fn probe() -> HostProbe {
         HostProbe {

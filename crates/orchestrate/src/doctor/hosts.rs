@@ -1,16 +1,16 @@
 //! Gathering each host's findings for `rdpipe doctor`: this machine's probe
-//! in-process; every remote host in parallel over its own ssh master
-//! ([`crate::ssh::Master`]), running `rdrecv --doctor-probe` there (and
+//! in-process; every remote host in parallel through an ssh launcher of its
+//! own ([`rdpipe_launch::SshLauncher`]), running `rdrecv --doctor-probe` there (and
 //! `rdrecv --version` when that fails), plus the host's data address (as a
 //! pipeline would choose it) and what it resolves to.
 
-use super::probe::{self, HostProbe};
 use super::{DoctorConfig, HostReport};
-use crate::install::AgentBinary;
-use crate::plan::{parse_data_host, parse_segment, Host, PlanError, RemoteHost};
-use crate::run::install::prepare_host;
-use crate::run::spawn::remote_command_line;
-use crate::ssh::{Master, SshConfig};
+use rdpipe_agent::inventory::{self, HostProbe};
+use rdpipe_launch::command_line::remote_command_line;
+use rdpipe_launch::install::{prepare_host, AgentBinary};
+use rdpipe_launch::ssh::SshConfig;
+use rdpipe_launch::{Launcher, SshLauncher};
+use rdpipe_plan::{parse_data_host, parse_segment, Host, PlanError, RemoteHost};
 use std::collections::HashMap;
 use std::net::ToSocketAddrs;
 use std::path::Path;
@@ -84,23 +84,16 @@ struct Probed {
     install_error: Option<String>,
 }
 
-/// Runs `line` on the master's host: (exit status, stdout, stderr); status 127
-/// when the program was not found.
-async fn remote(m: &Master, line: String) -> Result<(i32, String, String), String> {
-    let mut cmd = openssh::Session::to_raw_command(m.session.clone(), line);
-    cmd.stdin(openssh::Stdio::null());
-    let out = cmd.output().await;
-    match out {
-        Ok(o) => Ok((
-            o.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&o.stdout).into_owned(),
-            String::from_utf8_lossy(&o.stderr).into_owned(),
-        )),
-        // Native mux reports status 127 this way.
-        Err(openssh::Error::Remote(e)) if e.kind() == std::io::ErrorKind::NotFound => {
-            Ok((127, String::new(), String::new()))
-        }
-        Err(e) => Err(format!("ssh channel failed: {e}")),
+/// Runs `line` on `host` through its launcher: (exit status, stdout,
+/// stderr); status 127 when the program was not found.
+async fn remote(
+    l: &dyn Launcher,
+    host: &RemoteHost,
+    line: String,
+) -> Result<(i32, String, String), String> {
+    match l.shell(0, host, line, None).await {
+        Ok(o) => Ok((o.code.unwrap_or(-1), o.stdout, o.stderr)),
+        Err(e) => Err(e.cause.to_string()),
     }
 }
 
@@ -114,7 +107,6 @@ fn last_line(s: &str) -> Option<String> {
 async fn probe_remote(
     ssh: SshConfig,
     host: RemoteHost,
-    ctl: std::path::PathBuf,
     exe: std::path::PathBuf,
     bin: String,
     probe_args: Vec<String>,
@@ -129,26 +121,19 @@ async fn probe_remote(
         agent: None,
         install_error: None,
     };
-    let m = match Master::launch(&ssh, &host, &ctl, &exe).await {
-        Ok(m) => m,
-        Err(e) => {
-            p.ssh_error = Some(e.to_string());
-            return p;
-        }
-    };
+    let limit = std::time::Duration::from_secs(ssh.connect_timeout.max(30));
+    let l: Arc<dyn Launcher> = Arc::new(SshLauncher::new(ssh, 1, None, exe));
+    let hosts = [(host.clone(), vec![0])];
+    if let Err(e) = l.prepare(&hosts).await {
+        p.ssh_error = e.first().map(|e| e.cause.to_string());
+        l.close().await;
+        return p;
+    }
     let mut bin = bin;
     if let Some(agent) = install {
         // As a pipeline would: rdrecv in PATH if it speaks our protocol, else
         // the cached or a freshly installed copy.
-        let limit = std::time::Duration::from_secs(ssh.connect_timeout.max(30));
-        match prepare_host(
-            host.clone(),
-            crate::run::install::Via::Ssh(m.session.clone()),
-            agent,
-            limit,
-        )
-        .await
-        {
+        match prepare_host(l.clone(), 0, host.clone(), agent, limit).await {
             Ok(None) => p.agent = Some("rdrecv in PATH".into()),
             Ok(Some(path)) => {
                 p.agent = Some(format!("{path} (self-installed)"));
@@ -156,12 +141,12 @@ async fn probe_remote(
             }
             Err(e) => {
                 p.install_error = Some(e.to_string());
-                m.close().await;
+                l.close().await;
                 return p;
             }
         }
     }
-    match remote(&m, remote_command_line(&bin, &probe_args, &[])).await {
+    match remote(&*l, &host, remote_command_line(&bin, &probe_args, &[])).await {
         Err(e) => p.probe_error = Some(e),
         Ok((127, _, _)) => p.missing = true,
         Ok((0, out, err)) => {
@@ -183,12 +168,17 @@ async fn probe_remote(
         }
     }
     if p.probe.is_none() && !p.missing {
-        let version = remote(&m, remote_command_line(&bin, &["--version".into()], &[])).await;
+        let version = remote(
+            &*l,
+            &host,
+            remote_command_line(&bin, &["--version".into()], &[]),
+        )
+        .await;
         if let Ok((0, out, _)) = version {
             p.other_version = last_line(&out);
         }
     }
-    m.close().await;
+    l.close().await;
     p
 }
 
@@ -217,7 +207,7 @@ pub fn gather(cfg: &DoctorConfig, targets: &[Target], exe: &Path) -> Vec<HostRep
         .collect();
     for (t, r) in targets.iter().zip(&mut reports) {
         match &t.host {
-            Host::Local => r.probe = Some(probe::collect(cfg.chunk_size, cfg.slots)),
+            Host::Local => r.probe = Some(inventory::collect(cfg.chunk_size, cfg.slots)),
             Host::Remote(h) => {
                 let (addr, from) = data_address(h, &overrides, &ssh);
                 r.data_ips = resolve(&addr);
@@ -250,18 +240,6 @@ pub fn gather(cfg: &DoctorConfig, targets: &[Target], exe: &Path) -> Vec<HostRep
             return reports;
         }
     };
-    let dir = tempfile::Builder::new()
-        .prefix("rdpipe-doctor-")
-        .tempdir_in(crate::run::runtime_dir());
-    let dir = match dir {
-        Ok(d) => d,
-        Err(e) => {
-            for (i, _) in &remote {
-                reports[*i].ssh_error = Some(format!("cannot create a control directory: {e}"));
-            }
-            return reports;
-        }
-    };
     // Self-install as a pipeline would (not with --no-install or --remote-bin).
     let mut agent = None;
     if cfg.install && cfg.remote_bin.is_none() {
@@ -279,20 +257,11 @@ pub fn gather(cfg: &DoctorConfig, targets: &[Target], exe: &Path) -> Vec<HostRep
         }
     }
     let probed: Vec<(usize, Probed)> = rt.block_on(async {
-        // A directory per master, all made before any master starts: its guard
-        // removes it when the master ends, and the run's directory once empty.
-        let subs: Vec<_> = (0..remote.len())
-            .map(|n| dir.path().join(format!("d{n}")))
-            .collect();
-        for sub in &subs {
-            let _ = std::fs::create_dir(sub);
-        }
         let mut set = tokio::task::JoinSet::new();
-        for ((i, h), sub) in remote.iter().zip(&subs) {
+        for (i, h) in &remote {
             let job = probe_remote(
                 ssh.clone(),
                 h.clone(),
-                sub.join("m"),
                 exe.to_path_buf(),
                 bin.clone(),
                 probe_args.clone(),

@@ -10,11 +10,11 @@
 pub mod checks;
 pub mod hosts;
 pub mod pairs;
-pub mod probe;
+
 pub mod text;
 
-use crate::plan::PlanError;
-use probe::HostProbe;
+use rdpipe_agent::inventory::HostProbe;
+use rdpipe_plan::PlanError;
 use serde::Serialize;
 use std::path::PathBuf;
 
@@ -194,8 +194,8 @@ pub fn run(cfg: &DoctorConfig, exe: &std::path::Path) -> Result<DoctorReport, Pl
     problems.extend(pairs.iter().flat_map(checks::pair));
     Ok(DoctorReport {
         tool: "rdpipe doctor",
-        version: crate::report::VERSION,
-        agent_protocol: crate::control::PROTOCOL,
+        version: rdpipe_report::VERSION,
+        agent_protocol: rdpipe_control::PROTOCOL,
         exit_status: u8::from(!problems.is_empty()),
         hosts: reports,
         pairs,

@@ -6,8 +6,8 @@
 
 use super::hosts::Target;
 use super::{DoctorConfig, HostReport, PairReport, PairTransfer};
-use crate::report::{PipeReport, Transfer};
 use crate::run::{run_with_input, Config, LocalExe};
+use rdpipe_report::{PipeReport, Transfer};
 use rdpipe_wire::TransportPref;
 use std::path::Path;
 

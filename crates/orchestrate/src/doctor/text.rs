@@ -1,8 +1,8 @@
 //! `rdpipe doctor`'s report for people: per host what was found, per pair the
 //! rates beside the link rate, then every problem with its fix, one line each.
 
-use super::probe::{Device, HostProbe};
 use super::{DoctorReport, HostReport, PairTransfer};
+use rdpipe_agent::inventory::{Device, HostProbe};
 use rdpipe_term::progress::human_bytes;
 use std::fmt::Write;
 

@@ -4,8 +4,8 @@
 
 use super::verdict::{Cause, Finding};
 use super::Runner;
-use crate::control::{Direction, FailKind, FromAgent, Part, PROTOCOL};
-use crate::plan::Node;
+use rdpipe_control::{Direction, FailKind, FromAgent, Part, PROTOCOL};
+use rdpipe_plan::Node;
 use rdpipe_transport::error::EXIT_ABORTED;
 use tracing::{debug, info, trace};
 

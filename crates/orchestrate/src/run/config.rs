@@ -2,7 +2,7 @@
 //! programs it runs locally ([`LocalExe`]) and why a run failed ([`RunError`]).
 
 use super::verdict::{self, Verdict};
-use crate::plan::PlanError;
+use rdpipe_plan::PlanError;
 use rdpipe_wire::{Integrity, TransportPref};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -16,7 +16,7 @@ pub struct Config {
     /// Segments built by the caller (rdcp) instead of parsed from `segments`:
     /// a chain, fed by rdpipe's stdin unless it starts by reading (a file or
     /// a tree), and ending on rdpipe's stdout unless it ends by writing.
-    pub prepared: Option<Vec<crate::plan::Segment>>,
+    pub prepared: Option<Vec<rdpipe_plan::Segment>>,
     /// The `--to HOST:CMD` sinks of a fan-out (chain relay), in order.
     pub sinks: Vec<String>,
     /// `--min-ok N`: the run succeeds when at least N sinks succeeded (default:
@@ -70,10 +70,10 @@ pub struct Config {
     /// `--direct`: `> FILE` segments are written with O_DIRECT.
     pub direct: bool,
     /// `--persist`: ssh masters outlive the run by this long after their last
-    /// use, and a run finds and reuses them ([`crate::persist`]).
+    /// use, and a run finds and reuses them ([`rdpipe_launch::persist`]).
     pub persist: Option<Duration>,
     /// `--launcher`: how agents on other hosts start.
-    pub launcher: crate::srun::Launcher,
+    pub launcher: rdpipe_launch::RemoteLauncher,
     /// `--jobid`: the Slurm allocation for `--launcher srun` (else
     /// `SLURM_JOB_ID`).
     pub jobid: Option<String>,
@@ -122,6 +122,45 @@ impl RunError {
         match self {
             RunError::Failed(v) => v.lines.clone(),
             other => vec![other.to_string()],
+        }
+    }
+}
+
+#[cfg(test)]
+impl Config {
+    /// A run of `segments` with every other setting at a typical value.
+    pub(crate) fn for_tests(segments: Vec<String>) -> Config {
+        Config {
+            prepared: None,
+            segments,
+            sinks: vec![],
+            min_ok: None,
+            replay_window: 0,
+            dry_run: false,
+            verbose: 0,
+            quiet: false,
+            progress: false,
+            log: None,
+            ssh_options: vec![],
+            ssh_config: None,
+            data_host: vec![],
+            remote_bin: None,
+            install: true,
+            transport: TransportPref::Rdma,
+            integrity: rdpipe_wire::Integrity::Encrypt,
+            chunk_size: 1 << 20,
+            slots: 2,
+            connect_timeout: 30,
+            reconnect_timeout: 60,
+            handshake_timeout: 10,
+            rate_limit: "16M".parse().ok(),
+            compress: rdpipe_wire::Compress::Zstd(5),
+            max_sessions: 10,
+            direct: false,
+            persist: None,
+            launcher: Default::default(),
+            jobid: None,
+            summary: true,
         }
     }
 }

@@ -11,9 +11,9 @@
 
 use super::fabric::{self, Choice, Origin};
 use super::{tool, Runner};
-use crate::control::{Direction, NetAddr, Reach, ToAgent};
-use crate::plan::{parse_data_host, Node, Pipeline};
-use crate::srun::Launcher;
+use rdpipe_control::{Direction, NetAddr, Reach, ToAgent};
+use rdpipe_launch::RemoteLauncher as Launcher;
+use rdpipe_plan::{parse_data_host, Node, Pipeline};
 use rdpipe_wire::TransportPref;
 use std::collections::HashMap;
 use std::net::{IpAddr, ToSocketAddrs};
@@ -135,7 +135,7 @@ impl Runner {
             Node::Stdin | Node::Stdout => Some(
                 self.disc
                     .local
-                    .get_or_insert_with(crate::doctor::probe::rdma_networks)
+                    .get_or_insert_with(rdpipe_agent::inventory::rdma_networks)
                     .clone(),
             ),
         }
@@ -201,7 +201,12 @@ impl Runner {
                 );
                 let tx = self.tx.clone();
                 tokio::task::spawn_blocking(move || {
-                    let r = crate::reach::probe(&addrs, port, &mine, crate::reach::PROBE_TIMEOUT);
+                    let r = rdpipe_agent::reach::probe(
+                        &addrs,
+                        port,
+                        &mine,
+                        rdpipe_agent::reach::PROBE_TIMEOUT,
+                    );
                     let _ = tx.send(super::Event::Reached(k, r));
                 });
             }

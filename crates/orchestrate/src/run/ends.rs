@@ -5,8 +5,8 @@
 
 use super::verdict::Cause;
 use super::{Event, Runner};
-use crate::control::{Direction, HopReport};
-use crate::plan::Node;
+use rdpipe_control::{Direction, HopReport};
+use rdpipe_plan::Node;
 use rdpipe_transport::error::EXIT_ABORTED;
 use rdpipe_transport::{run_recv, run_send, Endpoint, Options, Report, TransportError};
 use std::fs::File;

@@ -8,15 +8,15 @@
 //! address is none of them, use the first of them that shares a subnet with one
 //! of the connecting host's RDMA-capable addresses (preferring the given
 //! address's family). Without such a shared subnet, the connecting host probes
-//! them ([`Choice::Probe`], `PROBE`/`REACH`, [`crate::reach`]) and the first
+//! them ([`Choice::Probe`], `PROBE`/`REACH`, [`rdpipe_agent::reach`]) and the first
 //! that is routed from one of its RDMA-capable addresses and answers on the
 //! listening port is used ([`after_probe`]); when none does, the given address
 //! stays and `-v` says to pass `--data-host`. `--data-host` is never replaced,
 //! and `--transport tcp` turns discovery off.
 
-use crate::control::{NetAddr, Reach};
-use crate::plan::{Hop, Host, Pipeline};
-use crate::srun::Launcher;
+use rdpipe_control::{NetAddr, Reach};
+use rdpipe_launch::RemoteLauncher as Launcher;
+use rdpipe_plan::{Hop, Host, Pipeline};
 use rdpipe_wire::TransportPref;
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -57,7 +57,7 @@ pub fn origin(
     launcher: Launcher,
 ) -> Origin {
     let host = |n| match n {
-        crate::plan::Node::Segment(i) => &p.segments[i].host,
+        rdpipe_plan::Node::Segment(i) => &p.segments[i].host,
         _ => &Host::Local,
     };
     match (host(hop.listener), host(hop.connector())) {
@@ -158,7 +158,7 @@ pub fn choose(given: &[IpAddr], listener: &[NetAddr], connector: &[NetAddr]) -> 
         .filter(same_family)
         .chain(usable().filter(|a| !same_family(a)))
     {
-        if !probe.contains(&a.ip) && probe.len() < crate::control::MAX_PROBE {
+        if !probe.contains(&a.ip) && probe.len() < rdpipe_control::MAX_PROBE {
             probe.push(a.ip);
         }
     }
@@ -246,7 +246,7 @@ pub fn plan_note(origin: Origin, transport: TransportPref, given: &str) -> Strin
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::{plan, Node, RemoteHost};
+    use rdpipe_plan::{plan, Node, RemoteHost};
 
     fn nets(v: &[&str]) -> Vec<NetAddr> {
         v.iter().map(|s| s.parse().unwrap()).collect()
@@ -312,7 +312,7 @@ mod tests {
         let Choice::Probe(v) = choose(&[], &many, &nets(&["10.99.0.1/24"])) else {
             panic!("no probe")
         };
-        assert_eq!(v.len(), crate::control::MAX_PROBE);
+        assert_eq!(v.len(), rdpipe_control::MAX_PROBE);
         assert_eq!(v[1], "10.1.0.2".parse::<IpAddr>().unwrap());
     }
 

@@ -1,6 +1,7 @@
-//! Running a pipeline: the event loop. It starts the SSH masters, finds or
-//! installs the agent on each host ([`install`]) and starts one agent per
-//! segment ([`spawn`]), relays the agents' `PORT` announcements as `CONNECT`
+//! Running a pipeline: the event loop. It prepares the hosts through the
+//! run's launchers ([`launchers`]: ssh masters, or the Slurm allocation
+//! checked), finds or installs the agent on each host ([`install`]) and
+//! starts one agent per segment ([`spawn`]), relays the agents' `PORT` announcements as `CONNECT`
 //! orders (at the address [`discover`] picks), runs rdpipe's own stdin sender and stdout receiver ([`ends`]), draws
 //! the progress line ([`progress`]), tears everything down ([`teardown`]) and
 //! decides the verdict ([`verdict`]; a fan-out's per-host verdicts: [`sinks`];
@@ -13,7 +14,7 @@
 //! [`ROOT_CAUSE_WAIT`] in all), then closes every agent's control channel (agents
 //! kill their commands' process groups and exit at once), waits up to
 //! [`TEARDOWN_WAIT`] for them, kills local agents that are still there, and closes
-//! the SSH masters. SIGINT, SIGTERM and SIGHUP skip the grace. Every step is
+//! the launchers (ssh masters closed, leftover srun steps cancelled). SIGINT, SIGTERM and SIGHUP skip the grace. Every step is
 //! bounded, so a pipeline ends within a few seconds of a failure.
 //!
 //! Logging: `tracing` debug events (`-vv`, `RUST_LOG`) at each step of the set-up
@@ -27,28 +28,27 @@ pub mod config;
 pub mod discover;
 pub mod ends;
 pub mod fabric;
-pub mod install;
-pub mod keylog;
-pub mod launch_srun;
+mod install;
+pub mod launchers;
+
 pub mod outcome;
 pub mod progress;
 pub mod record;
 pub mod relink;
 pub mod sinks;
 pub mod spawn;
-mod srun_trust;
+
 pub mod teardown;
 pub mod verdict;
 
-use crate::control::{CmdExit, HopReport, ToAgent, PING_EVERY};
-use crate::plan::{Host, Node, Pipeline};
-use crate::report::{PipeReport, VerdictReport};
+use rdpipe_control::{CmdExit, HopReport, ToAgent, PING_EVERY};
+use rdpipe_launch::Writer;
+use rdpipe_plan::{Host, Node, Pipeline};
+use rdpipe_report::{PipeReport, VerdictReport};
 use rdpipe_term::progress::Ticker;
 use rdpipe_transport::{Report, TransportError};
 use rdpipe_wire::Integrity;
-use spawn::Writer;
 use std::io::IsTerminal;
-use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -58,8 +58,8 @@ use tracing::{debug, trace};
 use verdict::{Cause, Finding, Verdict};
 
 pub use build::build_plan;
-use build::ssh_config;
 pub use config::{Config, LocalExe, RunError};
+use launchers::Launchers;
 
 /// How long rdpipe collects failure reports after the first one before it closes
 /// the agents' control channels.
@@ -95,7 +95,7 @@ enum Event {
     /// rdpipe's stdout receiver ended.
     Sink(Result<Report, TransportError>),
     /// rdpipe's own probe for hop `k` ([`discover`]) found this.
-    Reached(usize, Vec<(std::net::IpAddr, crate::control::Reach)>),
+    Reached(usize, Vec<(std::net::IpAddr, rdpipe_control::Reach)>),
 }
 
 /// What rdpipe knows about one segment's agent.
@@ -126,25 +126,13 @@ struct SegState {
     /// `SIZE`: the `< FILE` size.
     size: Option<u64>,
     /// `USAGE`: the CPU the agent and its command used.
-    usage: Option<crate::control::Usage>,
+    usage: Option<rdpipe_control::Usage>,
     /// `COPIED`: an rdcp side's counts.
-    copied: Option<crate::control::CopyCounts>,
+    copied: Option<rdpipe_control::CopyCounts>,
     /// The ends (segments, rdpipe's stdin or stdout) whose transfer with this
     /// segment failed on its own account (not an echo): what
     /// [`Runner::judge_silent`] weighs against this segment's silence.
     lost_by: Vec<Node>,
-}
-
-/// Where control sockets live: `$XDG_RUNTIME_DIR` when it is short, else `/tmp`.
-pub fn runtime_dir() -> PathBuf {
-    // sun_path is 108 bytes: keep the control sockets in a short directory.
-    if let Some(d) = std::env::var_os("XDG_RUNTIME_DIR") {
-        let d = PathBuf::from(d);
-        if d.as_os_str().len() < 40 && d.is_dir() {
-            return d;
-        }
-    }
-    PathBuf::from("/tmp")
 }
 
 /// Runs rdpipe with parsed arguments (`-n` prints the plan on stdout).
@@ -195,9 +183,11 @@ fn run_inner(
     exe: LocalExe,
     stdin_is_input: bool,
 ) -> Result<Option<PipeReport>, RunError> {
-    let p = build_plan(&a, stdin_is_input)?;
+    let launchers = Launchers::for_run(&a, &exe);
+    let p = build_plan(&a, &**launchers.remote(), stdin_is_input)?;
     if a.dry_run {
-        print!("{}", p.describe(a.max_sessions as usize));
+        print!("{}", p.describe(&|h| launchers.of(h).describe_host(h)));
+        print!("{}", launchers.remote().describe_hosts(&p.remote_hosts()));
         print!(
             "{}",
             discover::describe(&p, &a.data_host, a.transport, a.launcher)
@@ -235,7 +225,7 @@ fn run_inner(
         .enable_all()
         .build()
         .map_err(RunError::Runtime)?;
-    let (v, mut report) = rt.block_on(Runner::new(a, p, exe).run())?;
+    let (v, mut report) = rt.block_on(Runner::new(a, p, exe, launchers).run())?;
     report.verdict = VerdictReport {
         exit_status: v.status,
         errors: v.lines,
@@ -247,6 +237,11 @@ struct Runner {
     a: Config,
     p: Pipeline,
     exe: LocalExe,
+    /// How each segment's agent is started.
+    launchers: Launchers,
+    /// Segment index → the agent binary to run there, where self-install
+    /// chose one ([`install`]).
+    agent_bins: std::collections::HashMap<usize, String>,
     /// One random key per hop (same order as the plan's hops).
     hop_keys: Vec<Vec<u8>>,
     /// A fan-out's chain secret (random; keys the chain hops' stream MAC).
@@ -257,7 +252,7 @@ struct Runner {
     stdins: Vec<Option<Writer>>,
     /// An srun agent's sealer: every line to it goes through it
     /// ([`srun_trust`]).
-    sealers: Vec<Option<crate::control::seal::Sealer>>,
+    sealers: Vec<Option<rdpipe_control::seal::Sealer>>,
     local_pids: Vec<Option<u32>>,
     segs: Vec<SegState>,
     failures: Vec<Finding>,
@@ -283,7 +278,7 @@ struct Runner {
 }
 
 impl Runner {
-    fn new(a: Config, p: Pipeline, exe: LocalExe) -> Runner {
+    fn new(a: Config, p: Pipeline, exe: LocalExe, launchers: Launchers) -> Runner {
         let hop_keys: Vec<Vec<u8>> = (0..p.hops.len())
             .map(|_| {
                 let mut k = vec![0u8; 32];
@@ -294,9 +289,9 @@ impl Runner {
         let mut chain_secret = vec![0u8; 32];
         getrandom::getrandom(&mut chain_secret).expect("the OS random source works");
         for (k, key) in hop_keys.iter().enumerate() {
-            keylog::record(&format!("hop {}", k + 1), key);
+            rdpipe_control::keylog::record(&format!("hop {}", k + 1), key);
         }
-        keylog::record("chain", &chain_secret);
+        rdpipe_control::keylog::record("chain", &chain_secret);
         let (tx, rx) = mpsc::unbounded_channel();
         let n = p.segments.len();
         let source_done = p.hop_from(Node::Stdin).is_none();
@@ -306,6 +301,8 @@ impl Runner {
             a,
             p,
             exe,
+            launchers,
+            agent_bins: Default::default(),
             hop_keys,
             chain_secret,
             tx,
@@ -335,10 +332,10 @@ impl Runner {
     }
 
     /// The key of the hop into (`Direction::In`) or out of `node`.
-    fn hop_key(&self, node: Node, dir: crate::control::Direction) -> Option<Vec<u8>> {
+    fn hop_key(&self, node: Node, dir: rdpipe_control::Direction) -> Option<Vec<u8>> {
         let i = self.p.hops.iter().position(|h| match dir {
-            crate::control::Direction::In => h.to == node,
-            crate::control::Direction::Out => h.from == node,
+            rdpipe_control::Direction::In => h.to == node,
+            rdpipe_control::Direction::Out => h.from == node,
         })?;
         Some(self.hop_keys[i].clone())
     }
@@ -346,7 +343,7 @@ impl Runner {
     fn seg_desc(&self, i: usize) -> String {
         let s = &self.p.segments[i];
         match s.action {
-            crate::plan::Action::Relay => format!("{} [{}] (relay only)", s.host.label(), i + 1),
+            rdpipe_plan::Action::Relay => format!("{} [{}] (relay only)", s.host.label(), i + 1),
             _ => format!("{} [{}] '{}'", s.host.label(), i + 1, s.action),
         }
     }
@@ -362,53 +359,41 @@ impl Runner {
 
     async fn run(mut self) -> Result<(Verdict, PipeReport), RunError> {
         let start = Instant::now();
-        let dir = tempfile::Builder::new()
-            .prefix("rdpipe-")
-            .tempdir_in(runtime_dir())
-            .map_err(RunError::ControlDir)?;
         let mut signals = teardown::Signals::new();
-        // Starting the masters may take up to the connect timeout: a signal cancels
-        // it (dropping a half-started master closes its guard's stdin, which ends it).
-        let launched = tokio::select! {
-            m = self.launch_masters(dir.path()) => Ok(m),
+        // Preparing the hosts may take up to the connect timeout: a signal
+        // cancels it (dropping a half-started master closes its guard's
+        // stdin, which ends it).
+        let prepared = tokio::select! {
+            ok = self.prepare_hosts() => Ok(ok),
             sig = signals.next() => Err(sig),
         };
-        let mut masters = match launched {
-            Ok(Some(m)) => Some(m),
-            Ok(None) => {
-                self.give_up();
-                None
-            }
-            Err(sig) => {
-                self.interrupted(sig);
-                self.give_up();
-                None
-            }
-        };
-        // The agent binary on each host: found, or installed (bounded; a signal
-        // cancels it too).
-        let ready = match masters.as_mut() {
-            Some(m) => {
+        // The agent binary on each host: found, or installed (bounded; a
+        // signal cancels it too).
+        let ready = match prepared {
+            Ok(true) => {
                 let r = tokio::select! {
-                    ok = self.install_agents(m) => Ok(ok),
+                    ok = self.install_agents() => Ok(ok),
                     sig = signals.next() => Err(sig),
                 };
                 if let Err(sig) = r {
                     self.interrupted(sig);
                 }
-                if r != Ok(true) {
-                    self.give_up();
-                }
                 r == Ok(true)
             }
-            None => false,
+            Ok(false) => false,
+            Err(sig) => {
+                self.interrupted(sig);
+                false
+            }
         };
-        if let (true, Some(m)) = (ready, &masters) {
+        if ready {
             self.start_progress();
-            self.spawn_agents(m).await;
+            self.spawn_agents().await;
             if let Some(t) = &self.progress {
                 t.start_clock();
             }
+        } else {
+            self.give_up();
         }
         self.event_loop(&mut signals).await;
         // The data phase is over: the final progress line, before any report.
@@ -416,16 +401,8 @@ impl Runner {
         if let Some(t) = self.progress.take() {
             t.finish();
         }
-        let srun = masters.as_ref().and_then(|m| m.srun.clone());
-        self.teardown(masters.map(|m| m.masters).unwrap_or_default())
-            .await;
-        if let Some(s) = srun {
-            // Steps whose srun was killed may outlive it: nothing of this run
-            // stays in the allocation.
-            let _ = tokio::task::spawn_blocking(move || s.cancel_steps()).await;
-        }
+        self.teardown().await;
         self.judge_silent();
-        drop(dir);
         let wall = start.elapsed();
         let report = self.record(wall);
         Ok((self.verdict(wall), report))

@@ -4,8 +4,8 @@
 
 use super::verdict::{self, Cause, Verdict};
 use super::{tool, Runner};
-use crate::control::{CmdExit, Direction, HopReport};
-use crate::plan::Node;
+use rdpipe_control::{CmdExit, Direction, HopReport};
+use rdpipe_plan::Node;
 use std::time::Duration;
 
 impl Runner {
@@ -145,7 +145,7 @@ impl Runner {
     /// `-v`: what each relay-only segment (`HOST:`) forwarded.
     fn say_relays(&self) {
         for (i, seg) in self.p.segments.iter().enumerate() {
-            if seg.action != crate::plan::Action::Relay {
+            if seg.action != rdpipe_plan::Action::Relay {
                 continue;
             }
             let me = Node::Segment(i);

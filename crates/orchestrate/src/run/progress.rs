@@ -12,8 +12,8 @@
 //! (`rdpipe-term`).
 
 use super::{tool, Runner};
-use crate::control::Direction;
-use crate::plan::{Action, Node};
+use rdpipe_control::Direction;
+use rdpipe_plan::{Action, Node};
 use rdpipe_term::progress::Progress;
 use std::fs::File;
 use std::sync::atomic::Ordering;

@@ -4,9 +4,9 @@
 //! verdict consumes it.
 
 use super::Runner;
-use crate::control::{CmdExit, HopReport};
-use crate::plan::Node;
-use crate::report::{
+use rdpipe_control::{CmdExit, HopReport};
+use rdpipe_plan::Node;
+use rdpipe_report::{
     self, CpuReport, PipeReport, ReconnectReport, SegmentReport, Transfer, VerdictReport,
 };
 use std::time::Duration;
@@ -14,7 +14,7 @@ use std::time::Duration;
 fn transfer(r: &HopReport) -> Transfer {
     Transfer {
         reconnects: r.reconnects.iter().map(ReconnectReport::of).collect(),
-        compress: r.compress.as_ref().map(report::CompressReport::of),
+        compress: r.compress.as_ref().map(rdpipe_report::CompressReport::of),
         ..Transfer::done(&r.transport, Some(r.integrity), r.bytes, r.checksum, r.secs)
     }
 }
@@ -37,7 +37,7 @@ impl Runner {
                 let (sent, received) = (self.sent_report(h.from), self.recv_report(h.to));
                 let (from, from_segment) = end(h.from);
                 let (to, to_segment) = end(h.to);
-                report::HopReport {
+                rdpipe_report::HopReport {
                     from,
                     from_segment,
                     to,
@@ -59,7 +59,7 @@ impl Runner {
                 segment: i + 1,
                 host: seg.host.label().to_string(),
                 action: seg.action.to_string(),
-                relay: seg.action == crate::plan::Action::Relay,
+                relay: seg.action == rdpipe_plan::Action::Relay,
                 exit_status: st.exit.and_then(CmdExit::status),
                 signal: match st.exit {
                     Some(CmdExit::Signal(s)) => Some(s),
@@ -74,7 +74,7 @@ impl Runner {
             .collect();
         PipeReport {
             tool: super::tool(),
-            version: report::VERSION,
+            version: rdpipe_report::VERSION,
             hops,
             segments,
             sinks: self.sink_reports(),

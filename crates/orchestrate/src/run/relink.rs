@@ -12,8 +12,8 @@
 //! the resume exchange itself (`rdpipe_transport::chain`), not here.
 
 use super::Runner;
-use crate::control::{Direction, ToAgent};
-use crate::plan::{Node, Pipeline};
+use rdpipe_control::{Direction, ToAgent};
+use rdpipe_plan::{Node, Pipeline};
 use tracing::debug;
 
 /// What to do about a dead sink.
@@ -133,7 +133,7 @@ impl Runner {
             } if !self.segs[upstream].exited && self.segs[upstream].ended.is_none() => {
                 let mut key = vec![0u8; 32];
                 getrandom::getrandom(&mut key).expect("the OS random source works");
-                super::keylog::record("relink", &key);
+                rdpipe_control::keylog::record("relink", &key);
                 self.segs[downstream].relinked = Some(Relinked {
                     from: upstream,
                     key: key.clone(),
@@ -197,7 +197,7 @@ impl Runner {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::plan_fanout;
+    use rdpipe_plan::plan_fanout;
 
     /// `n0:cat` feeding sinks `n1`..`nN`.
     fn chain(n: usize) -> Pipeline {

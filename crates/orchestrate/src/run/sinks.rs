@@ -14,9 +14,9 @@
 
 use super::verdict::{Cause, Finding};
 use super::{tool, Runner};
-use crate::control::{CmdExit, Direction, FailKind, HopReport, Part};
-use crate::plan::Node;
-use crate::report::SinkReport;
+use rdpipe_control::{CmdExit, Direction, FailKind, HopReport, Part};
+use rdpipe_plan::Node;
+use rdpipe_report::SinkReport;
 
 /// What rdpipe heard about one sink.
 #[derive(Debug, Clone, PartialEq)]

@@ -1,10 +1,10 @@
 //! Ending a pipeline: the signals that stop it (SIGINT, SIGTERM, SIGHUP), closing
 //! every agent's control channel (agents kill their commands' process groups and
 //! exit at once), then SIGTERM and SIGKILL for local agents still there, and
-//! closing the SSH masters. Runs after success too: nothing is left running.
+//! closing the launchers (ssh masters, leftover srun steps). Runs after
+//! success too: nothing is left running.
 
 use super::Runner;
-use crate::ssh::Master;
 use rustix::process::{kill_process, Pid, Signal};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
@@ -34,7 +34,7 @@ impl Signals {
     /// action stops rdpipe instead).
     pub fn new() -> Signals {
         let (tx, rx) = mpsc::unbounded_channel();
-        crate::guard::on_stop_signals(move |s| tx.send(s).is_ok());
+        rdpipe_agent::guard::on_stop_signals(move |s| tx.send(s).is_ok());
         Signals { rx }
     }
 
@@ -57,18 +57,12 @@ impl Runner {
     }
 
     /// The whole teardown (see the module doc).
-    pub(super) async fn teardown(&mut self, masters: Vec<Master>) {
+    pub(super) async fn teardown(&mut self) {
         debug!("teardown: closing the agents' control channels");
         self.close_channels();
         self.kill_local_agents().await;
-        // All at once: each waits for its master to end (a round trip to
-        // its host), which one after another adds up with many hosts.
-        let mut closing = tokio::task::JoinSet::new();
-        for (n, m) in masters.into_iter().enumerate() {
-            debug!("teardown: closing ssh master {}", n + 1);
-            closing.spawn(m.close());
-        }
-        while closing.join_next().await.is_some() {}
+        self.launchers.remote().close().await;
+        self.launchers.of(&rdpipe_plan::Host::Local).close().await;
         debug!("teardown done");
     }
 

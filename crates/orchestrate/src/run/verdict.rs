@@ -8,7 +8,7 @@
 //! (or one rdpipe could not install),
 //! 128+N for signal N, 141 quietly when rdpipe's own stdout was closed, else 1.
 
-use crate::plan::Node;
+use rdpipe_plan::Node;
 use std::fmt;
 
 /// rdpipe's exit status for a pipeline that failed without a failing command.
@@ -57,7 +57,7 @@ pub enum Cause {
         /// The host.
         host: String,
         /// Why, with what to install.
-        error: crate::install::InstallError,
+        error: rdpipe_launch::install::InstallError,
     },
     /// The agent could not be started, or exited before saying HELLO.
     NotStarted {
@@ -87,20 +87,10 @@ pub enum Cause {
         /// The segment.
         seg: String,
     },
-    /// The SSH master connection to a host failed.
-    Ssh {
-        /// The host.
-        host: String,
-        /// ssh's error.
-        message: String,
-    },
-    /// srun cannot start an agent on a host (`--launcher srun`).
-    Srun {
-        /// The host (a node name).
-        host: String,
-        /// Why.
-        message: String,
-    },
+    /// A launcher could not reach a host or start an agent there (ssh's
+    /// master connection, the Slurm allocation, the sealing of a step's
+    /// channel).
+    Launch(rdpipe_launch::LaunchError),
     /// A transfer failed; `echo` when it is the abort of a stream stopped for a
     /// failure reported elsewhere (exit code 5, or an agent's poisoned output).
     Transfer {
@@ -175,8 +165,7 @@ impl Cause {
             | Cause::Died {
                 teardown: false, ..
             }
-            | Cause::Ssh { .. }
-            | Cause::Srun { .. }
+            | Cause::Launch(_)
             | Cause::Lost { .. }
             | Cause::Interrupted(_)
             | Cause::Sinks { .. }
@@ -221,7 +210,7 @@ impl fmt::Display for Cause {
                     Some(v) => write!(
                         f,
                         "speaks agent protocol {v}, not {}",
-                        crate::control::PROTOCOL
+                        rdpipe_control::PROTOCOL
                     )?,
                     None => f.write_str("does not understand --agent")?,
                 }
@@ -249,9 +238,7 @@ impl fmt::Display for Cause {
             Cause::Incomplete { seg } => {
                 write!(f, "{seg}: the agent ended without completing its transfers")
             }
-            Cause::Ssh { host, message } | Cause::Srun { host, message } => {
-                write!(f, "{host}: {message}")
-            }
+            Cause::Launch(e) => write!(f, "{e}"),
             Cause::Transfer { text, .. } => f.write_str(text),
             Cause::StdoutClosed => f.write_str("rdpipe's stdout was closed"),
             Cause::Mismatch {
@@ -477,7 +464,7 @@ mod tests {
             127
         );
         let host = "h1".to_string();
-        let error = crate::install::InstallError::Probe("no answer within 30 s".into());
+        let error = rdpipe_launch::install::InstallError::Probe("no answer within 30 s".into());
         let refused = at(0, Cause::Install { host, error });
         let v = decide(std::slice::from_ref(&refused), &[None], false);
         assert_eq!(v.status, 127);

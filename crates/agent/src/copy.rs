@@ -1,0 +1,310 @@
+//! rdcp's two sides in an agent: `--pack PATH...` sends the paths as an
+//! entry stream (`rdpipe_copy::pack`, on a thread writing into a pipe that the
+//! outgoing transfer reads), `--unpack DEST` makes the incoming transfer's
+//! output an `rdpipe_copy::Unpacker`. The transfer carries the stream like
+//! any other, protected and verified the same way; the unpacker's per-file
+//! verdict reaches rdcp as the incoming transfer's output error.
+
+use super::file::expand_home;
+use super::segment::Segment;
+use super::transfers::Transfers;
+use rdpipe_control::{CopyCounts, Direction, Part};
+use rdpipe_copy::pack::handoff::{handoff, Handoff};
+use rdpipe_copy::pack::pack_to;
+use rdpipe_copy::{list, private, Dest, Manifest, PackOptions, Unpacker};
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+/// Where a side's counts go for the segment's `COPIED` line.
+type Slot = Arc<Mutex<Option<CopyCounts>>>;
+
+fn record(slot: &Slot, c: CopyCounts) {
+    *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(c);
+}
+
+/// The unpacker as the incoming transfer's output, recording its counts when
+/// the stream ends (verified or not).
+struct Counted {
+    u: Unpacker,
+    slot: Slot,
+    recorded: bool,
+}
+
+impl Counted {
+    fn record(&mut self) {
+        let s = self.u.stats();
+        if s.setid_dropped > 0 {
+            tracing::warn!(
+                "{}: dropped the set-uid/set-gid bits of {} file{} (--no-setid)",
+                self.u.label(),
+                s.setid_dropped,
+                if s.setid_dropped == 1 { "" } else { "s" }
+            );
+        }
+        record(
+            &self.slot,
+            CopyCounts::Unpack {
+                created: s.created,
+                bytes: s.bytes,
+                failed: s.failed,
+                changed: s.changed,
+            },
+        );
+        self.recorded = true;
+    }
+}
+
+impl Write for Counted {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.u.write(buf)
+    }
+
+    /// The transfer's end: the unpacker's verdict, then the counts.
+    fn flush(&mut self) -> io::Result<()> {
+        let r = self.u.flush();
+        self.record();
+        r
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        if !self.recorded {
+            self.record();
+        }
+    }
+}
+
+fn home_path(p: &str) -> String {
+    expand_home(p, std::env::var_os("HOME").as_deref())
+}
+
+/// Starts the outgoing transfer from a pipe that `produce` writes on a
+/// thread of its own (discarding an incoming stream, if any).
+fn send_produced(
+    seg: &mut Segment,
+    t: &mut Transfers,
+    produce: impl FnOnce(&mut BufWriter<File>) + Send + 'static,
+) {
+    discard_incoming(seg, t);
+    if !seg.pending(Direction::Out) {
+        return;
+    }
+    let (r, w) = match rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC) {
+        Ok(p) => p,
+        Err(e) => {
+            seg.drop_transfer(Direction::Out);
+            seg.setup_failed(Part::Agent, format!("cannot make a pipe: {e}"));
+            return;
+        }
+    };
+    // A larger pipe: fewer wake-ups between the reader and the sender.
+    let _ = rustix::pipe::fcntl_setpipe_size(&w, 1 << 20);
+    std::thread::spawn(move || produce(&mut BufWriter::with_capacity(1 << 20, File::from(w))));
+    t.spawn_send(File::from(r));
+}
+
+/// An incoming stream, if any, is read and discarded.
+fn discard_incoming(seg: &mut Segment, t: &mut Transfers) {
+    if seg.pending(Direction::In) {
+        t.spawn_recv(
+            Box::new(|| Ok(Box::new(io::sink()) as Box<dyn Write + Send>)),
+            None,
+        );
+    }
+}
+
+/// Starts the outgoing transfer from the packer `produce` runs on a thread
+/// of its own, handing big files to the transfer's thread
+/// ([`rdpipe_copy::pack::handoff`]: no pipe between them).
+fn send_packed(
+    seg: &mut Segment,
+    t: &mut Transfers,
+    produce: impl FnOnce(&mut Handoff) + Send + 'static,
+) {
+    discard_incoming(seg, t);
+    if !seg.pending(Direction::Out) {
+        return;
+    }
+    let (mut out, input) = match handoff() {
+        Ok(p) => p,
+        Err(e) => {
+            seg.drop_transfer(Direction::Out);
+            seg.setup_failed(Part::Agent, format!("cannot make an eventfd: {e}"));
+            return;
+        }
+    };
+    std::thread::spawn(move || produce(&mut out));
+    t.spawn_send(input);
+}
+
+/// Starts the source side of a copy; with `manifest` (`--resume`), what the
+/// destination listed as complete is not sent.
+pub fn start_pack(
+    sources: &[String],
+    opts: PackOptions,
+    manifest: Option<&str>,
+    seg: &mut Segment,
+    t: &mut Transfers,
+) {
+    let manifest = match manifest.map(|run| {
+        let dir = private::open(run)
+            .map_err(|e| format!("cannot open the destination's listing: {e}"))?;
+        let m = dir.join(LISTING);
+        let r = match opts.stripe {
+            // Every stream reads it; the last one removes it, and then the
+            // directory goes (it fails while another stream's file is there).
+            Some(s) => {
+                let r = Manifest::read_shared(&m, s.count);
+                let _ = std::fs::remove_dir(&dir);
+                r
+            }
+            None => {
+                let r = Manifest::read(&m);
+                let _ = private::remove(run);
+                r
+            }
+        };
+        r.map_err(|e| format!("cannot read the destination's listing {}: {e}", m.display()))
+    }) {
+        None => None,
+        Some(Ok(m)) => Some(m),
+        Some(Err(msg)) => {
+            seg.setup_failed(Part::File, msg);
+            return;
+        }
+    };
+    let sources: Vec<PathBuf> = sources
+        .iter()
+        .map(|s| PathBuf::from(home_path(s)))
+        .collect();
+    let slot = seg.copied.clone();
+    send_packed(seg, t, move |out| {
+        match pack_to(&sources, opts, manifest.as_ref(), out) {
+            Ok(s) => {
+                record(
+                    &slot,
+                    CopyCounts::Pack {
+                        sent: s.entries,
+                        bytes: s.bytes,
+                        unreadable: s.failed,
+                        changed: s.changed,
+                        skipped: s.skipped,
+                        resumed: s.resumed,
+                        skipped_bytes: s.skipped_bytes,
+                    },
+                );
+                tracing::debug!(
+                    "packed {} entries, {} bytes of data; {} failed, {} changed",
+                    s.entries,
+                    s.bytes,
+                    s.failed,
+                    s.changed
+                );
+                if manifest.is_some() && opts.stripe.is_none_or(|s| s.index == 0) {
+                    eprintln!(
+                        "rdcp: resume: {} files complete at the destination, {} continued from a partial copy; {} bytes not sent again",
+                        s.skipped, s.resumed, s.skipped_bytes
+                    );
+                }
+            }
+            // The transfer went away (its own failure is reported).
+            Err(e) => tracing::debug!("packing stopped: {e}"),
+        }
+    });
+}
+
+/// The listing's name in its copy's private directory.
+const LISTING: &str = "listing";
+
+/// Starts `rdcp --resume`'s second half of the listing step on the sources'
+/// host: makes copy `run`'s private directory and saves the incoming
+/// listing there (published once verified, as any `> FILE`).
+pub fn start_save_listing(run: &str, seg: &mut Segment, t: &mut Transfers) {
+    match private::create(run) {
+        Ok(dir) => {
+            let path = dir.join(LISTING).to_string_lossy().into_owned();
+            super::file::start_write(&path, false, false, seg, t);
+        }
+        Err(e) => {
+            if seg.pending(Direction::In) {
+                seg.drop_transfer(Direction::In);
+            }
+            seg.setup_failed(
+                Part::File,
+                format!("cannot make a private directory for the listing: {e}"),
+            );
+        }
+    }
+}
+
+/// Starts `rdcp --resume`'s listing of `dest` (for sources named `tops`;
+/// with each file's content hash for `--checksum`).
+pub fn start_list(
+    dest: &str,
+    must_be_dir: bool,
+    tops: &[String],
+    checksum: bool,
+    seg: &mut Segment,
+    t: &mut Transfers,
+) {
+    let dest = PathBuf::from(home_path(dest));
+    let tops: Vec<Vec<u8>> = tops.iter().map(|s| s.as_bytes().to_vec()).collect();
+    send_produced(seg, t, move |out| {
+        if let Err(e) = list(&dest, must_be_dir, &tops, checksum, out) {
+            tracing::debug!("listing stopped: {e}");
+        }
+    });
+}
+
+/// Starts the destination side of a copy into `dest`, with `a`'s
+/// `--must-be-dir`, `--preserve`, `--specials`, `--direct` and `--top` (the
+/// one source's name of a resumed copy).
+pub fn start_unpack(dest: &str, a: &super::AgentArgs, seg: &mut Segment, t: &mut Transfers) {
+    let (must_be_dir, preserve, specials, direct, stripe) =
+        (a.must_be_dir, a.preserve, a.specials, a.direct, a.stripe);
+    let no_setid = a.no_setid;
+    let resumed_top = a.top.first().map(String::as_str);
+    let dest = home_path(dest);
+    seg.file_target = Some(dest.clone());
+    let top = resumed_top.map(str::as_bytes);
+    let path = std::path::Path::new(&dest);
+    let opened = match stripe {
+        Some(s) => Dest::open_stream(path, must_be_dir, top, &s),
+        None => Dest::open(path, must_be_dir, top).map(|d| (d, None)),
+    };
+    match opened {
+        Ok((d, marker)) if seg.pending(Direction::In) => {
+            let label = dest.clone();
+            let slot = seg.copied.clone();
+            t.spawn_recv(
+                Box::new(move || {
+                    let mut u = Unpacker::new(d, &label, preserve)
+                        .with_no_setid(no_setid)
+                        .with_specials(specials)
+                        .with_direct(direct);
+                    if let Some(s) = stripe {
+                        u = u.with_stripe(s, marker);
+                    }
+                    let u = Counted {
+                        u,
+                        slot,
+                        recorded: false,
+                    };
+                    Ok(Box::new(u) as Box<dyn Write + Send>)
+                }),
+                None,
+            )
+        }
+        Ok(_) => seg.setup_failed(Part::File, format!("{dest}: no rdcp stream comes to it")),
+        Err(msg) => {
+            if seg.pending(Direction::In) {
+                seg.drop_transfer(Direction::In);
+            }
+            seg.setup_failed(Part::File, msg);
+        }
+    }
+    super::file::send_empty(seg, t);
+}

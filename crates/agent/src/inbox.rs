@@ -1,0 +1,175 @@
+//! What the agent hears: rdpipe's control lines on stdin (`CONNECT`, `PROBE`,
+//! `PING`, `PROGRESS`, `RELINK`, `UNLINK`, end of file), the silence watchdog,
+//! and SIGTERM/SIGINT/SIGHUP. Each ends up as an event for the segment
+//! ([`super::segment::Ev`]), as the address a waiting transfer connects to, as
+//! a re-link order for a fan-out sink's chain hop, or (`PROBE`) as a `REACH`
+//! answer.
+
+use super::say::{Meter, Say};
+use super::segment::{Ev, StopReason};
+use rdpipe_control::seal::Opener;
+use rdpipe_control::{Direction, FromAgent, NetAddr, Reach, ToAgent};
+use rdpipe_transport::{Endpoint, TransportError};
+use std::io::BufRead;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Where the `connect` sides learn their peer's address.
+pub struct ConnectOrders {
+    /// `CONNECT in ...`.
+    pub input: mpsc::Receiver<(String, u16)>,
+    /// `CONNECT out ...`.
+    pub output: mpsc::Receiver<(String, u16)>,
+    /// `RELINK in KEY`: the re-link hop's key.
+    pub relink_in: mpsc::Receiver<Vec<u8>>,
+    /// `RELINK out ADDR PORT KEY`, or `UNLINK` (`None`).
+    pub relink_out: mpsc::Receiver<Option<RelinkTo>>,
+}
+
+/// Where a relay's re-link hop connects: address, port, key.
+pub type RelinkTo = (String, u16, Vec<u8>);
+
+/// Waits for the `CONNECT` order on `rx`: the endpoint to connect to.
+pub fn connect_wait(
+    rx: &mpsc::Receiver<(String, u16)>,
+    timeout: Duration,
+) -> Result<Endpoint, TransportError> {
+    let (host, port) = rx.recv().map_err(|_| TransportError::PeerGone {
+        peer: "rdpipe".into(),
+        cause: rdpipe_transport::error::GoneCause::Io(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "control channel closed before CONNECT",
+        )),
+    })?;
+    Ok(Endpoint::Connect {
+        host,
+        port,
+        timeout,
+    })
+}
+
+/// Starts the threads that listen to rdpipe (the rest of `stdin` after the key
+/// line, each line opened by `opener` on a sealed channel), watch for its
+/// silence and catch signals; all end the segment through `tx` with a
+/// [`StopReason`] (a line that does not open ends it as a closed channel
+/// does). `PROBE` orders are answered on `say`, probing from `fabric` (this
+/// host's RDMA-capable addresses).
+pub fn listen<R: BufRead + Send + 'static>(
+    mut stdin: R,
+    mut opener: Option<Opener>,
+    tx: &mpsc::Sender<Ev>,
+    meter: &Arc<Meter>,
+    say: &Say,
+    fabric: Vec<NetAddr>,
+    silence: Duration,
+) -> ConnectOrders {
+    // Signals end the segment like a closed control channel does.
+    {
+        let tx = tx.clone();
+        crate::guard::on_stop_signals(move |s| {
+            let _ = tx.send(Ev::Stop(StopReason::Signal(s)));
+            false
+        });
+    }
+    let last_heard = Arc::new(Mutex::new(Instant::now()));
+    {
+        // rdpipe pings every PING_EVERY; silence means it (or its host) is gone.
+        let tx = tx.clone();
+        let last_heard = last_heard.clone();
+        std::thread::spawn(move || loop {
+            std::thread::sleep(Duration::from_secs(1));
+            let t = *last_heard.lock().unwrap_or_else(|p| p.into_inner());
+            if t.elapsed() > silence {
+                let _ = tx.send(Ev::Stop(StopReason::ControlSilent(silence.as_secs())));
+                return;
+            }
+        });
+    }
+    let (in_tx, in_rx) = mpsc::channel();
+    let (out_tx, out_rx) = mpsc::channel();
+    let (relink_in_tx, relink_in_rx) = mpsc::channel();
+    let (relink_out_tx, relink_out_rx) = mpsc::channel();
+    let tx = tx.clone();
+    let meter = meter.clone();
+    let say = say.clone();
+    let fabric = Arc::new(fabric);
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        loop {
+            line.clear();
+            match stdin.read_line(&mut line) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => *last_heard.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now(),
+            }
+            if let Some(o) = opener.as_mut() {
+                match o.open(&line) {
+                    Ok(l) => line = l,
+                    Err(e) => {
+                        tracing::warn!("control channel: {e}; ending the segment");
+                        break;
+                    }
+                }
+            }
+            match line.trim_end().parse::<ToAgent>() {
+                Ok(ToAgent::Ping) => {}
+                Ok(ToAgent::Connect { dir, addr, port }) => {
+                    tracing::debug!("control: {}", line.trim_end());
+                    let to = match dir {
+                        Direction::In => &in_tx,
+                        Direction::Out => &out_tx,
+                    };
+                    let _ = to.send((addr, port));
+                }
+                Ok(ToAgent::Probe { dir, port, addrs }) => {
+                    tracing::debug!("control: {}", line.trim_end());
+                    // Off this thread: a silent address takes the probe's time limit.
+                    let (say, fabric) = (say.clone(), fabric.clone());
+                    let asked = addrs.clone();
+                    let t = std::thread::Builder::new().name("probe".into()).spawn({
+                        let say = say.clone();
+                        move || {
+                            let results = crate::reach::probe(
+                                &addrs,
+                                port,
+                                &fabric,
+                                crate::reach::PROBE_TIMEOUT,
+                            );
+                            say.send(&FromAgent::Reach { dir, results });
+                        }
+                    });
+                    if t.is_err() {
+                        // Cannot probe: answer at once, every address silent.
+                        let results = asked.into_iter().map(|a| (a, Reach::Silent)).collect();
+                        say.send(&FromAgent::Reach { dir, results });
+                    }
+                }
+                Ok(ToAgent::Progress) => {
+                    tracing::debug!("control: {}", line.trim_end());
+                    meter.start();
+                }
+                // (The key is not logged.)
+                Ok(ToAgent::RelinkIn { key }) => {
+                    tracing::debug!("control: RELINK in");
+                    let _ = relink_in_tx.send(key);
+                }
+                Ok(ToAgent::RelinkOut { addr, port, key }) => {
+                    tracing::debug!("control: RELINK out {addr} {port}");
+                    let _ = relink_out_tx.send(Some((addr, port, key)));
+                }
+                Ok(ToAgent::Unlink) => {
+                    tracing::debug!("control: UNLINK");
+                    let _ = relink_out_tx.send(None);
+                }
+                Err(e) => tracing::debug!("control: {e}: {}", line.trim_end()),
+            }
+        }
+        let _ = tx.send(Ev::Stop(StopReason::ControlClosed));
+    });
+    ConnectOrders {
+        input: in_rx,
+        output: out_rx,
+        relink_in: relink_in_rx,
+        relink_out: relink_out_rx,
+    }
+}

@@ -1,0 +1,575 @@
+//! The pipeline plan: `HOST:CMD` arguments parsed into a plain [`Pipeline`] value
+//! (segments, hosts, who listens and who connects to whom, data addresses) before
+//! any process exists. `rdpipe -n` prints it, and the unit tests check it.
+//!
+//! # Argument syntax
+//!
+//! - `HOST:CMD`: run the shell command `CMD` (`sh -c CMD`) on `HOST` over SSH.
+//!   `HOST` is everything before the first `:`; it may be `user@host` and may name
+//!   an alias from the ssh configuration.
+//! - `[HOST]:CMD`: the bracketed form, for a port (`[user@host:2222]:CMD`) or an
+//!   IPv6 address (`[fe80::1]:CMD`; a port is recognised only when the brackets
+//!   hold exactly one `:`).
+//! - `-:CMD` or `localhost:CMD`: run `CMD` on the local machine, without SSH.
+//!   (`user@localhost` or `127.0.0.1` do go through SSH.)
+//! - `HOST:'< FILE'`: the segment reads `FILE` on `HOST` and sends it downstream. In
+//!   the middle of a pipeline the previous segment's output is received in full
+//!   (and verified) but discarded, and a new stream starts from the file.
+//! - `HOST:'> FILE'`, `HOST:'>> FILE'`: the segment writes the stream into `FILE`
+//!   (truncating or appending). In the middle of a pipeline an empty stream is sent
+//!   onward; at the end nothing comes back to rdpipe's standard output.
+//! - `HOST:` (an empty or blank command): relay only. The segment's agent
+//!   forwards the stream it receives, as it arrives, to the next hop's transfer:
+//!   no shell, no command, no pipe (see `agent/passthrough.rs`). Its outgoing
+//!   stream ends cleanly only once the incoming one verified. It needs an input
+//!   (a segment before it, or rdpipe's standard input) and cannot be a `--to`
+//!   sink.
+//!
+//! `FILE` is taken literally (one pair of surrounding quotes is removed; a leading
+//! `~/` means the home directory on that host); relative paths are relative to the
+//! home directory for SSH hosts and to the current directory for local segments.
+//!
+//! # Connections
+//!
+//! The data travels as rdsend→rdrecv style transfers, one per hop, host to host;
+//! only rdpipe's own standard input and output pass through rdpipe. Every listening
+//! end binds an ephemeral port (never a fixed one) and announces it over its SSH
+//! channel; rdpipe tells the other end where to connect. Who listens:
+//!
+//! - a remote downstream end listens, the upstream end connects to it (at the
+//!   downstream host's data address, or 127.0.0.1 when both ends share a host);
+//! - when the downstream end is local (rdpipe's standard output or a local
+//!   segment) and the upstream end is remote, the remote sender listens and the
+//!   local end connects: the local machine only ever connects outward, so rdpipe
+//!   works from behind NAT or a firewall;
+//! - rdpipe's own ends never listen; between two local segments the downstream one
+//!   listens on loopback.
+//!
+//! A host's data address is `--data-host HOST=ADDR` if given, else the HostName
+//! that the ssh configuration gives it (`ssh -G`), else the name as written.
+
+use std::fmt;
+
+mod fanout;
+pub mod hostlist;
+mod parse;
+pub use fanout::plan_fanout;
+pub use parse::{parse_data_host, parse_segment, quotes_balanced};
+
+/// Where a segment runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Host {
+    /// On this machine, without SSH (`-:CMD`, `localhost:CMD`).
+    Local,
+    /// On a host reached over SSH.
+    Remote(RemoteHost),
+}
+
+/// An SSH destination as written on the command line.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RemoteHost {
+    /// The host part as the user wrote it (used as the label in messages).
+    pub spec: String,
+    /// `user` of `user@host`.
+    pub user: Option<String>,
+    /// The host name, address or ssh-config alias.
+    pub name: String,
+    /// Port from the bracketed form.
+    pub port: Option<u16>,
+}
+
+impl RemoteHost {
+    /// The destination argument for ssh (`[user@]name`).
+    pub fn destination(&self) -> String {
+        match &self.user {
+            Some(u) => format!("{u}@{}", self.name),
+            None => self.name.clone(),
+        }
+    }
+}
+
+impl Host {
+    /// The label used in messages and as the stderr prefix.
+    pub fn label(&self) -> &str {
+        match self {
+            Host::Local => "local",
+            Host::Remote(r) => &r.spec,
+        }
+    }
+
+    /// Whether this is a local segment.
+    pub fn is_local(&self) -> bool {
+        matches!(self, Host::Local)
+    }
+}
+
+/// What a segment does with the stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// `sh -c CMD`: stdin is the incoming stream, stdout the outgoing one.
+    Command(String),
+    /// `< FILE`: discard the incoming stream, send the file.
+    ReadFile(String),
+    /// `> FILE` / `>> FILE`: write the incoming stream to the file, send nothing.
+    WriteFile {
+        /// The file.
+        path: String,
+        /// `>>`.
+        append: bool,
+    },
+    /// `HOST:` (empty command): forward the incoming stream to the next hop,
+    /// unchanged, without a command.
+    Relay,
+    /// rdcp's source side: these paths sent as an entry stream
+    /// (`rdpipe_copy::pack`); directories only with `recursive`.
+    Pack {
+        /// The source operands, as given (on this segment's host).
+        sources: Vec<String>,
+        /// `-r`.
+        recursive: bool,
+        /// `--xattrs`: extended attributes (user.*, ACLs) travel too.
+        xattrs: bool,
+        /// `--specials`: FIFOs, sockets and device nodes travel too.
+        specials: bool,
+        /// `--resume`: the id of the copy whose private directory on this
+        /// host holds the destination's listing (`rdpipe_copy::private`;
+        /// read, then removed); what it lists complete is not sent.
+        manifest: Option<String>,
+        /// `--streams`: which of the copy's streams this is.
+        stripe: Option<rdpipe_copy::stripe::Stripe>,
+    },
+    /// `rdcp --resume`'s first step, on the destination's host: list what
+    /// `dest` already holds where the sources named `tops` will land
+    /// (`rdpipe_copy::list`).
+    List {
+        /// The destination operand.
+        dest: String,
+        /// As for [`Action::Unpack`].
+        must_be_dir: bool,
+        /// The sources' last components.
+        tops: Vec<String>,
+        /// `--checksum`: each complete file's content hash too.
+        checksum: bool,
+    },
+    /// `rdcp --resume`'s first step, on the sources' host: the listing that
+    /// comes in saved in copy `run`'s private directory there
+    /// (`rdpipe_copy::private`), for that copy's packer.
+    SaveListing {
+        /// The copy's id (32 hex digits).
+        run: String,
+    },
+    /// rdcp's destination side: the entry stream created beneath `dest`
+    /// (`rdpipe_copy::Unpacker`).
+    Unpack {
+        /// The destination operand (on this segment's host).
+        dest: String,
+        /// `dest` must be an existing directory (several sources, or a trailing `/`).
+        must_be_dir: bool,
+        /// `-p`: keep modes and times (and owners as root).
+        preserve: bool,
+        /// `--no-setid`: with `preserve`, files lose their set-uid and
+        /// set-gid bits.
+        no_setid: bool,
+        /// `--specials`: create the FIFOs, sockets and device nodes the
+        /// stream carries (without it, a stream with one is refused).
+        specials: bool,
+        /// `--resume` of one source with this name: see
+        /// `rdpipe_copy::unpack::is_resumed_as`.
+        resumed_top: Option<String>,
+        /// `--streams`: which of the copy's streams this is.
+        stripe: Option<rdpipe_copy::stripe::Stripe>,
+    },
+}
+
+impl Action {
+    /// Whether the segment runs a shell command.
+    pub fn is_command(&self) -> bool {
+        matches!(self, Action::Command(_))
+    }
+}
+
+impl fmt::Display for Action {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Action::Command(c) => write!(f, "{c}"),
+            Action::ReadFile(p) => write!(f, "< {p}"),
+            Action::WriteFile { path, append } => {
+                write!(f, "{} {path}", if *append { ">>" } else { ">" })
+            }
+            // What follows the `:` (the argument as written, trimmed).
+            Action::Relay => Ok(()),
+            Action::Pack { sources, .. } => write!(f, "rdcp from {}", sources.join(" ")),
+            Action::Unpack { dest, .. } => write!(f, "rdcp to {dest}"),
+            Action::List { dest, .. } => write!(f, "rdcp: list {dest}"),
+            Action::SaveListing { .. } => write!(f, "rdcp: save the listing"),
+        }
+    }
+}
+
+/// One `HOST:CMD` argument.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Segment {
+    /// Where it runs.
+    pub host: Host,
+    /// What it runs.
+    pub action: Action,
+}
+
+/// An end of a hop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Node {
+    /// rdpipe's standard input (sent by rdpipe itself).
+    Stdin,
+    /// Segment number `n` (0-based).
+    Segment(usize),
+    /// rdpipe's standard output (received by rdpipe itself).
+    Stdout,
+}
+
+/// How one end of a hop takes part in the connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Link {
+    /// This end has no such stream.
+    None,
+    /// This end listens on an ephemeral port and announces it.
+    Listen,
+    /// This end connects to the other, once told where.
+    Connect,
+}
+
+impl Link {
+    /// The agent's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Link::None => "none",
+            Link::Listen => "listen",
+            Link::Connect => "connect",
+        }
+    }
+}
+
+/// One transfer between two neighbours.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hop {
+    /// Sending end.
+    pub from: Node,
+    /// Receiving end.
+    pub to: Node,
+    /// The end that listens (the other connects).
+    pub listener: Node,
+    /// The address the connecting end uses to reach the listener.
+    pub address: String,
+}
+
+impl Hop {
+    /// The end that connects.
+    pub fn connector(&self) -> Node {
+        if self.listener == self.from {
+            self.to
+        } else {
+            self.from
+        }
+    }
+
+    /// Which of `node`'s transfers this hop is (`in` when it ends there, `out`
+    /// when it starts there), if it touches `node` at all.
+    pub fn side_of(&self, node: Node) -> Option<rdpipe_control::Direction> {
+        use rdpipe_control::Direction;
+        if self.to == node {
+            Some(Direction::In)
+        } else if self.from == node {
+            Some(Direction::Out)
+        } else {
+            None
+        }
+    }
+}
+
+/// The whole pipeline, decided before anything runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pipeline {
+    /// The segments, in order.
+    pub segments: Vec<Segment>,
+    /// The transfers between neighbours (including rdpipe's stdin and stdout).
+    pub hops: Vec<Hop>,
+    /// With `--to` sinks: the first sink's index (the segments from it on are
+    /// sinks, each relaying to the next; see `plan/fanout.rs`).
+    pub first_sink: Option<usize>,
+}
+
+/// A malformed argument (exit status 2).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    /// No segments at all.
+    #[error("no HOST:CMD arguments given")]
+    Empty,
+    /// No `:`.
+    #[error("'{0}' is not HOST:CMD (no ':')")]
+    NoColon(String),
+    /// `doctor` after an option (`rdpipe -v doctor HOST`): it is a
+    /// subcommand only as the first argument.
+    #[error("'doctor' must be rdpipe's first argument, before its options: rdpipe doctor [OPTIONS] HOST...")]
+    DoctorNotFirst,
+    /// Empty host part.
+    #[error("empty host in '{0}'")]
+    EmptyHost(String),
+    /// Host that ssh would misread.
+    #[error("bad host '{host}' in '{arg}': {why}")]
+    BadHost {
+        /// The host part.
+        host: String,
+        /// The whole argument.
+        arg: String,
+        /// What is wrong.
+        why: &'static str,
+    },
+    /// A relay-only segment (`HOST:`) with nothing to relay.
+    #[error("'{0}' relays its input to the next segment, but it has none (rdpipe's standard input is a terminal): put a segment before it or give data on standard input, or write a command after the ':'")]
+    RelayWithoutInput(String),
+    /// A `--to` sink with an empty command.
+    #[error("--to '{0}': a sink needs a command or '> FILE' after the ':' (an empty command means relay only, which only a plain pipeline's segment can be)")]
+    SinkRelays(String),
+    /// Unbalanced quotes or a trailing backslash.
+    #[error("unbalanced quotes in '{0}'")]
+    Unbalanced(String),
+    /// `<` or `>` with no file.
+    #[error("missing file name after '{op}' in '{arg}'")]
+    MissingFile {
+        /// The operator.
+        op: &'static str,
+        /// The whole argument.
+        arg: String,
+    },
+    /// A `--to` sink that reads a file.
+    #[error("--to '{0}': a sink receives the stream, it cannot read a file ('< FILE'); put the source before the --to sinks")]
+    SinkReads(String),
+    /// `--to` sinks without a source.
+    #[error("--to sinks need a source: HOST:CMD segments before them, or data on rdpipe's standard input (not a terminal)")]
+    NoSource,
+    /// A hostlist (`n[01-16]`) that does not parse.
+    #[error("host list '{list}': {why}")]
+    BadHostList {
+        /// The list as written.
+        list: String,
+        /// What is wrong.
+        why: String,
+    },
+    /// A `--data-host` value that is not `HOST=ADDR`.
+    #[error("--data-host '{0}' is not HOST=ADDR")]
+    BadDataHost(String),
+}
+
+/// Builds the plan.
+///
+/// - `stdin_is_input`: rdpipe's standard input feeds the first segment (it is not a
+///   terminal). Ignored when the first segment reads a file.
+/// - `data_addr`: the address other machines use to reach a remote host's data
+///   endpoints (`--data-host`, else the ssh configuration's HostName).
+pub fn plan(
+    args: &[String],
+    stdin_is_input: bool,
+    data_addr: &dyn Fn(&RemoteHost) -> String,
+) -> Result<Pipeline, PlanError> {
+    if args.is_empty() {
+        return Err(PlanError::Empty);
+    }
+    let segments = args
+        .iter()
+        .map(|a| parse_segment(a))
+        .collect::<Result<Vec<_>, _>>()?;
+    let with_stdin = stdin_is_input && !matches!(segments[0].action, Action::ReadFile(_));
+    if segments[0].action == Action::Relay && !with_stdin {
+        return Err(PlanError::RelayWithoutInput(args[0].clone()));
+    }
+    let with_stdout = !matches!(
+        segments[segments.len() - 1].action,
+        Action::WriteFile { .. }
+    );
+    Ok(plan_chain(segments, with_stdin, with_stdout, data_addr))
+}
+
+/// The hops of a linear chain of `segments`, from rdpipe's stdin (`with_stdin`)
+/// to its stdout (`with_stdout`).
+pub fn plan_chain(
+    segments: Vec<Segment>,
+    with_stdin: bool,
+    with_stdout: bool,
+    data_addr: &dyn Fn(&RemoteHost) -> String,
+) -> Pipeline {
+    let n = segments.len();
+    let mut nodes = Vec::with_capacity(n + 2);
+    if with_stdin {
+        nodes.push(Node::Stdin);
+    }
+    nodes.extend((0..n).map(Node::Segment));
+    if with_stdout {
+        nodes.push(Node::Stdout);
+    }
+    let host_of = |node: Node| match node {
+        Node::Segment(i) => &segments[i].host,
+        Node::Stdin | Node::Stdout => &Host::Local,
+    };
+    let hops = nodes
+        .windows(2)
+        .map(|w| {
+            let (from, to) = (w[0], w[1]);
+            let (hf, ht) = (host_of(from), host_of(to));
+            // rdpipe's own ends never listen, and the local machine only connects
+            // outward: a remote downstream end listens; a remote upstream end
+            // listens for a local downstream end; between two local ends the
+            // downstream one listens on loopback.
+            let listener = if to == Node::Stdout {
+                from
+            } else if from == Node::Stdin || !ht.is_local() || hf.is_local() {
+                to
+            } else {
+                from
+            };
+            let connector_host = if listener == to { hf } else { ht };
+            let address = match host_of(listener) {
+                Host::Local => "127.0.0.1".to_string(),
+                Host::Remote(r) => match connector_host {
+                    Host::Remote(c) if c == r => "127.0.0.1".to_string(),
+                    _ => data_addr(r),
+                },
+            };
+            Hop {
+                from,
+                to,
+                listener,
+                address,
+            }
+        })
+        .collect();
+    Pipeline {
+        segments,
+        hops,
+        first_sink: None,
+    }
+}
+
+impl Pipeline {
+    /// How segment `i` takes part in its incoming and outgoing hops.
+    pub fn links(&self, i: usize) -> (Link, Link) {
+        let me = Node::Segment(i);
+        let side = |h: Option<&Hop>| match h {
+            None => Link::None,
+            Some(h) if h.listener == me => Link::Listen,
+            Some(_) => Link::Connect,
+        };
+        (
+            side(self.hops.iter().find(|h| h.to == me)),
+            side(self.hops.iter().find(|h| h.from == me)),
+        )
+    }
+
+    /// The hop into `node`, if any.
+    pub fn hop_into(&self, node: Node) -> Option<&Hop> {
+        self.hops.iter().find(|h| h.to == node)
+    }
+
+    /// The hop out of `node`, if any.
+    pub fn hop_from(&self, node: Node) -> Option<&Hop> {
+        self.hops.iter().find(|h| h.from == node)
+    }
+
+    /// A short name for a node in messages: `stdin`, `h1[2]`, `stdout`.
+    pub fn node_name(&self, node: Node) -> String {
+        match node {
+            Node::Stdin => "rdpipe stdin".into(),
+            Node::Stdout => "rdpipe stdout".into(),
+            Node::Segment(i) => format!("[{}] {}", i + 1, self.segments[i].host.label()),
+        }
+    }
+
+    /// The distinct remote hosts, in first-use order, with their segment indices.
+    pub fn remote_hosts(&self) -> Vec<(RemoteHost, Vec<usize>)> {
+        let mut out: Vec<(RemoteHost, Vec<usize>)> = Vec::new();
+        for (i, s) in self.segments.iter().enumerate() {
+            if let Host::Remote(r) = &s.host {
+                match out.iter_mut().find(|(h, _)| h == r) {
+                    Some((_, v)) => v.push(i),
+                    None => out.push((r.clone(), vec![i])),
+                }
+            }
+        }
+        out
+    }
+
+    /// The text `rdpipe -n` prints about the segments and transfers; `how`
+    /// says how a segment on a host is started (the launcher's words).
+    pub fn describe(&self, how: &dyn Fn(&Host) -> String) -> String {
+        use std::fmt::Write;
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "rdpipe plan: {} segment(s), {} transfer(s); nothing was run",
+            self.segments.len(),
+            self.hops.len()
+        );
+        let _ = writeln!(s, "segments:");
+        for (i, seg) in self.segments.iter().enumerate() {
+            let how = how(&seg.host);
+            let what = match &seg.action {
+                Action::Command(c) => format!("sh -c {c:?}"),
+                Action::ReadFile(p) => format!("read file {p:?}"),
+                Action::WriteFile { path, append } => format!(
+                    "{} file {path:?}",
+                    if *append { "append to" } else { "write" }
+                ),
+                Action::Relay => "relay only: forwards the stream unchanged, no command".into(),
+                Action::List { dest, .. } => {
+                    format!("list what {dest:?} holds (rdcp --resume)")
+                }
+                Action::SaveListing { .. } => {
+                    "save the listing in this copy's private directory".into()
+                }
+                Action::Pack {
+                    sources, recursive, ..
+                } => format!(
+                    "send {}{sources:?} as an rdcp stream",
+                    if *recursive {
+                        "the trees "
+                    } else {
+                        "the files "
+                    }
+                ),
+                Action::Unpack {
+                    dest,
+                    preserve,
+                    no_setid,
+                    ..
+                } => format!(
+                    "create the rdcp stream's files beneath {dest:?}{}",
+                    match (*preserve, *no_setid) {
+                        (true, false) => ", keeping modes and times",
+                        (true, true) => ", keeping modes less set-uid/set-gid, and times",
+                        (false, _) => "",
+                    }
+                ),
+            };
+            let _ = writeln!(s, "  [{}] {:<16} {what}  ({how})", i + 1, seg.host.label());
+        }
+        let _ = writeln!(s, "transfers:");
+        for h in &self.hops {
+            let c = match h.connector() {
+                Node::Stdin | Node::Stdout => "rdpipe".to_string(),
+                n => self.node_name(n),
+            };
+            let _ = writeln!(
+                s,
+                "  {} -> {}: {} listens on an ephemeral port, {} connects to {}",
+                self.node_name(h.from),
+                self.node_name(h.to),
+                self.node_name(h.listener),
+                c,
+                h.address
+            );
+        }
+        self.describe_fanout(&mut s);
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests;
