@@ -44,11 +44,13 @@ pub mod reconnect;
 pub mod relay;
 pub mod replay;
 pub mod select;
+pub mod session;
 pub mod tcp;
 mod unpack;
 
-pub use endpoint::{run_recv, run_send, Endpoint, Options, Report};
+pub use endpoint::{run_recv, run_send};
 pub use rate::Rate;
+pub use session::{Endpoint, Options, Report};
 
 /// Environment variables that tune an endpoint's data path; rdpipe hands those set
 /// in its own environment to the endpoints it starts on other hosts (ssh does not

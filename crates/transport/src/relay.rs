@@ -14,13 +14,12 @@
 //! The threads meet once: the incoming one, with an RDMA half, offers it (and
 //! the output) to the outgoing one, which takes it or hands it back.
 
-use crate::endpoint::{
-    negotiate, open_or_abort, progress_of, protection, Endpoint, Options, Report,
-};
+use crate::endpoint::negotiate;
 use crate::handshake::Negotiated;
 use crate::pump::{recv_stream, send_stream};
 use crate::rdma::{Forwarder, RdmaReceiver};
 use crate::select::{self, Half};
+use crate::session::{open_or_abort, progress_of, protection, Endpoint, Options, Report};
 use crate::TransportError;
 use rdpipe_wire::Role;
 use std::io::{self, Read, Write};
