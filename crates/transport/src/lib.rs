@@ -42,6 +42,7 @@ pub mod rate;
 pub mod rdma;
 pub mod reconnect;
 pub mod relay;
+mod relay_output;
 pub mod replay;
 pub mod select;
 pub mod session;
