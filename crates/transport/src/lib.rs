@@ -12,10 +12,13 @@
 //! - [`select`]: which transport carries the stream, and the fallback to TCP
 //!   when an end declines RDMA.
 //! - [`relay`]: a relay host's two transfers, zero-copy between two RDMA
-//!   connections on one device, copying otherwise.
+//!   connections on one device, copying otherwise, both into one
+//!   [`relay::RelayOutput`].
 //! - [`pump`]: the send and receive loops: checksum, byte count, end of stream.
 //! - [`rate`] and [`pace`]: `--rate-limit`, the sender's token bucket (applied in
 //!   the send loop, so for every transport).
+//! - [`session`]: what every transfer shares: where its connection comes
+//!   from, its options, its protection, its report.
 //! - [`endpoint`]: what `rdsend` and `rdrecv` run: connect or listen, handshake,
 //!   pick the transport, pump, report.
 //! - [`reconnect`]: a hop whose connection died while both ends live gets a

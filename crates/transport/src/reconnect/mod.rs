@@ -45,9 +45,9 @@ use std::time::{Duration, Instant};
 
 pub use crate::session::{HopState, Reconnect};
 
-/// How a hop gets its connections, again and again (and a transfer that
-/// does not reconnect its one connection: [`Link::open`] is the one place
-/// that dials or listens).
+/// How a hop gets its connections, again and again. [`Link::open`] is the
+/// one place that dials or listens: a transfer that does not reconnect
+/// takes the first connection and drops the link ([`crate::endpoint`]).
 pub(crate) enum Link {
     /// Dial `host:port` (the peer listens).
     Dial { host: String, port: u16 },
