@@ -12,10 +12,13 @@
 //! - [`select`]: which transport carries the stream, and the fallback to TCP
 //!   when an end declines RDMA.
 //! - [`relay`]: a relay host's two transfers, zero-copy between two RDMA
-//!   connections on one device, copying otherwise.
+//!   connections on one device, copying otherwise, both into one
+//!   [`relay::RelayOutput`].
 //! - [`pump`]: the send and receive loops: checksum, byte count, end of stream.
 //! - [`rate`] and [`pace`]: `--rate-limit`, the sender's token bucket (applied in
 //!   the send loop, so for every transport).
+//! - [`session`]: what every transfer shares: where its connection comes
+//!   from, its options, its protection, its report.
 //! - [`endpoint`]: what `rdsend` and `rdrecv` run: connect or listen, handshake,
 //!   pick the transport, pump, report.
 //! - [`reconnect`]: a hop whose connection died while both ends live gets a
@@ -42,13 +45,16 @@ pub mod rate;
 pub mod rdma;
 pub mod reconnect;
 pub mod relay;
+mod relay_output;
 pub mod replay;
 pub mod select;
+pub mod session;
 pub mod tcp;
 mod unpack;
 
-pub use endpoint::{run_recv, run_send, Endpoint, Options, Report};
+pub use endpoint::{run_recv, run_send};
 pub use rate::Rate;
+pub use session::{Endpoint, Options, Report};
 
 /// Environment variables that tune an endpoint's data path; rdpipe hands those set
 /// in its own environment to the endpoints it starts on other hosts (ssh does not

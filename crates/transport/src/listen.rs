@@ -871,22 +871,6 @@ fn peek_message(
     r
 }
 
-/// Accepts on `l` until a peer authenticates with `key`; returns its connection
-/// and what was negotiated. The port closes once a peer won.
-pub fn accept_authenticated(
-    l: Listener,
-    key: &[u8],
-    params: &LocalParams,
-    timeout: Duration,
-) -> Result<(TcpStream, Negotiated), TransportError> {
-    let a = Acceptor::start(l, key, params, timeout)?;
-    let won = a.next(None)?;
-    won.ok_or_else(|| TransportError::Io {
-        context: "accepting connections",
-        source: std::io::Error::other("the acceptor stopped"),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

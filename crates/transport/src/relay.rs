@@ -14,16 +14,15 @@
 //! The threads meet once: the incoming one, with an RDMA half, offers it (and
 //! the output) to the outgoing one, which takes it or hands it back.
 
-use crate::endpoint::{
-    negotiate, open_or_abort, progress_of, protection, Endpoint, Options, Report,
-};
+use crate::endpoint::negotiate;
 use crate::handshake::Negotiated;
 use crate::pump::{recv_stream, send_stream};
 use crate::rdma::{Forwarder, RdmaReceiver};
 use crate::select::{self, Half};
+use crate::session::{open_or_abort, progress_of, protection, Endpoint, Options, Report};
 use crate::TransportError;
 use rdpipe_wire::Role;
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::os::fd::AsFd;
 use std::sync::mpsc;
 use std::time::Instant;
@@ -37,18 +36,7 @@ fn copy_forced() -> bool {
     std::env::var(RELAY_COPY_ENV).is_ok_and(|v| v == "1")
 }
 
-/// The incoming stream's output on a relay host.
-pub trait RelayOutput: Write + Send {
-    /// The zero-copy path forwards the stream itself: from now on write only
-    /// the local copy (if any), not into the queue to the sender.
-    fn forwarding(&mut self);
-    /// The outgoing transfer failed on the zero-copy path: `Ok` to go on
-    /// receiving for the local copy, an error to fail the incoming stream too.
-    fn forward_broke(&mut self) -> io::Result<()>;
-    /// The outgoing transfer's input error when the incoming stream did not
-    /// verify (the copying path's input fails with the same).
-    fn unverified(&self) -> io::Error;
-}
+pub use crate::relay_output::RelayOutput;
 
 /// Makes the relay's output once the upstream sender has authenticated.
 pub type RelayOutputFactory =

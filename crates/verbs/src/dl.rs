@@ -42,7 +42,7 @@ macro_rules! fn_table {
         }
 
         impl $name {
-            fn resolve(lib: &Handle) -> Result<Self, String> {
+            fn resolve(lib: &Handle) -> Result<Self, LoadError> {
                 Ok($name {
                     $($f: {
                         let p = lib.sym(concat!(stringify!($f), "\0"))?;
@@ -145,27 +145,65 @@ pub(crate) struct Api {
     pub(crate) fork: Result<ForkSafety, i32>,
 }
 
-/// Why loading failed: which library, and the dynamic loader's words.
-struct Missing {
-    lib: &'static str,
-    reason: String,
+/// Why loading a library failed. Each shows as the dynamic loader's own words
+/// (which name the library or the symbol): the `reason` of
+/// [`VerbsError::LibraryMissing`].
+#[derive(Debug, Clone, thiserror::Error)]
+pub(crate) enum LoadError {
+    /// The soname holds a NUL byte (it cannot be passed to `dlopen`).
+    #[error("{source}")]
+    BadName {
+        /// The soname.
+        lib: &'static str,
+        /// Where the NUL is.
+        source: std::ffi::NulError,
+    },
+    /// `dlopen` failed: the library is not installed, or not loadable.
+    #[error("{reason}")]
+    Open {
+        /// The soname.
+        lib: &'static str,
+        /// `dlerror`'s text.
+        reason: String,
+    },
+    /// The library loaded but does not export a function this crate calls.
+    #[error("{reason}")]
+    Symbol {
+        /// The soname.
+        lib: &'static str,
+        /// The function's name.
+        symbol: &'static str,
+        /// `dlerror`'s text.
+        reason: String,
+    },
 }
 
-impl Missing {
-    fn error(&self) -> VerbsError {
-        VerbsError::LibraryMissing {
-            lib: self.lib,
-            reason: self.reason.clone(),
+impl LoadError {
+    /// The library that failed to load.
+    fn lib(&self) -> &'static str {
+        match self {
+            LoadError::BadName { lib, .. }
+            | LoadError::Open { lib, .. }
+            | LoadError::Symbol { lib, .. } => lib,
         }
     }
 }
 
-static API: OnceLock<Result<Api, Missing>> = OnceLock::new();
+impl From<&LoadError> for VerbsError {
+    fn from(e: &LoadError) -> VerbsError {
+        VerbsError::LibraryMissing {
+            lib: e.lib(),
+            reason: e.to_string(),
+        }
+    }
+}
+
+static API: OnceLock<Result<Api, LoadError>> = OnceLock::new();
 
 /// The loaded libraries: opened, resolved and fork-initialised on the first call,
 /// the same answer afterwards. The only way to reach a verbs function.
 pub(crate) fn api() -> Result<&'static Api, VerbsError> {
-    API.get_or_init(load).as_ref().map_err(Missing::error)
+    API.get_or_init(load).as_ref().map_err(VerbsError::from)
 }
 
 /// The tables, for code that holds a verbs handle (a channel, an id, a device
@@ -187,7 +225,7 @@ pub(crate) fn cm() -> &'static Cm {
     &loaded().cm
 }
 
-fn load() -> Result<Api, Missing> {
+fn load() -> Result<Api, LoadError> {
     let ibv = open_table(LIBIBVERBS, Ibv::resolve)?;
     let cm = open_table(LIBRDMACM, Cm::resolve)?;
     let fork = fork_init(&ibv);
@@ -196,10 +234,9 @@ fn load() -> Result<Api, Missing> {
 
 fn open_table<T>(
     lib: &'static str,
-    resolve: fn(&Handle) -> Result<T, String>,
-) -> Result<T, Missing> {
-    let h = Handle::open(lib).map_err(|reason| Missing { lib, reason })?;
-    resolve(&h).map_err(|reason| Missing { lib, reason })
+    resolve: fn(&Handle) -> Result<T, LoadError>,
+) -> Result<T, LoadError> {
+    resolve(&Handle::open(lib)?)
 }
 
 /// `ibv_fork_init`, unless the kernel makes it unneeded.
@@ -219,27 +256,39 @@ fn fork_init(ibv: &Ibv) -> Result<ForkSafety, i32> {
 
 /// A library opened with `dlopen`. Never closed: the function pointers taken from
 /// it live in a process-wide static, and libibverbs loads its providers from it.
-struct Handle(*mut c_void);
+struct Handle {
+    ptr: *mut c_void,
+    /// The soname it was opened by, for errors.
+    lib: &'static str,
+}
 
 impl Handle {
-    fn open(soname: &str) -> Result<Self, String> {
-        let name = std::ffi::CString::new(soname).map_err(|e| e.to_string())?;
+    fn open(lib: &'static str) -> Result<Self, LoadError> {
+        let name =
+            std::ffi::CString::new(lib).map_err(|source| LoadError::BadName { lib, source })?;
         // SAFETY: a NUL-terminated name. Running the library's initialisers is the
         // point; rdma-core's do not call back into this process.
-        let h = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
-        if h.is_null() {
-            return Err(dl_error());
+        let ptr = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
+        if ptr.is_null() {
+            return Err(LoadError::Open {
+                lib,
+                reason: dl_error(),
+            });
         }
-        Ok(Handle(h))
+        Ok(Handle { ptr, lib })
     }
 
     /// The address of `name` (NUL-terminated); an error when it is not exported.
-    fn sym(&self, name: &'static str) -> Result<*mut c_void, String> {
+    fn sym(&self, name: &'static str) -> Result<*mut c_void, LoadError> {
         debug_assert!(name.ends_with('\0'));
         // SAFETY: a live handle and a NUL-terminated name.
-        let p = unsafe { libc::dlsym(self.0, name.as_ptr().cast()) };
+        let p = unsafe { libc::dlsym(self.ptr, name.as_ptr().cast()) };
         if p.is_null() {
-            return Err(dl_error());
+            return Err(LoadError::Symbol {
+                lib: self.lib,
+                symbol: name.trim_end_matches('\0'),
+                reason: dl_error(),
+            });
         }
         Ok(p)
     }
@@ -310,13 +359,16 @@ mod tests {
         let e = open_table("librdpipe-no-such-library.so.1", Ibv::resolve)
             .err()
             .expect("a library that does not exist cannot load");
-        let msg = e.error().to_string();
+        let msg = VerbsError::from(&e).to_string();
         assert!(msg.contains("librdpipe-no-such-library.so.1"), "{msg}");
         assert!(
             msg.contains("install rdma-core (libibverbs, librdmacm)"),
             "{msg}"
         );
-        assert!(matches!(e.error(), VerbsError::LibraryMissing { .. }));
+        assert!(matches!(
+            VerbsError::from(&e),
+            VerbsError::LibraryMissing { .. }
+        ));
     }
 
     #[test]
@@ -324,6 +376,17 @@ mod tests {
         // libc is always there; it exports no verbs.
         let h = Handle::open("libc.so.6").expect("libc loads");
         let err = h.sym("ibv_fork_init\0").unwrap_err();
-        assert!(err.contains("ibv_fork_init"), "{err}");
+        assert!(err.to_string().contains("ibv_fork_init"), "{err}");
+        assert!(
+            matches!(
+                err,
+                LoadError::Symbol {
+                    lib: "libc.so.6",
+                    symbol: "ibv_fork_init",
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
     }
 }

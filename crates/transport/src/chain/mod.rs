@@ -32,11 +32,11 @@ mod send;
 
 pub use send::run_send_chain;
 
-use crate::endpoint::{open_or_abort, progress_of, protection, Endpoint, Options, Report};
 use crate::frame_io::{conn_error, protocol};
 use crate::handshake::Negotiated;
 use crate::pump::recv_stream_with;
 use crate::reconnect::{read_message, HopState, Link, Reconnect};
+use crate::session::{open_or_abort, progress_of, protection, Endpoint, Options, Report};
 use crate::{select, TransportError};
 use rdpipe_wire::resume::{
     chain_stream_key, ResumeReply, ResumeRequest, ResumeVerdict, RESUME_REPLY_LEN,

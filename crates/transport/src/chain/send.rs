@@ -2,12 +2,12 @@
 //! from the replay window after a reconnect or a re-link.
 
 use super::{chain_hasher, describe, lost, next_hop, reconnected, Chain, Rejoin, CHAIN_BINDING};
-use crate::endpoint::{progress_of, protection, Endpoint, Options, Report};
 use crate::frame_io::conn_error;
 use crate::handshake::Negotiated;
 use crate::pump::{send_stream_with, Totals};
 use crate::reconnect::{await_request, Link, Reconnect};
 use crate::replay::{Input, Recorded};
+use crate::session::{progress_of, protection, Endpoint, Options, Report};
 use crate::{select, TransportError};
 use rdpipe_wire::{Role, StreamHasher};
 use std::io::Write;

@@ -23,7 +23,7 @@
 
 use super::{RdmaReceiver, RdmaSender};
 use crate::pump::{accept_end, end_stream, receive_failed, Protection, Totals};
-use crate::relay::RelayOutput;
+use crate::relay_output::RelayOutput;
 use crate::{ChunkReceiver, ChunkSender, TransportError};
 use rdpipe_verbs::RegionAlias;
 use rdpipe_wire::Integrity;

@@ -4,9 +4,9 @@
 //! hasher across all of them (see the module above).
 
 use super::{answer_resume, ask_resume, lost, reset, HopState, Link, Reconnect, Rejoined};
-use crate::endpoint::{open_or_abort, progress_of, protection, Endpoint, Options, Report};
 use crate::pump::{recv_stream_with, send_stream_with};
 use crate::replay::{Input, Recorded};
+use crate::session::{open_or_abort, progress_of, protection, Endpoint, Options, Report};
 use crate::{select, TransportError};
 use rdpipe_wire::resume::stream_binding;
 use rdpipe_wire::Role;

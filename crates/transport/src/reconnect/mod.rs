@@ -27,11 +27,11 @@
 //! while the hop keeps waiting for its peer within `--reconnect-timeout`.
 
 use crate::connect::{connect_attempts, REDIAL_ATTEMPT};
-use crate::endpoint::{listen_announced, local_params, Endpoint, Options};
 use crate::error::GoneCause;
 use crate::frame_io::{conn_error, protocol};
 use crate::handshake::{dial, handshake, LocalParams, Negotiated};
 use crate::listen::{Acceptor, Proof};
+use crate::session::{listen_announced, local_params, Endpoint, Options};
 use crate::TransportError;
 use rdpipe_wire::resume::{
     ResumeReply, ResumeRequest, ResumeVerdict, Resuming, Returning, HOLD_MAGIC, RESUME_LEN,
@@ -43,18 +43,11 @@ use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-/// One reconnect of a hop, as `-v` and `--json` report it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Reconnect {
-    /// The stream offset the hop resumed at (bytes the receiver held).
-    pub offset: u64,
-    /// From noticing the loss to the resumed stream's first byte.
-    pub downtime: Duration,
-    /// The transport of the new connection.
-    pub transport: String,
-}
+pub use crate::session::{HopState, Reconnect};
 
-/// How a hop gets its connections, again and again.
+/// How a hop gets its connections, again and again. [`Link::open`] is the
+/// one place that dials or listens: a transfer that does not reconnect
+/// takes the first connection and drops the link ([`crate::endpoint`]).
 pub(crate) enum Link {
     /// Dial `host:port` (the peer listens).
     Dial { host: String, port: u16 },
@@ -488,19 +481,6 @@ fn same_protection(n: &Negotiated, first: &Negotiated) -> Option<TransportError>
             first.integrity.as_str()
         ))
     })
-}
-
-/// What a hop tells its user while it runs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum HopState {
-    /// The connection was lost with the receiver holding `offset` bytes (as
-    /// far as this end knows); waiting for a new one.
-    Lost {
-        /// Bytes this end had moved.
-        offset: u64,
-    },
-    /// The stream flows again on a new connection.
-    Resumed(Reconnect),
 }
 
 mod hop;
