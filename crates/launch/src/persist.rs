@@ -14,21 +14,43 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+/// Why the directory of persistent masters cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum PersistError {
+    /// It could not be created or read.
+    #[error("{}: {source}", dir.display())]
+    Io {
+        /// The directory.
+        dir: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// It is not this user's private directory.
+    #[error("{} is not a private directory of this user (0700, owned by uid {uid}); remove it", dir.display())]
+    NotPrivate {
+        /// The directory.
+        dir: PathBuf,
+        /// This user's uid.
+        uid: u32,
+    },
+}
+
 /// The directory of this user's persistent masters (created if missing).
-pub fn dir() -> Result<PathBuf, String> {
+pub fn dir() -> Result<PathBuf, PersistError> {
     let uid = rustix::process::getuid().as_raw();
     let d = crate::runtime_dir().join(format!("rdpipe-persist-{uid}"));
     match std::fs::DirBuilder::new().mode(0o700).create(&d) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(format!("cannot create {}: {e}", d.display())),
+        Err(source) => return Err(PersistError::Io { dir: d, source }),
     }
-    let md = std::fs::symlink_metadata(&d).map_err(|e| format!("{}: {e}", d.display()))?;
+    let md = match std::fs::symlink_metadata(&d) {
+        Ok(md) => md,
+        Err(source) => return Err(PersistError::Io { dir: d, source }),
+    };
     if !md.is_dir() || md.uid() != uid || md.permissions().mode() & 0o077 != 0 {
-        return Err(format!(
-            "{} is not a private directory of this user (0700, owned by uid {uid}); remove it",
-            d.display()
-        ));
+        return Err(PersistError::NotPrivate { dir: d, uid });
     }
     Ok(d)
 }
@@ -49,10 +71,13 @@ pub fn socket(dir: &Path, ssh_args: &[String], dest: &str, n: usize) -> PathBuf 
 }
 
 /// Ends every persistent master of this user (`ssh -O exit`); returns how many.
-pub fn stop_all() -> Result<usize, String> {
+pub fn stop_all() -> Result<usize, PersistError> {
     let d = dir()?;
     let mut n = 0;
-    let entries = std::fs::read_dir(&d).map_err(|e| format!("{}: {e}", d.display()))?;
+    let entries = match std::fs::read_dir(&d) {
+        Ok(e) => e,
+        Err(source) => return Err(PersistError::Io { dir: d, source }),
+    };
     for e in entries.filter_map(Result::ok) {
         let p = e.path();
         if p.extension().is_some_and(|x| x == "log") {
