@@ -64,6 +64,8 @@ fn section(
     i: usize,
 ) -> Option<(u32, usize, usize, u32, u32)> {
     let h = shoff.checked_add(i.checked_mul(entsize)?)?;
+    // The header's 64 bytes must lie in the file (no offset past it wraps).
+    elf.get(h..h.checked_add(64)?)?;
     Some((
         u32_at(elf, h + 4)?,
         u64_at(elf, h + 24)?,
