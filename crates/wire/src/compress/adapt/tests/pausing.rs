@@ -86,8 +86,8 @@ fn a_first_stretch_into_empty_buffers_does_not_pause_compression_for_long() {
     // Ended for the link: the next pause, should one come, is twice what
     // this one stored, not twice the 1024 it was to be; and it was not
     // renewed for the chunks before it that did not wait.
-    assert_eq!(a.next_cpu_off, 2 * PAUSE_CHECKED_AFTER);
-    assert_eq!(a.slower_pause, 0);
+    assert_eq!(a.lengths.lost, 2 * PAUSE_CHECKED_AFTER);
+    assert_eq!(renewal(&a), None);
     probe(&mut a, 0, 5);
     // Judged against the lowest stretch: 100 bytes/ms compressing
     // against 40 storing.
@@ -161,8 +161,8 @@ fn a_narrow_win_leaves_the_pauses_as_long_as_they_were() {
     // A clear win (storing at 25 ms a chunk: 2.5 × slower) starts them
     // short again.
     assert_eq!(pause(&mut a, 25), 2 * first);
-    assert_eq!(a.next_cpu_off, 4 * first);
+    assert_eq!(a.lengths.lost, 4 * first);
     probe(&mut a, 0, 5);
     assert_eq!(a.take_decision().unwrap().why, Why::Pays);
-    assert_eq!(a.next_cpu_off, FIRST_OFF);
+    assert_eq!(a.lengths.lost, FIRST_OFF);
 }

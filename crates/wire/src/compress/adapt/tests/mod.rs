@@ -495,5 +495,15 @@ fn a_rate_limit_is_storings_rate_from_the_first_chunk() {
     assert!(a.next_level().is_some());
 }
 
-#[path = "adapt_pause_tests.rs"]
-mod pause_tests;
+mod chunk_size;
+mod pausing;
+mod probing;
+
+/// The length a pause after a probe that lost starts again at where the
+/// link idles, if the pause due or under way is one.
+fn renewal(a: &Adapt) -> Option<u32> {
+    match &a.phase {
+        Phase::PauseDue(p) | Phase::Storing(p) => p.after_loss.map(|l| l.length),
+        Phase::Probing | Phase::Compressing => None,
+    }
+}
