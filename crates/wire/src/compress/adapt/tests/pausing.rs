@@ -1,8 +1,48 @@
-//! The unit tests of how long `auto` stores without trying after a probe
-//! that lost, and when such a pause ends ([`super::super`]); the helpers
-//! are [`super`]'s.
+//! Pauses: how long `auto` stores without trying after a window that lost
+//! to storing or did not compress, and when such a pause ends.
 
 use super::*;
+
+#[test]
+fn a_receiver_slower_than_the_link_makes_storing_win_whatever_the_level() {
+    // Compressed chunks wait on the receiver (10 ms each, seen as the
+    // link); stored ones pass in 4 ms.
+    let mut a = Adapt::new();
+    let mut stored = Vec::new();
+    for _ in 0..12 {
+        stored.push(window_with(&mut a, 0.4, 8, 0, 4));
+    }
+    // Four windows up, the trial stretch, then stretches twice as long
+    // after each probe window.
+    assert_eq!(stored[..8], [0, 0, 0, 0, WINDOW, 16, 32, 64]);
+    assert!(stored.iter().sum::<u32>() > 12 * WINDOW * 5);
+    // Each probe at the cheapest level.
+    assert_eq!(a.level(), ADAPT_MIN);
+}
+
+#[test]
+fn incompressible_data_pauses_longer_each_time() {
+    let mut a = Adapt::new();
+    window(&mut a, 0.99, 8, 0);
+    let pause = |a: &mut Adapt| {
+        let mut n = 0;
+        while a.next_level().is_none() {
+            a.stored(1000);
+            let t = Duration::from_millis(8);
+            a.waited(t, Duration::ZERO, t);
+            n += 1;
+        }
+        a.compressed(1000, 1000);
+        for _ in 1..WINDOW {
+            assert_eq!(a.next_level(), Some(ADAPT_MIN));
+            a.compressed(1000, 995);
+        }
+        n
+    };
+    assert_eq!(pause(&mut a), 4);
+    assert_eq!(pause(&mut a), 8);
+    assert_eq!(pause(&mut a), 16);
+}
 
 #[test]
 fn cpu_bound_at_the_lowest_level_stores_while_storing_is_faster() {
