@@ -1,96 +1,126 @@
-//! `--compress auto`: the level of the next chunk, from what bound the sender
-//! during the last few chunks, as `zstd --adapt` does, and whether
-//! compressing moves the stream faster than storing at all.
+//! `--compress auto`: for each chunk, the zstd level to compress it at, or
+//! none (store it without trying), from what held the sender back during
+//! the last few chunks and whether compressing moves the stream faster than
+//! storing does.
 //!
-//! The sender tells [`Adapt`] how long it waited on the link (no free buffer:
-//! the socket or the receiver's credits full, or `--rate-limit`'s pacing) and
-//! how long on compression (the next chunk's worker not done yet), and how much
-//! each chunk shrank. Every [`WINDOW`] compressed chunks it decides:
+//! # What the sender reports
 //!
-//! - the chunks shrank by less than 3 % ([`INCOMPRESSIBLE`]): stop trying; the
-//!   next chunks go stored without trying for 4 chunks, then twice as
-//!   many after each failed probe (up to 1024); the level stays;
-//! - compression bound above [`ADAPT_MIN`] (its waits at least [`BOUND`] of
-//!   the window's time and more than the link's, and the window moved fewer
-//!   bytes than the link carries at its ratio: storing's rate over the
-//!   ratio; a window faster than that went into buffers, and on a 1 Gb/s
-//!   link on a 16-core host such windows at 1-1.3 GB/s lowered the level
-//!   to 1-2 again and again): halfway down to it (up one
-//!   level at a time, down fast: a window at a level the CPU cannot keep
-//!   up with costs more than one a level too low, and on a 1 Gb/s link
-//!   with two busy cores `auto` spent several windows stepping down from
-//!   levels 4-6 one at a time), and the level below the one that bound is
-//!   the most the link raises it to, for [`CEILING_HELD`] windows at it
-//!   (without that ceiling a 1 Gb/s link on a 16-core host climbed to the
-//!   level compression bound at, halved, and climbed again: the windows
-//!   that bound moved half what the link carried);
-//! - the window, with the windows before it at its level since the last
-//!   stretch (up to [`RECENT`] in all), moved fewer bytes per second than
-//!   the last stretch stored without trying did (the lowest of the last
-//!   few stretches), times [`KEEP_MARGIN`]; or compression bound at
-//!   [`ADAPT_MIN`] before any stretch was stored: the next chunks go stored
-//!   (16, then twice the last pause after each probe window that is still
-//!   slower, up to 1024; a window that wins by less than [`CLEAR_WIN`]
-//!   leaves them that long; where compression bound and moved less than
-//!   [`FAR_SLOWER`] × storing's rate as two stretches or more measured it,
-//!   at least as many as keep the next probe's loss under [`PROBE_SHARE`]
-//!   of the pause: a probe at a third of storing's rate is followed by 800
-//!   stored chunks, not 32; where the stream's first stretch stored faster
-//!   than the first window, which compressed into empty buffers, moved, the
-//!   pause goes on with no probe first, by the same rules on that one
-//!   stretch ([`Adapt::first_lost`]); such a long pause ends early once
-//!   [`PAUSE_CHECKED_AFTER`] of its chunks that waited on the link show it
-//!   carrying stored chunks slower than the probes before it moved; a pause
-//!   after a probe that lost ends in the next probe only where its stored
-//!   chunks waited on the link, else it goes on: [`Adapt::link_idle`]). What
-//!   looks like the link from the sender can be the receiver, decompressing
-//!   slower than the link carries stored chunks: then storing is faster,
-//!   whatever the level, and the next probe starts again at [`ADAPT_MIN`];
-//! - otherwise compression pays: the link bound (its waits at least
-//!   [`BOUND`] of the window's time and more than compression's): one level
-//!   up, to at most the ceiling ([`ADAPT_MAX`] until compression bound); neither bound (the input is what the
-//!   sender waits for): no change. Every so many such windows a short
-//!   stretch goes stored to measure storing's rate again: after
-//!   [`TRIAL_FIRST`] windows, then 4 times as many, and at once
-//!   [`TRIAL_MAX`] where compressing was at least twice as fast (a slow
-//!   link: the stored stretches cost it at most 1 chunk in 256).
+//! It asks [`Adapt::next_level`] once per chunk and reports the chunk:
+//! compressed at a level ([`Adapt::compressed_at`]) or stored
+//! ([`Adapt::stored`]), then its time ([`Adapt::waited`]): waiting on the
+//! link (no free buffer: the socket or the receiver's credits full, or
+//! `--rate-limit`'s pacing), waiting on compression (the chunk's worker not
+//! done), and in all. Every count is of [`UNIT`]s, a chunk counting as the
+//! units its bytes make ([`units`]), so that a window, a pause and a stretch
+//! cover the same bytes whatever the chunk size; none is shorter than two
+//! full chunks ([`Adapt::chunk_size`]).
 //!
-//! - the link carried the compressed chunks since the last stretch, more
-//!   than [`SPAN_WIRE`] bytes of them, at more than [`UNDERRATED`] times
-//!   storing's rate: that rate was measured wrong (no buffer holds that many
-//!   bytes, so the link did carry them), and it is forgotten and measured
-//!   again at once. A stretch at the start of a stream can measure a
-//!   fraction of the link: on a 16-core host over loopback the first one
-//!   measured 115-138 MB/s for a path that stores at 1.7 GB/s, compressing
-//!   then seemed ten times faster, no stretch was tried again for 256
-//!   windows, and `auto` moved 0.35-0.42 × what `none` did.
+//! # Phases ([`phase::Phase`])
 //!
-//! The waits of a stored stretch are not counted in a window: each probe
-//! window is judged on its own chunks. A stored stretch's rate counts from
-//! its first chunk that waited on the link for half its time: the chunks
-//! before it went into the socket's and the receiver's buffers, which the
-//! compressed chunks had let drain, at memory speed (on a 1 Gb/s link a
-//! whole stretch of 16 chunks measured 1.5-2.5 × the link's rate, and
-//! compressing seemed not to pay). That holds only where at least
-//! [`PACED_MIN`] chunks count from there, half of them waiting too (the
-//! stretch goes on for up to 3 chunks to see): one chunk that waited
-//! and chunks after it that did not is a stall, and the whole stretch is
-//! storing's rate.
+//! - *Probing*: the stream's first window, and the first after each stored
+//!   stretch. The sender reads ahead only as far as it needs
+//!   ([`Adapt::probe_left`]): a probe that loses ends in a pause, and chunks
+//!   compressed beyond it would be judged by no window.
+//! - *Compressing*: every [`WINDOW`] units compressed at the current level,
+//!   a window decides (below).
+//! - *Pause due*: a window decided to store the next chunks; the next
+//!   [`Adapt::next_level`] begins the pause. Chunks compressed before still
+//!   count in a window, and one that ends first decides on the same pause.
+//! - *Storing*: `None` until the pause's units are stored; then the stretch
+//!   ends, its rate counts as storing's, and the next window is a probe.
 //!
-//! Every count of chunks here is of 256 KiB units ([`UNIT`], each chunk
-//! counted by the bytes it holds: [`units`]): a window, a pause and a
-//! stretch cover the same bytes whether the transport's chunks are 256 KiB
-//! (TCP) or 1 MiB (RDMA, and a compressed stream over TCP) or 4 MiB (a
-//! compressed TCP stream whose link binds: [`Decision::large_chunks`]) or
-//! shorter (a pipe's reads, a stored chunk read at TCP's 256 KiB), with at
-//! least two chunks of the size in use to a window or a stretch's paced
-//! part ([`Adapt::chunk_size`]).
+//! # What a window decides ([`decide`])
 //!
-//! A chunk compressed at another level than the current one (on the pool
-//! when the level changed: up to nine chunks ahead) is judged by no window,
-//! nor are its waits ([`Adapt::compressed_at`]). Under `--rate-limit`
-//! storing's rate is at most the limit from the first chunk on
-//! ([`Adapt::paced`]).
+//! What bound it: the *link* where its waits are more than compression's and
+//! at least [`BOUND`] of the window's time; *compression* where its waits
+//! are more than the link's and at least [`BOUND`], and the window moved
+//! fewer bytes than the link carries at its ratio (storing's rate over the
+//! ratio: a window faster than that went into buffers, and the link binds
+//! once they are full); else *neither* (the sender waits for its input).
+//! Then the first rule that applies ([`Why`]):
+//!
+//! 1. `Incompressible`: the chunks shrank by less than 3 %
+//!    ([`INCOMPRESSIBLE`]). A pause of [`FIRST_INCOMPRESSIBLE_OFF`], twice
+//!    as long after each such window in a row (up to [`MAX_OFF`]); the level
+//!    stays, as what held before the data stopped compressing holds when it
+//!    starts again.
+//! 2. `StoringUnderrated`: the compressed windows since the last stretch put
+//!    more than [`SPAN_WIRE`] bytes on the link at more than [`UNDERRATED`]
+//!    × storing's rate. No buffer holds that many, so the link carried them
+//!    and storing's rate was measured low (a stretch at the start of a
+//!    stream can measure a fraction of the link): it is forgotten, a stretch
+//!    of [`WINDOW`] units measures it again at once, and the trials start
+//!    again from [`TRIAL_FIRST`].
+//! 3. `CpuLower`: compression bound above [`ADAPT_MIN`]. The level goes
+//!    halfway down to it (a level the cores cannot keep up with costs more
+//!    than one a level too low), and the level below the one that bound is
+//!    the ceiling: the link raises the level no higher until
+//!    [`CEILING_HELD`] link-bound windows at it, then one more.
+//! 4. `SlowerThanStoring`: the window, with the windows before it at its
+//!    level since the last stretch (up to [`RECENT`]: one alone swings),
+//!    moved fewer raw bytes per second than storing's rate × [`KEEP_MARGIN`].
+//!    The level goes to [`ADAPT_MIN`], the likeliest to beat storing at the
+//!    next probe, and a pause after a loss follows (below). A receiver that
+//!    decompresses slower than the link carries stored chunks looks like the
+//!    link from here: storing then wins whatever the level.
+//! 5. `CpuFirst`: compression bound at [`ADAPT_MIN`] before storing was
+//!    measured: a pause after a loss, to measure it.
+//! 6. `Pays`: the link bound: one level up, to at most the ceiling
+//!    ([`ADAPT_MAX`] until compression binds); neither: the level stays.
+//!    After every so many such windows a trial stretch of [`WINDOW`] units
+//!    goes stored to measure storing again: the first after [`TRIAL_FIRST`].
+//!    The first window after a stretch sets when the next comes: after four
+//!    times as many windows as the last (up to [`TRIAL_MAX`]), or
+//!    [`TRIAL_MAX`] where it moved at least twice storing's rate. Where it
+//!    won by [`CLEAR_WIN`] or more, the pauses after a loss start short
+//!    again; a narrower win leaves them as long as they were.
+//!
+//! # Pauses after a loss
+//!
+//! [`FIRST_OFF`] units, then twice the last one, up to [`MAX_OFF`]. Where
+//! compression bound, two stretches or more measured storing (one alone can
+//! have gone into empty buffers) and the window moved less than
+//! [`FAR_SLOWER`] × storing's rate, at least [`probe_pays_off_after`]: as
+//! many as keep the next probe's loss under [`PROBE_SHARE`] of the pause.
+//! Such a long pause ends early once [`PAUSE_CHECKED_AFTER`] paced units,
+//! three in four of them waiting on the link, show it carrying stored chunks
+//! slower than the probe moved: storing was measured high; the next pause
+//! after a loss is twice what this one stored. At its end a pause after a
+//! loss goes on as long again, with no probe, where fewer than
+//! [`LINK_IDLE_SHARE`] of the units stored since it began waited on the link
+//! for half their time: the link is not what the stream waits for, and no
+//! level moves it faster.
+//!
+//! The stream's first window, where it ended in `CpuFirst`, compressed into
+//! empty buffers with nothing to wait for but the cores, so no probe moves
+//! more: where the first stretch stored faster (× [`KEEP_MARGIN`]), the pause
+//! goes on with no probe, by the rules above on that one stretch, compared
+//! with that window.
+//!
+//! # Storing's rate ([`stretch`], [`rates`])
+//!
+//! A stretch's rate counts from its first chunk that waited on the link for
+//! half its time (its *paced* part): the chunks before went into buffers the
+//! compressed chunks had let drain, faster than the link. That holds where
+//! at least [`PACED_MIN`] units count from there, half of them waiting (a
+//! stretch whose paced part began near its end goes on until it has them);
+//! else the one chunk that waited was a stall, and the whole stretch's rate
+//! counts. Storing's rate is the lowest of the last [`STORED_KEPT`]
+//! stretches' (an error only ever raises it), and under `--rate-limit` at
+//! most the limit from the first chunk on ([`Adapt::paced`]).
+//!
+//! The waits of stored chunks count in the stretch, never in a window. A
+//! chunk compressed at another level than the current one (on the pool when
+//! the level changed) is judged by no window, nor are its waits
+//! ([`Adapt::compressed_at`]); nor is one counted during a stretch.
+//!
+//! # The code
+//!
+//! [`phase`]: the phases and every move between them; [`decide`]: the rules
+//! above; [`stretch`]: what a stretch measured; [`rates`]: storing's rate,
+//! the recent windows' and the wire's since the last stretch; [`level`]: the
+//! level and its ceiling; [`schedule`]: the pauses' lengths and when the
+//! next trial comes; [`window`]: the window under way.
 
 pub use super::decision::{Binding, Decision, Why};
 use super::tuning::*;
@@ -122,7 +152,7 @@ pub struct Adapt {
     level: Level,
     /// The window under way.
     window: Window,
-    /// The chunk counted last: whose its waits are.
+    /// The chunk counted last: where its waits go.
     last: Counted,
     /// The stored chunks since the last stretch ended.
     stretch: Stretch,
@@ -182,8 +212,8 @@ impl Adapt {
     }
 
     /// Chunks of at most `bytes` (the transport's buffer): no window or
-    /// stretch has fewer than two such. Each chunk counts as the [`UNIT`]s
-    /// it holds ([`units`]), so that a window, a pause and a stretch cover
+    /// stretch has fewer than two such. Each chunk counts as the `UNIT`s
+    /// it holds (256 KiB each), so that a window, a pause and a stretch cover
     /// the same bytes whatever the chunks' sizes (a short chunk counts as
     /// what it holds, not as a full one).
     pub fn chunk_size(&mut self, bytes: usize) {
@@ -197,7 +227,7 @@ impl Adapt {
 
     /// The level for the next chunk; `None`: store it without trying. Call
     /// once per chunk. Begins a pause that a window decided, and ends,
-    /// extends or renews the one under way ([`Adapt::pause_goes_on`]).
+    /// extends or renews the one under way.
     pub fn next_level(&mut self) -> Option<i32> {
         if self.phase.begin_pause() || self.pause_goes_on() {
             return None;
