@@ -93,7 +93,7 @@ pub(super) const FIRST_INCOMPRESSIBLE_OFF: u32 = 4;
 pub(super) const MAX_OFF: u32 = 1024;
 /// A pause after a probe slower than storing ends in a probe only where
 /// at least this share of its stored units waited on the link for half
-/// their time ([`super::adapt::Adapt`]'s `link_idle`); else it goes on as
+/// their time (`Stretch::link_idle` in [`super::adapt`]); else it goes on as
 /// long again.
 pub const LINK_IDLE_SHARE: f64 = 0.125;
 /// The most a probe window that compression binds, and that loses to
@@ -117,7 +117,7 @@ pub const PROBE_SHARE: f64 = 0.02;
 /// long pause on that stretch alone.
 pub const FAR_SLOWER: f64 = 0.5;
 /// Paced chunks of a long pause after which it ends if they show the link
-/// slower than the probes before it (`Adapt::pause_lost_its_bet`): 8 MiB
+/// slower than the probes before it (`Stretch::lost_bet` in [`super::adapt`]): 8 MiB
 /// on TCP. Stretches into buffers drained by windows that compression
 /// bound measured 409 MB/s on a 1 Gb/s link (the lowest of three such), a
 /// probe at 192 MB/s then paused for 451 chunks; the link, once the

@@ -1,8 +1,48 @@
-//! The unit tests of how long `auto` stores without trying after a probe
-//! that lost, and when such a pause ends ([`super::super`]); the helpers
-//! are [`super`]'s.
+//! Pauses: how long `auto` stores without trying after a window that lost
+//! to storing or did not compress, and when such a pause ends.
 
 use super::*;
+
+#[test]
+fn a_receiver_slower_than_the_link_makes_storing_win_whatever_the_level() {
+    // Compressed chunks wait on the receiver (10 ms each, seen as the
+    // link); stored ones pass in 4 ms.
+    let mut a = Adapt::new();
+    let mut stored = Vec::new();
+    for _ in 0..12 {
+        stored.push(window_with(&mut a, 0.4, 8, 0, 4));
+    }
+    // Four windows up, the trial stretch, then stretches twice as long
+    // after each probe window.
+    assert_eq!(stored[..8], [0, 0, 0, 0, WINDOW, 16, 32, 64]);
+    assert!(stored.iter().sum::<u32>() > 12 * WINDOW * 5);
+    // Each probe at the cheapest level.
+    assert_eq!(a.level(), ADAPT_MIN);
+}
+
+#[test]
+fn incompressible_data_pauses_longer_each_time() {
+    let mut a = Adapt::new();
+    window(&mut a, 0.99, 8, 0);
+    let pause = |a: &mut Adapt| {
+        let mut n = 0;
+        while a.next_level().is_none() {
+            a.stored(1000);
+            let t = Duration::from_millis(8);
+            a.waited(t, Duration::ZERO, t);
+            n += 1;
+        }
+        a.compressed(1000, 1000);
+        for _ in 1..WINDOW {
+            assert_eq!(a.next_level(), Some(ADAPT_MIN));
+            a.compressed(1000, 995);
+        }
+        n
+    };
+    assert_eq!(pause(&mut a), 4);
+    assert_eq!(pause(&mut a), 8);
+    assert_eq!(pause(&mut a), 16);
+}
 
 #[test]
 fn cpu_bound_at_the_lowest_level_stores_while_storing_is_faster() {
@@ -86,8 +126,8 @@ fn a_first_stretch_into_empty_buffers_does_not_pause_compression_for_long() {
     // Ended for the link: the next pause, should one come, is twice what
     // this one stored, not twice the 1024 it was to be; and it was not
     // renewed for the chunks before it that did not wait.
-    assert_eq!(a.next_cpu_off, 2 * PAUSE_CHECKED_AFTER);
-    assert_eq!(a.slower_pause, 0);
+    assert_eq!(a.lengths.lost, 2 * PAUSE_CHECKED_AFTER);
+    assert_eq!(renewal(&a), None);
     probe(&mut a, 0, 5);
     // Judged against the lowest stretch: 100 bytes/ms compressing
     // against 40 storing.
@@ -161,8 +201,8 @@ fn a_narrow_win_leaves_the_pauses_as_long_as_they_were() {
     // A clear win (storing at 25 ms a chunk: 2.5 × slower) starts them
     // short again.
     assert_eq!(pause(&mut a, 25), 2 * first);
-    assert_eq!(a.next_cpu_off, 4 * first);
+    assert_eq!(a.lengths.lost, 4 * first);
     probe(&mut a, 0, 5);
     assert_eq!(a.take_decision().unwrap().why, Why::Pays);
-    assert_eq!(a.next_cpu_off, FIRST_OFF);
+    assert_eq!(a.lengths.lost, FIRST_OFF);
 }
