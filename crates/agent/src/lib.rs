@@ -69,9 +69,9 @@ pub fn internal_mode(args: &[OsString]) -> Option<ExitCode> {
     }
 }
 
+use rdpipe_control::Link;
 use rdpipe_control::{Direction, FailKind, FromAgent, KeyLine, Part, PROTOCOL};
-use rdpipe_plan::Link;
-use rdpipe_wire::{Integrity, TransportPref};
+use rdpipe_wire::TransportPref;
 use say::{Meter, Say};
 use segment::Segment;
 use std::ffi::OsString;
@@ -81,170 +81,9 @@ use std::sync::{mpsc, Arc};
 use std::time::Duration;
 use transfers::Transfers;
 
-/// The agent's command line (hidden; written by rdpipe).
-#[derive(Debug, clap::Parser)]
-#[command(name = "rdrecv --agent", about = "rdpipe endpoint agent (internal)")]
-#[command(group(clap::ArgGroup::new("action").required(true).args(["cmd", "read", "write", "append", "relay", "pack", "unpack", "list", "save_listing"])))]
-pub struct AgentArgs {
-    /// Label for messages.
-    #[arg(long, default_value = "agent")]
-    pub label: String,
-    /// The incoming transfer.
-    #[arg(long, value_enum)]
-    pub input: Link,
-    /// The outgoing transfer.
-    #[arg(long, value_enum)]
-    pub output: Link,
-    /// The address the incoming side listens at (the address its peer connects
-    /// to; used when it is an IP address of this host).
-    #[arg(long)]
-    pub in_addr: Option<String>,
-    /// Likewise for the outgoing side.
-    #[arg(long)]
-    pub out_addr: Option<String>,
-    /// Chunk size in bytes.
-    #[arg(long, default_value_t = rdpipe_wire::DEFAULT_CHUNK_SIZE)]
-    pub chunk_size: u32,
-    /// Buffers in flight.
-    #[arg(long, default_value_t = 4)]
-    pub slots: u32,
-    /// auto, tcp or rdma.
-    #[arg(long, default_value = "auto", value_parser = rdpipe_control::parse_transport)]
-    pub transport: TransportPref,
-    /// auto, checksum, mac or encrypt (rdpipe always says which).
-    #[arg(long, default_value = "auto", value_parser = rdpipe_control::parse_integrity)]
-    pub integrity: Integrity,
-    /// Seconds the authentication handshake may take.
-    #[arg(long, default_value_t = 10)]
-    pub handshake_timeout: u64,
-    /// `--rate-limit` in bytes per second (each transfer of the segment tells
-    /// its peer; the sender paces).
-    #[arg(long)]
-    pub rate_limit: Option<rdpipe_transport::Rate>,
-    /// `--compress` for every transfer of the segment (none, auto, zstd:LEVEL).
-    #[arg(long, default_value = "none")]
-    pub compress: rdpipe_wire::Compress,
-    /// Seconds to keep retrying a connect.
-    #[arg(long, default_value_t = 30)]
-    pub connect_timeout: u64,
-    /// Seconds a hop whose connection died tries to reconnect and resume
-    /// (rdpipe's `--reconnect-timeout`; 0: off).
-    #[arg(long, default_value_t = 60)]
-    pub reconnect_timeout: u64,
-    /// Bytes each sending hop keeps until its receiver has them, to resume
-    /// after a reconnect (rdpipe's `--replay-window`).
-    #[arg(long, value_name = "BYTES", default_value_t = rdpipe_transport::endpoint::REPLAY_WINDOW)]
-    pub reconnect_window: usize,
-    /// Run `SHELL -c CMD` (the user's login shell).
-    #[arg(long)]
-    pub cmd: Option<String>,
-    /// Send this file (`< FILE`).
-    #[arg(long)]
-    pub read: Option<String>,
-    /// Write the stream into this file (`> FILE`).
-    #[arg(long)]
-    pub write: Option<String>,
-    /// Append the stream to this file (`>> FILE`).
-    #[arg(long)]
-    pub append: Option<String>,
-    /// Relay only (`HOST:`, an empty command): forward the incoming stream to
-    /// the outgoing transfer, no command (see [`passthrough`]).
-    #[arg(long)]
-    pub relay: bool,
-    /// rdcp's source side: send these paths as an entry stream (repeated).
-    #[arg(long, value_name = "PATH")]
-    pub pack: Vec<String>,
-    /// With `--pack`: directories too (rdcp's `-r`).
-    #[arg(long)]
-    pub recursive: bool,
-    /// With `--pack`: extended attributes too (rdcp's `--xattrs`).
-    #[arg(long)]
-    pub xattrs: bool,
-    /// With `--pack`: FIFOs, sockets and device nodes too; with `--unpack`:
-    /// create them (rdcp's `--specials`).
-    #[arg(long)]
-    pub specials: bool,
-    /// With `--pack`: the destination's listing (`rdcp --resume`), in the
-    /// private directory of the copy whose random id is RUN
-    /// (`rdpipe_copy::private`), read and then removed.
-    #[arg(long, value_name = "RUN")]
-    pub manifest: Option<String>,
-    /// `rdcp --resume`'s first step on the sources' host: save the incoming
-    /// listing in a new private directory for the copy whose id is RUN.
-    #[arg(long, value_name = "RUN")]
-    pub save_listing: Option<String>,
-    /// With `--pack`/`--unpack`: this is stream K of N of the copy whose
-    /// random id is RUN (hex), rdcp's `--streams` (`rdpipe_copy::stripe`).
-    #[arg(long, value_name = "K/N/RUN", value_parser = parse_stripe)]
-    pub stripe: Option<rdpipe_copy::stripe::Stripe>,
-    /// `rdcp --resume`'s first step: send the listing of what DEST holds.
-    #[arg(long, value_name = "DEST")]
-    pub list: Option<String>,
-    /// With `--list`: each complete file's content hash too (rdcp's
-    /// `--checksum`).
-    #[arg(long)]
-    pub checksum: bool,
-    /// With `--list`: a source's last component (repeated); with `--unpack`,
-    /// the one source's name of a resumed copy.
-    #[arg(long, value_name = "NAME")]
-    pub top: Vec<String>,
-    /// rdcp's destination side: create the entry stream's files beneath DEST.
-    #[arg(long, value_name = "DEST")]
-    pub unpack: Option<String>,
-    /// With `--unpack`: DEST must be an existing directory.
-    #[arg(long)]
-    pub must_be_dir: bool,
-    /// With `--unpack`: keep modes and times (rdcp's `-p`).
-    #[arg(long)]
-    pub preserve: bool,
-    /// With `--unpack --preserve`: drop set-uid and set-gid bits (rdcp's
-    /// `--no-setid`).
-    #[arg(long)]
-    pub no_setid: bool,
-    /// Write `--write`/`--append`'s file with O_DIRECT (rdpipe's `--direct`);
-    /// with `--pack`/`--unpack`, read or write big files so (rdcp's).
-    #[arg(long)]
-    pub direct: bool,
-    /// A `--to` sink of a fan-out: the incoming stream feeds the command (or
-    /// `> FILE`) and, with an outgoing transfer, is relayed to the next sink; a
-    /// failure of the local part is reported but stops neither (see
-    /// [`relay`]).
-    #[arg(long)]
-    pub sink: bool,
-    /// A `--to` sink that relays: keep the last BYTES of the relayed stream
-    /// so that the chain can re-link around the next sink if it dies
-    /// (rdpipe's `--replay-window`; 0: no re-link).
-    #[arg(long, value_name = "BYTES", default_value_t = 0)]
-    pub replay_window: usize,
-    /// A `--to` sink fed by another sink: its incoming hop is a chain hop
-    /// (keyed with the chain's secret) that re-links when its relay dies.
-    #[arg(long)]
-    pub chain_in: bool,
-    /// The control channel is Slurm's step I/O (`--launcher srun`): agree
-    /// its key through munge first and open every line from rdpipe
-    /// ([`trust`], [`rdpipe_control::seal`]).
-    #[arg(long)]
-    pub munge: bool,
-    /// With `--munge`: munged's socket (Slurm's `AuthInfo=socket=`); munge's
-    /// default without.
-    #[arg(long, value_name = "PATH", requires = "munge")]
-    pub munge_socket: Option<std::path::PathBuf>,
-    /// Log level as for rdpipe's `-v` count: 2 debug, 3 trace.
-    #[arg(long, default_value_t = 0)]
-    pub verbose: u8,
-    /// Errors only (rdpipe's `-q`).
-    #[arg(long)]
-    pub quiet: bool,
-    /// A log filter (`RUST_LOG` syntax, rdpipe's own `RUST_LOG`), overriding
-    /// `--verbose`.
-    #[arg(long, value_name = "FILTER")]
-    pub log: Option<String>,
-}
+pub use rdpipe_control::AgentArgs;
 
 /// `--stripe K/N/RUN`.
-fn parse_stripe(s: &str) -> Result<rdpipe_copy::stripe::Stripe, String> {
-    rdpipe_copy::stripe::Stripe::parse(s).ok_or_else(|| format!("{s}: not K/N/RUN"))
-}
 
 /// Runs the agent with `args` (the words after `--agent`) and returns its exit
 /// status. This is the whole of `rdrecv --agent`.

@@ -65,8 +65,9 @@
 //!
 //! Also here, because both ends of the channel use them: the sealing of an
 //! srun channel ([`seal`], [`munge`]), the hop-key log for tests
-//! ([`keylog`]), what an agent binary says it speaks ([`AgentId`]) and the
-//! spellings of `--transport` and `--integrity` ([`prefs`]).
+//! ([`keylog`]), the agent's command line ([`AgentArgs`]), what an agent
+//! binary says it speaks ([`AgentId`]) and the spellings of `--transport`
+//! and `--integrity` ([`prefs`]).
 
 use rdpipe_transport::reconnect::Reconnect;
 use std::fmt;
@@ -74,6 +75,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 mod addr;
+pub mod agent_args;
 pub mod agent_id;
 mod copied;
 mod hop_report;
@@ -87,6 +89,7 @@ pub mod seal;
 mod squeeze;
 mod usage;
 pub use addr::NetAddr;
+pub use agent_args::{AgentArgs, Link};
 pub use agent_id::{AgentId, VERSION};
 pub use copied::CopyCounts;
 pub use hop_report::{CmdExit, HopReport};

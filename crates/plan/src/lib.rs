@@ -226,27 +226,7 @@ pub enum Node {
     Stdout,
 }
 
-/// How one end of a hop takes part in the connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Link {
-    /// This end has no such stream.
-    None,
-    /// This end listens on an ephemeral port and announces it.
-    Listen,
-    /// This end connects to the other, once told where.
-    Connect,
-}
-
-impl Link {
-    /// The agent's spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Link::None => "none",
-            Link::Listen => "listen",
-            Link::Connect => "connect",
-        }
-    }
-}
+pub use rdpipe_control::Link;
 
 /// One transfer between two neighbours.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -3,92 +3,75 @@
 //! `--relay`, rdcp's `--pack`, `--unpack`, `--list`); the agent parses it back
 //! (`rdpipe_agent::AgentArgs`).
 
+//! An agent's settings for one segment: its links, tuning, roles in a `--to`
+//! chain, and what its segment does (`--cmd`, `--read`, `--write`, `--relay`,
+//! rdcp's `--pack`, `--unpack`, `--list`), as the [`AgentArgs`] the agent
+//! parses back (written by [`AgentArgs::to_argv`]).
+
 use super::Config;
+use rdpipe_control::AgentArgs;
 use rdpipe_plan::{Action, Node, Pipeline};
 
-/// The agent's argv (after the program) for segment `i`.
+/// The agent's argv (after the program) for segment `i`: `--agent` and its
+/// settings.
 pub fn agent_args(p: &Pipeline, i: usize, a: &Config) -> Vec<String> {
+    std::iter::once("--agent".to_string())
+        .chain(agent_settings(p, i, a).to_argv())
+        .collect()
+}
+
+/// The agent's settings for segment `i`.
+pub fn agent_settings(p: &Pipeline, i: usize, a: &Config) -> AgentArgs {
     let (input, output) = p.links(i);
     let seg = &p.segments[i];
-    let mut v = vec![
-        "--agent".to_string(),
-        "--label".into(),
-        format!("{}[{}]", seg.host.label(), i + 1),
-        "--input".into(),
-        input.as_str().into(),
-        "--output".into(),
-        output.as_str().into(),
-        "--chunk-size".into(),
-        a.chunk_size.to_string(),
-        "--slots".into(),
-        a.slots.to_string(),
-        "--transport".into(),
-        rdpipe_control::transport_name(a.transport).into(),
-        "--connect-timeout".into(),
-        a.connect_timeout.to_string(),
-        "--handshake-timeout".into(),
-        a.handshake_timeout.to_string(),
-        "--reconnect-timeout".into(),
-        a.reconnect_timeout.to_string(),
-        "--reconnect-window".into(),
-        a.replay_window.to_string(),
-        "--integrity".into(),
-        a.integrity.as_str().into(),
-    ];
-    if let Some(r) = a.rate_limit {
-        v.extend(["--rate-limit".into(), r.bytes_per_sec().to_string()]);
-    }
-    if a.compress.is_on() {
-        v.extend(["--compress".into(), a.compress.to_string()]);
-    }
+    let mut v = AgentArgs::new(format!("{}[{}]", seg.host.label(), i + 1), input, output);
+    v.chunk_size = a.chunk_size;
+    v.slots = a.slots;
+    v.transport = a.transport;
+    v.connect_timeout = a.connect_timeout;
+    v.handshake_timeout = a.handshake_timeout;
+    v.reconnect_timeout = a.reconnect_timeout;
+    v.reconnect_window = a.replay_window;
+    v.integrity = a.integrity;
+    v.rate_limit = a.rate_limit;
+    v.compress = a.compress;
     // Only when asked for: the usual command line stays short.
     if a.verbose >= 2 {
-        v.extend(["--verbose".into(), a.verbose.min(3).to_string()]);
+        v.verbose = a.verbose.min(3);
     }
-    if a.quiet {
-        v.push("--quiet".into());
-    }
-    if a.direct
+    v.quiet = a.quiet;
+    v.direct = a.direct
         && matches!(
             seg.action,
             Action::WriteFile { .. } | Action::Pack { .. } | Action::Unpack { .. }
-        )
-    {
-        v.push("--direct".into());
-    }
-    if let Some(f) = &a.log {
-        v.extend(["--log".into(), f.clone()]);
-    }
+        );
+    v.log = a.log.clone();
     // Where a listening side listens: the address its peer connects to, unless
     // data-address discovery may pick another (then all addresses).
     let me = Node::Segment(i);
     let discovers = super::discover::discovery_hops(p, &a.data_host, a.transport, a.launcher);
-    for (flag, hop) in [
-        ("--in-addr", p.hop_into(me)),
-        ("--out-addr", p.hop_from(me)),
-    ] {
-        let discovered = |h: &&rdpipe_plan::Hop| {
-            p.hops
-                .iter()
-                .position(|x| x == *h)
-                .is_some_and(|k| discovers[k])
-        };
-        if let Some(h) = hop.filter(|h| h.listener == me && !discovered(h)) {
-            v.extend([flag.to_string(), h.address.clone()]);
-        }
-    }
+    let discovered = |h: &rdpipe_plan::Hop| {
+        p.hops
+            .iter()
+            .position(|x| x == h)
+            .is_some_and(|k| discovers[k])
+    };
+    let listening = |hop: Option<&rdpipe_plan::Hop>| {
+        hop.filter(|h| h.listener == me && !discovered(h))
+            .map(|h| h.address.clone())
+    };
+    v.in_addr = listening(p.hop_into(me));
+    v.out_addr = listening(p.hop_from(me));
     if p.is_sink(i) {
-        v.push("--sink".into());
+        v.sink = true;
         if chain_hops(p, i, a) {
             if p.relays(i) {
-                v.extend(["--replay-window".into(), a.replay_window.to_string()]);
+                v.replay_window = a.replay_window;
             }
-            if i > p.sinks().start {
-                v.push("--chain-in".into());
-            }
+            v.chain_in = i > p.sinks().start;
         }
     }
-    v.extend(action_args(&seg.action));
+    set_action(&mut v, &seg.action);
     v
 }
 
@@ -98,18 +81,18 @@ pub(super) fn chain_hops(p: &Pipeline, i: usize, a: &Config) -> bool {
     a.replay_window > 0 && (p.relays(i) || (p.is_sink(i) && i > p.sinks().start))
 }
 
-/// The agent arguments of `action`.
-pub fn action_args(action: &Action) -> Vec<String> {
-    let mut v: Vec<String> = vec![];
+/// What the agent does for `action`.
+fn set_action(v: &mut AgentArgs, action: &Action) {
     match action {
-        Action::Command(c) => v.extend(["--cmd".into(), c.clone()]),
-        Action::ReadFile(f) => v.extend(["--read".into(), f.clone()]),
-        Action::WriteFile { path, append } => v.extend([
-            if *append { "--append" } else { "--write" }.into(),
-            path.clone(),
-        ]),
-        Action::Relay => v.push("--relay".into()),
-        Action::SaveListing { run } => v.extend(["--save-listing".into(), run.clone()]),
+        Action::Command(c) => v.cmd = Some(c.clone()),
+        Action::ReadFile(f) => v.read = Some(f.clone()),
+        Action::WriteFile { path, append: true } => v.append = Some(path.clone()),
+        Action::WriteFile {
+            path,
+            append: false,
+        } => v.write = Some(path.clone()),
+        Action::Relay => v.relay = true,
+        Action::SaveListing { run } => v.save_listing = Some(run.clone()),
         Action::Pack {
             sources,
             recursive,
@@ -118,24 +101,12 @@ pub fn action_args(action: &Action) -> Vec<String> {
             manifest,
             stripe,
         } => {
-            for src in sources {
-                v.extend(["--pack".into(), src.clone()]);
-            }
-            if *recursive {
-                v.push("--recursive".into());
-            }
-            if *xattrs {
-                v.push("--xattrs".into());
-            }
-            if *specials {
-                v.push("--specials".into());
-            }
-            if let Some(m) = manifest {
-                v.extend(["--manifest".into(), m.clone()]);
-            }
-            if let Some(s) = stripe {
-                v.extend(["--stripe".into(), s.to_string()]);
-            }
+            v.pack = sources.clone();
+            v.recursive = *recursive;
+            v.xattrs = *xattrs;
+            v.specials = *specials;
+            v.manifest = manifest.clone();
+            v.stripe = stripe.clone();
         }
         Action::List {
             dest,
@@ -143,16 +114,10 @@ pub fn action_args(action: &Action) -> Vec<String> {
             tops,
             checksum,
         } => {
-            v.extend(["--list".into(), dest.clone()]);
-            for t in tops {
-                v.extend(["--top".into(), t.clone()]);
-            }
-            if *must_be_dir {
-                v.push("--must-be-dir".into());
-            }
-            if *checksum {
-                v.push("--checksum".into());
-            }
+            v.list = Some(dest.clone());
+            v.top = tops.clone();
+            v.must_be_dir = *must_be_dir;
+            v.checksum = *checksum;
         }
         Action::Unpack {
             dest,
@@ -163,28 +128,15 @@ pub fn action_args(action: &Action) -> Vec<String> {
             resumed_top,
             stripe,
         } => {
-            v.extend(["--unpack".into(), dest.clone()]);
-            if let Some(t) = resumed_top {
-                v.extend(["--top".into(), t.clone()]);
-            }
-            if *must_be_dir {
-                v.push("--must-be-dir".into());
-            }
-            if *preserve {
-                v.push("--preserve".into());
-            }
-            if *no_setid {
-                v.push("--no-setid".into());
-            }
-            if *specials {
-                v.push("--specials".into());
-            }
-            if let Some(s) = stripe {
-                v.extend(["--stripe".into(), s.to_string()]);
-            }
+            v.unpack = Some(dest.clone());
+            v.top = resumed_top.iter().cloned().collect();
+            v.must_be_dir = *must_be_dir;
+            v.preserve = *preserve;
+            v.no_setid = *no_setid;
+            v.specials = *specials;
+            v.stripe = stripe.clone();
         }
     }
-    v
 }
 
 #[cfg(test)]
@@ -235,7 +187,8 @@ mod tests {
         let a = config(0, false, None);
         let p = plan(&a.segments, false, &|r: &RemoteHost| r.name.clone()).unwrap();
         let args = agent_args(&p, 1, &a);
-        let parsed = rdpipe_agent::AgentArgs::try_parse_from(
+        assert_eq!(args[0], "--agent");
+        let parsed = rdpipe_control::AgentArgs::try_parse_from(
             std::iter::once("rdrecv --agent".to_string()).chain(args.into_iter().skip(1)),
         )
         .unwrap();
@@ -246,23 +199,26 @@ mod tests {
         assert_eq!(parsed.chunk_size, 1 << 20);
         assert_eq!(parsed.rate_limit, "16M".parse().ok());
         assert_eq!(parsed.compress, rdpipe_wire::Compress::Zstd(5));
+        assert_eq!(parsed, agent_settings(&p, 1, &a));
     }
 
     #[test]
     fn agents_get_the_verbosity_only_when_asked() {
         let a = config(1, false, None);
         let p = plan(&a.segments, false, &|r: &RemoteHost| r.name.clone()).unwrap();
-        let has = |a: &Config, w: &str| agent_args(&p, 0, a).iter().any(|x| x == w);
+        let has = |a: &Config, w: &str| {
+            agent_args(&p, 0, a)
+                .iter()
+                .any(|x| x == w || x.starts_with(&format!("{w}=")))
+        };
         for w in ["--verbose", "--quiet", "--log"] {
             assert!(!has(&a, w), "{w}");
         }
         let v = agent_args(&p, 0, &config(5, false, None));
-        let i = v.iter().position(|x| x == "--verbose").unwrap();
-        assert_eq!(v[i + 1], "3");
+        assert!(v.iter().any(|x| x == "--verbose=3"), "{v:?}");
         assert!(has(&config(0, true, None), "--quiet"));
         let v = agent_args(&p, 1, &config(0, false, Some("debug")));
-        let i = v.iter().position(|x| x == "--log").unwrap();
-        assert_eq!(v[i + 1], "debug");
+        assert!(v.iter().any(|x| x == "--log=debug"), "{v:?}");
     }
 
     #[test]
@@ -276,8 +232,8 @@ mod tests {
             let v = agent_args(&p, i, a);
             let w = v
                 .iter()
-                .position(|x| x == "--replay-window")
-                .map(|k| v[k + 1].clone());
+                .find_map(|x| x.strip_prefix("--replay-window="))
+                .map(str::to_string);
             (w, v.iter().any(|x| x == "--chain-in"), chain_hops(&p, i, a))
         };
         assert_eq!(roles(&a, 0), (None, false, false));
