@@ -11,6 +11,7 @@
 pub mod beneath;
 pub mod direct;
 pub mod list;
+pub mod names;
 pub mod pack;
 pub mod private;
 pub mod stripe;

@@ -3,11 +3,11 @@
 //!
 //! Before the copy, the destination's host lists, beneath where the sources
 //! will land, every regular file (path, size, mtime: [`Entry::Have`]) and
-//! every temporary file an interrupted copy left (`.NAME.rdcp-PID-N`: its
-//! size and the xxh3-64 of what it holds, [`Entry::Partial`]; the largest one
-//! per NAME, even an empty one, so that it is reused rather than left; older
-//! smaller ones are removed). The listing travels to the sources' host as an ordinary
-//! transfer; there the packer ([`crate::pack`]) skips each file whose size
+//! every temporary file an interrupted copy left (`.NAME.rdcp-PID-N`, see
+//! [`crate::names`]: its size and the xxh3-64 of what it holds,
+//! [`Entry::Partial`]; the largest one per NAME, even an empty one, so that
+//! it is reused rather than left; older smaller ones are removed). The
+//! listing travels to the sources' host as an ordinary transfer; there the packer ([`crate::pack`]) skips each file whose size
 //! and mtime are the listed ones, and continues a file from its partial copy
 //! when the first bytes of the source hash to the same value: only the rest
 //! crosses the wire ([`Entry::Resume`]), and the receiver checks the prefix
@@ -23,6 +23,7 @@
 //! one source lands as the destination itself (the first component is the
 //! destination's name, not the source's).
 
+use crate::names::{self, Name};
 use crate::warn;
 use rdpipe_wire::entry::{encode_start, Decoder, Entry, Event, RelPath};
 use rustix::fs::{AtFlags, Mode, OFlags};
@@ -34,18 +35,6 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::Arc;
-
-/// The temporary-name infix of a file being received.
-pub const TMP_INFIX: &[u8] = b".rdcp-";
-
-/// NAME of a temporary file `.NAME.rdcp-PID-N`, if `file` is one.
-pub fn tmp_target(file: &[u8]) -> Option<&[u8]> {
-    let rest = file.strip_prefix(b".")?;
-    let at = rest
-        .windows(TMP_INFIX.len())
-        .rposition(|w| w == TMP_INFIX)?;
-    (at > 0).then(|| &rest[..at])
-}
 
 /// Writes the listing of `dest` for sources whose top-level names are
 /// `tops` (see the module doc). The walk goes through directory descriptors,
@@ -87,8 +76,8 @@ pub fn list<W: Write>(
             let (pd, n) = (Arc::new(pd), n.as_bytes().to_vec());
             // DEST itself, and beside it the partial copies of DEST (the one
             // source being a file cut short).
-            for e in names(&pd) {
-                if tmp_target(&e) == Some(&n[..]) {
+            for e in dir_names(&pd) {
+                if names::tmp_target(&e) == Some(&n[..]) {
                     roots.push((pd.clone(), e.clone(), e));
                 }
             }
@@ -115,7 +104,7 @@ pub fn list<W: Write>(
                 continue;
             };
             let sub = Arc::new(sub);
-            for e in names(&sub) {
+            for e in dir_names(&sub) {
                 let mut r = rel.clone();
                 r.push(b'/');
                 r.extend_from_slice(&e);
@@ -126,14 +115,15 @@ pub fn list<W: Write>(
                 Some(i) => &rel[..=i],
                 None => &rel[..0],
             };
-            if let Some(target) = tmp_target(&name) {
+            let ours = names::parse(&name);
+            if let Some(target) = ours.and_then(|n| n.target()) {
                 let Ok(path_rel) = RelPath::new([parent_rel, target].concat()) else {
                     continue;
                 };
-                if crate::stripe::is_ledger(&name) {
+                if let Some(Name::Ledger { .. }) = ours {
                     continue;
                 }
-                if crate::stripe::is_striped_tmp(&name, target) {
+                if let Some(Name::Striped { .. }) = ours {
                     // A striped copy: the pieces its ledger has as done.
                     entries += pieces_of(&dir, &name, path_rel, &mut head, out)?;
                     continue;
@@ -268,7 +258,7 @@ fn libc_nofollow() -> i32 {
 }
 
 /// The names in directory `d` (not `.` and `..`).
-fn names(d: &OwnedFd) -> Vec<Vec<u8>> {
+fn dir_names(d: &OwnedFd) -> Vec<Vec<u8>> {
     let Ok(dir) = rustix::fs::Dir::read_from(d) else {
         return vec![];
     };
@@ -482,18 +472,5 @@ impl Manifest {
     /// The partial copy of `p` an interrupted run left, if any.
     pub fn partial(&self, p: &RelPath) -> Option<&Partial> {
         self.partial.get(&self.key(p.as_bytes()))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn temporary_names_map_to_their_target() {
-        assert_eq!(tmp_target(b".a.txt.rdcp-12-0"), Some(&b"a.txt"[..]));
-        assert_eq!(tmp_target(b".x.rdcp-1.rdcp-2-3"), Some(&b"x.rdcp-1"[..]));
-        assert_eq!(tmp_target(b"a.rdcp-1-2"), None);
-        assert_eq!(tmp_target(b"..rdcp-1-2"), None);
     }
 }

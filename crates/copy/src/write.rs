@@ -26,7 +26,7 @@ pub fn reopen_partial(
     offset: u64,
     prefix: u64,
 ) -> io::Result<File> {
-    if crate::list::tmp_target(tmp) != Some(leaf) {
+    if crate::names::temp_target(tmp) != Some(leaf) {
         return Err(io::Error::other(
             "the partial copy's name is not one of this file's",
         ));

@@ -2,8 +2,9 @@
 //! verified) and what stream 0 removes once it has published: the markers,
 //! and striped copies that other versions of the published files left.
 
-use super::{check_ours, is_striped_tmp, marker_name, short, Stripe, ARRIVAL};
+use super::{check_ours, Stripe, ARRIVAL};
 use crate::beneath::name;
+use crate::names::{self, Name};
 use rustix::fs::{AtFlags, FlockOperation, Mode, OFlags};
 use std::fs::File;
 use std::io;
@@ -29,7 +30,12 @@ impl Marker {
     /// 0 never finds it unlocked before this stream ended.
     pub fn hold(base: &OwnedFd, s: &Stripe) -> io::Result<Marker> {
         let real = s.marker(s.index);
-        let new = [&real[..], b".new"].concat();
+        let new = Name::Marker {
+            run: s.run,
+            stream: s.index,
+            new: true,
+        }
+        .format();
         let flags =
             OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let file = File::from(rustix::fs::openat(
@@ -65,7 +71,7 @@ pub fn release(base: &OwnedFd, s: &Stripe) {
 /// Whether run `run`'s first stream is running in `base`: its marker there
 /// is ours and held locked.
 fn running(base: &OwnedFd, run: u64) -> bool {
-    let m = marker_name(run, 0);
+    let m = names::marker(run, 0);
     let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
     let Ok(f) = rustix::fs::openat(base, name(&m), flags, Mode::empty()) else {
         return false;
@@ -89,24 +95,23 @@ pub fn remove_superseded(dir: &OwnedFd, base: &OwnedFd, done: &[Published]) {
     let Ok(list) = rustix::fs::Dir::read_from(dir) else {
         return;
     };
-    let shorts: Vec<(std::borrow::Cow<'_, [u8]>, &[u8])> =
-        done.iter().map(|p| (short(&p.leaf), &p.tmp[..])).collect();
+    let shorts: Vec<(std::borrow::Cow<'_, [u8]>, &[u8])> = done
+        .iter()
+        .map(|p| (names::short(&p.leaf), &p.tmp[..]))
+        .collect();
     for e in list.flatten() {
         let n = e.file_name().to_bytes();
-        let tmp = n.strip_suffix(b".pieces").unwrap_or(n);
-        let Some(target) = crate::list::tmp_target(tmp) else {
-            continue;
+        // A striped file, or its ledger.
+        let (target, run) = match names::parse(n) {
+            Some(Name::Striped { target, run } | Name::Ledger { target, run }) => (target, run),
+            _ => continue,
         };
+        let tmp = n.strip_suffix(b".pieces").unwrap_or(n);
         let ours = shorts
             .iter()
-            .any(|(s, kept)| target == &s[..] && tmp != *kept && is_striped_tmp(tmp, target));
-        let run = std::str::from_utf8(&tmp[tmp.len().saturating_sub(16)..])
-            .ok()
-            .and_then(|h| u64::from_str_radix(h, 16).ok());
-        if let (true, Some(run)) = (ours, run) {
-            if !running(base, run) {
-                let _ = rustix::fs::unlinkat(dir, name(n), AtFlags::empty());
-            }
+            .any(|(s, kept)| target == &s[..] && tmp != *kept);
+        if ours && !running(base, run) {
+            let _ = rustix::fs::unlinkat(dir, name(n), AtFlags::empty());
         }
     }
 }
@@ -147,19 +152,6 @@ fn wait_each(base: &OwnedFd, s: &Stripe) -> Vec<u32> {
     failed
 }
 
-/// Whether `file` is a stream's marker (`.rdcp-s<RUN>.<K>`, or its name
-/// before it is locked, `.new` after).
-fn is_marker(file: &[u8]) -> bool {
-    let Some(rest) = file.strip_prefix(b".rdcp-s") else {
-        return false;
-    };
-    let rest = rest.strip_suffix(b".new").unwrap_or(rest);
-    rest.len() > 17
-        && rest[..16].iter().all(u8::is_ascii_hexdigit)
-        && rest[16] == b'.'
-        && rest[17..].iter().all(u8::is_ascii_digit)
-}
-
 /// Removes the markers interrupted copies left in `base` (`rdcp --resume`'s
 /// listing does): those no running stream holds locked.
 pub fn remove_stale_markers(base: &OwnedFd) {
@@ -168,7 +160,7 @@ pub fn remove_stale_markers(base: &OwnedFd) {
     };
     for e in dir.flatten() {
         let n = e.file_name().to_bytes();
-        if !is_marker(n) {
+        if !names::is_marker(n) {
             continue;
         }
         let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;

@@ -10,9 +10,10 @@
 //!
 //! On the destination every stream writes its pieces into one temporary
 //! file beside the target (`.NAME.rdcp-s<RUN>`, the same name on every
-//! stream: [`Stripe::tmp_name`]), each piece verified on its own (xxh3 in its
-//! trailer) and then marked done in the file's ledger (`TMP.pieces`, one
-//! byte per piece after a header naming the file's size and mtime). Stream
+//! stream: [`Stripe::tmp_name`]; every such name is made and parsed in
+//! [`crate::names`]), each piece verified on its own (xxh3 in its trailer)
+//! and then marked done in the file's ledger (`TMP.pieces`, one byte per
+//! piece after a header naming the file's size and mtime). Stream
 //! 0 announced the file ([`Entry::Striped`](rdpipe_wire::entry::Entry)) and
 //! publishes it: at its end it waits for the other streams to end (each
 //! holds a lock on its marker file `.rdcp-s<RUN>.K` in the destination
@@ -23,6 +24,7 @@
 //! ledger, for `rdcp --resume`, which sends only the pieces not done.
 
 use crate::beneath::name;
+use crate::names::{self, is_striped_tmp, ledger_name};
 use rdpipe_wire::entry::{piece_count, Meta, PIECE_SIZE};
 use rustix::fs::{FlockOperation, Mode, OFlags};
 use std::fs::File;
@@ -76,73 +78,21 @@ impl Stripe {
         i % u64::from(self.count) == u64::from(self.index)
     }
 
-    /// The temporary name of `leaf`'s striped copy.
+    /// The temporary name of `leaf`'s striped copy ([`names::striped`]).
     pub fn tmp_name(&self, leaf: &[u8]) -> Vec<u8> {
-        let mut t = b".".to_vec();
-        t.extend_from_slice(&short(leaf));
-        t.extend_from_slice(format!(".rdcp-s{:016x}", self.run).as_bytes());
-        t
+        names::striped(leaf, self.run)
     }
 
+    /// The name of stream `k`'s marker in this run ([`names::marker`]).
     pub(crate) fn marker(&self, k: u32) -> Vec<u8> {
-        marker_name(self.run, k)
+        names::marker(self.run, k)
     }
-}
-
-/// The name of stream `k`'s marker in run `run`.
-fn marker_name(run: u64, k: u32) -> Vec<u8> {
-    format!(".rdcp-s{run:016x}.{k}").into_bytes()
 }
 
 impl std::fmt::Display for Stripe {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}/{}/{:x}", self.index, self.count, self.run)
     }
-}
-
-/// The striped temporary name of `leaf` at the destination for `tmp`, the
-/// name a stream gave (`.ANY.rdcp-s<RUN>`: the sender names it after the
-/// source, which a copy may rename, so only its RUN is taken); `None` when
-/// `tmp` is not such a name.
-pub fn dest_tmp(tmp: &[u8], leaf: &[u8]) -> Option<Vec<u8>> {
-    let target = crate::list::tmp_target(tmp)?;
-    if !is_striped_tmp(tmp, target) {
-        return None;
-    }
-    let suffix = &tmp[1 + target.len()..];
-    Some([b".", &short(leaf)[..], suffix].concat())
-}
-
-/// `leaf` as a striped temporary name holds it: whole up to 200 bytes
-/// (NAME_MAX is 255), else its first 180 and the xxh3-64 of all of it, so
-/// that two long names sharing their start never share a temporary file.
-fn short(leaf: &[u8]) -> std::borrow::Cow<'_, [u8]> {
-    if leaf.len() <= 200 {
-        return leaf.into();
-    }
-    let h = rdpipe_wire::checksum::xxh3_64(leaf);
-    [&leaf[..180], format!("~{h:016x}").as_bytes()]
-        .concat()
-        .into()
-}
-
-/// Whether `tmp` is a striped temporary name of `leaf`.
-pub fn is_striped_tmp(tmp: &[u8], leaf: &[u8]) -> bool {
-    crate::list::tmp_target(tmp) == Some(&short(leaf)[..])
-        && tmp.rsplit(|&b| b == b'.').next().is_some_and(|t| {
-            t.len() == 22 && t.starts_with(b"rdcp-s") && t[6..].iter().all(u8::is_ascii_hexdigit)
-        })
-}
-
-/// Whether `file` is a striped temporary file's ledger.
-pub fn is_ledger(file: &[u8]) -> bool {
-    file.strip_suffix(b".pieces")
-        .is_some_and(|t| crate::list::tmp_target(t).is_some_and(|leaf| is_striped_tmp(t, leaf)))
-}
-
-/// The ledger's name for the striped temporary file `tmp`.
-pub fn ledger_name(tmp: &[u8]) -> Vec<u8> {
-    [tmp, b".pieces"].concat()
 }
 
 /// Opens (creating) a file this run shares between its streams, without
@@ -325,9 +275,12 @@ mod tests {
         assert!(is_striped_tmp(&t, b"big.img"));
         assert!(!is_striped_tmp(&t, b"other"));
         assert!(!is_striped_tmp(b".big.img.rdcp-12-3", b"big.img"));
-        assert_eq!(dest_tmp(&t, b"copy.img"), Some(s.tmp_name(b"copy.img")));
-        assert_eq!(dest_tmp(b".big.img.rdcp-12-3", b"copy.img"), None);
-        assert_eq!(dest_tmp(b"big.img", b"copy.img"), None);
+        assert_eq!(
+            names::dest_tmp(&t, b"copy.img"),
+            Some(s.tmp_name(b"copy.img"))
+        );
+        assert_eq!(names::dest_tmp(b".big.img.rdcp-12-3", b"copy.img"), None);
+        assert_eq!(names::dest_tmp(b"big.img", b"copy.img"), None);
     }
 
     #[test]
@@ -406,7 +359,7 @@ mod tests {
         let other = Stripe { run: 0x79, ..s(0) };
         assert_eq!(wait_others(&dir, &Stripe { count: 2, ..other }), [1]);
         assert_eq!(
-            names(d.path()),
+            listed(d.path()),
             [
                 ".rdcp-s0000000000000077.1",
                 ".rdcp-s0000000000000079.1",
@@ -417,7 +370,7 @@ mod tests {
     }
 
     /// The names in `dir`, sorted.
-    fn names(dir: &std::path::Path) -> Vec<String> {
+    fn listed(dir: &std::path::Path) -> Vec<String> {
         let mut left: Vec<String> = std::fs::read_dir(dir)
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())
@@ -458,7 +411,7 @@ mod tests {
             }],
         );
         assert_eq!(
-            names(d.path()),
+            listed(d.path()),
             [
                 ".big.img.rdcp-s00000000000000a2",
                 ".big.img.rdcp-s00000000000000a2.pieces",

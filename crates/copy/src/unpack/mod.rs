@@ -2,10 +2,10 @@
 //! and creates what it describes beneath the destination ([`Dest`]).
 //!
 //! - Each file is written into a temporary name in its own directory
-//!   (`.NAME.rdcp-PID-N`, created exclusively) and renamed over NAME only
-//!   when its length and xxh3 match the trailer: no partial file is ever
-//!   visible under its final name, and an existing file is replaced only by a
-//!   complete one. Whole blocks of zeros are not written (the file gets holes
+//!   (`.NAME.rdcp-PID-N`, [`crate::names`]; created exclusively) and renamed
+//!   over NAME only when its length and xxh3 match the trailer: no partial
+//!   file is ever visible under its final name, and an existing file is
+//!   replaced only by a complete one. Whole blocks of zeros are not written (the file gets holes
 //!   there), so a sparse file stays sparse.
 //! - Small files can be created on a few threads (`pool.rs`): held in
 //!   memory until their checksum matched, then written, given their metadata
@@ -46,6 +46,7 @@ mod striped;
 pub use dest::{is_resumed_as, Dest};
 
 use crate::beneath::{name, open_dir, umask};
+use crate::names::new_tmp;
 use crate::write::{reopen_partial, BLOCK};
 use crate::xattr::Attr;
 use crate::{shown, warn};
@@ -55,8 +56,7 @@ use rustix::fs::{AtFlags, Mode, OFlags, Timespec, Timestamps};
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 
 /// What an unpack did, for the report.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -128,10 +128,6 @@ pub struct Unpacker {
 
 /// A file's owner and group (uid, gid).
 pub(super) type Owner = (u32, u32);
-
-static SEQ: AtomicU32 = AtomicU32::new(0);
-/// This process's id, in every temporary name (asked once, not per file).
-static PID: LazyLock<u32> = LazyLock::new(std::process::id);
 
 fn times(m: &Meta) -> Timestamps {
     let t = Timespec {
@@ -342,15 +338,6 @@ impl Unpacker {
         self.stats.failed += 1;
     }
 
-    fn tmp_name(leaf: &[u8]) -> Vec<u8> {
-        let n = SEQ.fetch_add(1, Ordering::Relaxed);
-        let mut t = b".".to_vec();
-        // Keep the temporary name within NAME_MAX.
-        t.extend_from_slice(&leaf[..leaf.len().min(200)]);
-        t.extend_from_slice(format!(".rdcp-{}-{n}", *PID).as_bytes());
-        t
-    }
-
     fn event(&mut self, ev: Event<'_>) -> io::Result<()> {
         match ev {
             Event::Start { .. } => Ok(()),
@@ -439,7 +426,7 @@ impl Unpacker {
             }
             Entry::File { path, meta, size } => {
                 let (comps, leaf) = self.place(&path)?;
-                let tmp = Self::tmp_name(&leaf);
+                let tmp = new_tmp(&leaf);
                 if size <= pool::POOLED_MAX && self.create_threads >= 2 {
                     let dir = self.dir(&comps).map(|d| Start::Held(d, self.new_owner()));
                     self.start_file(path, leaf, tmp, meta, size, 0, dir, xattrs);
@@ -486,7 +473,7 @@ impl Unpacker {
             }
             Entry::Symlink { path, meta, target } => {
                 let (comps, leaf) = self.place(&path)?;
-                let tmp = Self::tmp_name(&leaf);
+                let tmp = new_tmp(&leaf);
                 let r = self.dir(&comps).and_then(|dir| {
                     rustix::fs::symlinkat(name(&target), &dir, name(&tmp))?;
                     if self.preserve {
@@ -511,7 +498,7 @@ impl Unpacker {
             Entry::HardLink { path, target } => {
                 let (comps, leaf) = self.place(&path)?;
                 let (tcomps, tleaf) = self.place(&target)?;
-                let tmp = Self::tmp_name(&leaf);
+                let tmp = new_tmp(&leaf);
                 let r = self.dir(&tcomps).and_then(|tdir| {
                     let dir = self.dir(&comps)?;
                     rustix::fs::linkat(&tdir, name(&tleaf), &dir, name(&tmp), AtFlags::empty())?;

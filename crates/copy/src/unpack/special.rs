@@ -44,7 +44,7 @@ impl Unpacker {
             )));
         }
         let (comps, leaf) = self.place(&path)?;
-        let tmp = Self::tmp_name(&leaf);
+        let tmp = crate::names::new_tmp(&leaf);
         let r = self.dir(&comps).and_then(|dir| {
             let made = rustix::fs::mknodat(
                 &dir,

@@ -7,6 +7,7 @@
 use super::current::{Current, Start, Temp};
 use super::pool::set_meta;
 use super::{Dest, Unpacker};
+use crate::names;
 use crate::stripe::{self, Ledger, PieceState};
 use crate::xattr::Attr;
 use rdpipe_wire::entry::{piece_span, FileEnd, Meta, RelPath};
@@ -43,9 +44,9 @@ fn is_dev_null(f: &std::fs::File) -> bool {
 }
 
 /// The temporary name a striped file `leaf` gets here, from the one its
-/// stream gave ([`stripe::dest_tmp`]).
+/// stream gave ([`names::dest_tmp`]).
 fn local_tmp(tmp: &[u8], leaf: &[u8]) -> io::Result<Vec<u8>> {
-    stripe::dest_tmp(tmp, leaf).ok_or_else(|| {
+    names::dest_tmp(tmp, leaf).ok_or_else(|| {
         io::Error::other("the sender named a striped copy's temporary file as rdcp does not")
     })
 }
@@ -262,7 +263,7 @@ impl Unpacker {
         self.publish(&dir, &a.tmp, &a.leaf)?;
         let _ = rustix::fs::unlinkat(
             dir.as_fd(),
-            crate::beneath::name(&stripe::ledger_name(&a.tmp)),
+            crate::beneath::name(&names::ledger_name(&a.tmp)),
             AtFlags::empty(),
         );
         Ok(states.contains(&PieceState::Changed))
