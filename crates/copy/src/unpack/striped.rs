@@ -4,7 +4,7 @@
 //! stream, which announced the file, publishes it at its end once the other
 //! streams have ended and every piece is done.
 
-use super::current::{Current, Start, Temp};
+use super::current::{Current, PieceOf, Start, Temp};
 use super::pool::set_meta;
 use super::{Dest, Unpacker};
 use crate::names;
@@ -14,12 +14,6 @@ use rdpipe_wire::entry::{piece_span, FileEnd, Meta, RelPath};
 use rustix::fs::AtFlags;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
-
-/// A piece being received: which one, and the ledger it is marked in.
-pub(super) struct PieceOf {
-    pub(super) index: u64,
-    pub(super) ledger: Option<Ledger>,
-}
 
 /// A striped file the first stream announced, published at its end.
 pub(super) struct Announced {
