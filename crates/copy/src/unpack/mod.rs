@@ -10,7 +10,7 @@
 //! - Small files can be created on a few threads (`pool.rs`): held in
 //!   memory until their checksum matched, then written, given their metadata
 //!   and renamed by a worker; an entry at or beneath a path a worker has not
-//!   finished waits for it, so the stream's order decides as before.
+//!   finished waits for it, so the stream's order still decides.
 //! - Symbolic links and hard links are made under a temporary name and
 //!   renamed too.
 //! - FIFOs, sockets and device nodes (`--specials`) are made under a
@@ -38,6 +38,8 @@
 mod current;
 mod dest;
 mod device;
+mod finish;
+mod meta;
 mod pool;
 mod publish;
 mod special;
@@ -51,8 +53,10 @@ use crate::write::{reopen_partial, BLOCK};
 use crate::xattr::Attr;
 use crate::{shown, warn};
 use current::{Current, Sink, Start};
+use meta::times;
+use publish::publish;
 use rdpipe_wire::entry::{Decoder, Entry, Event, Meta, RelPath};
-use rustix::fs::{AtFlags, Mode, OFlags, Timespec, Timestamps};
+use rustix::fs::{AtFlags, Mode, OFlags};
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::fd::{AsFd, OwnedFd};
@@ -129,17 +133,6 @@ pub struct Unpacker {
 /// A file's owner and group (uid, gid).
 pub(super) type Owner = (u32, u32);
 
-fn times(m: &Meta) -> Timestamps {
-    let t = Timespec {
-        tv_sec: m.mtime,
-        tv_nsec: m.mtime_ns as _,
-    };
-    Timestamps {
-        last_access: t,
-        last_modification: t,
-    }
-}
-
 impl Unpacker {
     /// An unpacker into `dest` (`label`: the destination as the user named it).
     pub fn new(dest: Dest, label: &str, preserve: bool) -> Unpacker {
@@ -210,8 +203,8 @@ impl Unpacker {
         }
     }
 
-    fn policy(&self) -> pool::Policy {
-        pool::Policy {
+    fn policy(&self) -> meta::Policy {
+        meta::Policy {
             preserve: self.preserve,
             root: self.root,
             umask: self.umask,
@@ -488,7 +481,7 @@ impl Unpacker {
                             AtFlags::SYMLINK_NOFOLLOW,
                         );
                     }
-                    self.publish(&dir, &tmp, &leaf)
+                    publish(&dir, &tmp, &leaf)
                 });
                 match r {
                     Ok(()) => self.stats.created += 1,
@@ -502,7 +495,7 @@ impl Unpacker {
                 let r = self.dir(&tcomps).and_then(|tdir| {
                     let dir = self.dir(&comps)?;
                     rustix::fs::linkat(&tdir, name(&tleaf), &dir, name(&tmp), AtFlags::empty())?;
-                    let r = self.publish(&dir, &tmp, &leaf);
+                    let r = publish(&dir, &tmp, &leaf);
                     // Renaming a link over another link to the same inode
                     // succeeds and does nothing (rename(2)): `tmp` stays.
                     let _ = rustix::fs::unlinkat(&dir, name(&tmp), AtFlags::empty());
@@ -540,16 +533,6 @@ impl Unpacker {
             }
         }
         Ok(())
-    }
-
-    /// Renames `tmp` (a new inode: a file, symbolic link or node made under
-    /// it) over `leaf` in `dir`; removes `tmp` if that fails.
-    fn publish(&self, dir: &OwnedFd, tmp: &[u8], leaf: &[u8]) -> io::Result<()> {
-        let r = rustix::fs::renameat(dir, name(tmp), dir, name(leaf));
-        if r.is_err() {
-            let _ = rustix::fs::unlinkat(dir, name(tmp), AtFlags::empty());
-        }
-        r.map_err(io::Error::from)
     }
 }
 

@@ -5,7 +5,8 @@
 //! streams have ended and every piece is done.
 
 use super::current::{Current, PieceOf, Start, Temp};
-use super::pool::set_meta;
+use super::meta::set_meta;
+use super::publish::publish;
 use super::{Dest, Unpacker};
 use crate::names;
 use crate::stripe::{self, Ledger, PieceState};
@@ -254,7 +255,7 @@ impl Unpacker {
         let file = stripe::open_tmp(&dir, &a.leaf, &a.tmp)?;
         file.set_len(a.size)?;
         set_meta(&file, &a.meta, &a.xattrs, self.policy(), None)?;
-        self.publish(&dir, &a.tmp, &a.leaf)?;
+        publish(&dir, &a.tmp, &a.leaf)?;
         let _ = rustix::fs::unlinkat(
             dir.as_fd(),
             crate::beneath::name(&names::ledger_name(&a.tmp)),
