@@ -21,7 +21,7 @@ pub mod xattr;
 
 pub use list::{list, Manifest};
 pub use pack::{pack, PackOptions, PackStats};
-pub use unpack::{Dest, Unpacker};
+pub use unpack::{Dest, DestError, Unpacker};
 
 /// One line about a file that was not copied (or copied while it changed),
 /// printed on the side that saw it.

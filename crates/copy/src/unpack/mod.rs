@@ -45,7 +45,7 @@ mod publish;
 mod special;
 mod striped;
 
-pub use dest::{is_resumed_as, Dest};
+pub use dest::{is_resumed_as, Dest, DestError};
 
 use crate::beneath::{name, open_dir, umask};
 use crate::names::new_tmp;
