@@ -298,7 +298,7 @@ mod tests {
     }
 
     #[test]
-    fn names_look_as_they_always_have() {
+    fn each_kind_of_name_is_spelled_so() {
         assert_eq!(tmp_name(b"a.txt", 12, 0), b".a.txt.rdcp-12-0");
         assert_eq!(striped(b"big", 0xab), b".big.rdcp-s00000000000000ab");
         assert_eq!(

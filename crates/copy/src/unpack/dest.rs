@@ -232,7 +232,7 @@ impl Dest {
 mod tests {
     use super::*;
 
-    /// The errors read as the messages users have always seen.
+    /// Each refusal's text is the message the user sees.
     #[test]
     fn refusals_say_what_is_wrong_with_the_destination() {
         let d = tempfile::tempdir().unwrap();

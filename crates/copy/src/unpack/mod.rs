@@ -5,8 +5,8 @@
 //!   (`.NAME.rdcp-PID-N`, [`crate::names`]; created exclusively) and renamed
 //!   over NAME only when its length and xxh3 match the trailer: no partial
 //!   file is ever visible under its final name, and an existing file is
-//!   replaced only by a complete one. Whole blocks of zeros are not written (the file gets holes
-//!   there), so a sparse file stays sparse.
+//!   replaced only by a complete one. Whole blocks of zeros are not written
+//!   (the file gets holes there), so a sparse file stays sparse.
 //! - Small files can be created on a few threads (`pool.rs`): held in
 //!   memory until their checksum matched, then written, given their metadata
 //!   and renamed by a worker; an entry at or beneath a path a worker has not
@@ -42,6 +42,7 @@ mod finish;
 mod meta;
 mod pool;
 mod publish;
+mod resume;
 mod special;
 mod striped;
 
@@ -49,7 +50,6 @@ pub use dest::{is_resumed_as, Dest, DestError};
 
 use crate::beneath::{name, open_dir, umask};
 use crate::names::new_tmp;
-use crate::write::{reopen_partial, BLOCK};
 use crate::xattr::Attr;
 use crate::{shown, warn};
 use current::{Current, Sink, Start};
@@ -453,12 +453,7 @@ impl Unpacker {
             } => {
                 let (comps, leaf) = self.place(&path)?;
                 let opened = self.dir(&comps).and_then(|dir| {
-                    let file = reopen_partial(&dir, &leaf, &tmp, offset, prefix)?;
-                    // The block the resumed data starts in, as far as it is
-                    // written, so that blocks stay aligned for the hole check.
-                    let start = offset - offset % BLOCK as u64;
-                    let mut pend = vec![0; (offset - start) as usize];
-                    std::os::unix::fs::FileExt::read_exact_at(&file, &mut pend, start)?;
+                    let (file, pend) = resume::reopen(&dir, &leaf, &tmp, offset, prefix)?;
                     // Made by an earlier run: whose it is, is not known.
                     Ok(Start::Opened(dir, file, pend, None))
                 });
