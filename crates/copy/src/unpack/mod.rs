@@ -5,14 +5,15 @@
 //!   (`.NAME.rdcp-PID-N`, [`crate::names`]; created exclusively) and renamed
 //!   over NAME only when its length and xxh3 match the trailer: no partial
 //!   file is ever visible under its final name, and an existing file is
-//!   replaced only by a complete one. Whole blocks of zeros are not written
-//!   (the file gets holes there), so a sparse file stays sparse.
+//!   replaced only by a complete one (`publish.rs`). Whole blocks of zeros
+//!   are not written (the file gets holes there), so a sparse file stays
+//!   sparse.
 //! - Small files can be created on a few threads (`pool.rs`): held in
 //!   memory until their checksum matched, then written, given their metadata
 //!   and renamed by a worker; an entry at or beneath a path a worker has not
 //!   finished waits for it, so the stream's order still decides.
 //! - Symbolic links and hard links are made under a temporary name and
-//!   renamed too.
+//!   renamed too (`links.rs`).
 //! - FIFOs, sockets and device nodes (`--specials`) are made under a
 //!   temporary name and renamed too (`special.rs`).
 //! - Directories are created as they come (0700) and get their mode and
@@ -24,21 +25,23 @@
 //!   stream was verified whole, applies the directories' metadata and then
 //!   fails if any file was not copied whole (here, or unreadable on the
 //!   sending side, or changed while it was read), so the run's exit status
-//!   says so.
+//!   says so (`finish.rs`).
 //! - A malformed stream is a write error at once (the transfer fails). A
 //!   stream cut part way leaves the file in progress under its temporary name
 //!   with what had arrived, which `rdcp --resume` continues
 //!   ([`Entry::Resume`]: the partial copy is reopened without following
-//!   links, its prefix hashed again, and only then appended to).
+//!   links, its prefix hashed again, and only then appended to:
+//!   `resume.rs`).
 //!
 //! With `preserve` (`-p`, the default with `-r`) modes and mtimes are kept,
 //! and owner and group when running as root; without it new files get the
-//! sender's permission bits less the umask, as `cp` does.
+//! sender's permission bits less the umask, as `cp` does (`meta.rs`).
 
 mod current;
 mod dest;
 mod device;
 mod finish;
+mod links;
 mod meta;
 mod pool;
 mod publish;
@@ -53,10 +56,8 @@ use crate::names::new_tmp;
 use crate::xattr::Attr;
 use crate::{shown, warn};
 use current::{Current, Sink, Start};
-use meta::times;
-use publish::publish;
 use rdpipe_wire::entry::{Decoder, Entry, Event, Meta, RelPath};
-use rustix::fs::{AtFlags, Mode, OFlags};
+use rustix::fs::{Mode, OFlags};
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::fd::{AsFd, OwnedFd};
@@ -459,48 +460,8 @@ impl Unpacker {
                 });
                 self.start_file(path, leaf, tmp, meta, size, offset, opened, xattrs);
             }
-            Entry::Symlink { path, meta, target } => {
-                let (comps, leaf) = self.place(&path)?;
-                let tmp = new_tmp(&leaf);
-                let r = self.dir(&comps).and_then(|dir| {
-                    rustix::fs::symlinkat(name(&target), &dir, name(&tmp))?;
-                    if self.preserve {
-                        // The link's own times, set on its temporary name (the
-                        // rename keeps them): by its final name, a link swapped
-                        // in meanwhile would get them. Failure is not worth a
-                        // warning.
-                        let _ = rustix::fs::utimensat(
-                            &dir,
-                            name(&tmp),
-                            &times(&meta),
-                            AtFlags::SYMLINK_NOFOLLOW,
-                        );
-                    }
-                    publish(&dir, &tmp, &leaf)
-                });
-                match r {
-                    Ok(()) => self.stats.created += 1,
-                    Err(e) => self.failed(&path, e),
-                }
-            }
-            Entry::HardLink { path, target } => {
-                let (comps, leaf) = self.place(&path)?;
-                let (tcomps, tleaf) = self.place(&target)?;
-                let tmp = new_tmp(&leaf);
-                let r = self.dir(&tcomps).and_then(|tdir| {
-                    let dir = self.dir(&comps)?;
-                    rustix::fs::linkat(&tdir, name(&tleaf), &dir, name(&tmp), AtFlags::empty())?;
-                    let r = publish(&dir, &tmp, &leaf);
-                    // Renaming a link over another link to the same inode
-                    // succeeds and does nothing (rename(2)): `tmp` stays.
-                    let _ = rustix::fs::unlinkat(&dir, name(&tmp), AtFlags::empty());
-                    r
-                });
-                match r {
-                    Ok(()) => self.stats.created += 1,
-                    Err(e) => self.failed(&path, e),
-                }
-            }
+            Entry::Symlink { path, meta, target } => self.symlink(path, meta, target)?,
+            Entry::HardLink { path, target } => self.hard_link(path, target)?,
             Entry::Special {
                 path,
                 meta,
