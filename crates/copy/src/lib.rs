@@ -1,8 +1,8 @@
-//! rdcp's file trees: [`pack`] walks the source operands and writes them as an
-//! entry stream ([`rdpipe_wire::entry`]); [`unpack`] reads one and creates the
-//! files beneath the destination, each under a temporary name until its
-//! checksum matched, without ever following a symbolic link out of it
-//! ([`beneath`]).
+//! rdcp's file trees: [`pack`](mod@pack) walks the source operands and
+//! writes them as an entry stream ([`rdpipe_wire::entry`]); [`unpack`] reads
+//! one and creates the files beneath the destination, each under a temporary
+//! name ([`names`]) until its checksum matched, without ever following a
+//! symbolic link out of it ([`beneath`]).
 //!
 //! Both sides run inside an rdpipe endpoint agent: the packer writes into the
 //! outgoing transfer, the unpacker is the incoming transfer's output. Neither

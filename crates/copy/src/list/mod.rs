@@ -8,11 +8,11 @@
 //! [`Entry::Partial`]; the largest one per NAME, even an empty one, so that
 //! it is reused rather than left; older smaller ones are removed). The
 //! listing travels to the sources' host as an ordinary transfer; there the
-//! packer ([`crate::pack`]) skips each file whose size and mtime are the
-//! listed ones, and continues a file from its partial copy when the first
-//! bytes of the source hash to the same value: only the rest crosses the
-//! wire ([`Entry::Resume`]), and the receiver checks the prefix again
-//! before it appends.
+//! packer ([`crate::pack`](mod@crate::pack)) skips each file whose size and
+//! mtime are the listed ones, and continues a file from its partial copy
+//! when the first bytes of the source hash to the same value: only the rest
+//! crosses the wire ([`Entry::Resume`]), and the receiver checks the prefix
+//! again before it appends.
 //!
 //! With `checksum` (`rdcp --checksum`) each complete file's entry also
 //! carries the xxh3-64 of its content, and the packer skips it only when its
