@@ -1,7 +1,7 @@
 //! `rdcp --direct`: big files read and written with `O_DIRECT`, past the page
-//! cache, as the original rdcp offers for NVMe. A copy of a data set larger
-//! than memory then neither evicts everything else cached on either host nor
-//! pays the kernel's copy into and out of the cache.
+//! cache (for NVMe and the like). A copy of a data set larger than memory
+//! then neither evicts everything else cached on either host nor pays the
+//! kernel's copy into and out of the cache.
 //!
 //! `O_DIRECT` needs the memory, the file offset and the length aligned to the
 //! device's logical block; [`BLOCK`] (4 KiB) is a multiple of every common one.

@@ -1,8 +1,8 @@
-//! rdcp's file trees: [`pack`] walks the source operands and writes them as an
-//! entry stream ([`rdpipe_wire::entry`]); [`unpack`] reads one and creates the
-//! files beneath the destination, each under a temporary name until its
-//! checksum matched, without ever following a symbolic link out of it
-//! ([`beneath`]).
+//! rdcp's file trees: [`pack`](mod@pack) walks the source operands and
+//! writes them as an entry stream ([`rdpipe_wire::entry`]); [`unpack`] reads
+//! one and creates the files beneath the destination, each under a temporary
+//! name ([`names`]) until its checksum matched, without ever following a
+//! symbolic link out of it ([`beneath`]).
 //!
 //! Both sides run inside an rdpipe endpoint agent: the packer writes into the
 //! outgoing transfer, the unpacker is the incoming transfer's output. Neither
@@ -11,6 +11,7 @@
 pub mod beneath;
 pub mod direct;
 pub mod list;
+pub mod names;
 pub mod pack;
 pub mod private;
 pub mod stripe;
@@ -20,7 +21,7 @@ pub mod xattr;
 
 pub use list::{list, Manifest};
 pub use pack::{pack, PackOptions, PackStats};
-pub use unpack::{Dest, Unpacker};
+pub use unpack::{Dest, DestError, Unpacker};
 
 /// One line about a file that was not copied (or copied while it changed),
 /// printed on the side that saw it.

@@ -235,7 +235,7 @@ fn a_wrong_checksum_or_a_truncated_stream_publishes_nothing() {
         .collect();
     assert_eq!(names.len(), 1);
     assert_eq!(
-        crate::list::tmp_target(names[0].as_bytes()),
+        crate::names::tmp_target(names[0].as_bytes()),
         Some(&b"f"[..])
     );
 }

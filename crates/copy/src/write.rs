@@ -1,12 +1,9 @@
-//! Writing a received file: positioned writes that leave whole blocks of
-//! zeros as holes, and reopening a partial copy to continue it
-//! (`rdcp --resume`).
+//! Writing a received file's data: positioned writes that leave whole
+//! blocks of zeros as holes, so that a sparse file stays sparse and a file
+//! of zeros costs no disk, whatever sizes the data arrives in.
 
-use crate::beneath::name;
-use rustix::fs::{Mode, OFlags};
 use std::fs::File;
 use std::io;
-use std::os::fd::OwnedFd;
 
 /// The block size of the hole check (and of the alignment it keeps).
 pub const BLOCK: usize = 4096;
@@ -15,56 +12,6 @@ fn all_zero(b: &[u8]) -> bool {
     b.chunks_exact(16)
         .all(|c| u128::from_ne_bytes(c.try_into().expect("16 bytes")) == 0)
         && b.chunks_exact(16).remainder().iter().all(|&x| x == 0)
-}
-
-/// Opens the partial copy `tmp` of `leaf` in `dir` to continue it after its
-/// first `offset` bytes, which must hash to `prefix`; cuts it there.
-pub fn reopen_partial(
-    dir: &OwnedFd,
-    leaf: &[u8],
-    tmp: &[u8],
-    offset: u64,
-    prefix: u64,
-) -> io::Result<File> {
-    if crate::list::tmp_target(tmp) != Some(leaf) {
-        return Err(io::Error::other(
-            "the partial copy's name is not one of this file's",
-        ));
-    }
-    let flags = OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-    let file = File::from(rustix::fs::openat(dir, name(tmp), flags, Mode::empty())?);
-    let md = file.metadata()?;
-    if !md.is_file() || md.len() < offset {
-        return Err(io::Error::other(
-            "its partial copy is gone or shorter than listed",
-        ));
-    }
-    // One name only: a hard link planted under a temporary name must not
-    // let the copy write into a file elsewhere.
-    use std::os::unix::fs::MetadataExt;
-    if md.nlink() != 1 {
-        return Err(io::Error::other(
-            "its partial copy has other names (hard links); not continued",
-        ));
-    }
-    // Ours and writable by nobody else: no other user can hold it open for
-    // writing and change the verified prefix before it is published.
-    if md.uid() != rustix::process::geteuid().as_raw() || md.mode() & 0o022 != 0 {
-        return Err(io::Error::other(
-            "its partial copy belongs to another user or others may write it; not continued",
-        ));
-    }
-    let (got, hash) = crate::hash_file(&file, offset)?;
-    if got < offset {
-        return Err(io::ErrorKind::UnexpectedEof.into());
-    }
-    if hash != prefix {
-        return Err(io::Error::other(
-            "its partial copy changed since it was listed",
-        ));
-    }
-    file.set_len(offset)?;
-    Ok(file)
 }
 
 /// Adds `b` (which belongs at `at`) to the file: whole blocks are written

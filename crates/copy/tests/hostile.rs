@@ -199,8 +199,9 @@ fn resume_refuses_symlinked_hard_linked_foreign_short_or_fifo_partials() {
 
 /// Guards against: a partial copy planted (or held open for writing) by
 /// another user being continued and published with bytes changed after the
-/// prefix check, still owned by the planter (write.rs `reopen_partial` checks
-/// the owner and the write bits, not only nlink and the prefix).
+/// prefix check, still owned by the planter (unpack/resume.rs
+/// `reopen_partial` checks the owner and the write bits, not only nlink and
+/// the prefix).
 #[test]
 fn resume_does_not_publish_a_partial_copy_another_user_controls() {
     if !is_root() {

@@ -3,8 +3,8 @@
 //! files it read itself) in batches over a channel; a big file it hands over
 //! whole, and the transfer's own thread ([`Pulled`], its input) reads that
 //! file straight into the chunk it is filling. Through a pipe each byte of a
-//! big file was copied three times (read, into the pipe, out of it); here
-//! once. The packing thread waits for each handed-over file to be read (the
+//! big file would be copied three times (read, into the pipe, out of it);
+//! here once. The packing thread waits for each handed-over file to be read (the
 //! trailer it writes next carries the file's hash, which the reading side
 //! computed), so the stream stays in order.
 //!

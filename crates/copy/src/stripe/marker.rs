@@ -2,8 +2,10 @@
 //! verified) and what stream 0 removes once it has published: the markers,
 //! and striped copies that other versions of the published files left.
 
-use super::{check_ours, is_striped_tmp, marker_name, short, Stripe, ARRIVAL};
+use super::shared::check_ours;
+use super::{Stripe, ARRIVAL};
 use crate::beneath::name;
+use crate::names::{self, Name};
 use rustix::fs::{AtFlags, FlockOperation, Mode, OFlags};
 use std::fs::File;
 use std::io;
@@ -29,7 +31,12 @@ impl Marker {
     /// 0 never finds it unlocked before this stream ended.
     pub fn hold(base: &OwnedFd, s: &Stripe) -> io::Result<Marker> {
         let real = s.marker(s.index);
-        let new = [&real[..], b".new"].concat();
+        let new = Name::Marker {
+            run: s.run,
+            stream: s.index,
+            new: true,
+        }
+        .format();
         let flags =
             OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let file = File::from(rustix::fs::openat(
@@ -65,7 +72,7 @@ pub fn release(base: &OwnedFd, s: &Stripe) {
 /// Whether run `run`'s first stream is running in `base`: its marker there
 /// is ours and held locked.
 fn running(base: &OwnedFd, run: u64) -> bool {
-    let m = marker_name(run, 0);
+    let m = names::marker(run, 0);
     let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
     let Ok(f) = rustix::fs::openat(base, name(&m), flags, Mode::empty()) else {
         return false;
@@ -89,24 +96,23 @@ pub fn remove_superseded(dir: &OwnedFd, base: &OwnedFd, done: &[Published]) {
     let Ok(list) = rustix::fs::Dir::read_from(dir) else {
         return;
     };
-    let shorts: Vec<(std::borrow::Cow<'_, [u8]>, &[u8])> =
-        done.iter().map(|p| (short(&p.leaf), &p.tmp[..])).collect();
+    let shorts: Vec<(std::borrow::Cow<'_, [u8]>, &[u8])> = done
+        .iter()
+        .map(|p| (names::short(&p.leaf), &p.tmp[..]))
+        .collect();
     for e in list.flatten() {
         let n = e.file_name().to_bytes();
-        let tmp = n.strip_suffix(b".pieces").unwrap_or(n);
-        let Some(target) = crate::list::tmp_target(tmp) else {
-            continue;
+        // A striped file, or its ledger.
+        let (target, run) = match names::parse(n) {
+            Some(Name::Striped { target, run } | Name::Ledger { target, run }) => (target, run),
+            _ => continue,
         };
+        let tmp = n.strip_suffix(b".pieces").unwrap_or(n);
         let ours = shorts
             .iter()
-            .any(|(s, kept)| target == &s[..] && tmp != *kept && is_striped_tmp(tmp, target));
-        let run = std::str::from_utf8(&tmp[tmp.len().saturating_sub(16)..])
-            .ok()
-            .and_then(|h| u64::from_str_radix(h, 16).ok());
-        if let (true, Some(run)) = (ours, run) {
-            if !running(base, run) {
-                let _ = rustix::fs::unlinkat(dir, name(n), AtFlags::empty());
-            }
+            .any(|(s, kept)| target == &s[..] && tmp != *kept);
+        if ours && !running(base, run) {
+            let _ = rustix::fs::unlinkat(dir, name(n), AtFlags::empty());
         }
     }
 }
@@ -147,19 +153,6 @@ fn wait_each(base: &OwnedFd, s: &Stripe) -> Vec<u32> {
     failed
 }
 
-/// Whether `file` is a stream's marker (`.rdcp-s<RUN>.<K>`, or its name
-/// before it is locked, `.new` after).
-fn is_marker(file: &[u8]) -> bool {
-    let Some(rest) = file.strip_prefix(b".rdcp-s") else {
-        return false;
-    };
-    let rest = rest.strip_suffix(b".new").unwrap_or(rest);
-    rest.len() > 17
-        && rest[..16].iter().all(u8::is_ascii_hexdigit)
-        && rest[16] == b'.'
-        && rest[17..].iter().all(u8::is_ascii_digit)
-}
-
 /// Removes the markers interrupted copies left in `base` (`rdcp --resume`'s
 /// listing does): those no running stream holds locked.
 pub fn remove_stale_markers(base: &OwnedFd) {
@@ -168,7 +161,7 @@ pub fn remove_stale_markers(base: &OwnedFd) {
     };
     for e in dir.flatten() {
         let n = e.file_name().to_bytes();
-        if !is_marker(n) {
+        if !names::is_marker(n) {
             continue;
         }
         let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
@@ -183,5 +176,124 @@ pub fn remove_stale_markers(base: &OwnedFd) {
         if rustix::fs::flock(&f, FlockOperation::NonBlockingLockExclusive).is_ok() {
             let _ = rustix::fs::unlinkat(base, name(n), AtFlags::empty());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::names::ledger_name;
+
+    #[test]
+    fn stream_zero_waits_for_the_others_and_learns_how_they_ended() {
+        let d = tempfile::tempdir().unwrap();
+        let dir: OwnedFd = File::open(d.path()).unwrap().into();
+        let run = 0x77;
+        let s = |index| Stripe {
+            index,
+            count: 3,
+            run,
+        };
+        let m0 = Marker::hold(&dir, &s(0)).unwrap();
+        let m1 = Marker::hold(&dir, &s(1)).unwrap();
+        let m2 = Marker::hold(&dir, &s(2)).unwrap();
+        let t = std::thread::spawn(move || {
+            m1.ended().unwrap();
+            drop(m1);
+            // Stream 2 ends without being verified.
+            drop(m2);
+        });
+        let dir0 = dir.try_clone().unwrap();
+        assert_eq!(wait_others(&dir0, &s(0)), [2]);
+        t.join().unwrap();
+        // Stream 0's own marker stays until it has published.
+        assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 1);
+        release(&dir0, &s(0));
+        drop(m0);
+        assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 0);
+
+        // What an interrupted run leaves is removed, a live stream's marker
+        // is not.
+        let live = Marker::hold(&dir, &s(1)).unwrap();
+        let stale = Stripe { run: 0x78, ..s(2) };
+        drop(Marker::hold(&dir, &stale).unwrap());
+        std::fs::write(d.path().join("other"), b"").unwrap();
+        // A FIFO under a marker's name: neither waited on nor removed.
+        let fifo = d.path().join(".rdcp-s0000000000000079.1");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::FileType::Fifo,
+            Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        remove_stale_markers(&dir);
+        let other = Stripe { run: 0x79, ..s(0) };
+        assert_eq!(wait_others(&dir, &Stripe { count: 2, ..other }), [1]);
+        assert_eq!(
+            listed(d.path()),
+            [
+                ".rdcp-s0000000000000077.1",
+                ".rdcp-s0000000000000079.1",
+                "other"
+            ]
+        );
+        drop(live);
+    }
+
+    /// The names in `dir`, sorted.
+    fn listed(dir: &std::path::Path) -> Vec<String> {
+        let mut left: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        left
+    }
+
+    #[test]
+    fn superseded_striped_copies_go_unless_a_running_copy_writes_them() {
+        let d = tempfile::tempdir().unwrap();
+        let dir: OwnedFd = File::open(d.path()).unwrap().into();
+        let at = |run: u64| Stripe {
+            index: 0,
+            count: 2,
+            run,
+        };
+        let leaf = b"big.img".to_vec();
+        let (stale, live, kept) = (at(0xa1), at(0xa2), at(0xa3));
+        for s in [&stale, &live, &kept] {
+            let t = s.tmp_name(&leaf);
+            std::fs::write(d.path().join(std::str::from_utf8(&t).unwrap()), b"x").unwrap();
+            let l = ledger_name(&t);
+            std::fs::write(d.path().join(std::str::from_utf8(&l).unwrap()), b"x").unwrap();
+        }
+        // Another file's striped copy, and a stray file.
+        let other = stale.tmp_name(b"other.img");
+        std::fs::write(d.path().join(std::str::from_utf8(&other).unwrap()), b"x").unwrap();
+        std::fs::write(d.path().join("big.img"), b"published").unwrap();
+        // Run a2 is running: its first stream holds its marker.
+        let _held = Marker::hold(&dir, &live).unwrap();
+        remove_superseded(
+            &dir,
+            &dir,
+            &[Published {
+                tmp: kept.tmp_name(&leaf),
+                leaf: leaf.clone(),
+            }],
+        );
+        assert_eq!(
+            listed(d.path()),
+            [
+                ".big.img.rdcp-s00000000000000a2",
+                ".big.img.rdcp-s00000000000000a2.pieces",
+                ".big.img.rdcp-s00000000000000a3",
+                ".big.img.rdcp-s00000000000000a3.pieces",
+                ".other.img.rdcp-s00000000000000a1",
+                ".rdcp-s00000000000000a2.0",
+                "big.img",
+            ]
+        );
     }
 }

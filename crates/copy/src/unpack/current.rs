@@ -1,10 +1,13 @@
 //! The file being received: where its data goes ([`Sink`]: its temporary
 //! file written as the data comes, memory for a small file the pool
-//! creates, the destination device itself, or nowhere after a failure).
+//! creates, the destination device itself, or nowhere after a failure), and,
+//! when it is a piece of a striped file (`--streams`), which piece
+//! ([`PieceOf`]; `striped.rs` receives and publishes those files).
 
 use super::{Owner, Unpacker};
 use crate::beneath::name;
 use crate::direct::{self, Stage, BLOCK, DIRECT_MIN, STAGE};
+use crate::stripe::Ledger;
 use crate::write::{put, write_sparse};
 use crate::xattr::Attr;
 use rdpipe_wire::entry::{Meta, RelPath};
@@ -34,7 +37,13 @@ pub(super) struct Current {
     pub(super) xattrs: Vec<Attr>,
     /// A piece of a striped file (`--streams`): its data goes into the
     /// file's shared temporary file, which is never removed for it.
-    pub(super) piece: Option<super::striped::PieceOf>,
+    pub(super) piece: Option<PieceOf>,
+}
+
+/// A piece being received: which one, and the ledger it is marked in.
+pub(super) struct PieceOf {
+    pub(super) index: u64,
+    pub(super) ledger: Option<Ledger>,
 }
 
 /// Where the current file's data goes.

@@ -10,8 +10,63 @@ use std::fs::File;
 use std::io;
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+
+/// Why the destination operand cannot take the copy; its text is the
+/// message the user sees.
+#[derive(Debug, thiserror::Error)]
+pub enum DestError {
+    /// A directory (DEST, or the one that gets it) or a device would not
+    /// open.
+    #[error("cannot open {}: {error}", path.display())]
+    Open {
+        /// What was opened.
+        path: PathBuf,
+        /// Why it failed.
+        error: io::Error,
+    },
+    /// Several sources (or a trailing `/`) need a directory, and DEST is
+    /// something else.
+    #[error("{} is not a directory", .0.display())]
+    NotADirectory(PathBuf),
+    /// Several sources (or a trailing `/`) need a directory, and there is
+    /// nothing at DEST.
+    #[error(
+        "{}: no such directory (create it first, or name one source without a trailing /)",
+        .0.display()
+    )]
+    NoSuchDirectory(PathBuf),
+    /// DEST has no last component a copy could be created as (`/`, `..`,
+    /// a trailing `/`).
+    #[error("{}: not a name a copy can take", .0.display())]
+    NotAName(PathBuf),
+    /// A stream of a striped copy could not make its marker.
+    #[error("cannot mark stream {index} of the copy in {}: {error}", dest.display())]
+    Mark {
+        /// Which stream.
+        index: u32,
+        /// The destination operand.
+        dest: PathBuf,
+        /// Why it failed.
+        error: io::Error,
+    },
+    /// A stream other than the first waited for the first one's marker in
+    /// vain.
+    #[error("{}: the copy's first stream did not start within {} s", dest.display(), ARRIVAL.as_secs())]
+    FirstStreamMissing {
+        /// The destination operand.
+        dest: PathBuf,
+    },
+}
+
+/// [`DestError::Open`] of `path`.
+fn cannot_open(path: &Path) -> impl FnOnce(rustix::io::Errno) -> DestError + '_ {
+    move |e| DestError::Open {
+        path: path.to_path_buf(),
+        error: e.into(),
+    }
+}
 
 /// Where the stream's top-level entries go.
 pub enum Dest {
@@ -40,32 +95,29 @@ impl Dest {
     /// `resumed_top`: for `rdcp --resume` of one source named so, a directory
     /// DEST without that name inside is taken to be the copy an interrupted
     /// run started as DEST ([`is_resumed_as`]), not a directory to copy into.
-    pub fn open(
+    pub fn resolve(
         dest: &Path,
         must_be_dir: bool,
         resumed_top: Option<&[u8]>,
-    ) -> Result<Dest, String> {
-        let shown = dest.display();
+    ) -> Result<Dest, DestError> {
         let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
         let resumed_as = resumed_top.is_some_and(|t| is_resumed_as(dest, must_be_dir, t));
         match std::fs::metadata(dest) {
             Ok(m) if m.is_dir() && !resumed_as => rustix::fs::open(dest, flags, Mode::empty())
                 .map(Dest::Into)
-                .map_err(|e| format!("cannot open {shown}: {}", io::Error::from(e))),
-            Ok(_) if must_be_dir => Err(format!("{shown} is not a directory")),
+                .map_err(cannot_open(dest)),
+            Ok(_) if must_be_dir => Err(DestError::NotADirectory(dest.into())),
             Ok(m) if !m.is_file() && !resumed_as => {
                 let flags = OFlags::WRONLY | OFlags::NOCTTY | OFlags::CLOEXEC;
                 rustix::fs::open(dest, flags, Mode::empty())
                     .map(|fd| Dest::Device(File::from(fd)))
-                    .map_err(|e| format!("cannot open {shown}: {}", io::Error::from(e)))
+                    .map_err(cannot_open(dest))
             }
-            Err(_) if must_be_dir => Err(format!(
-                "{shown}: no such directory (create it first, or name one source without a trailing /)"
-            )),
+            Err(_) if must_be_dir => Err(DestError::NoSuchDirectory(dest.into())),
             _ => {
                 let trailing = dest.as_os_str().as_bytes().ends_with(b"/");
                 let (Some(n), false) = (dest.file_name(), trailing) else {
-                    return Err(format!("{shown}: not a name a copy can take"));
+                    return Err(DestError::NotAName(dest.into()));
                 };
                 let parent = match dest.parent() {
                     Some(p) if !p.as_os_str().is_empty() => p,
@@ -76,9 +128,19 @@ impl Dest {
                         parent,
                         name: n.as_bytes().to_vec(),
                     })
-                    .map_err(|e| format!("cannot open {}: {}", parent.display(), io::Error::from(e)))
+                    .map_err(cannot_open(parent))
             }
         }
+    }
+
+    /// [`Dest::resolve`] with its error as the message the user sees, for
+    /// callers that pass it on as text.
+    pub fn open(
+        dest: &Path,
+        must_be_dir: bool,
+        resumed_top: Option<&[u8]>,
+    ) -> Result<Dest, String> {
+        Dest::resolve(dest, must_be_dir, resumed_top).map_err(|e| e.to_string())
     }
 }
 
@@ -94,32 +156,41 @@ pub fn is_resumed_as(dest: &Path, must_be_dir: bool, top: &[u8]) -> bool {
 }
 
 impl Dest {
-    /// [`Dest::open`] for stream `s` of a striped copy, with its marker
-    /// (none for a device: nothing is published there).
+    /// [`Dest::resolve_stream`] with its error as the message the user
+    /// sees, for callers that pass it on as text.
     pub fn open_stream(
         dest: &Path,
         must_be_dir: bool,
         resumed_top: Option<&[u8]>,
         s: &Stripe,
     ) -> Result<(Dest, Option<Marker>), String> {
-        let held = |d: Dest| -> Result<(Dest, Option<Marker>), String> {
+        Dest::resolve_stream(dest, must_be_dir, resumed_top, s).map_err(|e| e.to_string())
+    }
+
+    /// [`Dest::resolve`] for stream `s` of a striped copy, with its marker
+    /// (none for a device: nothing is published there).
+    pub fn resolve_stream(
+        dest: &Path,
+        must_be_dir: bool,
+        resumed_top: Option<&[u8]>,
+        s: &Stripe,
+    ) -> Result<(Dest, Option<Marker>), DestError> {
+        let held = |d: Dest| -> Result<(Dest, Option<Marker>), DestError> {
             let base = match &d {
                 Dest::Into(fd) => fd,
                 Dest::As { parent, .. } => parent,
                 Dest::Device(_) => return Ok((d, None)),
             };
-            let m = Marker::hold(base, s).map_err(|e| {
-                format!(
-                    "cannot mark stream {} of the copy in {}: {e}",
-                    s.index,
-                    dest.display()
-                )
+            let m = Marker::hold(base, s).map_err(|error| DestError::Mark {
+                index: s.index,
+                dest: dest.into(),
+                error,
             })?;
             Ok((d, Some(m)))
         };
         let device = std::fs::metadata(dest).is_ok_and(|m| !m.is_dir() && !m.is_file());
         if s.index == 0 || device {
-            return held(Dest::open(dest, must_be_dir, resumed_top)?);
+            return held(Dest::resolve(dest, must_be_dir, resumed_top)?);
         }
         let first = s.marker(0);
         let parent = match dest.parent() {
@@ -127,10 +198,7 @@ impl Dest {
             _ => Path::new("."),
         };
         let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
-        let opened = |p: &Path| {
-            rustix::fs::open(p, flags, Mode::empty())
-                .map_err(|e| format!("cannot open {}: {}", p.display(), io::Error::from(e)))
-        };
+        let opened = |p: &Path| rustix::fs::open(p, flags, Mode::empty()).map_err(cannot_open(p));
         // The first stream's marker: a regular file of ours (one planted by
         // someone else does not steer this stream).
         let marked = |dir: &Path| {
@@ -146,20 +214,60 @@ impl Dest {
             if marked(parent) {
                 let name = dest
                     .file_name()
-                    .ok_or_else(|| format!("{}: not a name a copy can take", dest.display()))?;
+                    .ok_or_else(|| DestError::NotAName(dest.into()))?;
                 return held(Dest::As {
                     parent: opened(parent)?,
                     name: name.as_bytes().to_vec(),
                 });
             }
             if start.elapsed() > ARRIVAL {
-                return Err(format!(
-                    "{}: the copy's first stream did not start within {} s",
-                    dest.display(),
-                    ARRIVAL.as_secs()
-                ));
+                return Err(DestError::FirstStreamMissing { dest: dest.into() });
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each refusal's text is the message the user sees.
+    #[test]
+    fn refusals_say_what_is_wrong_with_the_destination() {
+        let d = tempfile::tempdir().unwrap();
+        let file = d.path().join("f");
+        std::fs::write(&file, b"").unwrap();
+        let missing = d.path().join("none");
+        let text = |r: Result<Dest, DestError>| r.err().expect("refused").to_string();
+        assert_eq!(
+            text(Dest::resolve(&file, true, None)),
+            format!("{} is not a directory", file.display())
+        );
+        assert_eq!(
+            text(Dest::resolve(&missing, true, None)),
+            format!(
+                "{}: no such directory (create it first, or name one source without a trailing /)",
+                missing.display()
+            )
+        );
+        let slash = d.path().join("new/");
+        assert_eq!(
+            text(Dest::resolve(&slash, false, None)),
+            format!("{}: not a name a copy can take", slash.display())
+        );
+        let deep = missing.join("x");
+        assert_eq!(
+            text(Dest::resolve(&deep, false, None)),
+            format!(
+                "cannot open {}: {}",
+                missing.display(),
+                io::Error::from(rustix::io::Errno::NOENT)
+            )
+        );
+        assert_eq!(
+            Dest::open(&deep, false, None).err(),
+            Some(text(Dest::resolve(&deep, false, None)))
+        );
     }
 }

@@ -2,17 +2,18 @@
 //! and creates what it describes beneath the destination ([`Dest`]).
 //!
 //! - Each file is written into a temporary name in its own directory
-//!   (`.NAME.rdcp-PID-N`, created exclusively) and renamed over NAME only
-//!   when its length and xxh3 match the trailer: no partial file is ever
-//!   visible under its final name, and an existing file is replaced only by a
-//!   complete one. Whole blocks of zeros are not written (the file gets holes
-//!   there), so a sparse file stays sparse.
+//!   (`.NAME.rdcp-PID-N`, [`crate::names`]; created exclusively) and renamed
+//!   over NAME only when its length and xxh3 match the trailer: no partial
+//!   file is ever visible under its final name, and an existing file is
+//!   replaced only by a complete one (`publish.rs`). Whole blocks of zeros
+//!   are not written (the file gets holes there), so a sparse file stays
+//!   sparse.
 //! - Small files can be created on a few threads (`pool.rs`): held in
 //!   memory until their checksum matched, then written, given their metadata
 //!   and renamed by a worker; an entry at or beneath a path a worker has not
-//!   finished waits for it, so the stream's order decides as before.
+//!   finished waits for it, so the stream's order still decides.
 //! - Symbolic links and hard links are made under a temporary name and
-//!   renamed too.
+//!   renamed too (`links.rs`).
 //! - FIFOs, sockets and device nodes (`--specials`) are made under a
 //!   temporary name and renamed too (`special.rs`).
 //! - Directories are created as they come (0700) and get their mode and
@@ -24,39 +25,43 @@
 //!   stream was verified whole, applies the directories' metadata and then
 //!   fails if any file was not copied whole (here, or unreadable on the
 //!   sending side, or changed while it was read), so the run's exit status
-//!   says so.
+//!   says so (`finish.rs`).
 //! - A malformed stream is a write error at once (the transfer fails). A
 //!   stream cut part way leaves the file in progress under its temporary name
 //!   with what had arrived, which `rdcp --resume` continues
 //!   ([`Entry::Resume`]: the partial copy is reopened without following
-//!   links, its prefix hashed again, and only then appended to).
+//!   links, its prefix hashed again, and only then appended to:
+//!   `resume.rs`).
 //!
 //! With `preserve` (`-p`, the default with `-r`) modes and mtimes are kept,
 //! and owner and group when running as root; without it new files get the
-//! sender's permission bits less the umask, as `cp` does.
+//! sender's permission bits less the umask, as `cp` does (`meta.rs`).
 
 mod current;
 mod dest;
 mod device;
+mod finish;
+mod links;
+mod meta;
 mod pool;
 mod publish;
+mod resume;
 mod special;
 mod striped;
 
-pub use dest::{is_resumed_as, Dest};
+pub use dest::{is_resumed_as, Dest, DestError};
 
 use crate::beneath::{name, open_dir, umask};
-use crate::write::{reopen_partial, BLOCK};
+use crate::names::new_tmp;
 use crate::xattr::Attr;
 use crate::{shown, warn};
 use current::{Current, Sink, Start};
 use rdpipe_wire::entry::{Decoder, Entry, Event, Meta, RelPath};
-use rustix::fs::{AtFlags, Mode, OFlags, Timespec, Timestamps};
+use rustix::fs::{Mode, OFlags};
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 
 /// What an unpack did, for the report.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -129,21 +134,6 @@ pub struct Unpacker {
 /// A file's owner and group (uid, gid).
 pub(super) type Owner = (u32, u32);
 
-static SEQ: AtomicU32 = AtomicU32::new(0);
-/// This process's id, in every temporary name (asked once, not per file).
-static PID: LazyLock<u32> = LazyLock::new(std::process::id);
-
-fn times(m: &Meta) -> Timestamps {
-    let t = Timespec {
-        tv_sec: m.mtime,
-        tv_nsec: m.mtime_ns as _,
-    };
-    Timestamps {
-        last_access: t,
-        last_modification: t,
-    }
-}
-
 impl Unpacker {
     /// An unpacker into `dest` (`label`: the destination as the user named it).
     pub fn new(dest: Dest, label: &str, preserve: bool) -> Unpacker {
@@ -214,8 +204,8 @@ impl Unpacker {
         }
     }
 
-    fn policy(&self) -> pool::Policy {
-        pool::Policy {
+    fn policy(&self) -> meta::Policy {
+        meta::Policy {
             preserve: self.preserve,
             root: self.root,
             umask: self.umask,
@@ -342,15 +332,6 @@ impl Unpacker {
         self.stats.failed += 1;
     }
 
-    fn tmp_name(leaf: &[u8]) -> Vec<u8> {
-        let n = SEQ.fetch_add(1, Ordering::Relaxed);
-        let mut t = b".".to_vec();
-        // Keep the temporary name within NAME_MAX.
-        t.extend_from_slice(&leaf[..leaf.len().min(200)]);
-        t.extend_from_slice(format!(".rdcp-{}-{n}", *PID).as_bytes());
-        t
-    }
-
     fn event(&mut self, ev: Event<'_>) -> io::Result<()> {
         match ev {
             Event::Start { .. } => Ok(()),
@@ -439,7 +420,7 @@ impl Unpacker {
             }
             Entry::File { path, meta, size } => {
                 let (comps, leaf) = self.place(&path)?;
-                let tmp = Self::tmp_name(&leaf);
+                let tmp = new_tmp(&leaf);
                 if size <= pool::POOLED_MAX && self.create_threads >= 2 {
                     let dir = self.dir(&comps).map(|d| Start::Held(d, self.new_owner()));
                     self.start_file(path, leaf, tmp, meta, size, 0, dir, xattrs);
@@ -473,59 +454,14 @@ impl Unpacker {
             } => {
                 let (comps, leaf) = self.place(&path)?;
                 let opened = self.dir(&comps).and_then(|dir| {
-                    let file = reopen_partial(&dir, &leaf, &tmp, offset, prefix)?;
-                    // The block the resumed data starts in, as far as it is
-                    // written, so that blocks stay aligned for the hole check.
-                    let start = offset - offset % BLOCK as u64;
-                    let mut pend = vec![0; (offset - start) as usize];
-                    std::os::unix::fs::FileExt::read_exact_at(&file, &mut pend, start)?;
+                    let (file, pend) = resume::reopen(&dir, &leaf, &tmp, offset, prefix)?;
                     // Made by an earlier run: whose it is, is not known.
                     Ok(Start::Opened(dir, file, pend, None))
                 });
                 self.start_file(path, leaf, tmp, meta, size, offset, opened, xattrs);
             }
-            Entry::Symlink { path, meta, target } => {
-                let (comps, leaf) = self.place(&path)?;
-                let tmp = Self::tmp_name(&leaf);
-                let r = self.dir(&comps).and_then(|dir| {
-                    rustix::fs::symlinkat(name(&target), &dir, name(&tmp))?;
-                    if self.preserve {
-                        // The link's own times, set on its temporary name (the
-                        // rename keeps them): by its final name, a link swapped
-                        // in meanwhile would get them. Failure is not worth a
-                        // warning.
-                        let _ = rustix::fs::utimensat(
-                            &dir,
-                            name(&tmp),
-                            &times(&meta),
-                            AtFlags::SYMLINK_NOFOLLOW,
-                        );
-                    }
-                    self.publish(&dir, &tmp, &leaf)
-                });
-                match r {
-                    Ok(()) => self.stats.created += 1,
-                    Err(e) => self.failed(&path, e),
-                }
-            }
-            Entry::HardLink { path, target } => {
-                let (comps, leaf) = self.place(&path)?;
-                let (tcomps, tleaf) = self.place(&target)?;
-                let tmp = Self::tmp_name(&leaf);
-                let r = self.dir(&tcomps).and_then(|tdir| {
-                    let dir = self.dir(&comps)?;
-                    rustix::fs::linkat(&tdir, name(&tleaf), &dir, name(&tmp), AtFlags::empty())?;
-                    let r = self.publish(&dir, &tmp, &leaf);
-                    // Renaming a link over another link to the same inode
-                    // succeeds and does nothing (rename(2)): `tmp` stays.
-                    let _ = rustix::fs::unlinkat(&dir, name(&tmp), AtFlags::empty());
-                    r
-                });
-                match r {
-                    Ok(()) => self.stats.created += 1,
-                    Err(e) => self.failed(&path, e),
-                }
-            }
+            Entry::Symlink { path, meta, target } => self.symlink(path, meta, target)?,
+            Entry::HardLink { path, target } => self.hard_link(path, target)?,
             Entry::Special {
                 path,
                 meta,
@@ -553,16 +489,6 @@ impl Unpacker {
             }
         }
         Ok(())
-    }
-
-    /// Renames `tmp` (a new inode: a file, symbolic link or node made under
-    /// it) over `leaf` in `dir`; removes `tmp` if that fails.
-    fn publish(&self, dir: &OwnedFd, tmp: &[u8], leaf: &[u8]) -> io::Result<()> {
-        let r = rustix::fs::renameat(dir, name(tmp), dir, name(leaf));
-        if r.is_err() {
-            let _ = rustix::fs::unlinkat(dir, name(tmp), AtFlags::empty());
-        }
-        r.map_err(io::Error::from)
     }
 }
 

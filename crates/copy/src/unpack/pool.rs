@@ -1,24 +1,27 @@
 //! Small files are created on a few threads: creating a file is a handful of
 //! metadata system calls (create, write, owner where it differs, mode, times,
-//! rename, close),
-//! so a tree of small files is bound by how fast one thread can make them,
-//! and file systems create files in parallel (across directories, and within
-//! one on most). A small file (at most [`POOLED_MAX`] bytes) is held whole
-//! in memory while its data arrives, its checksum checked when its end entry
-//! comes, and only then handed to a worker that writes it under its
-//! temporary name and renames it into place; larger files stream to disk on
-//! the decoding thread as before. The queue is bounded ([`QUEUE_PER_THREAD`]
-//! files a worker), so memory stays under a few MiB whatever the tree.
+//! rename, close), so a tree of small files is bound by how fast one thread
+//! can make them, and file systems create files in parallel (across
+//! directories, and within one on most). A small file (at most
+//! [`POOLED_MAX`] bytes) is held whole in memory while its data arrives, its
+//! checksum checked when its end entry comes, and only then handed to a
+//! worker ([`Unpacker::end_buffered`]) that writes it under its temporary
+//! name and publishes it; larger files stream to disk on the decoding
+//! thread. The queue is bounded ([`QUEUE_PER_THREAD`] files a worker), so
+//! memory stays under a few MiB whatever the tree.
 //!
 //! Whatever waits on a published file (a hard link to it, the directories'
-//! metadata at the end, the verdict) first [`Pool::wait`]s for every file
-//! handed over.
+//! metadata at the end, the verdict) first waits for every file handed over
+//! ([`Unpacker::wait_pool`]).
 
-use super::{times, Owner};
+use super::current::Current;
+use super::meta::{set_meta, Policy};
+use super::publish::publish;
+use super::{Owner, Unpacker};
 use crate::beneath::name;
 use crate::write::write_sparse;
 use crate::xattr::Attr;
-use rdpipe_wire::entry::{Meta, RelPath};
+use rdpipe_wire::entry::{FileEnd, Meta, RelPath};
 use rustix::fs::{AtFlags, Mode, OFlags};
 use std::fs::File;
 use std::io;
@@ -33,42 +36,6 @@ pub const POOLED_MAX: u64 = 256 << 10;
 const QUEUE_PER_THREAD: usize = 8;
 /// The most workers, whatever the cores.
 const MAX_THREADS: usize = 4;
-
-/// How a file's metadata is set.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Policy {
-    /// `-p`: owner (as root), mode and times as sent; else the permission
-    /// bits less the umask.
-    pub preserve: bool,
-    pub root: bool,
-    pub umask: u32,
-}
-
-/// Sets a written file's owner, mode, times and extended attributes;
-/// `owner`: the owner and group it has now, where known (a file this run
-/// created: [`super::Unpacker::new_owner`]), so that one already owned as
-/// sent is not chowned (a tree of root's files copied as root: one system
-/// call a file fewer).
-pub(super) fn set_meta(
-    file: &File,
-    meta: &Meta,
-    xattrs: &[Attr],
-    p: Policy,
-    owner: Option<Owner>,
-) -> io::Result<()> {
-    if p.preserve {
-        if p.root && owner != Some((meta.uid, meta.gid)) {
-            std::os::unix::fs::fchown(file, Some(meta.uid), Some(meta.gid))?;
-        }
-        rustix::fs::fchmod(file, Mode::from_raw_mode(meta.mode as _))?;
-        rustix::fs::futimens(file, &times(meta))?;
-    } else {
-        let mode = meta.mode & 0o777 & !p.umask;
-        rustix::fs::fchmod(file, Mode::from_raw_mode(mode as _))?;
-    }
-    // After the mode: an ACL's mask entry is the group bits.
-    crate::xattr::apply(file, xattrs)
-}
 
 /// A verified small file to create.
 pub(super) struct Job {
@@ -94,26 +61,25 @@ pub(super) struct Done {
 }
 
 /// Creates `job`'s file under its temporary name, sets its metadata and
-/// renames it into place; on failure nothing of it is left.
+/// publishes it; on failure nothing of it is left.
 fn create(job: &Job, p: Policy) -> io::Result<()> {
     let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     // Private until published: the final mode is set then.
     let fd = rustix::fs::openat(&*job.dir, name(&job.tmp), flags, Mode::from_raw_mode(0o600))?;
     let file = File::from(fd);
-    let r = (|| {
+    let written = (|| {
         let len = job.data.len() as u64;
         if write_sparse(&file, &job.data, 0)? < len {
             // It ends in a hole.
             file.set_len(len)?;
         }
-        set_meta(&file, &job.meta, &job.xattrs, p, job.owner)?;
-        rustix::fs::renameat(&*job.dir, name(&job.tmp), &*job.dir, name(&job.leaf))?;
-        Ok(())
+        set_meta(&file, &job.meta, &job.xattrs, p, job.owner)
     })();
-    if r.is_err() {
+    if let Err(e) = written {
         let _ = rustix::fs::unlinkat(&*job.dir, name(&job.tmp), AtFlags::empty());
+        return Err(e);
     }
-    r
+    publish(&job.dir, &job.tmp, &job.leaf)
 }
 
 /// The workers, their queue, and what they report back.
@@ -128,9 +94,9 @@ pub(super) struct Pool {
 /// created on the decoding thread), else half the cores, at most
 /// [`MAX_THREADS`]: the receiving agent's transport (the network, opening
 /// the sealed chunks) and the decoding thread keep the other half busy. On
-/// 2 cores that is none: there `benches/unpack.rs` gains 9% with 2 workers
-/// and nothing else running, but a copy whose sender shares the two cores
-/// (rdcp over loopback) loses 8% (docs/performance.md, rdcp).
+/// 2 cores that is none: a copy whose sender shares the two cores (rdcp
+/// over loopback) is slower with workers than without (docs/performance.md,
+/// rdcp).
 pub(super) fn threads() -> usize {
     if let Some(n) = std::env::var("RDCP_CREATE_THREADS")
         .ok()
@@ -226,6 +192,58 @@ impl Drop for Pool {
         self.jobs.take();
         for t in self.threads.drain(..) {
             let _ = t.join();
+        }
+    }
+}
+
+impl Unpacker {
+    /// The end of a small file held in memory: checked, then handed to the
+    /// pool that creates it.
+    pub(super) fn end_buffered(&mut self, cur: Current, data: Vec<u8>, end: FileEnd) {
+        if end.unreadable {
+            return;
+        }
+        let Some(dir) = cur.dir else { return };
+        if cur.pos != cur.size || cur.hash.digest() != end.checksum {
+            return self.failed(&cur.rel, "its checksum does not match the sender's");
+        }
+        let job = Job {
+            dir,
+            rel: cur.rel,
+            leaf: cur.name,
+            tmp: cur.tmp,
+            meta: cur.meta,
+            owner: cur.owner,
+            data,
+            xattrs: cur.xattrs,
+            changed: end.changed,
+        };
+        let policy = self.policy();
+        let pool = match &mut self.pool {
+            Some(p) => p,
+            None => match Pool::start(self.create_threads, policy) {
+                Ok(p) => self.pool.insert(p),
+                Err(e) => return self.failed(&job.rel, e),
+            },
+        };
+        let rel = job.rel.as_bytes().to_vec();
+        let done = pool.submit(job);
+        self.pending.insert(rel);
+        self.outcomes(done);
+    }
+
+    /// Waits for the files handed to the pool, and counts them.
+    pub(super) fn wait_pool(&mut self) {
+        if let Some(p) = &mut self.pool {
+            let done = p.wait();
+            self.outcomes(done);
+        }
+    }
+
+    fn outcomes(&mut self, done: Vec<Done>) {
+        for d in done {
+            self.pending.remove(d.rel.as_bytes());
+            self.counted(&d.rel, d.size, d.changed, d.result);
         }
     }
 }

@@ -9,7 +9,9 @@
 //! `/proc/self/fd/N`, which names that inode and no other, so a name swapped
 //! in the destination meanwhile cannot redirect a `chown` or `chmod`.
 
-use super::{times, Unpacker};
+use super::meta::times;
+use super::publish::publish;
+use super::Unpacker;
 use crate::beneath::name;
 use rdpipe_wire::entry::{Meta, RelPath, SpecialKind};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, CWD};
@@ -44,7 +46,7 @@ impl Unpacker {
             )));
         }
         let (comps, leaf) = self.place(&path)?;
-        let tmp = Self::tmp_name(&leaf);
+        let tmp = crate::names::new_tmp(&leaf);
         let r = self.dir(&comps).and_then(|dir| {
             let made = rustix::fs::mknodat(
                 &dir,
@@ -65,7 +67,7 @@ impl Unpacker {
             }
             let r = self.node_meta(&dir, &tmp, kind, &meta);
             match r {
-                Ok(()) => self.publish(&dir, &tmp, &leaf),
+                Ok(()) => publish(&dir, &tmp, &leaf),
                 Err(e) => {
                     let _ = rustix::fs::unlinkat(&dir, name(&tmp), AtFlags::empty());
                     Err(e)

@@ -4,21 +4,17 @@
 //! stream, which announced the file, publishes it at its end once the other
 //! streams have ended and every piece is done.
 
-use super::current::{Current, Start, Temp};
-use super::pool::set_meta;
+use super::current::{Current, PieceOf, Start, Temp};
+use super::meta::set_meta;
+use super::publish::publish;
 use super::{Dest, Unpacker};
+use crate::names;
 use crate::stripe::{self, Ledger, PieceState};
 use crate::xattr::Attr;
 use rdpipe_wire::entry::{piece_span, FileEnd, Meta, RelPath};
 use rustix::fs::AtFlags;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
-
-/// A piece being received: which one, and the ledger it is marked in.
-pub(super) struct PieceOf {
-    pub(super) index: u64,
-    pub(super) ledger: Option<Ledger>,
-}
 
 /// A striped file the first stream announced, published at its end.
 pub(super) struct Announced {
@@ -43,9 +39,9 @@ fn is_dev_null(f: &std::fs::File) -> bool {
 }
 
 /// The temporary name a striped file `leaf` gets here, from the one its
-/// stream gave ([`stripe::dest_tmp`]).
+/// stream gave ([`names::dest_tmp`]).
 fn local_tmp(tmp: &[u8], leaf: &[u8]) -> io::Result<Vec<u8>> {
-    stripe::dest_tmp(tmp, leaf).ok_or_else(|| {
+    names::dest_tmp(tmp, leaf).ok_or_else(|| {
         io::Error::other("the sender named a striped copy's temporary file as rdcp does not")
     })
 }
@@ -259,10 +255,10 @@ impl Unpacker {
         let file = stripe::open_tmp(&dir, &a.leaf, &a.tmp)?;
         file.set_len(a.size)?;
         set_meta(&file, &a.meta, &a.xattrs, self.policy(), None)?;
-        self.publish(&dir, &a.tmp, &a.leaf)?;
+        publish(&dir, &a.tmp, &a.leaf)?;
         let _ = rustix::fs::unlinkat(
             dir.as_fd(),
-            crate::beneath::name(&stripe::ledger_name(&a.tmp)),
+            crate::beneath::name(&names::ledger_name(&a.tmp)),
             AtFlags::empty(),
         );
         Ok(states.contains(&PieceState::Changed))

@@ -1,14 +1,15 @@
-//! `rdcp --resume`: what the destination already holds, and reading that
-//! back on the sending side.
+//! `rdcp --resume`: what the destination already holds, listed on its host
+//! ([`list`]) and read back on the sending side ([`Manifest`]).
 //!
 //! Before the copy, the destination's host lists, beneath where the sources
 //! will land, every regular file (path, size, mtime: [`Entry::Have`]) and
-//! every temporary file an interrupted copy left (`.NAME.rdcp-PID-N`: its
-//! size and the xxh3-64 of what it holds, [`Entry::Partial`]; the largest one
-//! per NAME, even an empty one, so that it is reused rather than left; older
-//! smaller ones are removed). The listing travels to the sources' host as an ordinary
-//! transfer; there the packer ([`crate::pack`]) skips each file whose size
-//! and mtime are the listed ones, and continues a file from its partial copy
+//! every temporary file an interrupted copy left (`.NAME.rdcp-PID-N`, see
+//! [`crate::names`]: its size and the xxh3-64 of what it holds,
+//! [`Entry::Partial`]; the largest one per NAME, even an empty one, so that
+//! it is reused rather than left; older smaller ones are removed). The
+//! listing travels to the sources' host as an ordinary transfer; there the
+//! packer ([`crate::pack`](mod@crate::pack)) skips each file whose size and
+//! mtime are the listed ones, and continues a file from its partial copy
 //! when the first bytes of the source hash to the same value: only the rest
 //! crosses the wire ([`Entry::Resume`]), and the receiver checks the prefix
 //! again before it appends.
@@ -23,29 +24,20 @@
 //! one source lands as the destination itself (the first component is the
 //! destination's name, not the source's).
 
+use crate::names::{self, Name};
 use crate::warn;
-use rdpipe_wire::entry::{encode_start, Decoder, Entry, Event, RelPath};
+use rdpipe_wire::entry::{encode_start, Entry, RelPath};
 use rustix::fs::{AtFlags, Mode, OFlags};
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::Arc;
 
-/// The temporary-name infix of a file being received.
-pub const TMP_INFIX: &[u8] = b".rdcp-";
-
-/// NAME of a temporary file `.NAME.rdcp-PID-N`, if `file` is one.
-pub fn tmp_target(file: &[u8]) -> Option<&[u8]> {
-    let rest = file.strip_prefix(b".")?;
-    let at = rest
-        .windows(TMP_INFIX.len())
-        .rposition(|w| w == TMP_INFIX)?;
-    (at > 0).then(|| &rest[..at])
-}
+mod manifest;
+pub use manifest::{Have, Manifest, Partial, StripedCopy};
 
 /// Writes the listing of `dest` for sources whose top-level names are
 /// `tops` (see the module doc). The walk goes through directory descriptors,
@@ -87,8 +79,8 @@ pub fn list<W: Write>(
             let (pd, n) = (Arc::new(pd), n.as_bytes().to_vec());
             // DEST itself, and beside it the partial copies of DEST (the one
             // source being a file cut short).
-            for e in names(&pd) {
-                if tmp_target(&e) == Some(&n[..]) {
+            for e in dir_names(&pd) {
+                if names::tmp_target(&e) == Some(&n[..]) {
                     roots.push((pd.clone(), e.clone(), e));
                 }
             }
@@ -115,7 +107,7 @@ pub fn list<W: Write>(
                 continue;
             };
             let sub = Arc::new(sub);
-            for e in names(&sub) {
+            for e in dir_names(&sub) {
                 let mut r = rel.clone();
                 r.push(b'/');
                 r.extend_from_slice(&e);
@@ -126,14 +118,15 @@ pub fn list<W: Write>(
                 Some(i) => &rel[..=i],
                 None => &rel[..0],
             };
-            if let Some(target) = tmp_target(&name) {
+            let ours = names::parse(&name);
+            if let Some(target) = ours.and_then(|n| n.target()) {
                 let Ok(path_rel) = RelPath::new([parent_rel, target].concat()) else {
                     continue;
                 };
-                if crate::stripe::is_ledger(&name) {
+                if let Some(Name::Ledger { .. }) = ours {
                     continue;
                 }
-                if crate::stripe::is_striped_tmp(&name, target) {
+                if let Some(Name::Striped { .. }) = ours {
                     // A striped copy: the pieces its ledger has as done.
                     entries += pieces_of(&dir, &name, path_rel, &mut head, out)?;
                     continue;
@@ -263,12 +256,8 @@ fn pieces_of<W: Write>(
     Ok(n)
 }
 
-fn libc_nofollow() -> i32 {
-    OFlags::NOFOLLOW.bits() as i32
-}
-
 /// The names in directory `d` (not `.` and `..`).
-fn names(d: &OwnedFd) -> Vec<Vec<u8>> {
+fn dir_names(d: &OwnedFd) -> Vec<Vec<u8>> {
     let Ok(dir) = rustix::fs::Dir::read_from(d) else {
         return vec![];
     };
@@ -301,199 +290,4 @@ fn hash_at(dir: &OwnedFd, name: &[u8]) -> io::Result<(u64, u64)> {
         return Err(io::Error::other("not a regular file"));
     }
     crate::hash_file(&f, u64::MAX)
-}
-
-/// A complete file at the destination.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Have {
-    /// Its size.
-    pub size: u64,
-    /// Its mtime (seconds, nanoseconds).
-    pub mtime: (i64, u32),
-    /// The xxh3-64 of its content (a `--checksum` listing).
-    pub hash: Option<u64>,
-}
-
-/// A partial copy at the destination.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Partial {
-    /// Its name beside the target.
-    pub tmp: Vec<u8>,
-    /// Bytes it holds.
-    pub size: u64,
-    /// Their xxh3-64.
-    pub hash: u64,
-}
-
-/// A striped copy at the destination (`rdcp --streams`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StripedCopy {
-    /// Its temporary file's name beside the target.
-    pub tmp: Vec<u8>,
-    /// The size of the file it is a copy of.
-    pub size: u64,
-    /// That file's mtime.
-    pub mtime: (i64, u32),
-    /// The pieces it holds verified, in order.
-    pub done: Vec<u64>,
-}
-
-/// A destination's listing, read back on the sending side.
-#[derive(Debug, Default)]
-pub struct Manifest {
-    /// The first component of every path stands for the one source's name.
-    renamed_top: bool,
-    have: HashMap<Vec<u8>, Have>,
-    partial: HashMap<Vec<u8>, Partial>,
-    striped: HashMap<Vec<u8>, StripedCopy>,
-}
-
-impl Manifest {
-    /// [`Manifest::read`] by one of `readers` streams of a copy
-    /// (`--streams`): the last of them to read it removes it (a count of
-    /// readers so far, under a lock, in `PATH.readers`).
-    pub fn read_shared(path: &Path, readers: u32) -> io::Result<Manifest> {
-        let m = Manifest::read(path);
-        let mut count = path.as_os_str().to_owned();
-        count.push(".readers");
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .custom_flags(libc_nofollow() | OFlags::NONBLOCK.bits() as i32)
-            .open(&count)?;
-        // Ours, one name, a regular file: another user's file planted under
-        // the name must neither hold nor steer us.
-        {
-            use std::os::unix::fs::MetadataExt;
-            let md = f.metadata()?;
-            if !md.is_file() || md.nlink() != 1 || md.uid() != rustix::process::geteuid().as_raw() {
-                return Err(io::Error::other(format!(
-                    "{} is not this copy's own file",
-                    Path::new(&count).display()
-                )));
-            }
-        }
-        rustix::fs::flock(&f, rustix::fs::FlockOperation::LockExclusive)?;
-        let n = f.metadata()?.len() + 1;
-        std::os::unix::fs::FileExt::write_all_at(&f, &[1], n - 1)?;
-        if n >= u64::from(readers) {
-            let _ = std::fs::remove_file(path);
-            let _ = std::fs::remove_file(&count);
-        }
-        m
-    }
-
-    /// Reads a listing written by [`list`].
-    pub fn read(path: &Path) -> io::Result<Manifest> {
-        let bytes = std::fs::read(path)?;
-        let mut m = Manifest::default();
-        let mut d = Decoder::new();
-        d.feed(&bytes, |ev| -> io::Result<()> {
-            match ev {
-                Event::Start { sources } => m.renamed_top = sources == 1,
-                Event::Entry(Entry::Have {
-                    path,
-                    size,
-                    mtime,
-                    mtime_ns,
-                    hash,
-                }) => {
-                    let k = m.key(path.as_bytes());
-                    m.have.insert(
-                        k,
-                        Have {
-                            size,
-                            mtime: (mtime, mtime_ns),
-                            hash,
-                        },
-                    );
-                }
-                Event::Entry(Entry::Partial {
-                    path,
-                    tmp,
-                    size,
-                    hash,
-                }) => {
-                    let k = m.key(path.as_bytes());
-                    m.partial.insert(k, Partial { tmp, size, hash });
-                }
-                Event::Entry(Entry::Pieces {
-                    path,
-                    tmp,
-                    size,
-                    mtime,
-                    mtime_ns,
-                    first,
-                    bits,
-                }) => {
-                    let k = m.key(path.as_bytes());
-                    let c = m.striped.entry(k).or_insert_with(|| StripedCopy {
-                        tmp: tmp.clone(),
-                        size,
-                        mtime: (mtime, mtime_ns),
-                        done: Vec::new(),
-                    });
-                    if c.tmp == tmp && c.size == size {
-                        let count = rdpipe_wire::entry::piece_count(size);
-                        c.done.extend(
-                            (0..bits.len() as u64 * 8)
-                                .filter(|j| bits[(j / 8) as usize] >> (j % 8) & 1 == 1)
-                                .map(|j| first + j)
-                                .filter(|&i| i < count),
-                        );
-                        c.done.sort_unstable();
-                        c.done.dedup();
-                    }
-                }
-                _ => {}
-            }
-            Ok(())
-        })?;
-        if !d.finished() {
-            return Err(io::Error::other("the destination's listing is incomplete"));
-        }
-        Ok(m)
-    }
-
-    /// The lookup key of a stream path.
-    fn key(&self, p: &[u8]) -> Vec<u8> {
-        if !self.renamed_top {
-            return p.to_vec();
-        }
-        match p.iter().position(|&b| b == b'/') {
-            Some(i) => [b"\0", &p[i..]].concat(),
-            None => b"\0".to_vec(),
-        }
-    }
-
-    /// The complete file the destination has at stream path `p`.
-    pub fn have(&self, p: &RelPath) -> Option<Have> {
-        self.have.get(&self.key(p.as_bytes())).copied()
-    }
-
-    /// The striped copy (`--streams`) an interrupted run left of stream
-    /// path `p`, if any.
-    pub fn striped(&self, p: &RelPath) -> Option<&StripedCopy> {
-        self.striped.get(&self.key(p.as_bytes()))
-    }
-
-    /// The partial copy of `p` an interrupted run left, if any.
-    pub fn partial(&self, p: &RelPath) -> Option<&Partial> {
-        self.partial.get(&self.key(p.as_bytes()))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn temporary_names_map_to_their_target() {
-        assert_eq!(tmp_target(b".a.txt.rdcp-12-0"), Some(&b"a.txt"[..]));
-        assert_eq!(tmp_target(b".x.rdcp-1.rdcp-2-3"), Some(&b"x.rdcp-1"[..]));
-        assert_eq!(tmp_target(b"a.rdcp-1-2"), None);
-        assert_eq!(tmp_target(b"..rdcp-1-2"), None);
-    }
 }
