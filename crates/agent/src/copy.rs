@@ -303,7 +303,7 @@ pub fn start_unpack(dest: &str, a: &super::AgentArgs, seg: &mut Segment, t: &mut
             if seg.pending(Direction::In) {
                 seg.drop_transfer(Direction::In);
             }
-            seg.setup_failed(Part::File, msg);
+            seg.setup_failed(Part::File, msg.to_string());
         }
     }
     super::file::send_empty(seg, t);

@@ -95,7 +95,7 @@ impl Dest {
     /// `resumed_top`: for `rdcp --resume` of one source named so, a directory
     /// DEST without that name inside is taken to be the copy an interrupted
     /// run started as DEST ([`is_resumed_as`]), not a directory to copy into.
-    pub fn resolve(
+    pub fn open(
         dest: &Path,
         must_be_dir: bool,
         resumed_top: Option<&[u8]>,
@@ -132,16 +132,6 @@ impl Dest {
             }
         }
     }
-
-    /// [`Dest::resolve`] with its error as the message the user sees, for
-    /// callers that pass it on as text.
-    pub fn open(
-        dest: &Path,
-        must_be_dir: bool,
-        resumed_top: Option<&[u8]>,
-    ) -> Result<Dest, String> {
-        Dest::resolve(dest, must_be_dir, resumed_top).map_err(|e| e.to_string())
-    }
 }
 
 /// Whether a resumed copy of one source named `top` lands as `dest` itself:
@@ -156,20 +146,9 @@ pub fn is_resumed_as(dest: &Path, must_be_dir: bool, top: &[u8]) -> bool {
 }
 
 impl Dest {
-    /// [`Dest::resolve_stream`] with its error as the message the user
-    /// sees, for callers that pass it on as text.
-    pub fn open_stream(
-        dest: &Path,
-        must_be_dir: bool,
-        resumed_top: Option<&[u8]>,
-        s: &Stripe,
-    ) -> Result<(Dest, Option<Marker>), String> {
-        Dest::resolve_stream(dest, must_be_dir, resumed_top, s).map_err(|e| e.to_string())
-    }
-
-    /// [`Dest::resolve`] for stream `s` of a striped copy, with its marker
+    /// [`Dest::open`] for stream `s` of a striped copy, with its marker
     /// (none for a device: nothing is published there).
-    pub fn resolve_stream(
+    pub fn open_stream(
         dest: &Path,
         must_be_dir: bool,
         resumed_top: Option<&[u8]>,
@@ -190,7 +169,7 @@ impl Dest {
         };
         let device = std::fs::metadata(dest).is_ok_and(|m| !m.is_dir() && !m.is_file());
         if s.index == 0 || device {
-            return held(Dest::resolve(dest, must_be_dir, resumed_top)?);
+            return held(Dest::open(dest, must_be_dir, resumed_top)?);
         }
         let first = s.marker(0);
         let parent = match dest.parent() {
@@ -241,11 +220,11 @@ mod tests {
         let missing = d.path().join("none");
         let text = |r: Result<Dest, DestError>| r.err().expect("refused").to_string();
         assert_eq!(
-            text(Dest::resolve(&file, true, None)),
+            text(Dest::open(&file, true, None)),
             format!("{} is not a directory", file.display())
         );
         assert_eq!(
-            text(Dest::resolve(&missing, true, None)),
+            text(Dest::open(&missing, true, None)),
             format!(
                 "{}: no such directory (create it first, or name one source without a trailing /)",
                 missing.display()
@@ -253,21 +232,17 @@ mod tests {
         );
         let slash = d.path().join("new/");
         assert_eq!(
-            text(Dest::resolve(&slash, false, None)),
+            text(Dest::open(&slash, false, None)),
             format!("{}: not a name a copy can take", slash.display())
         );
         let deep = missing.join("x");
         assert_eq!(
-            text(Dest::resolve(&deep, false, None)),
+            text(Dest::open(&deep, false, None)),
             format!(
                 "cannot open {}: {}",
                 missing.display(),
                 io::Error::from(rustix::io::Errno::NOENT)
             )
-        );
-        assert_eq!(
-            Dest::open(&deep, false, None).err(),
-            Some(text(Dest::resolve(&deep, false, None)))
         );
     }
 }
