@@ -22,8 +22,8 @@ impl Runner {
                 |d: Direction, hop: Option<_>| hop.is_some() && st.reports[d.index()].is_none();
             // A sink whose relay broke said so (FAIL out): no report due.
             let out_due = !st.relay_broke;
-            if missing(Direction::In, self.p.hop_into(me))
-                || (out_due && missing(Direction::Out, self.p.hop_from(me)))
+            if missing(Direction::In, self.plan.hop_into(me))
+                || (out_due && missing(Direction::Out, self.plan.hop_from(me)))
             {
                 self.fail(Some(me), Cause::Incomplete { seg });
             }
@@ -32,7 +32,7 @@ impl Runner {
         if ended.is_some() {
             return;
         }
-        let host = self.p.segments[i].host.label().to_string();
+        let host = self.plan.segments[i].host.label().to_string();
         let cause = match (code, hello) {
             (Some(127), false) => Cause::RdrecvMissing { host },
             (Some(2), false) => Cause::AgentVersion {
@@ -44,8 +44,8 @@ impl Runner {
             // ([`super::sinks`]), not as the pipeline's failure: the chain
             // re-links around it, or the sinks after it lose their stream
             // (their verdicts say so).
-            (_, true) if self.signal.is_none() && !self.closing && self.p.is_sink(i) => {
-                self.sink_failures.push(Finding {
+            (_, true) if self.signal.is_none() && !self.closing && self.plan.is_sink(i) => {
+                self.findings.sink_failures.push(Finding {
                     cause: Cause::Died {
                         seg,
                         how,
@@ -87,7 +87,7 @@ impl Runner {
             FromAgent::Hello { version } => {
                 self.segs[i].hello = true;
                 if version != PROTOCOL {
-                    let host = self.p.segments[i].host.label().to_string();
+                    let host = self.plan.segments[i].host.label().to_string();
                     let version = Some(version);
                     self.fail(Some(me), Cause::AgentVersion { host, version });
                 }
@@ -113,8 +113,8 @@ impl Runner {
                 let cause = self.failure_cause(i, part, kind, code, message);
                 if matches!(cause, Cause::Transfer { echo: false, .. }) {
                     let peer = match part {
-                        Part::In => self.p.hop_into(me).map(|h| h.from),
-                        Part::Out => self.p.hop_from(me).map(|h| h.to),
+                        Part::In => self.plan.hop_into(me).map(|h| h.from),
+                        Part::Out => self.plan.hop_from(me).map(|h| h.to),
                         _ => None,
                     };
                     self.peer_lost(me, peer);
@@ -160,7 +160,11 @@ impl Runner {
     /// (once discovery, [`super::discover`], has what it needs).
     async fn relay_port(&mut self, i: usize, dir: Direction, port: u16) {
         let me = Node::Segment(i);
-        let hop = self.p.hops.iter().position(|h| h.side_of(me) == Some(dir));
+        let hop = self
+            .plan
+            .hops
+            .iter()
+            .position(|h| h.side_of(me) == Some(dir));
         if let Some(k) = hop {
             self.relay_hop(k, port).await;
         }
@@ -180,14 +184,14 @@ impl Runner {
         match (part, kind) {
             (_, FailKind::Stopped) => Cause::Stopped { seg, message: msg },
             (Part::In, FailKind::StoppedReading) => {
-                let from = self.p.hop_into(me).map(|h| self.p.node_name(h.from));
+                let from = self.plan.hop_into(me).map(|h| self.plan.node_name(h.from));
                 Cause::StoppedReading {
                     seg,
                     from: from.unwrap_or_default(),
                 }
             }
             (Part::In, _) => {
-                let from = self.p.hop_into(me).map(|h| self.p.node_name(h.from));
+                let from = self.plan.hop_into(me).map(|h| self.plan.node_name(h.from));
                 let from = from.unwrap_or_default();
                 Cause::Transfer {
                     text: format!("{seg}: receiving from {from} failed: {msg}"),
@@ -195,7 +199,7 @@ impl Runner {
                 }
             }
             (Part::Out, _) => {
-                let to = self.p.hop_from(me).map(|h| self.p.node_name(h.to));
+                let to = self.plan.hop_from(me).map(|h| self.plan.node_name(h.to));
                 let to = to.unwrap_or_default();
                 Cause::Transfer {
                     text: format!("{seg}: sending to {to} failed: {msg}"),

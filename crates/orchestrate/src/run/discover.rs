@@ -145,7 +145,7 @@ impl Runner {
     /// connect, once both ends reported their addresses when discovery runs
     /// (and, without a shared subnet, once the connecting side probed them).
     pub(super) async fn relay_hop(&mut self, k: usize, port: u16) {
-        let hop = self.p.hops[k].clone();
+        let hop = self.plan.hops[k].clone();
         let busy = self.disc.told[k].is_some()
             || self.disc.pending.iter().any(|&(h, _)| h == k)
             || self.disc.probing.iter().any(|(h, ..)| *h == k);
@@ -182,7 +182,7 @@ impl Runner {
     /// result comes back as an event).
     async fn probe(&mut self, k: usize, port: u16, addrs: Vec<IpAddr>, mine: Vec<NetAddr>) {
         self.disc.probing.push((k, port, addrs.clone()));
-        let hop = &self.p.hops[k];
+        let hop = &self.plan.hops[k];
         match hop.connector() {
             Node::Segment(j) => {
                 let dir = hop.side_of(Node::Segment(j)).unwrap_or(Direction::Out);
@@ -199,7 +199,7 @@ impl Runner {
                     "hop {}: no shared subnet: probing {addrs:?} from here",
                     k + 1
                 );
-                let tx = self.tx.clone();
+                let tx = self.events.tx.clone();
                 tokio::task::spawn_blocking(move || {
                     let r = rdpipe_agent::reach::probe(
                         &addrs,
@@ -222,7 +222,7 @@ impl Runner {
     ) {
         let me = Node::Segment(j);
         let hop = |k: usize| {
-            let h = &self.p.hops[k];
+            let h = &self.plan.hops[k];
             h.connector() == me && h.side_of(me) == Some(dir)
         };
         match self.disc.probing.iter().find(|(k, ..)| hop(*k)) {
@@ -250,7 +250,7 @@ impl Runner {
 
     /// Hop `k` decided by discovery (`c`): say so at `-v`, then tell.
     async fn decided(&mut self, k: usize, port: u16, c: Choice) {
-        let hop = self.p.hops[k].clone();
+        let hop = self.plan.hops[k].clone();
         let listener = self.host_name(hop.listener);
         let why = fabric::reason(
             &hop.address,
@@ -266,15 +266,15 @@ impl Runner {
         };
         // (Not `A -> B:`: those lines are the hops' reports.)
         let connector = match hop.connector() {
-            Node::Segment(_) => self.p.node_name(hop.connector()),
+            Node::Segment(_) => self.plan.node_name(hop.connector()),
             Node::Stdin | Node::Stdout => "rdpipe".into(),
         };
         let line = format!(
             "{}: data address {addr} for {connector} ({why})",
-            self.p.node_name(hop.listener),
+            self.plan.node_name(hop.listener),
         );
         debug!("{line}");
-        if self.a.verbose > 0 {
+        if self.config.verbose > 0 {
             rdpipe_term::say(tool(), &line);
         }
         self.tell(k, port, addr, from).await;
@@ -282,7 +282,7 @@ impl Runner {
 
     /// Tells hop `k`'s connecting side to connect to `addr`:`port`.
     async fn tell(&mut self, k: usize, port: u16, addr: String, from: &'static str) {
-        let hop = self.p.hops[k].clone();
+        let hop = self.plan.hops[k].clone();
         self.disc.told[k] = Some((addr.clone(), from));
         match hop.connector() {
             Node::Stdin => self.start_source(addr, port),
@@ -306,7 +306,7 @@ impl Runner {
     /// A host's label for messages (`rdpipe`'s machine for its own ends).
     fn host_name(&self, n: Node) -> String {
         match n {
-            Node::Segment(i) => self.p.segments[i].host.label().to_string(),
+            Node::Segment(i) => self.plan.segments[i].host.label().to_string(),
             Node::Stdin | Node::Stdout => "this machine".into(),
         }
     }

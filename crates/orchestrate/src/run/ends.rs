@@ -19,20 +19,20 @@ impl Runner {
     fn transfer_options(&self, key: Vec<u8>, counter: &Arc<AtomicU64>) -> Options {
         Options {
             key,
-            chunk_size: self.a.chunk_size,
-            slots: self.a.slots,
-            transport: self.a.transport,
-            handshake_timeout: Duration::from_secs(self.a.handshake_timeout),
-            integrity: self.a.integrity,
-            rate_limit: self.a.rate_limit,
-            compress: self.a.compress,
+            chunk_size: self.config.chunk_size,
+            slots: self.config.slots,
+            transport: self.config.transport,
+            handshake_timeout: Duration::from_secs(self.config.handshake_timeout),
+            integrity: self.config.integrity,
+            rate_limit: self.config.rate_limit,
+            compress: self.config.compress,
             // A progress callback storing into `counter`, when there is a line.
             progress: self.progress.as_ref().map(|_| {
                 let c = counter.clone();
                 Box::new(move |n| c.store(n, Ordering::Relaxed)) as Box<dyn FnMut(u64) + Send>
             }),
-            reconnect_timeout: Duration::from_secs(self.a.reconnect_timeout),
-            replay_window: self.a.replay_window,
+            reconnect_timeout: Duration::from_secs(self.config.reconnect_timeout),
+            replay_window: self.config.replay_window,
             notice: None,
         }
     }
@@ -41,7 +41,7 @@ impl Runner {
         Endpoint::Connect {
             host,
             port,
-            timeout: Duration::from_secs(self.a.connect_timeout),
+            timeout: Duration::from_secs(self.config.connect_timeout),
         }
     }
 
@@ -51,9 +51,9 @@ impl Runner {
         let key = self
             .hop_key(Node::Stdin, Direction::Out)
             .unwrap_or_default();
-        let opts = self.transfer_options(key, &self.source_bytes);
+        let opts = self.transfer_options(key, &self.ends.source_bytes);
         let ep = self.connect_to(addr, port);
-        let tx = self.tx.clone();
+        let tx = self.events.tx.clone();
         std::thread::spawn(move || {
             let r = rustix::io::dup(std::io::stdin())
                 .map_err(|e| TransportError::Input(e.into()))
@@ -68,9 +68,9 @@ impl Runner {
         let key = self
             .hop_key(Node::Stdout, Direction::In)
             .unwrap_or_default();
-        let opts = self.transfer_options(key, &self.sink_bytes);
+        let opts = self.transfer_options(key, &self.ends.sink_bytes);
         let ep = self.connect_to(addr, port);
-        let tx = self.tx.clone();
+        let tx = self.events.tx.clone();
         std::thread::spawn(move || {
             let r = run_recv(ep, opts, rdpipe_transport::endpoint::stdout_output);
             let _ = tx.send(Event::Sink(r));
@@ -78,12 +78,12 @@ impl Runner {
     }
 
     pub(super) fn source_ended(&mut self, r: Result<Report, TransportError>) {
-        self.source_done = true;
+        self.ends.source_done = true;
         match r {
-            Ok(rep) => self.source_report = Some(HopReport::of(&rep)),
+            Ok(rep) => self.ends.source_report = Some(HopReport::of(&rep)),
             Err(e) => {
-                let to = self.p.hop_from(Node::Stdin).map(|h| h.to);
-                let name = to.map(|n| self.p.node_name(n)).unwrap_or_default();
+                let to = self.plan.hop_from(Node::Stdin).map(|h| h.to);
+                let name = to.map(|n| self.plan.node_name(n)).unwrap_or_default();
                 let echo = e.exit_code() == EXIT_ABORTED;
                 let cause = Cause::Transfer {
                     text: format!("sending rdpipe's stdin to {name} failed: {e}"),
@@ -98,15 +98,15 @@ impl Runner {
     }
 
     pub(super) fn sink_ended(&mut self, r: Result<Report, TransportError>) {
-        self.sink_done = true;
+        self.ends.sink_done = true;
         match r {
-            Ok(rep) => self.sink_report = Some(HopReport::of(&rep)),
+            Ok(rep) => self.ends.sink_report = Some(HopReport::of(&rep)),
             Err(TransportError::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {
                 self.fail(Some(Node::Stdout), Cause::StdoutClosed);
             }
             Err(e) => {
-                let from = self.p.hop_into(Node::Stdout).map(|h| h.from);
-                let name = from.map(|n| self.p.node_name(n)).unwrap_or_default();
+                let from = self.plan.hop_into(Node::Stdout).map(|h| h.from);
+                let name = from.map(|n| self.plan.node_name(n)).unwrap_or_default();
                 let echo = e.exit_code() == EXIT_ABORTED;
                 let cause = Cause::Transfer {
                     text: format!("receiving rdpipe's stdout from {name} failed: {e}"),

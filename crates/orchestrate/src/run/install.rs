@@ -17,10 +17,10 @@ impl Runner {
     /// Finds or installs the agent on every remote host (see the module doc);
     /// false when a host cannot have one (reported).
     pub(super) async fn install_agents(&mut self) -> bool {
-        if !self.a.install || self.a.remote_bin.is_some() {
+        if !self.config.install || self.config.remote_bin.is_some() {
             return true;
         }
-        let hosts = self.p.remote_hosts();
+        let hosts = self.plan.remote_hosts();
         if hosts.is_empty() {
             return true;
         }
@@ -40,7 +40,7 @@ impl Runner {
                 return false;
             }
         };
-        let limit = Duration::from_secs(self.a.connect_timeout.max(30));
+        let limit = Duration::from_secs(self.config.connect_timeout.max(30));
         let mut set = tokio::task::JoinSet::new();
         let bound = Arc::new(tokio::sync::Semaphore::new(MAX_PARALLEL_STARTS));
         for (n, (host, segs)) in hosts.iter().enumerate() {

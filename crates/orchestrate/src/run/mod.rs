@@ -233,115 +233,154 @@ fn run_inner(
     Ok(Some(report))
 }
 
+/// A run in progress: what it was asked, how it reaches its hosts, and what
+/// it has heard so far.
 struct Runner {
-    a: Config,
-    p: Pipeline,
+    /// The run's settings.
+    config: Config,
+    /// What runs where.
+    plan: Pipeline,
+    /// This executable (the local agent, the ssh masters' guard).
     exe: LocalExe,
     /// How each segment's agent is started.
     launchers: Launchers,
     /// Segment index → the agent binary to run there, where self-install
     /// chose one ([`install`]).
     agent_bins: std::collections::HashMap<usize, String>,
-    /// One random key per hop (same order as the plan's hops).
-    hop_keys: Vec<Vec<u8>>,
-    /// A fan-out's chain secret (random; keys the chain hops' stream MAC).
-    chain_secret: Vec<u8>,
-    tx: mpsc::UnboundedSender<Event>,
-    rx: mpsc::UnboundedReceiver<Event>,
-    /// Each agent's control channel (its stdin), until teardown closes it.
-    stdins: Vec<Option<Writer>>,
-    /// An srun agent's sealer: every line to it goes through it
-    /// ([`srun_trust`]).
-    sealers: Vec<Option<rdpipe_control::seal::Sealer>>,
-    local_pids: Vec<Option<u32>>,
+    /// The run's secrets.
+    keys: Keys,
+    /// The event loop's queue: agents' lines and exits, rdpipe's own ends.
+    events: Events,
+    /// Each segment's agent, as rdpipe talks to it.
+    agents: Vec<AgentChannel>,
+    /// What each segment's agent has said.
     segs: Vec<SegState>,
-    failures: Vec<Finding>,
-    /// `--to` sinks' own failures (command, file): judged at the end against
-    /// `--min-ok` ([`sinks`]), they do not stop the pipeline.
-    sink_failures: Vec<Finding>,
-    source_done: bool,
-    sink_done: bool,
-    source_report: Option<HopReport>,
-    sink_report: Option<HopReport>,
+    /// What went wrong, for the verdict.
+    findings: Findings,
+    /// rdpipe's own stdin sender and stdout receiver.
+    ends: Ends,
+    /// The first stop signal.
     signal: Option<i32>,
     /// The control channels are being closed: agents ending now are collateral.
     closing: bool,
     /// The progress line, while it is drawn.
     progress: Option<Ticker>,
-    /// rdpipe's own transfers' running counts (stdin sent, stdout received).
-    source_bytes: Arc<AtomicU64>,
-    sink_bytes: Arc<AtomicU64>,
-    /// rdpipe's stdin's size, when it is a regular file.
-    stdin_size: Option<u64>,
     /// Fabric address discovery's state.
     disc: discover::Discovery,
 }
 
+/// A run's secrets, all random.
+struct Keys {
+    /// One key per hop (same order as the plan's hops).
+    hops: Vec<Vec<u8>>,
+    /// A fan-out's chain secret (keys the chain hops' stream MAC).
+    chain: Vec<u8>,
+}
+
+/// The event loop's queue.
+struct Events {
+    tx: mpsc::UnboundedSender<Event>,
+    rx: mpsc::UnboundedReceiver<Event>,
+}
+
+/// How rdpipe talks to one segment's agent.
+#[derive(Default)]
+struct AgentChannel {
+    /// Its control channel (its stdin), until teardown closes it.
+    stdin: Option<Writer>,
+    /// On a channel that needs it (an srun step's), the sealer every line
+    /// to the agent goes through.
+    sealer: Option<rdpipe_control::seal::Sealer>,
+    /// A local process's pid (the agent's, or its `srun`'s).
+    pid: Option<u32>,
+}
+
+/// What went wrong, for the verdict.
+#[derive(Default)]
+struct Findings {
+    /// Failures that stop the pipeline.
+    failures: Vec<Finding>,
+    /// `--to` sinks' own failures (command, file): judged at the end against
+    /// `--min-ok` ([`sinks`]), they do not stop the pipeline.
+    sink_failures: Vec<Finding>,
+}
+
+/// rdpipe's own two ends: the sender of its stdin, the receiver into its
+/// stdout.
+struct Ends {
+    source_done: bool,
+    sink_done: bool,
+    source_report: Option<HopReport>,
+    sink_report: Option<HopReport>,
+    /// Running counts (stdin sent, stdout received).
+    source_bytes: Arc<AtomicU64>,
+    sink_bytes: Arc<AtomicU64>,
+    /// rdpipe's stdin's size, when it is a regular file.
+    stdin_size: Option<u64>,
+}
+
 impl Runner {
-    fn new(a: Config, p: Pipeline, exe: LocalExe, launchers: Launchers) -> Runner {
-        let hop_keys: Vec<Vec<u8>> = (0..p.hops.len())
-            .map(|_| {
-                let mut k = vec![0u8; 32];
-                getrandom::getrandom(&mut k).expect("the OS random source works");
-                k
-            })
-            .collect();
-        let mut chain_secret = vec![0u8; 32];
-        getrandom::getrandom(&mut chain_secret).expect("the OS random source works");
-        for (k, key) in hop_keys.iter().enumerate() {
+    fn new(config: Config, plan: Pipeline, exe: LocalExe, launchers: Launchers) -> Runner {
+        let random = || {
+            let mut k = vec![0u8; 32];
+            getrandom::getrandom(&mut k).expect("the OS random source works");
+            k
+        };
+        let keys = Keys {
+            hops: (0..plan.hops.len()).map(|_| random()).collect(),
+            chain: random(),
+        };
+        for (k, key) in keys.hops.iter().enumerate() {
             rdpipe_control::keylog::record(&format!("hop {}", k + 1), key);
         }
-        rdpipe_control::keylog::record("chain", &chain_secret);
+        rdpipe_control::keylog::record("chain", &keys.chain);
         let (tx, rx) = mpsc::unbounded_channel();
-        let n = p.segments.len();
-        let source_done = p.hop_from(Node::Stdin).is_none();
-        let sink_done = p.hop_into(Node::Stdout).is_none();
-        let disc = discover::Discovery::new(&p, &a.data_host, a.transport, a.launcher);
-        Runner {
-            a,
-            p,
-            exe,
-            launchers,
-            agent_bins: Default::default(),
-            hop_keys,
-            chain_secret,
-            tx,
-            rx,
-            stdins: (0..n).map(|_| None).collect(),
-            sealers: (0..n).map(|_| None).collect(),
-            local_pids: vec![None; n],
-            segs: (0..n).map(|_| SegState::default()).collect(),
-            failures: Vec::new(),
-            sink_failures: Vec::new(),
-            source_done,
-            sink_done,
+        let n = plan.segments.len();
+        let ends = Ends {
+            source_done: plan.hop_from(Node::Stdin).is_none(),
+            sink_done: plan.hop_into(Node::Stdout).is_none(),
             source_report: None,
             sink_report: None,
-            signal: None,
-            closing: false,
-            progress: None,
             source_bytes: Arc::new(AtomicU64::new(0)),
             sink_bytes: Arc::new(AtomicU64::new(0)),
             stdin_size: None,
+        };
+        let disc =
+            discover::Discovery::new(&plan, &config.data_host, config.transport, config.launcher);
+        Runner {
+            config,
+            plan,
+            exe,
+            launchers,
+            agent_bins: Default::default(),
+            keys,
+            events: Events { tx, rx },
+            agents: (0..n).map(|_| AgentChannel::default()).collect(),
+            segs: (0..n).map(|_| SegState::default()).collect(),
+            findings: Findings::default(),
+            ends,
+            signal: None,
+            closing: false,
+            progress: None,
             disc,
         }
     }
 
     fn fail(&mut self, node: Option<Node>, cause: Cause) {
-        self.failures.push(Finding { cause, node });
+        self.findings.failures.push(Finding { cause, node });
     }
 
     /// The key of the hop into (`Direction::In`) or out of `node`.
     fn hop_key(&self, node: Node, dir: rdpipe_control::Direction) -> Option<Vec<u8>> {
-        let i = self.p.hops.iter().position(|h| match dir {
+        let i = self.plan.hops.iter().position(|h| match dir {
             rdpipe_control::Direction::In => h.to == node,
             rdpipe_control::Direction::Out => h.from == node,
         })?;
-        Some(self.hop_keys[i].clone())
+        Some(self.keys.hops[i].clone())
     }
 
     fn seg_desc(&self, i: usize) -> String {
-        let s = &self.p.segments[i];
+        let s = &self.plan.segments[i];
         match s.action {
             rdpipe_plan::Action::Relay => format!("{} [{}] (relay only)", s.host.label(), i + 1),
             _ => format!("{} [{}] '{}'", s.host.label(), i + 1, s.action),
@@ -353,8 +392,8 @@ impl Runner {
         for s in &mut self.segs {
             s.exited = true;
         }
-        self.source_done = true;
-        self.sink_done = true;
+        self.ends.source_done = true;
+        self.ends.sink_done = true;
     }
 
     async fn run(mut self) -> Result<(Verdict, PipeReport), RunError> {
@@ -419,7 +458,7 @@ impl Runner {
             if self.all_done() {
                 break;
             }
-            if !self.failures.is_empty() && first_failure.is_none() {
+            if !self.findings.failures.is_empty() && first_failure.is_none() {
                 first_failure = Some(Instant::now());
             }
             if let Some(f) = first_failure {
@@ -444,7 +483,7 @@ impl Runner {
             // An agent that never says HELLO (a login script waiting for input, a
             // hung remote shell) must not hang the pipeline: --connect-timeout, at
             // least 30 s (login scripts can be slow).
-            let limit = Duration::from_secs(self.a.connect_timeout.max(30));
+            let limit = Duration::from_secs(self.config.connect_timeout.max(30));
             if !hello_timeout_reported && started.elapsed() > limit {
                 hello_timeout_reported = true;
                 for i in 0..self.segs.len() {
@@ -457,13 +496,13 @@ impl Runner {
             }
             if last_ping.elapsed() >= PING_EVERY {
                 last_ping = Instant::now();
-                for i in 0..self.stdins.len() {
+                for i in 0..self.agents.len() {
                     self.send(i, &ToAgent::Ping).await;
                 }
             }
             let tick = tokio::time::sleep(Duration::from_millis(100));
             tokio::select! {
-                m = self.rx.recv() => match m {
+                m = self.events.rx.recv() => match m {
                     Some(m) => self.handle(m).await,
                     None => break,
                 },
@@ -479,16 +518,16 @@ impl Runner {
     /// has a command that has not reported its exit yet.
     fn root_cause_pending(&self) -> bool {
         let speaking = |k: usize| self.segs[k].ended.is_none() && !self.segs[k].exited;
-        let upstream_of_abort = self.failures.iter().any(|f| {
+        let upstream_of_abort = self.findings.failures.iter().any(|f| {
             matches!(f.cause, Cause::Transfer { echo: true, .. })
                 && f.node
-                    .and_then(|n| self.p.hop_into(n))
+                    .and_then(|n| self.plan.hop_into(n))
                     .is_some_and(|h| matches!(h.from, Node::Segment(k) if speaking(k)))
         });
         let exit_due = (0..self.segs.len()).any(|k| {
             self.segs[k].failed
                 && self.segs[k].exit.is_none()
-                && self.p.segments[k].action.is_command()
+                && self.plan.segments[k].action.is_command()
                 && speaking(k)
         });
         upstream_of_abort || exit_due
@@ -506,11 +545,11 @@ impl Runner {
     }
 
     fn all_done(&self) -> bool {
-        self.agents_done() && self.source_done && self.sink_done
+        self.agents_done() && self.ends.source_done && self.ends.sink_done
     }
 
     async fn send(&mut self, i: usize, m: &ToAgent) {
-        if self.stdins[i].is_none() {
+        if self.agents[i].stdin.is_none() {
             return;
         }
         if !matches!(m, ToAgent::RelinkIn { .. } | ToAgent::RelinkOut { .. }) {
@@ -522,16 +561,17 @@ impl Runner {
 
     /// Writes `line` to agent `i`'s control channel, sealed on an srun one.
     async fn send_line(&mut self, i: usize, line: &str) {
-        let Some(w) = self.stdins[i].as_mut() else {
+        let agent = &mut self.agents[i];
+        let Some(w) = agent.stdin.as_mut() else {
             return;
         };
-        let line = match self.sealers[i].as_mut().map(|s| s.seal(line)) {
+        let line = match agent.sealer.as_mut().map(|s| s.seal(line)) {
             None => line.to_string(),
             Some(Ok(sealed)) => sealed,
             Some(Err(e)) => {
                 // Never in clear text: the agent hears no more.
                 tracing::warn!("[{}] control channel: {e}; closing it", i + 1);
-                self.stdins[i] = None;
+                agent.stdin = None;
                 return;
             }
         };
@@ -551,6 +591,6 @@ impl Runner {
 
     /// Whether segment `i` runs on this machine.
     fn is_local(&self, i: usize) -> bool {
-        matches!(self.p.segments[i].host, Host::Local)
+        matches!(self.plan.segments[i].host, Host::Local)
     }
 }

@@ -10,11 +10,11 @@ use std::time::Duration;
 
 impl Runner {
     pub(super) fn verdict(mut self, wall: Duration) -> Verdict {
-        if self.failures.is_empty() {
+        if self.findings.failures.is_empty() {
             self.check_reports();
         }
         self.judge_sinks();
-        if self.a.verbose > 0 && self.a.summary {
+        if self.config.verbose > 0 && self.config.summary {
             self.say_hop_reports(wall);
         }
         let statuses: Vec<Option<i32>> = self
@@ -22,7 +22,7 @@ impl Runner {
             .iter()
             .map(|s| s.exit.and_then(CmdExit::status))
             .collect();
-        verdict::decide(&self.failures, &statuses, self.a.verbose > 0)
+        verdict::decide(&self.findings.failures, &statuses, self.config.verbose > 0)
     }
 
     /// Both ends of every hop must report the same count and checksum, and every
@@ -30,10 +30,10 @@ impl Runner {
     /// sinks themselves are judged per sink instead ([`super::sinks`]: a relay
     /// that broke costs only the sinks after it).
     fn check_reports(&mut self) {
-        let chain = self.p.sinks();
+        let chain = self.plan.sinks();
         let judged_as_sink =
             |n: Node| matches!(n, Node::Segment(k) if k > chain.start && chain.contains(&k));
-        for h in self.p.hops.clone() {
+        for h in self.plan.hops.clone() {
             if judged_as_sink(h.to) {
                 continue;
             }
@@ -41,8 +41,8 @@ impl Runner {
                 (Some(s), Some(r)) if s.same_stream(r) => {}
                 (s, r) => {
                     let cause = Cause::Mismatch {
-                        from: self.p.node_name(h.from),
-                        to: self.p.node_name(h.to),
+                        from: self.plan.node_name(h.from),
+                        to: self.plan.node_name(h.to),
                         sent: s.map(|s| (s.bytes, s.checksum)),
                         received: r.map(|r| (r.bytes, r.checksum)),
                     };
@@ -51,7 +51,7 @@ impl Runner {
             }
         }
         for i in 0..self.segs.len() {
-            if self.segs[i].ended != Some(true) && !self.p.is_sink(i) {
+            if self.segs[i].ended != Some(true) && !self.plan.is_sink(i) {
                 let seg = self.seg_desc(i);
                 self.fail(Some(Node::Segment(i)), Cause::NoSuccess { seg });
             }
@@ -78,10 +78,11 @@ impl Runner {
             let st = &self.segs[k];
             let spoke = st.failed || st.ended.is_some();
             let known = self
+                .findings
                 .failures
                 .iter()
                 .any(|f| f.node == Some(Node::Segment(k)) && f.cause.rank() < 2);
-            if st.lost_by.is_empty() || spoke || known || self.p.is_sink(k) {
+            if st.lost_by.is_empty() || spoke || known || self.plan.is_sink(k) {
                 continue;
             }
             // In stream order, whichever reported first.
@@ -92,10 +93,10 @@ impl Runner {
                 Node::Stdout => usize::MAX,
             });
             by.dedup();
-            let by = by.iter().map(|&n| self.p.node_name(n)).collect();
+            let by = by.iter().map(|&n| self.plan.node_name(n)).collect();
             let cause = Cause::Lost {
                 seg: self.seg_desc(k),
-                host: self.p.segments[k].host.label().to_string(),
+                host: self.plan.segments[k].host.label().to_string(),
                 by,
             };
             self.fail(Some(Node::Segment(k)), cause);
@@ -104,7 +105,7 @@ impl Runner {
 
     /// `-v`: each hop's transport, bytes, rate and checksum, and the bandwidth.
     fn say_hop_reports(&self, wall: Duration) {
-        for h in &self.p.hops {
+        for h in &self.plan.hops {
             if let Some(r) = self.sent_report(h.from) {
                 let gbps = if r.secs > 0.0 {
                     r.bytes as f64 / r.secs / 1e9
@@ -115,8 +116,8 @@ impl Runner {
                     tool(),
                     format!(
                         "{} -> {}: {}, {} bytes in {:.3} s ({gbps:.3} GB/s), xxh3 {:016x}",
-                        self.p.node_name(h.from),
-                        self.p.node_name(h.to),
+                        self.plan.node_name(h.from),
+                        self.plan.node_name(h.to),
                         r.describe(),
                         r.bytes,
                         r.secs,
@@ -128,7 +129,7 @@ impl Runner {
         self.say_relays();
         self.say_usage();
         let last = self
-            .p
+            .plan
             .hops
             .iter()
             .rev()
@@ -144,13 +145,13 @@ impl Runner {
 
     /// `-v`: what each relay-only segment (`HOST:`) forwarded.
     fn say_relays(&self) {
-        for (i, seg) in self.p.segments.iter().enumerate() {
+        for (i, seg) in self.plan.segments.iter().enumerate() {
             if seg.action != rdpipe_plan::Action::Relay {
                 continue;
             }
             let me = Node::Segment(i);
-            let (from, to) = (self.p.hop_into(me), self.p.hop_from(me));
-            let name = |h: Option<Node>| h.map(|n| self.p.node_name(n)).unwrap_or_default();
+            let (from, to) = (self.plan.hop_into(me), self.plan.hop_from(me));
+            let name = |h: Option<Node>| h.map(|n| self.plan.node_name(n)).unwrap_or_default();
             let what = match (self.recv_report(me), self.sent_report(me)) {
                 (Some(r), Some(s)) => format!(
                     "{} bytes from {} forwarded to {} ({}), no command",
@@ -167,7 +168,7 @@ impl Runner {
             };
             rdpipe_term::say(
                 tool(),
-                format!("{}: relay only: {what}", self.p.node_name(me)),
+                format!("{}: relay only: {what}", self.plan.node_name(me)),
             );
         }
     }
@@ -194,7 +195,7 @@ impl Runner {
                 tool(),
                 format!(
                     "{}: cpu: agent {agent:.3} s (user {:.3}, sys {:.3}), command {:.3} s{per_gb}",
-                    self.p.node_name(me),
+                    self.plan.node_name(me),
                     u.agent.user.as_secs_f64(),
                     u.agent.system.as_secs_f64(),
                     u.command.total().as_secs_f64(),
@@ -206,7 +207,7 @@ impl Runner {
     /// The report of the transfer sent by `from`.
     pub(super) fn sent_report(&self, from: Node) -> Option<&HopReport> {
         match from {
-            Node::Stdin => self.source_report.as_ref(),
+            Node::Stdin => self.ends.source_report.as_ref(),
             Node::Segment(i) => self.segs[i].reports[Direction::Out.index()].as_ref(),
             Node::Stdout => None,
         }
@@ -215,7 +216,7 @@ impl Runner {
     /// The report of the transfer received by `to`.
     pub(super) fn recv_report(&self, to: Node) -> Option<&HopReport> {
         match to {
-            Node::Stdout => self.sink_report.as_ref(),
+            Node::Stdout => self.ends.sink_report.as_ref(),
             Node::Segment(i) => self.segs[i].reports[Direction::In.index()].as_ref(),
             Node::Stdin => None,
         }

@@ -21,12 +21,12 @@ use std::sync::atomic::Ordering;
 impl Runner {
     /// Starts the progress line, if wanted and there is a transfer to show.
     pub(super) fn start_progress(&mut self) {
-        if !self.a.progress || self.p.hops.is_empty() {
+        if !self.config.progress || self.plan.hops.is_empty() {
             return;
         }
-        if self.p.hop_from(Node::Stdin).is_some() {
+        if self.plan.hop_from(Node::Stdin).is_some() {
             use std::os::fd::AsFd;
-            self.stdin_size = std::io::stdin()
+            self.ends.stdin_size = std::io::stdin()
                 .as_fd()
                 .try_clone_to_owned()
                 .map(File::from)
@@ -42,8 +42,8 @@ impl Runner {
     /// last `BYTES`; rdpipe's own ends from their counters).
     fn carried(&self, node: Node, dir: Direction) -> Option<u64> {
         match (node, dir) {
-            (Node::Stdout, Direction::In) => Some(self.sink_bytes.load(Ordering::Relaxed)),
-            (Node::Stdin, Direction::Out) => Some(self.source_bytes.load(Ordering::Relaxed)),
+            (Node::Stdout, Direction::In) => Some(self.ends.sink_bytes.load(Ordering::Relaxed)),
+            (Node::Stdin, Direction::Out) => Some(self.ends.source_bytes.load(Ordering::Relaxed)),
             (Node::Segment(i), d) => {
                 let s = &self.segs[i];
                 s.reports[d.index()]
@@ -59,15 +59,15 @@ impl Runner {
     /// `< FILE` segment (what comes before it is discarded), else rdpipe's stdin.
     fn source_progress(&self) -> Option<(u64, u64)> {
         let file = self
-            .p
+            .plan
             .segments
             .iter()
             .rposition(|s| matches!(s.action, Action::ReadFile(_)));
         let (node, size) = match file {
             Some(i) => (Node::Segment(i), self.segs[i].size?),
-            None => (Node::Stdin, self.stdin_size?),
+            None => (Node::Stdin, self.ends.stdin_size?),
         };
-        self.p.hop_from(node)?;
+        self.plan.hop_from(node)?;
         Some((self.carried(node, Direction::Out).unwrap_or(0), size))
     }
 
@@ -77,7 +77,7 @@ impl Runner {
         // The furthest hop the data has reached (a last command that writes
         // nothing, `cat > /dev/null`, leaves an empty last hop).
         let shown = self
-            .p
+            .plan
             .hops
             .iter()
             .rev()

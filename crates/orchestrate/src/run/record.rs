@@ -24,12 +24,12 @@ impl Runner {
     pub(super) fn record(&self, wall: Duration) -> PipeReport {
         let end = |n: Node| -> (String, Option<usize>) {
             match n {
-                Node::Segment(i) => (self.p.segments[i].host.label().to_string(), Some(i + 1)),
-                other => (self.p.node_name(other), None),
+                Node::Segment(i) => (self.plan.segments[i].host.label().to_string(), Some(i + 1)),
+                other => (self.plan.node_name(other), None),
             }
         };
         let hops = self
-            .p
+            .plan
             .hops
             .iter()
             .zip(&self.disc.told)
@@ -50,7 +50,7 @@ impl Runner {
             })
             .collect();
         let segments = self
-            .p
+            .plan
             .segments
             .iter()
             .zip(&self.segs)
@@ -78,7 +78,7 @@ impl Runner {
             hops,
             segments,
             sinks: self.sink_reports(),
-            rate_limit_bytes_per_second: self.a.rate_limit.map(|r| r.bytes_per_sec()),
+            rate_limit_bytes_per_second: self.config.rate_limit.map(|r| r.bytes_per_sec()),
             verdict: VerdictReport {
                 exit_status: 0,
                 errors: vec![],

@@ -114,10 +114,10 @@ impl Runner {
     /// the sinks after it (they lost their stream).
     pub(super) fn sink_died(&mut self, i: usize) -> Vec<(usize, ToAgent)> {
         let died = |k: usize| k == i || self.agent_died(k);
-        let sinks = self.p.sinks();
+        let sinks = self.plan.sinks();
         let upstream = (sinks.start..i).rev().find(|&k| !died(k));
-        let window = self.a.replay_window;
-        let plan = relink(&self.p, &died, i, window);
+        let window = self.config.replay_window;
+        let plan = relink(&self.plan, &died, i, window);
         debug!("[{}] died: {plan:?}", i + 1);
         let mut orders = Vec::new();
         match plan {
@@ -152,7 +152,7 @@ impl Runner {
                         j + 1,
                         i + 1
                     );
-                    self.stdins[j] = None;
+                    self.agents[j].stdin = None;
                 }
             }
         }
@@ -168,7 +168,7 @@ impl Runner {
         };
         let me = Node::Segment(d);
         let Some(k) = self
-            .p
+            .plan
             .hops
             .iter()
             .position(|h| h.side_of(me) == Some(Direction::In))
@@ -178,7 +178,7 @@ impl Runner {
         // Where the dead relay was told to connect to it.
         let addr = match &self.disc.told[k] {
             Some((a, _)) => a.clone(),
-            None => self.p.hops[k].address.clone(),
+            None => self.plan.hops[k].address.clone(),
         };
         debug!(
             "[{}] listens for the re-link on port {port}: telling [{}] to connect to {addr}",

@@ -154,26 +154,28 @@ impl Runner {
         msg: &str,
     ) -> bool {
         let chain_transfer = match part {
-            Part::In => i > self.p.sinks().start,
-            Part::Out => self.p.relays(i),
+            Part::In => i > self.plan.sinks().start,
+            Part::Out => self.plan.relays(i),
             _ => false,
         };
         // Stopped by rdpipe because a relay before it died (see agents.rs).
-        let cut_off = (self.p.sinks().start..i).any(|k| self.agent_died(k));
-        if !self.p.is_sink(i)
+        let cut_off = (self.plan.sinks().start..i).any(|k| self.agent_died(k));
+        if !self.plan.is_sink(i)
             || (kind == FailKind::Stopped && !cut_off)
             || !(matches!(part, Part::Cmd | Part::File) || chain_transfer || cut_off)
         {
             return false;
         }
         let relink = match part {
-            Part::In => self.segs[i]
-                .relinked
-                .as_ref()
-                .map(|r| format!("re-link from {}", self.p.node_name(Node::Segment(r.from)))),
+            Part::In => self.segs[i].relinked.as_ref().map(|r| {
+                format!(
+                    "re-link from {}",
+                    self.plan.node_name(Node::Segment(r.from))
+                )
+            }),
             Part::Out => self.segs[i]
                 .relinked_to
-                .map(|d| format!("re-link to {}", self.p.node_name(Node::Segment(d)))),
+                .map(|d| format!("re-link to {}", self.plan.node_name(Node::Segment(d)))),
             _ => None,
         };
         if part == Part::In && relink.is_some() {
@@ -193,7 +195,7 @@ impl Runner {
             },
         };
         self.segs[i].relay_broke |= part == Part::Out;
-        self.sink_failures.push(Finding {
+        self.findings.sink_failures.push(Finding {
             cause,
             node: Some(Node::Segment(i)),
         });
@@ -203,21 +205,25 @@ impl Runner {
     /// Whether segment `i`'s agent died mid-stream (a root cause, not
     /// teardown's collateral).
     pub(super) fn agent_died(&self, i: usize) -> bool {
-        self.failures.iter().chain(&self.sink_failures).any(|f| {
-            f.node == Some(Node::Segment(i))
-                && matches!(
-                    f.cause,
-                    Cause::Died {
-                        teardown: false,
-                        ..
-                    }
-                )
-        })
+        self.findings
+            .failures
+            .iter()
+            .chain(&self.findings.sink_failures)
+            .any(|f| {
+                f.node == Some(Node::Segment(i))
+                    && matches!(
+                        f.cause,
+                        Cause::Died {
+                            teardown: false,
+                            ..
+                        }
+                    )
+            })
     }
 
     fn sink_facts(&self, i: usize) -> SinkFacts {
         let me = Node::Segment(i);
-        let first = self.p.sinks().start;
+        let first = self.plan.sinks().start;
         let reference = self
             .recv_report(Node::Segment(first))
             .map(|r| (r.bytes, r.checksum));
@@ -225,44 +231,51 @@ impl Runner {
         // re-linked to it (its report covers the whole stream).
         let sent = match &self.segs[i].relinked {
             Some(r) => self.segs[r.from].reports[Direction::Out.index()].as_ref(),
-            None => self.p.hop_into(me).and_then(|h| self.sent_report(h.from)),
+            None => self
+                .plan
+                .hop_into(me)
+                .and_then(|h| self.sent_report(h.from)),
         };
-        let local_failure = self.sink_failures.iter().find_map(|f| match &f.cause {
-            Cause::Segment { message, .. } if f.node == Some(me) => Some(message.clone()),
-            _ => None,
-        });
+        let local_failure = self
+            .findings
+            .sink_failures
+            .iter()
+            .find_map(|f| match &f.cause {
+                Cause::Segment { message, .. } if f.node == Some(me) => Some(message.clone()),
+                _ => None,
+            });
         let dead_relay = self
-            .p
+            .plan
             .sinks()
             .rev()
-            .find(|&k| k < i && self.p.relays(k) && self.agent_died(k))
-            .map(|k| self.p.node_name(Node::Segment(k)));
+            .find(|&k| k < i && self.plan.relays(k) && self.agent_died(k))
+            .map(|k| self.plan.node_name(Node::Segment(k)));
         SinkFacts {
             relinked_to: self.segs[i]
                 .relinked_to
-                .map(|d| self.p.node_name(Node::Segment(d))),
+                .map(|d| self.plan.node_name(Node::Segment(d))),
             relink_failure: self.segs[i].relink_failure.clone(),
             relay_broke: self.segs[i].relay_broke,
             died: self.agent_died(i),
             dead_relay,
-            name: self.p.node_name(me),
+            name: self.plan.node_name(me),
             received: self.segs[i].reports[Direction::In.index()].clone(),
             sent: sent.cloned(),
             reference,
-            is_command: self.p.segments[i].action.is_command(),
+            is_command: self.plan.segments[i].action.is_command(),
             exit: self.segs[i].exit,
             local_failure,
             ended_ok: self.segs[i].ended == Some(true),
             relays_to: self
-                .p
+                .plan
                 .relays(i)
-                .then(|| self.p.node_name(Node::Segment(i + 1))),
+                .then(|| self.plan.node_name(Node::Segment(i + 1))),
         }
     }
 
     /// Each sink's verdict, in chain order (none without `--to`).
     pub(super) fn sink_verdicts(&self) -> Vec<(usize, SinkVerdict)> {
-        self.p
+        self.plan
             .sinks()
             .map(|i| (i, judge(&self.sink_facts(i))))
             .collect()
@@ -276,8 +289,8 @@ impl Runner {
                 let r = self.segs[i].reports[Direction::In.index()].as_ref();
                 SinkReport {
                     segment: i + 1,
-                    host: self.p.segments[i].host.label().to_string(),
-                    action: self.p.segments[i].action.to_string(),
+                    host: self.plan.segments[i].host.label().to_string(),
+                    action: self.plan.segments[i].action.to_string(),
                     bytes: r.map(|r| r.bytes),
                     checksum: r.map(|r| format!("{:016x}", r.checksum)),
                     transport: r.map(HopReport::describe),
@@ -300,17 +313,17 @@ impl Runner {
         }
         let total = verdicts.len();
         let failed = verdicts.iter().filter(|(_, v)| !v.ok).count();
-        if self.a.verbose > 0 || failed > 0 || !self.failures.is_empty() {
+        if self.config.verbose > 0 || failed > 0 || !self.findings.failures.is_empty() {
             for (_, v) in &verdicts {
                 rdpipe_term::say(tool(), &v.line);
             }
         }
-        let needed = self.a.min_ok.unwrap_or(total).min(total);
+        let needed = self.config.min_ok.unwrap_or(total).min(total);
         if failed == 0 || self.signal.is_some() {
             return;
         }
         if total - failed >= needed {
-            if !self.a.quiet {
+            if !self.config.quiet {
                 rdpipe_term::warn(
                     tool(),
                     format!(
@@ -321,8 +334,10 @@ impl Runner {
             }
             return;
         }
-        let failed_already = !self.failures.is_empty();
-        self.failures.append(&mut self.sink_failures.clone());
+        let failed_already = !self.findings.failures.is_empty();
+        self.findings
+            .failures
+            .append(&mut self.findings.sink_failures.clone());
         if failed_already {
             // The pipeline failed anyway: the summary above says which sinks.
             return;
@@ -330,7 +345,7 @@ impl Runner {
         let failing: Vec<String> = verdicts
             .iter()
             .filter(|(_, v)| !v.ok)
-            .map(|(i, _)| self.p.segments[*i].host.label().to_string())
+            .map(|(i, _)| self.plan.segments[*i].host.label().to_string())
             .collect();
         self.fail(
             None,

@@ -35,7 +35,7 @@ impl Runner {
     /// Readies every remote host through its launcher; false when one could
     /// not be (reported).
     pub(super) async fn prepare_hosts(&mut self) -> bool {
-        let hosts = self.p.remote_hosts();
+        let hosts = self.plan.remote_hosts();
         let launcher = self.launchers.remote().clone();
         match launcher.prepare(&hosts).await {
             Ok(()) => true,
@@ -51,22 +51,22 @@ impl Runner {
     /// Starts one agent per segment and the tasks that read its output.
     pub(super) async fn spawn_agents(&mut self) {
         let tuning = tuning_env();
-        let n = self.p.segments.len();
+        let n = self.plan.segments.len();
         let mut args_of = Vec::with_capacity(n);
         // Every agent starts at once (each is a round trip to its host; one
         // after another they add up with many hosts).
         let mut starting = tokio::task::JoinSet::new();
         let bound = Arc::new(tokio::sync::Semaphore::new(MAX_PARALLEL_STARTS));
         for i in 0..n {
-            let args = agent_args(&self.p, i, &self.a);
-            let host = self.p.segments[i].host.clone();
+            let args = agent_args(&self.plan, i, &self.config);
+            let host = self.plan.segments[i].host.clone();
             let bin = match &host {
                 Host::Local => self.exe.exe.display().to_string(),
                 Host::Remote(_) => self
                     .agent_bins
                     .get(&i)
                     .cloned()
-                    .unwrap_or_else(|| default_bin(self.a.remote_bin.as_deref())),
+                    .unwrap_or_else(|| default_bin(self.config.remote_bin.as_deref())),
             };
             let start = AgentStart {
                 seg: i,
@@ -103,14 +103,14 @@ impl Runner {
             let keys = KeyLine {
                 input: self.hop_key(me, Direction::In),
                 output: self.hop_key(me, Direction::Out),
-                chain: chain_hops(&self.p, i, &self.a).then(|| self.chain_secret.clone()),
+                chain: chain_hops(&self.plan, i, &self.config).then(|| self.keys.chain.clone()),
             };
             let mut lines = vec![keys.to_string()];
             if self.progress.is_some() {
                 lines.push(ToAgent::Progress.to_string());
             }
             let pid_of = |h: &AgentHandle| h.pid.map(|p| format!(" (pid {p})")).unwrap_or_default();
-            let host = self.p.segments[i].host.label().to_string();
+            let host = self.plan.segments[i].host.label().to_string();
             match spawned {
                 Ok(Spawned::Ready { handle, sealer }) => {
                     debug!(
@@ -122,7 +122,7 @@ impl Runner {
                     if sealer.is_some() {
                         debug!("[{}] control channel sealed (munge, X25519)", i + 1);
                     }
-                    self.sealers[i] = sealer;
+                    self.agents[i].sealer = sealer;
                     self.watch_agent(i, handle, &lines).await;
                 }
                 Ok(Spawned::Refused {
@@ -140,11 +140,11 @@ impl Runner {
                     }
                     // What the agent said instead comes first.
                     if let Some(l) = replay {
-                        let _ = self.tx.send(Event::Line(i, l));
+                        let _ = self.events.tx.send(Event::Line(i, l));
                     }
                     // No key: its channel closes, and it ends.
                     self.watch_agent(i, handle, &[]).await;
-                    self.stdins[i] = None;
+                    self.agents[i].stdin = None;
                 }
                 Err(e) => {
                     self.segs[i].exited = true;
@@ -167,8 +167,8 @@ impl Runner {
             pid,
             wait,
         } = h;
-        self.local_pids[i] = pid;
-        self.stdins[i] = Some(stdin);
+        self.agents[i].pid = pid;
+        self.agents[i].stdin = Some(stdin);
         // A failure here is reported through the agent's exit.
         for l in lines {
             self.send_line(i, l).await;
@@ -177,7 +177,10 @@ impl Runner {
         let prefix = if self.is_local(i) {
             String::new()
         } else {
-            format!("{} ", rdpipe_term::prefix(self.p.segments[i].host.label()))
+            format!(
+                "{} ",
+                rdpipe_term::prefix(self.plan.segments[i].host.label())
+            )
         };
         let stderr_task = stderr.map(|serr| {
             tokio::spawn(async move {
@@ -189,7 +192,7 @@ impl Runner {
                 }
             })
         });
-        let tx = self.tx.clone();
+        let tx = self.events.tx.clone();
         tokio::spawn(async move {
             let mut r = BufReader::new(stdout);
             let mut buf = Vec::new();

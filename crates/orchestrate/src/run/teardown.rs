@@ -53,7 +53,7 @@ impl Runner {
     pub(super) fn close_channels(&mut self) {
         debug!("closing the agents' control channels");
         self.closing = true;
-        self.stdins.iter_mut().for_each(|s| *s = None);
+        self.agents.iter_mut().for_each(|a| a.stdin = None);
     }
 
     /// The whole teardown (see the module doc).
@@ -71,14 +71,14 @@ impl Runner {
         let deadline = Instant::now() + limit;
         while Instant::now() < deadline && !self.agents_done() {
             tokio::select! {
-                m = self.rx.recv() => match m { Some(m) => self.handle(m).await, None => break },
+                m = self.events.rx.recv() => match m { Some(m) => self.handle(m).await, None => break },
                 _ = tokio::time::sleep(Duration::from_millis(50)) => {}
             }
         }
     }
 
     fn signal_local_agents(&self, sig: Signal) {
-        for (i, pid) in self.local_pids.iter().enumerate() {
+        for (i, pid) in self.agents.iter().map(|a| &a.pid).enumerate() {
             if let (Some(pid), false) = (pid, self.segs[i].exited) {
                 if let Some(p) = Pid::from_raw(*pid as i32) {
                     debug!("teardown: {sig:?} to local agent [{}] (pid {pid})", i + 1);
