@@ -4,7 +4,7 @@
 //! follows is byte-exact. These hosts have no RDMA device, so
 //! every route leaves from an address without one (`off-fabric`) and no probe
 //! connects; the answered case needs an RDMA-capable source address
-//! (crates/orchestrate/src/reach.rs's tests, with sockets on loopback, and the
+//! (crates/agent/src/reach.rs's tests, with sockets on loopback, and the
 //! decision in run/fabric.rs's).
 
 use crate::support::*;

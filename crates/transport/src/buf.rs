@@ -2,10 +2,9 @@
 //!
 //! The kernel copies into and out of these buffers on every read, send and
 //! receive. A `vec![0u8; 256 KiB]` comes from `malloc`'s mmap path and starts 16
-//! bytes past a page boundary, and on the AMD EPYC machine of
-//! docs/performance.md the kernel's `rep movsb` copy into a destination that is
-//! 16 bytes off runs at 1.5 GB/s against 6–9 GB/s into an aligned one (a page-
-//! cached file read into a 256 KiB buffer, C, same run). Aligning costs one page of
+//! bytes past a page boundary, and the kernel's `rep movsb` copy into a
+//! destination that is not page-aligned is several times slower on some CPUs
+//! (docs/performance.md has the figures). Aligning costs one page of
 //! slack per buffer and no `unsafe`: the buffer is a slice of a slightly larger
 //! `Vec` starting at the first page boundary in it (a `Vec`'s heap block does not
 //! move when the `Vec` is moved between threads).

@@ -3,10 +3,8 @@
 //! the one a sender compresses on), several at once, and written out in their
 //! order.
 //!
-//! One thread decompressing bound a fast path: on a 16-core host over
-//! loopback the receiver's thread was busy all the time at 0.55-0.6 GB/s of
-//! data while the sender's pool compressed at 1.5 GB/s and more, so `auto`
-//! could not beat storing at any level. Each zstd chunk is copied out of the
+//! One thread decompressing would bound a fast path below what the sender's
+//! pool compresses, and `auto` could then never beat storing. Each zstd chunk is copied out of the
 //! transport's buffer (its compressed bytes: a fraction of the data) into a
 //! job with its own [`Decoder`], decompressed on a worker, and hashed and
 //! written by the receive loop once every chunk before it was.

@@ -1,11 +1,10 @@
 //! The adaptive TCP sender's chooser: which way the next chunk is written.
 //!
 //! Which is faster, handing each chunk to the writer thread or writing it on the
-//! caller's thread, depends on the path and the machine: measured on the same
-//! 2-core machine, the thread won by 1.1-1.4x over loopback while the buffers were
-//! misaligned (it hid the slow read; with page-aligned buffers inline costs less
-//! CPU there and was as fast or faster) and lost by 1.5-1.9x over a veth pair
-//! (where the receiving stack's work lands on the writing thread). So the sender
+//! caller's thread, depends on the path and the machine: where the receiving
+//! stack's work lands on the writing thread (a veth pair) the thread loses;
+//! where a slow copy can be overlapped it wins (docs/performance.md has the
+//! figures). So the sender
 //! measures instead of guessing ([`SendMode::Adaptive`]): after a warm-up phase
 //! (slow start) it times the way it is using, phase by phase (at least
 //! [`PHASE_CHUNKS`] chunks and [`PHASE_MIN`] each), and every [`KEEP_PHASES`]
