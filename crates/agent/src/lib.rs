@@ -83,8 +83,6 @@ use transfers::Transfers;
 
 pub use rdpipe_control::AgentArgs;
 
-/// `--stripe K/N/RUN`.
-
 /// Runs the agent with `args` (the words after `--agent`) and returns its exit
 /// status. This is the whole of `rdrecv --agent`.
 pub fn main<I: IntoIterator<Item = OsString>>(args: I) -> ExitCode {

@@ -370,7 +370,7 @@ mod tests {
             a.xattrs = true;
             a.specials = true;
             a.manifest = Some("00ff".into());
-            a.stripe = stripe.clone();
+            a.stripe = stripe;
         });
         with(&|a| {
             a.list = Some("/dest".into());
@@ -385,7 +385,7 @@ mod tests {
             a.preserve = true;
             a.no_setid = true;
             a.specials = true;
-            a.stripe = stripe.clone();
+            a.stripe = stripe;
         });
         for a in actions {
             assert_eq!(parse(&a.to_argv()), a);

@@ -105,8 +105,9 @@ pub enum Spawned {
     Ready {
         /// The agent.
         handle: AgentHandle,
-        /// The sealer of every line to it, where the channel needs one.
-        sealer: Option<Sealer>,
+        /// The sealer of every line to it, where the channel needs one
+        /// (boxed: its cipher state is large).
+        sealer: Option<Box<Sealer>>,
     },
     /// The agent runs but its channel could not be sealed: no key may go
     /// down it, and it ends when its stdin closes.

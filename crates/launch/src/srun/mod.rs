@@ -251,7 +251,7 @@ impl Launcher for SrunLauncher {
             match trust::seal(&mut handle, &host.name, srun.munge_socket.clone(), limit).await {
                 Ok(sealer) => Ok(Spawned::Ready {
                     handle,
-                    sealer: Some(sealer),
+                    sealer: Some(Box::new(sealer)),
                 }),
                 Err(r) => Ok(Spawned::Refused {
                     handle,

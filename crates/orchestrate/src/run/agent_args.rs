@@ -106,7 +106,7 @@ fn set_action(v: &mut AgentArgs, action: &Action) {
             v.xattrs = *xattrs;
             v.specials = *specials;
             v.manifest = manifest.clone();
-            v.stripe = stripe.clone();
+            v.stripe = *stripe;
         }
         Action::List {
             dest,
@@ -134,7 +134,7 @@ fn set_action(v: &mut AgentArgs, action: &Action) {
             v.preserve = *preserve;
             v.no_setid = *no_setid;
             v.specials = *specials;
-            v.stripe = stripe.clone();
+            v.stripe = *stripe;
         }
     }
 }

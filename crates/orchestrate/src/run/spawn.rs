@@ -122,7 +122,7 @@ impl Runner {
                     if sealer.is_some() {
                         debug!("[{}] control channel sealed (munge, X25519)", i + 1);
                     }
-                    self.agents[i].sealer = sealer;
+                    self.agents[i].sealer = sealer.map(|s| *s);
                     self.watch_agent(i, handle, &lines).await;
                 }
                 Ok(Spawned::Refused {
