@@ -6,6 +6,7 @@
 //! through it and closes it, and never asks which one it holds.
 
 use rdpipe_control::seal::Sealer;
+use rdpipe_control::AgentArgs;
 use rdpipe_plan::{Host, RemoteHost};
 use std::future::Future;
 use std::pin::Pin;
@@ -89,8 +90,10 @@ pub struct AgentStart {
     /// The agent binary on a remote host (self-install's choice, or
     /// `rdrecv` from PATH); a local agent is this executable.
     pub bin: String,
-    /// The agent's arguments (`--agent ...`).
-    pub args: Vec<String>,
+    /// The agent's settings (its command line is `--agent` and
+    /// [`AgentArgs::to_argv`]); a launcher may add its own (srun's
+    /// `--munge`).
+    pub settings: AgentArgs,
     /// The environment a remote agent gets (`env K=V` on its command line).
     pub env: Vec<(String, String)>,
     /// Whether a local agent's stderr is piped to rdpipe (with a progress
@@ -185,9 +188,6 @@ pub enum LaunchCause {
     /// The agent's channel could not be sealed.
     #[error("{0}")]
     Seal(String),
-    /// A shell line gave no answer in time.
-    #[error("no answer within {0} s")]
-    Timeout(u64),
     /// A shell line's session or step failed.
     #[error("{0}")]
     Shell(String),
@@ -234,6 +234,10 @@ pub trait Launcher: Send + Sync {
     /// (ssh's `HostName`, Slurm's `NodeAddr`).
     fn data_address(&self, host: &RemoteHost) -> String;
 
+    /// How `-n` and `-v` name where [`Launcher::data_address`]'s addresses
+    /// come from (`ssh`, `slurm`).
+    fn address_origin(&self) -> &'static str;
+
     /// Readies the hosts (ssh masters, the allocation checked): every host
     /// that cannot be reached is one error, with the first of its segments.
     fn prepare<'a>(
@@ -257,4 +261,11 @@ pub trait Launcher: Send + Sync {
     /// Ends what [`Launcher::prepare`] started (masters closed, leftover
     /// steps cancelled).
     fn close(&self) -> Boxed<'_, ()>;
+}
+
+/// An agent's command line: `--agent` and its settings.
+pub fn agent_argv(settings: &AgentArgs) -> Vec<String> {
+    std::iter::once("--agent".to_string())
+        .chain(settings.to_argv())
+        .collect()
 }

@@ -56,6 +56,10 @@ impl Launcher for LocalLauncher {
         host.name.clone()
     }
 
+    fn address_origin(&self) -> &'static str {
+        "loopback"
+    }
+
     fn prepare<'a>(
         &'a self,
         _hosts: &'a [(RemoteHost, Vec<usize>)],
@@ -100,7 +104,7 @@ impl Launcher for LocalLauncher {
             // With a progress line, the local command's stderr goes through the
             // same line writer as remote stderr (which clears the line first);
             // otherwise it is inherited untouched.
-            c.args(&start.args)
+            c.args(crate::launcher::agent_argv(&start.settings))
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .stderr(if start.pipe_stderr {

@@ -1,8 +1,8 @@
 //! Self-install: rdpipe runs its own binary as the agent on hosts that have no
 //! usable `rdrecv`. Only the machine you type on needs rdma-pipe installed.
 //!
-//! Per remote host (unless `--no-install` or `--remote-bin`), over the SSH
-//! master that is up anyway, rdpipe runs one probe ([`probe::PROBE`]): the
+//! Per remote host (unless `--no-install` or `--remote-bin`), through the
+//! host's launcher (a session on its ssh master, or an srun job step), rdpipe runs one probe ([`probe::PROBE`]): the
 //! architecture, the C library, whether the `rdrecv` in PATH answers
 //! `--agent-protocol` with this build's agent and wire protocols ([`AgentId`]),
 //! and whether the per-build cache entry
@@ -10,7 +10,7 @@
 //! this binary. [`decide`] then picks the `rdrecv` in PATH, the cached copy, or
 //! an upload, or says why this binary cannot run there and what to install
 //! ([`InstallError`]). The upload ([`probe::UPLOAD`]) streams the binary over
-//! the SSH channel, checks its SHA-256 (`sha256sum`) or POSIX `cksum` there,
+//! the same channel, checks its SHA-256 (`sha256sum`) or POSIX `cksum` there,
 //! renames it into place and runs it once. `<hash>` is the first 12 hex digits
 //! of the binary's BLAKE3 hash, and entries are only made by that rename after
 //! the check. A later run reuses the cached binary only when the probe's

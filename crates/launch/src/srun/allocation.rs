@@ -97,16 +97,6 @@ impl Srun {
             .and_then(|out| rdpipe_control::munge::auth_socket(&out))
     }
 
-    /// The agent's arguments that seal its control channel: `--munge` and
-    /// munged's socket.
-    pub fn agent_args(&self) -> Vec<String> {
-        let mut v = vec!["--munge".to_string()];
-        if let Some(s) = &self.munge_socket {
-            v.extend(["--munge-socket".into(), s.display().to_string()]);
-        }
-        v
-    }
-
     /// The allocation's nodes, in Slurm's order.
     pub fn nodes(&self) -> Result<Vec<String>, SrunError> {
         let out = slurm_cmd("squeue", &["-h", "-j", &self.job, "-o", "%N"])?;
@@ -217,7 +207,6 @@ mod tests {
             step_name: "rdpipe.7".into(),
             munge_socket: Some("/run/m sock".into()),
         };
-        assert_eq!(s.agent_args(), ["--munge", "--munge-socket", "/run/m sock"]);
         let a = s.args("n003", "rdrecv --agent 'a b'");
         assert_eq!(a[0], "--jobid=42");
         assert!(a.contains(&"--nodelist=n003".to_string()));

@@ -115,6 +115,10 @@ impl Launcher for SrunLauncher {
         Srun::node_addr(&host.name)
     }
 
+    fn address_origin(&self) -> &'static str {
+        "slurm"
+    }
+
     fn prepare<'a>(
         &'a self,
         hosts: &'a [(RemoteHost, Vec<usize>)],
@@ -230,9 +234,11 @@ impl Launcher for SrunLauncher {
                 unreachable!("the srun launcher starts remote segments only");
             };
             let srun = srun.ok_or_else(|| Self::not_ready(host, start.seg))?;
-            let mut args = start.args.clone();
-            args.extend(srun.agent_args());
-            let line = crate::command_line::remote_command_line(&start.bin, &args, &start.env);
+            let mut settings = start.settings.clone();
+            settings.munge = true;
+            settings.munge_socket = srun.munge_socket.clone();
+            let argv = crate::launcher::agent_argv(&settings);
+            let line = crate::command_line::remote_command_line(&start.bin, &argv, &start.env);
             let ch = step(&srun, &host.name, &line, Stdio::piped())
                 .process_group(0)
                 .spawn()
@@ -255,11 +261,7 @@ impl Launcher for SrunLauncher {
                 }),
                 Err(r) => Ok(Spawned::Refused {
                     handle,
-                    error: r.cause.map(|e| match e.seg {
-                        Some(_) => e,
-                        None if e.host.is_some() => e.at(start.seg),
-                        None => e,
-                    }),
+                    error: r.cause.map(|e| e.at(start.seg)),
                     replay: r.replay,
                 }),
             }

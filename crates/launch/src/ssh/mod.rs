@@ -20,11 +20,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::debug;
 
-/// The most SSH masters (and self-install probes) starting at once: each is
-/// a key exchange and a login, costing this machine CPU; past a few dozen at
-/// once they only slow each other (and sshd's `MaxStartups` elsewhere may
-/// refuse bursts from one client). See docs/fanout.md for the measured
-/// set-up time per host.
+/// The most SSH masters starting at once (and, as many, self-install
+/// probes and agent sessions opening): each master is a key exchange and a
+/// login, costing this machine CPU; past a few dozen at once they only slow
+/// each other (and sshd's `MaxStartups` elsewhere may refuse bursts from one
+/// client). See docs/fanout.md for the set-up time per host.
 pub const MAX_PARALLEL_STARTS: usize = 32;
 
 /// Starts agents through ssh master connections.
@@ -38,6 +38,8 @@ pub struct SshLauncher {
     exe: PathBuf,
     /// What `prepare` started.
     state: std::sync::Mutex<Connections>,
+    /// Bounds the sessions opening at once for agents.
+    starts: Arc<tokio::sync::Semaphore>,
 }
 
 /// The masters of a run.
@@ -60,6 +62,7 @@ impl SshLauncher {
             persist,
             exe,
             state: Default::default(),
+            starts: Arc::new(tokio::sync::Semaphore::new(MAX_PARALLEL_STARTS)),
         }
     }
 
@@ -184,6 +187,10 @@ impl Launcher for SshLauncher {
         self.ssh.hostname(host)
     }
 
+    fn address_origin(&self) -> &'static str {
+        "ssh"
+    }
+
     fn prepare<'a>(
         &'a self,
         hosts: &'a [(RemoteHost, Vec<usize>)],
@@ -222,10 +229,7 @@ impl Launcher for SshLauncher {
                         .prefix("rdpipe-")
                         .tempdir_in(crate::runtime_dir())
                         .map_err(|e| {
-                            vec![local(format!(
-                                "cannot create a directory for the ssh control sockets in {}: {e}",
-                                crate::runtime_dir().display()
-                            ))]
+                            vec![local(format!("cannot create a control directory: {e}"))]
                         })?;
                     for n in 0..jobs.len() {
                         let sub = dir.path().join(format!("m{n}"));
@@ -340,6 +344,7 @@ impl Launcher for SshLauncher {
     fn spawn_agent(&self, start: AgentStart) -> Boxed<'static, Result<Spawned, LaunchError>> {
         let session = self.session(start.seg);
         let max = self.max_sessions;
+        let starts = self.starts.clone();
         Box::pin(async move {
             let Host::Remote(host) = &start.host else {
                 unreachable!("the ssh launcher starts remote segments only");
@@ -351,7 +356,10 @@ impl Launcher for SshLauncher {
                     LaunchCause::Start("no ssh connection to this host".into()),
                 ));
             };
-            let line = remote_command_line(&start.bin, &start.args, &start.env);
+            let argv = crate::launcher::agent_argv(&start.settings);
+            let line = remote_command_line(&start.bin, &argv, &start.env);
+            // Never closed, so acquiring only waits.
+            let _permit = starts.acquire_owned().await;
             let handle = spawn_remote(session, line, max)
                 .await
                 .map_err(|m| Self::error(host, start.seg, LaunchCause::Start(m)))?;

@@ -1,8 +1,3 @@
-//! An agent's command line (after the program): its links, tuning, roles in
-//! a `--to` chain, and what its segment does (`--cmd`, `--read`, `--write`,
-//! `--relay`, rdcp's `--pack`, `--unpack`, `--list`); the agent parses it back
-//! (`rdpipe_agent::AgentArgs`).
-
 //! An agent's settings for one segment: its links, tuning, roles in a `--to`
 //! chain, and what its segment does (`--cmd`, `--read`, `--write`, `--relay`,
 //! rdcp's `--pack`, `--unpack`, `--list`), as the [`AgentArgs`] the agent
@@ -14,14 +9,13 @@ use rdpipe_plan::{Action, Node, Pipeline};
 
 /// The agent's argv (after the program) for segment `i`: `--agent` and its
 /// settings.
-pub fn agent_args(p: &Pipeline, i: usize, a: &Config) -> Vec<String> {
-    std::iter::once("--agent".to_string())
-        .chain(agent_settings(p, i, a).to_argv())
-        .collect()
+pub fn agent_args(p: &Pipeline, i: usize, a: &Config, via: &'static str) -> Vec<String> {
+    rdpipe_launch::launcher::agent_argv(&agent_settings(p, i, a, via))
 }
 
-/// The agent's settings for segment `i`.
-pub fn agent_settings(p: &Pipeline, i: usize, a: &Config) -> AgentArgs {
+/// The agent's settings for segment `i`; `via` names where the remote
+/// hosts' data addresses come from ([`rdpipe_launch::Launcher::address_origin`]).
+pub fn agent_settings(p: &Pipeline, i: usize, a: &Config, via: &'static str) -> AgentArgs {
     let (input, output) = p.links(i);
     let seg = &p.segments[i];
     let mut v = AgentArgs::new(format!("{}[{}]", seg.host.label(), i + 1), input, output);
@@ -49,7 +43,7 @@ pub fn agent_settings(p: &Pipeline, i: usize, a: &Config) -> AgentArgs {
     // Where a listening side listens: the address its peer connects to, unless
     // data-address discovery may pick another (then all addresses).
     let me = Node::Segment(i);
-    let discovers = super::discover::discovery_hops(p, &a.data_host, a.transport, a.launcher);
+    let discovers = super::discover::discovery_hops(p, &a.data_host, a.transport, via);
     let discovered = |h: &rdpipe_plan::Hop| {
         p.hops
             .iter()
@@ -147,38 +141,11 @@ mod tests {
     use rdpipe_wire::TransportPref;
 
     fn config(verbose: u8, quiet: bool, log: Option<&str>) -> Config {
-        Config {
-            prepared: None,
-            segments: vec!["h1:cat".into(), "h2:cat".into()],
-            sinks: vec![],
-            min_ok: None,
-            replay_window: 0,
-            dry_run: false,
-            verbose,
-            quiet,
-            progress: false,
-            log: log.map(Into::into),
-            ssh_options: vec![],
-            ssh_config: None,
-            data_host: vec![],
-            remote_bin: None,
-            install: true,
-            transport: TransportPref::Rdma,
-            integrity: rdpipe_wire::Integrity::Encrypt,
-            chunk_size: 1 << 20,
-            slots: 2,
-            connect_timeout: 30,
-            reconnect_timeout: 60,
-            handshake_timeout: 10,
-            rate_limit: "16M".parse().ok(),
-            compress: rdpipe_wire::Compress::Zstd(5),
-            max_sessions: 10,
-            direct: false,
-            persist: None,
-            launcher: Default::default(),
-            jobid: None,
-            summary: true,
-        }
+        let mut a = Config::for_tests(vec!["h1:cat".into(), "h2:cat".into()]);
+        a.verbose = verbose;
+        a.quiet = quiet;
+        a.log = log.map(Into::into);
+        a
     }
 
     #[test]
@@ -186,7 +153,7 @@ mod tests {
         use clap::Parser;
         let a = config(0, false, None);
         let p = plan(&a.segments, false, &|r: &RemoteHost| r.name.clone()).unwrap();
-        let args = agent_args(&p, 1, &a);
+        let args = agent_args(&p, 1, &a, "ssh");
         assert_eq!(args[0], "--agent");
         let parsed = rdpipe_control::AgentArgs::try_parse_from(
             std::iter::once("rdrecv --agent".to_string()).chain(args.into_iter().skip(1)),
@@ -199,7 +166,7 @@ mod tests {
         assert_eq!(parsed.chunk_size, 1 << 20);
         assert_eq!(parsed.rate_limit, "16M".parse().ok());
         assert_eq!(parsed.compress, rdpipe_wire::Compress::Zstd(5));
-        assert_eq!(parsed, agent_settings(&p, 1, &a));
+        assert_eq!(parsed, agent_settings(&p, 1, &a, "ssh"));
     }
 
     #[test]
@@ -207,17 +174,17 @@ mod tests {
         let a = config(1, false, None);
         let p = plan(&a.segments, false, &|r: &RemoteHost| r.name.clone()).unwrap();
         let has = |a: &Config, w: &str| {
-            agent_args(&p, 0, a)
+            agent_args(&p, 0, a, "ssh")
                 .iter()
                 .any(|x| x == w || x.starts_with(&format!("{w}=")))
         };
         for w in ["--verbose", "--quiet", "--log"] {
             assert!(!has(&a, w), "{w}");
         }
-        let v = agent_args(&p, 0, &config(5, false, None));
+        let v = agent_args(&p, 0, &config(5, false, None), "ssh");
         assert!(v.iter().any(|x| x == "--verbose=3"), "{v:?}");
         assert!(has(&config(0, true, None), "--quiet"));
-        let v = agent_args(&p, 1, &config(0, false, Some("debug")));
+        let v = agent_args(&p, 1, &config(0, false, Some("debug")), "ssh");
         assert!(v.iter().any(|x| x == "--log=debug"), "{v:?}");
     }
 
@@ -229,7 +196,7 @@ mod tests {
         let sinks = ["b1:cat", "b2:cat", "b3:cat"].map(String::from);
         let p = plan_fanout(&["s:cat".to_string()], &sinks, false, &|r| r.name.clone()).unwrap();
         let roles = |a: &Config, i: usize| {
-            let v = agent_args(&p, i, a);
+            let v = agent_args(&p, i, a, "ssh");
             let w = v
                 .iter()
                 .find_map(|x| x.strip_prefix("--replay-window="))

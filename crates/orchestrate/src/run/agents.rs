@@ -127,7 +127,7 @@ impl Runner {
             FromAgent::RelinkPort(port) => self.relink_port(i, port).await,
             FromAgent::Usage(u) => self.segs[i].usage = Some(u),
             FromAgent::Copied(c) => self.segs[i].copied = Some(c),
-            // Only the first line of a sealed channel ([`super::srun_trust`]).
+            // Only the first line of a sealed channel (`rdpipe_launch::srun`).
             FromAgent::Munge(_) => debug!("[{}] a MUNGE line after the handshake: ignored", i + 1),
             FromAgent::Lost { dir, offset } => {
                 info!(

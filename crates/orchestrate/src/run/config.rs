@@ -99,9 +99,6 @@ pub enum RunError {
     /// The async runtime could not start.
     #[error("cannot start the runtime: {0}")]
     Runtime(#[source] std::io::Error),
-    /// No directory for the ssh control sockets.
-    #[error("cannot create a control directory: {0}")]
-    ControlDir(#[source] std::io::Error),
     /// The pipeline ran and failed: the verdict's lines and status.
     #[error("{}", .0.lines.join("; "))]
     Failed(Verdict),
@@ -112,7 +109,7 @@ impl RunError {
     pub fn exit_code(&self) -> u8 {
         match self {
             RunError::Plan(_) => verdict::EXIT_USAGE,
-            RunError::Runtime(_) | RunError::ControlDir(_) => verdict::EXIT_FAILED,
+            RunError::Runtime(_) => verdict::EXIT_FAILED,
             RunError::Failed(v) => v.status,
         }
     }

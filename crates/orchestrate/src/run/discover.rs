@@ -12,7 +12,6 @@
 use super::fabric::{self, Choice, Origin};
 use super::{tool, Runner};
 use rdpipe_control::{Direction, NetAddr, Reach, ToAgent};
-use rdpipe_launch::RemoteLauncher as Launcher;
 use rdpipe_plan::{parse_data_host, Node, Pipeline};
 use rdpipe_wire::TransportPref;
 use std::collections::HashMap;
@@ -52,26 +51,21 @@ pub fn discovery_hops(
     p: &Pipeline,
     data_host: &[String],
     t: TransportPref,
-    launcher: Launcher,
+    via: &'static str,
 ) -> Vec<bool> {
     let o = overrides(data_host);
     p.hops
         .iter()
-        .map(|h| fabric::discovers(fabric::origin(p, h, &o, launcher), t))
+        .map(|h| fabric::discovers(fabric::origin(p, h, &o, via), t))
         .collect()
 }
 
 /// `rdpipe -n`'s section on data addresses (empty when no hop crosses hosts).
-pub fn describe(
-    p: &Pipeline,
-    data_host: &[String],
-    t: TransportPref,
-    launcher: Launcher,
-) -> String {
+pub fn describe(p: &Pipeline, data_host: &[String], t: TransportPref, via: &'static str) -> String {
     let o = overrides(data_host);
     let mut s = String::new();
     for h in &p.hops {
-        let origin = fabric::origin(p, h, &o, launcher);
+        let origin = fabric::origin(p, h, &o, via);
         if origin == Origin::Loopback {
             continue;
         }
@@ -98,13 +92,13 @@ impl Discovery {
         p: &Pipeline,
         data_host: &[String],
         t: TransportPref,
-        launcher: Launcher,
+        via: &'static str,
     ) -> Discovery {
         let o = overrides(data_host);
         let origins: Vec<Origin> = p
             .hops
             .iter()
-            .map(|h| fabric::origin(p, h, &o, launcher))
+            .map(|h| fabric::origin(p, h, &o, via))
             .collect();
         Discovery {
             runs: origins.iter().map(|&o| fabric::discovers(o, t)).collect(),

@@ -15,7 +15,6 @@
 //! and `--transport tcp` turns discovery off.
 
 use rdpipe_control::{NetAddr, Reach};
-use rdpipe_launch::RemoteLauncher as Launcher;
 use rdpipe_plan::{Hop, Host, Pipeline};
 use rdpipe_wire::TransportPref;
 use std::collections::HashMap;
@@ -28,12 +27,10 @@ pub enum Origin {
     Loopback,
     /// `--data-host HOST=ADDR`: used as given.
     DataHost,
-    /// ssh's HostName for the listening host, else its name: discovery may
-    /// replace it.
-    Ssh,
-    /// Slurm's NodeAddr for the listening node (`--launcher srun`), else
-    /// its name: discovery may replace it.
-    Slurm,
+    /// What the remote hosts' launcher says (ssh's HostName, Slurm's
+    /// NodeAddr), else the host's name: discovery may replace it. Named as
+    /// the launcher names it ([`rdpipe_launch::Launcher::address_origin`]).
+    Launcher(&'static str),
 }
 
 impl Origin {
@@ -42,8 +39,7 @@ impl Origin {
         match self {
             Origin::Loopback => "loopback",
             Origin::DataHost => "--data-host",
-            Origin::Ssh => "ssh",
-            Origin::Slurm => "slurm",
+            Origin::Launcher(name) => name,
         }
     }
 }
@@ -54,7 +50,7 @@ pub fn origin(
     p: &Pipeline,
     hop: &Hop,
     overrides: &HashMap<String, String>,
-    launcher: Launcher,
+    via: &'static str,
 ) -> Origin {
     let host = |n| match n {
         rdpipe_plan::Node::Segment(i) => &p.segments[i].host,
@@ -65,10 +61,8 @@ pub fn origin(
         (Host::Remote(l), _) => {
             if overrides.contains_key(&l.spec) || overrides.contains_key(&l.name) {
                 Origin::DataHost
-            } else if launcher == Launcher::Srun {
-                Origin::Slurm
             } else {
-                Origin::Ssh
+                Origin::Launcher(via)
             }
         }
         (Host::Local, _) => Origin::Loopback,
@@ -77,7 +71,7 @@ pub fn origin(
 
 /// Whether discovery runs for a hop of this origin under `--transport`.
 pub fn discovers(origin: Origin, transport: TransportPref) -> bool {
-    matches!(origin, Origin::Ssh | Origin::Slurm) && transport != TransportPref::Tcp
+    matches!(origin, Origin::Launcher(_)) && transport != TransportPref::Tcp
 }
 
 /// Why a hop keeps its planned address.
@@ -230,13 +224,13 @@ pub fn plan_note(origin: Origin, transport: TransportPref, given: &str) -> Strin
     match origin {
         Origin::Loopback => format!("{given} (loopback)"),
         Origin::DataHost => format!("{given} (from --data-host, used as given)"),
-        Origin::Ssh | Origin::Slurm if discovers(origin, transport) => format!(
+        Origin::Launcher(_) if discovers(origin, transport) => format!(
             "{given} (from {}); RDMA-capable address discovered at start: when the \
              agents report that {given} is not one, one on a subnet both hosts share, \
              else one the connecting host reaches over its fabric and that answers",
             origin.as_str()
         ),
-        Origin::Ssh | Origin::Slurm => format!(
+        Origin::Launcher(_) => format!(
             "{given} (from {}; --transport tcp: no discovery)",
             origin.as_str()
         ),
@@ -385,35 +379,36 @@ mod tests {
             .to_vec();
         let p = plan(&args, true, &|r: &RemoteHost| r.name.clone()).unwrap();
         let none = HashMap::new();
-        let o: Vec<Origin> = p
-            .hops
-            .iter()
-            .map(|h| origin(&p, h, &none, Launcher::Ssh))
-            .collect();
+        let o: Vec<Origin> = p.hops.iter().map(|h| origin(&p, h, &none, "ssh")).collect();
         // stdin -> h1 (h1 listens, rdpipe connects), h1 -> h2, h2 -> h2
         // (loopback), h2 -> local (h2 listens, the local agent connects).
         assert_eq!(p.hops[0].to, Node::Segment(0));
         assert_eq!(
             o[..4],
-            [Origin::Ssh, Origin::Ssh, Origin::Loopback, Origin::Ssh]
+            [
+                Origin::Launcher("ssh"),
+                Origin::Launcher("ssh"),
+                Origin::Loopback,
+                Origin::Launcher("ssh")
+            ]
         );
         let over = HashMap::from([("h2".to_string(), "10.0.0.2".to_string())]);
+        assert_eq!(origin(&p, &p.hops[1], &over, "ssh"), Origin::DataHost);
         assert_eq!(
-            origin(&p, &p.hops[1], &over, Launcher::Ssh),
-            Origin::DataHost
+            origin(&p, &p.hops[0], &over, "ssh"),
+            Origin::Launcher("ssh")
         );
-        assert_eq!(origin(&p, &p.hops[0], &over, Launcher::Ssh), Origin::Ssh);
-        assert!(discovers(Origin::Ssh, TransportPref::Auto));
-        assert!(discovers(Origin::Ssh, TransportPref::Rdma));
-        assert!(!discovers(Origin::Ssh, TransportPref::Tcp));
+        assert!(discovers(Origin::Launcher("ssh"), TransportPref::Auto));
+        assert!(discovers(Origin::Launcher("ssh"), TransportPref::Rdma));
+        assert!(!discovers(Origin::Launcher("ssh"), TransportPref::Tcp));
         assert!(!discovers(Origin::DataHost, TransportPref::Auto));
         assert!(!discovers(Origin::Loopback, TransportPref::Auto));
-        let n = plan_note(Origin::Ssh, TransportPref::Auto, "192.168.1.2");
+        let n = plan_note(Origin::Launcher("ssh"), TransportPref::Auto, "192.168.1.2");
         assert!(
             n.contains("RDMA-capable address discovered at start"),
             "{n}"
         );
-        let n = plan_note(Origin::Ssh, TransportPref::Tcp, "192.168.1.2");
+        let n = plan_note(Origin::Launcher("ssh"), TransportPref::Tcp, "192.168.1.2");
         assert!(n.contains("no discovery"), "{n}");
     }
 }

@@ -190,7 +190,12 @@ fn run_inner(
         print!("{}", launchers.remote().describe_hosts(&p.remote_hosts()));
         print!(
             "{}",
-            discover::describe(&p, &a.data_host, a.transport, a.launcher)
+            discover::describe(
+                &p,
+                &a.data_host,
+                a.transport,
+                launchers.remote().address_origin()
+            )
         );
         println!(
             "protection: {} on every transfer ({})",
@@ -345,8 +350,12 @@ impl Runner {
             sink_bytes: Arc::new(AtomicU64::new(0)),
             stdin_size: None,
         };
-        let disc =
-            discover::Discovery::new(&plan, &config.data_host, config.transport, config.launcher);
+        let disc = discover::Discovery::new(
+            &plan,
+            &config.data_host,
+            config.transport,
+            launchers.remote().address_origin(),
+        );
         Runner {
             config,
             plan,

@@ -1,19 +1,18 @@
 //! Starting the agents: the hosts prepared through the run's launchers
-//! ([`super::launchers`]), then one agent per segment, all at once (at most
-//! [`MAX_PARALLEL_STARTS`] starting at a time). The agent's key (and
+//! ([`super::launchers`]), then one agent per segment, all at once (each
+//! launcher bounds how many of its own start together). The agent's key (and
 //! `PROGRESS`) go down its stdin, sealed where its launcher's channel needs
 //! it; its stdout lines and exit come back as events; its stderr is forwarded
 //! line by line, prefixed with the host.
 
-use super::agent_args::{agent_args, chain_hops};
+use super::agent_args::{agent_settings, chain_hops};
 use super::verdict::Cause;
 use super::{Event, Runner};
 use rdpipe_control::{Direction, KeyLine, ToAgent};
 use rdpipe_launch::command_line::tuning_env;
 use rdpipe_launch::install::default_bin;
-use rdpipe_launch::{AgentHandle, AgentStart, LaunchError, Spawned, MAX_PARALLEL_STARTS};
+use rdpipe_launch::{AgentHandle, AgentStart, LaunchError, Spawned};
 use rdpipe_plan::{Host, Node};
-use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tracing::debug;
@@ -56,10 +55,15 @@ impl Runner {
         // Every agent starts at once (each is a round trip to its host; one
         // after another they add up with many hosts).
         let mut starting = tokio::task::JoinSet::new();
-        let bound = Arc::new(tokio::sync::Semaphore::new(MAX_PARALLEL_STARTS));
         for i in 0..n {
-            let args = agent_args(&self.plan, i, &self.config);
             let host = self.plan.segments[i].host.clone();
+            let launcher = self.launchers.of(&host).clone();
+            let settings = agent_settings(
+                &self.plan,
+                i,
+                &self.config,
+                self.launchers.remote().address_origin(),
+            );
             let bin = match &host {
                 Host::Local => self.exe.exe.display().to_string(),
                 Host::Remote(_) => self
@@ -72,18 +76,12 @@ impl Runner {
                 seg: i,
                 host: host.clone(),
                 bin,
-                args: args.clone(),
+                settings: settings.clone(),
                 env: tuning.clone(),
                 pipe_stderr: self.progress.is_some(),
             };
-            let launcher = self.launchers.of(&host).clone();
-            let bound = bound.clone();
-            starting.spawn(async move {
-                // Never closed, so acquiring only waits.
-                let _permit = bound.acquire_owned().await;
-                (i, launcher.spawn_agent(start).await)
-            });
-            args_of.push(args);
+            args_of.push((launcher.kind(), settings.to_argv()));
+            starting.spawn(async move { (i, launcher.spawn_agent(start).await) });
         }
         let mut started: Vec<Option<Result<Spawned, LaunchError>>> = (0..n).map(|_| None).collect();
         while let Some(r) = starting.join_next().await {
@@ -113,11 +111,12 @@ impl Runner {
             let host = self.plan.segments[i].host.label().to_string();
             match spawned {
                 Ok(Spawned::Ready { handle, sealer }) => {
+                    let (via, argv) = &args_of[i];
                     debug!(
-                        "[{}] agent started on {host}{}: {}",
+                        "[{}] agent started on {host}{} ({via}): --agent {}",
                         i + 1,
                         pid_of(&handle),
-                        args_of[i].join(" ")
+                        argv.join(" ")
                     );
                     if sealer.is_some() {
                         debug!("[{}] control channel sealed (munge, X25519)", i + 1);
