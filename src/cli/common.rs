@@ -2,11 +2,11 @@
 //! `RDPIPE_KEY`), transport tuning flags, one-line messages on stderr and the
 //! mapping from errors to exit statuses.
 
-use clap::{Args, ValueEnum};
+use clap::Args;
 use rdpipe_transport::error::{EXIT_FAILURE, EXIT_USAGE};
 use rdpipe_transport::reconnect::HopState;
 use rdpipe_transport::{Rate, TransportError};
-use rdpipe_wire::{Compress, Integrity, TransportPref, MAX_CHUNK_SIZE, MAX_SLOTS, MIN_CHUNK_SIZE};
+use rdpipe_wire::{Compress, Integrity, MAX_CHUNK_SIZE, MAX_SLOTS, MIN_CHUNK_SIZE};
 use std::fmt::Display;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -57,27 +57,7 @@ impl From<TransportError> for Failure {
     }
 }
 
-/// `--transport`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
-pub enum Transport {
-    /// RDMA when both ends have an active RDMA device that reaches the peer, else TCP.
-    #[default]
-    Auto,
-    /// RDMA or fail (exit status 7).
-    Rdma,
-    /// TCP only.
-    Tcp,
-}
-
-impl From<Transport> for TransportPref {
-    fn from(t: Transport) -> Self {
-        match t {
-            Transport::Auto => TransportPref::Auto,
-            Transport::Rdma => TransportPref::Rdma,
-            Transport::Tcp => TransportPref::Tcp,
-        }
-    }
-}
+pub use rdpipe_control::{IntegrityArg, Transport};
 
 /// Parses a byte count such as `0`, `65536`, `64K`, `1M`, `1GiB` (binary units).
 pub fn parse_bytes(s: &str) -> Result<u64, String> {
@@ -171,32 +151,9 @@ pub fn generate_key() -> Result<String, Failure> {
     Ok(k.iter().map(|b| format!("{b:02x}")).collect())
 }
 
-/// `--integrity`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
-pub enum IntegrityArg {
-    /// `encrypt` where this CPU has AES instructions (it then costs less CPU
-    /// than `mac`), `mac` where it has not.
-    #[default]
-    Auto,
-    /// xxh3 checksum only: catches accidents, not an attacker on the path (for
-    /// trusted fabrics; the fastest).
-    Checksum,
-    /// Keyed BLAKE3 MAC over the whole stream: nobody without the session keys
-    /// can alter, reorder, drop or truncate data unnoticed.
-    Mac,
-    /// AES-256-GCM on every chunk: what `mac` guarantees, and nobody on the path
-    /// can read the data (the same as `--encrypt`).
-    Encrypt,
-}
-
 /// The protection these flags ask for: `--encrypt` wins over `--integrity`.
 pub fn integrity(arg: IntegrityArg, encrypt: bool) -> Integrity {
-    match (encrypt, arg) {
-        (true, _) | (false, IntegrityArg::Encrypt) => Integrity::Encrypt,
-        (false, IntegrityArg::Auto) => Integrity::preferred(),
-        (false, IntegrityArg::Mac) => Integrity::Mac,
-        (false, IntegrityArg::Checksum) => Integrity::Checksum,
-    }
+    arg.resolve(encrypt)
 }
 
 /// Flags both endpoints take.

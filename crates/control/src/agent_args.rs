@@ -60,10 +60,10 @@ pub struct AgentArgs {
     #[arg(long, default_value_t = 4)]
     pub slots: u32,
     /// auto, tcp or rdma.
-    #[arg(long, default_value = "auto", value_parser = crate::parse_transport)]
+    #[arg(long, default_value = "auto", value_parser = crate::transport_parser())]
     pub transport: TransportPref,
     /// auto, checksum, mac or encrypt (rdpipe always says which).
-    #[arg(long, default_value = "auto", value_parser = crate::parse_integrity)]
+    #[arg(long, default_value = "auto", value_parser = crate::integrity_parser())]
     pub integrity: Integrity,
     /// Seconds the authentication handshake may take.
     #[arg(long, default_value_t = 10)]

@@ -95,7 +95,7 @@ pub use copied::CopyCounts;
 pub use hop_report::{CmdExit, HopReport};
 pub use keys::{decode_hex, encode_hex, KeyLine};
 pub use part::{FailKind, Part};
-pub use prefs::{parse_integrity, parse_transport, transport_name};
+pub use prefs::{integrity_parser, transport_name, transport_parser, IntegrityArg, Transport};
 pub use reach::Reach;
 pub use seal::CredLine;
 pub use squeeze::CompressSummary;
@@ -481,8 +481,8 @@ impl FromStr for FromAgent {
                 if !secs.is_finite() || secs < 0.0 {
                     return Err(ParseError::Field("seconds"));
                 }
-                let integrity = crate::parse_integrity(field(&mut w, "integrity")?)
-                    .map_err(|_| ParseError::Field("integrity"))?;
+                let integrity = prefs::integrity_named(field(&mut w, "integrity")?)
+                    .ok_or(ParseError::Field("integrity"))?;
                 let compress = CompressSummary::parse(field(&mut w, "compression")?)?;
                 let transport = field(&mut w, "transport")?.to_string();
                 Ok(FromAgent::Done {
