@@ -473,6 +473,30 @@ fn rdcp_resume_after_an_interrupted_copy_moves_only_the_rest() {
     );
     assert_no_temporary_files(&[&d.s("dst")]);
 
+    // `-q`: the same resume (now with nothing left to send) says nothing of it;
+    // without `-q` it says what it skipped.
+    let quiet = run_rdcp(
+        &args(
+            &ssh,
+            &["-q", "-r", "--resume", &format!("h1:{}", d.s("src")), &to],
+        ),
+        None,
+        LIMIT,
+    );
+    quiet.ok();
+    assert!(!quiet.stderr.contains("resume:"), "{}", quiet.stderr);
+    let told = run_rdcp(
+        &args(&ssh, &["-r", "--resume", &format!("h1:{}", d.s("src")), &to]),
+        None,
+        LIMIT,
+    );
+    told.ok();
+    assert!(
+        told.stderr.contains("rdcp: resume: 2 files complete at the destination"),
+        "{}",
+        told.stderr
+    );
+
     // Damage the copy in place and put its mtime back: `--resume` trusts
     // size and mtime and sends nothing; `-c` compares content and repairs it.
     let when = std::fs::metadata(d.path("dst/big"))

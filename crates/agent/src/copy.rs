@@ -141,11 +141,13 @@ fn send_packed(
 }
 
 /// Starts the source side of a copy; with `manifest` (`--resume`), what the
-/// destination listed as complete is not sent.
+/// destination listed as complete is not sent (and, unless `quiet`, one
+/// line says how much).
 pub fn start_pack(
     sources: &[String],
     opts: PackOptions,
     manifest: Option<&str>,
+    quiet: bool,
     seg: &mut Segment,
     t: &mut Transfers,
 ) {
@@ -203,10 +205,14 @@ pub fn start_pack(
                     s.failed,
                     s.changed
                 );
-                if manifest.is_some() && opts.stripe.is_none_or(|s| s.index == 0) {
-                    eprintln!(
-                        "rdcp: resume: {} files complete at the destination, {} continued from a partial copy; {} bytes not sent again",
-                        s.skipped, s.resumed, s.skipped_bytes
+                if manifest.is_some() && opts.stripe.is_none_or(|s| s.index == 0) && !quiet {
+                    rdpipe_term::say(
+                        "rdcp",
+                        format_args!(
+                            "resume: {} files complete at the destination, {} continued from a \
+                             partial copy; {} bytes not sent again",
+                            s.skipped, s.resumed, s.skipped_bytes
+                        ),
                     );
                 }
             }

@@ -218,7 +218,14 @@ fn run(a: AgentArgs) -> bool {
             direct: a.direct,
             stripe: a.stripe,
         };
-        copy::start_pack(&a.pack, opts, a.manifest.as_deref(), &mut seg, &mut t);
+        copy::start_pack(
+            &a.pack,
+            opts,
+            a.manifest.as_deref(),
+            a.quiet,
+            &mut seg,
+            &mut t,
+        );
     } else if let Some(run) = &a.save_listing {
         copy::start_save_listing(run, &mut seg, &mut t);
     } else if let Some(dest) = &a.list {
