@@ -408,9 +408,47 @@ pub fn stdin_file() -> Result<std::fs::File, Failure> {
         .map_err(|e| fail(EXIT_FAILURE, format!("cannot use standard input: {e}")))
 }
 
+/// For `word`, an operand of the command line `argv` that cannot be one:
+/// the flag written right before it whose value must follow `=`
+/// (`--compress auto` for `--compress=auto`), as `--FLAG=WORD`.
+pub fn meant_equals(cmd: &clap::Command, argv: &[String], word: &str) -> Option<String> {
+    let optional: Vec<&str> = cmd
+        .get_arguments()
+        .filter(|a| a.is_require_equals_set())
+        .filter(|a| a.get_num_args().is_some_and(|n| n.min_values() == 0))
+        .filter_map(|a| a.get_long())
+        .collect();
+    argv.windows(2).find_map(|w| {
+        let flag = w[0].strip_prefix("--")?;
+        (w[1] == word && optional.contains(&flag)).then(|| format!("--{flag}={word}"))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_value_after_an_optional_value_flag_is_pointed_at() {
+        #[derive(clap::Parser)]
+        struct T {
+            #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "auto")]
+            compress: Option<String>,
+            #[arg(long)]
+            label: Option<String>,
+            rest: Vec<String>,
+        }
+        let cmd = <T as clap::CommandFactory>::command();
+        let argv = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let a = argv(&["rdpipe", "--compress", "auto", "h1:cat"]);
+        assert_eq!(
+            meant_equals(&cmd, &a, "auto").as_deref(),
+            Some("--compress=auto")
+        );
+        assert_eq!(meant_equals(&cmd, &a, "h1:cat"), None);
+        let a = argv(&["rdpipe", "--label", "x", "auto"]);
+        assert_eq!(meant_equals(&cmd, &a, "auto"), None);
+    }
 
     #[test]
     fn integrity_flags_map_to_the_protection_asked_for() {

@@ -155,6 +155,7 @@ pub fn normalize_args<I: IntoIterator<Item = std::ffi::OsString>>(
 /// Runs rdpipe; `exe` is this program (run again for local segments' agents and
 /// as the ssh master's guard).
 pub fn run(args: PipeArgs, exe: PathBuf) -> Result<(), Failure> {
+    check_optional_values(&args)?;
     if args.persist_stop {
         let n = rdpipe_launch::persist::stop_all().map_err(|e| crate::cli::fail(1, e))?;
         if args.run.verbose > 0 {
@@ -167,6 +168,28 @@ pub fn run(args: PipeArgs, exe: PathBuf) -> Result<(), Failure> {
         crate::cli::term::say("rdpipe", format!("rate limit {r} on every hop"));
     }
     crate::cli::run_opts::run_and_report(args.config(), exe, json)
+}
+
+/// A segment without `:` that is really the value of a flag whose value
+/// must follow `=` (`rdpipe --compress auto h1:cat`): a usage error that
+/// says what was meant, before the plan's own "not HOST:CMD".
+fn check_optional_values(args: &PipeArgs) -> Result<(), Failure> {
+    let argv: Vec<String> = std::env::args_os()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let cmd = <PipeArgs as clap::CommandFactory>::command();
+    for w in args.segments.iter().chain(&args.to) {
+        if w.contains(':') {
+            continue;
+        }
+        if let Some(meant) = crate::cli::common::meant_equals(&cmd, &argv, w) {
+            return Err(crate::cli::fail(
+                2,
+                format!("'{w}' is not HOST:CMD (no ':'); did you mean {meant}?"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -486,13 +486,17 @@ fn rdcp_resume_after_an_interrupted_copy_moves_only_the_rest() {
     quiet.ok();
     assert!(!quiet.stderr.contains("resume:"), "{}", quiet.stderr);
     let told = run_rdcp(
-        &args(&ssh, &["-r", "--resume", &format!("h1:{}", d.s("src")), &to]),
+        &args(
+            &ssh,
+            &["-r", "--resume", &format!("h1:{}", d.s("src")), &to],
+        ),
         None,
         LIMIT,
     );
     told.ok();
     assert!(
-        told.stderr.contains("rdcp: resume: 2 files complete at the destination"),
+        told.stderr
+            .contains("rdcp: resume: 2 files complete at the destination"),
         "{}",
         told.stderr
     );

@@ -79,6 +79,17 @@ fn malformed_arguments_exit_2_with_one_line() {
     assert_eq!(r.code(), Some(2));
     let r = run(&a(&[]), None, Duration::from_secs(10));
     assert_eq!(r.code(), Some(2));
+    // A flag whose value follows '=' and a value after it that is no segment.
+    let r = run(
+        &a(&["--compress", "auto", "h1:cat", "h2:cat"]),
+        None,
+        Duration::from_secs(10),
+    );
+    assert_eq!(r.code(), Some(2), "{}", r.stderr);
+    assert_eq!(
+        r.stderr.trim_end(),
+        "rdpipe: error: 'auto' is not HOST:CMD (no ':'); did you mean --compress=auto?"
+    );
     // An empty command is relay only, which a --to sink cannot be.
     let r = run(
         &a(&["h0:cat", "--to", "h1:", "--to", "h2:cat"]),
