@@ -1,8 +1,10 @@
 //! The agent's command line: [`AgentArgs`] is both what rdpipe writes
 //! ([`AgentArgs::to_argv`]) and what the agent parses (clap), side by side,
 //! so that the two cannot drift apart (the round trip is tested below).
-//! Every valued flag is written as `--flag=VALUE`, so that a value that
-//! starts with `-` (a command, a file name) is never taken for a flag.
+//! Each flag and its value are two words, in a fixed order (the links and
+//! tuning, then the chain roles, then what the segment does), as scripts
+//! and `ps` show them; the free-form values (a command, file names, a
+//! label) may start with `-`: the parser takes them as values.
 
 use rdpipe_wire::{Compress, Integrity, TransportPref};
 
@@ -38,7 +40,7 @@ fn parse_stripe(s: &str) -> Result<rdpipe_copy::stripe::Stripe, String> {
 #[command(group(clap::ArgGroup::new("action").required(true).args(["cmd", "read", "write", "append", "relay", "pack", "unpack", "list", "save_listing"])))]
 pub struct AgentArgs {
     /// Label for messages.
-    #[arg(long, default_value = "agent")]
+    #[arg(long, allow_hyphen_values = true, default_value = "agent")]
     pub label: String,
     /// The incoming transfer.
     #[arg(long, value_enum)]
@@ -48,10 +50,10 @@ pub struct AgentArgs {
     pub output: Link,
     /// The address the incoming side listens at (the address its peer connects
     /// to; used when it is an IP address of this host).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     pub in_addr: Option<String>,
     /// Likewise for the outgoing side.
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     pub out_addr: Option<String>,
     /// Chunk size in bytes.
     #[arg(long, default_value_t = rdpipe_wire::DEFAULT_CHUNK_SIZE)]
@@ -87,23 +89,23 @@ pub struct AgentArgs {
     #[arg(long, value_name = "BYTES", default_value_t = rdpipe_transport::endpoint::REPLAY_WINDOW)]
     pub reconnect_window: usize,
     /// Run `SHELL -c CMD` (the user's login shell).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     pub cmd: Option<String>,
     /// Send this file (`< FILE`).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     pub read: Option<String>,
     /// Write the stream into this file (`> FILE`).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     pub write: Option<String>,
     /// Append the stream to this file (`>> FILE`).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     pub append: Option<String>,
     /// Relay only (`HOST:`, an empty command): forward the incoming stream to
     /// the outgoing transfer, no command (see the agent's passthrough).
     #[arg(long)]
     pub relay: bool,
     /// rdcp's source side: send these paths as an entry stream (repeated).
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, allow_hyphen_values = true, value_name = "PATH")]
     pub pack: Vec<String>,
     /// With `--pack`: directories too (rdcp's `-r`).
     #[arg(long)]
@@ -118,18 +120,18 @@ pub struct AgentArgs {
     /// With `--pack`: the destination's listing (`rdcp --resume`), in the
     /// private directory of the copy whose random id is RUN
     /// (`rdpipe_copy::private`), read and then removed.
-    #[arg(long, value_name = "RUN")]
+    #[arg(long, allow_hyphen_values = true, value_name = "RUN")]
     pub manifest: Option<String>,
     /// `rdcp --resume`'s first step on the sources' host: save the incoming
     /// listing in a new private directory for the copy whose id is RUN.
-    #[arg(long, value_name = "RUN")]
+    #[arg(long, allow_hyphen_values = true, value_name = "RUN")]
     pub save_listing: Option<String>,
     /// With `--pack`/`--unpack`: this is stream K of N of the copy whose
     /// random id is RUN (hex), rdcp's `--streams` (`rdpipe_copy::stripe`).
     #[arg(long, value_name = "K/N/RUN", value_parser = parse_stripe)]
     pub stripe: Option<rdpipe_copy::stripe::Stripe>,
     /// `rdcp --resume`'s first step: send the listing of what DEST holds.
-    #[arg(long, value_name = "DEST")]
+    #[arg(long, allow_hyphen_values = true, value_name = "DEST")]
     pub list: Option<String>,
     /// With `--list`: each complete file's content hash too (rdcp's
     /// `--checksum`).
@@ -137,10 +139,10 @@ pub struct AgentArgs {
     pub checksum: bool,
     /// With `--list`: a source's last component (repeated); with `--unpack`,
     /// the one source's name of a resumed copy.
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, allow_hyphen_values = true, value_name = "NAME")]
     pub top: Vec<String>,
     /// rdcp's destination side: create the entry stream's files beneath DEST.
-    #[arg(long, value_name = "DEST")]
+    #[arg(long, allow_hyphen_values = true, value_name = "DEST")]
     pub unpack: Option<String>,
     /// With `--unpack`: DEST must be an existing directory.
     #[arg(long)]
@@ -188,7 +190,7 @@ pub struct AgentArgs {
     pub quiet: bool,
     /// A log filter (`RUST_LOG` syntax, rdpipe's own `RUST_LOG`), overriding
     /// `--verbose`.
-    #[arg(long, value_name = "FILTER")]
+    #[arg(long, allow_hyphen_values = true, value_name = "FILTER")]
     pub log: Option<String>,
 }
 
@@ -217,9 +219,11 @@ impl AgentArgs {
     /// (the agent's defaults need not be rdpipe's); the rest only where it is
     /// not the agent's default, which keeps the usual command line short.
     pub fn to_argv(&self) -> Vec<String> {
-        let mut v = Vec::new();
-        let mut val =
-            |flag: &str, value: &dyn std::fmt::Display| v.push(format!("--{flag}={value}"));
+        let mut v: Vec<String> = Vec::new();
+        let mut val = |flag: &str, value: &dyn std::fmt::Display| {
+            v.push(format!("--{flag}"));
+            v.push(value.to_string());
+        };
         val("label", &self.label);
         val("input", &self.input.as_str());
         val("output", &self.output.as_str());
@@ -240,61 +244,56 @@ impl AgentArgs {
         if self.verbose > 0 {
             val("verbose", &self.verbose);
         }
-        let opt: [(&str, &Option<String>); 12] = [
-            ("log", &self.log),
-            ("in-addr", &self.in_addr),
-            ("out-addr", &self.out_addr),
-            ("cmd", &self.cmd),
-            ("read", &self.read),
-            ("write", &self.write),
-            ("append", &self.append),
-            ("save-listing", &self.save_listing),
-            ("manifest", &self.manifest),
-            ("list", &self.list),
-            ("unpack", &self.unpack),
-            (
-                "munge-socket",
-                &self.munge_socket.as_ref().map(|p| p.display().to_string()),
-            ),
-        ];
-        for (flag, value) in opt {
-            if let Some(x) = value {
-                val(flag, x);
+        let mut on = |v: &mut Vec<String>, flag: &str, set: bool| {
+            if set {
+                v.push(format!("--{flag}"));
             }
-        }
-        for p in &self.pack {
-            val("pack", p);
-        }
-        for t in &self.top {
-            val("top", t);
-        }
-        if let Some(s) = &self.stripe {
-            val("stripe", s);
-        }
+        };
+        on(&mut v, "quiet", self.quiet);
+        on(&mut v, "direct", self.direct);
+        let mut opt = |v: &mut Vec<String>, flag: &str, value: &Option<String>| {
+            if let Some(x) = value {
+                v.extend([format!("--{flag}"), x.clone()]);
+            }
+        };
+        opt(&mut v, "log", &self.log);
+        opt(&mut v, "in-addr", &self.in_addr);
+        opt(&mut v, "out-addr", &self.out_addr);
+        on(&mut v, "sink", self.sink);
         if self.replay_window > 0 {
-            val("replay-window", &self.replay_window);
+            v.extend(["--replay-window".into(), self.replay_window.to_string()]);
         }
-        let switches = [
-            ("quiet", self.quiet),
-            ("direct", self.direct),
-            ("relay", self.relay),
-            ("recursive", self.recursive),
-            ("xattrs", self.xattrs),
-            ("specials", self.specials),
-            ("checksum", self.checksum),
-            ("must-be-dir", self.must_be_dir),
-            ("preserve", self.preserve),
-            ("no-setid", self.no_setid),
-            ("sink", self.sink),
-            ("chain-in", self.chain_in),
-            ("munge", self.munge),
-        ];
-        v.extend(
-            switches
-                .iter()
-                .filter(|(_, on)| *on)
-                .map(|(flag, _)| format!("--{flag}")),
-        );
+        on(&mut v, "chain-in", self.chain_in);
+        // What the segment does.
+        opt(&mut v, "cmd", &self.cmd);
+        opt(&mut v, "read", &self.read);
+        opt(&mut v, "write", &self.write);
+        opt(&mut v, "append", &self.append);
+        on(&mut v, "relay", self.relay);
+        opt(&mut v, "save-listing", &self.save_listing);
+        for p in &self.pack {
+            v.extend(["--pack".into(), p.clone()]);
+        }
+        on(&mut v, "recursive", self.recursive);
+        on(&mut v, "xattrs", self.xattrs);
+        opt(&mut v, "list", &self.list);
+        opt(&mut v, "unpack", &self.unpack);
+        for t in &self.top {
+            v.extend(["--top".into(), t.clone()]);
+        }
+        on(&mut v, "must-be-dir", self.must_be_dir);
+        on(&mut v, "checksum", self.checksum);
+        on(&mut v, "preserve", self.preserve);
+        on(&mut v, "no-setid", self.no_setid);
+        on(&mut v, "specials", self.specials);
+        opt(&mut v, "manifest", &self.manifest);
+        if let Some(s) = &self.stripe {
+            v.extend(["--stripe".into(), s.to_string()]);
+        }
+        on(&mut v, "munge", self.munge);
+        if let Some(p) = &self.munge_socket {
+            v.extend(["--munge-socket".into(), p.display().to_string()]);
+        }
         v
     }
 }
@@ -317,7 +316,7 @@ mod tests {
         let mut a = AgentArgs::new("h[1]".into(), Link::Listen, Link::Connect);
         a.cmd = Some("cat".into());
         let argv = a.to_argv();
-        assert_eq!(argv.len(), 12, "{argv:?}");
+        assert_eq!(argv.len(), 24, "{argv:?}");
         assert_eq!(parse(&argv), a);
     }
 

@@ -173,19 +173,17 @@ mod tests {
     fn agents_get_the_verbosity_only_when_asked() {
         let a = config(1, false, None);
         let p = plan(&a.segments, false, &|r: &RemoteHost| r.name.clone()).unwrap();
-        let has = |a: &Config, w: &str| {
-            agent_args(&p, 0, a, "ssh")
-                .iter()
-                .any(|x| x == w || x.starts_with(&format!("{w}=")))
-        };
+        let has = |a: &Config, w: &str| agent_args(&p, 0, a, "ssh").iter().any(|x| x == w);
         for w in ["--verbose", "--quiet", "--log"] {
             assert!(!has(&a, w), "{w}");
         }
         let v = agent_args(&p, 0, &config(5, false, None), "ssh");
-        assert!(v.iter().any(|x| x == "--verbose=3"), "{v:?}");
+        let i = v.iter().position(|x| x == "--verbose").unwrap();
+        assert_eq!(v[i + 1], "3");
         assert!(has(&config(0, true, None), "--quiet"));
         let v = agent_args(&p, 1, &config(0, false, Some("debug")), "ssh");
-        assert!(v.iter().any(|x| x == "--log=debug"), "{v:?}");
+        let i = v.iter().position(|x| x == "--log").unwrap();
+        assert_eq!(v[i + 1], "debug");
     }
 
     #[test]
@@ -199,8 +197,8 @@ mod tests {
             let v = agent_args(&p, i, a, "ssh");
             let w = v
                 .iter()
-                .find_map(|x| x.strip_prefix("--replay-window="))
-                .map(str::to_string);
+                .position(|x| x == "--replay-window")
+                .map(|k| v[k + 1].clone());
             (w, v.iter().any(|x| x == "--chain-in"), chain_hops(&p, i, a))
         };
         assert_eq!(roles(&a, 0), (None, false, false));
@@ -209,5 +207,63 @@ mod tests {
         assert_eq!(roles(&a, 3), (None, true, true));
         a.replay_window = 0;
         assert_eq!(roles(&a, 2), (None, false, false));
+    }
+
+    #[test]
+    fn the_command_line_keeps_its_order_and_two_word_flags() {
+        use rdpipe_plan::plan_fanout;
+        let mut a = config(0, false, None);
+        a.replay_window = 1 << 20;
+        let sinks = ["b1:cat", "b2:> /x y", "b3:cat"].map(String::from);
+        let p = plan_fanout(&["s:cat".to_string()], &sinks, false, &|r| r.name.clone()).unwrap();
+        let v = agent_args(&p, 2, &a, "ssh");
+        let want = [
+            "--agent",
+            "--label",
+            "b2[3]",
+            "--input",
+            "connect",
+            "--output",
+            "listen",
+            "--chunk-size",
+            "1048576",
+            "--slots",
+            "2",
+            "--transport",
+            "rdma",
+            "--connect-timeout",
+            "30",
+            "--handshake-timeout",
+            "10",
+            "--reconnect-timeout",
+            "60",
+            "--reconnect-window",
+            "1048576",
+            "--integrity",
+            "encrypt",
+            "--rate-limit",
+            "16000000",
+            "--compress",
+            "zstd:5",
+            "--sink",
+            "--replay-window",
+            "1048576",
+            "--chain-in",
+            "--write",
+            "/x y",
+        ];
+        let (head, tail) = v.split_at(v.iter().position(|x| x == "--sink").unwrap());
+        let flags: Vec<&str> = head
+            .iter()
+            .map(String::as_str)
+            .filter(|w| w.starts_with("--"))
+            .collect();
+        let want_flags: Vec<&str> = want[..want.iter().position(|x| *x == "--sink").unwrap()]
+            .iter()
+            .copied()
+            .filter(|w| w.starts_with("--"))
+            .collect();
+        assert_eq!(flags, want_flags, "{v:?}");
+        assert_eq!(tail, &want[want.len() - 6..], "{v:?}");
     }
 }
