@@ -105,7 +105,11 @@ fn expand_tilde(
         lookup(user).ok_or_else(|| format!("{p}: no user {user} on this host"))?
     };
     let joined = format!("{}{tail}", dir.trim_end_matches('/'));
-    Ok(if joined.is_empty() { "/".into() } else { joined })
+    Ok(if joined.is_empty() {
+        "/".into()
+    } else {
+        joined
+    })
 }
 
 /// `user`'s home directory: /etc/passwd's line, else `getent passwd`'s (for
