@@ -35,6 +35,10 @@ Examples:
   # check a copy by content and repair what differs:
   rdcp -rc dir host:dir
 
+  # into the home directory there, over ssh port 2222 (scp's -P), or as a URI:
+  rdcp -P 2222 notes.txt host:~
+  rdcp notes.txt scp://user@host:2222/tmp/
+
   # standard input to a file on a host, and a file to standard output:
   zfs send tank/x@s | rdcp - host:/backup/x.zfs
   rdcp host:/var/log/syslog - | less";
