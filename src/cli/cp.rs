@@ -37,7 +37,7 @@ Examples:
 
   # into the home directory there, over ssh port 2222 (scp's -P), or as a URI:
   rdcp -P 2222 notes.txt host:~
-  rdcp notes.txt scp://user@host:2222/tmp/
+  rdcp notes.txt scp://user@host:2222//tmp/
 
   # standard input to a file on a host, and a file to standard output:
   zfs send tank/x@s | rdcp - host:/backup/x.zfs
@@ -57,8 +57,9 @@ pub const EXIT_STATUS: &[(&str, &str)] = &[
 ///
 /// Operands as for scp: a local PATH, HOST:PATH, USER@HOST:PATH,
 /// [ADDR]:PATH or USER@[ADDR]:PATH (IPv6), [USER@HOST:PORT]:PATH,
-/// scp://[USER@]HOST[:PORT][/PATH] (an absolute PATH, %XX decoded; without
-/// one, the home directory; [ADDR] for IPv6), or - (standard input as the
+/// scp://[USER@]HOST[:PORT][/PATH] (PATH relative to the home directory as
+/// OpenSSH's scp reads it, //PATH absolute, %XX decoded; without one, the
+/// home directory; [ADDR] for IPv6), or - (standard input as the
 /// one source, or standard output as the destination of one file). A
 /// remote PATH of ~ or ~/... is in the login user's home directory there,
 /// ~USER or ~USER/... in USER's (from that host's passwd database); a
@@ -246,8 +247,9 @@ fn remote_path(p: &str) -> String {
 
 /// The part of `scp://[USER@]HOST[:PORT][/PATH]` after `scp://`, as OpenSSH's
 /// scp reads it: `USER` and `PATH` percent-decoded (`%XX`), `;PARAMS` after
-/// the user ignored, `[V6]` in brackets; the path after the authority is
-/// absolute, none (or `/` alone) is the home directory.
+/// the user ignored, `[V6]` in brackets; the `/` after the authority
+/// separates it from the path, which is then relative to the home directory
+/// (`scp://h/x` is `~/x`, `scp://h//x` is `/x`), none is the home directory.
 fn parse_uri(rest: &str) -> Result<Operand, String> {
     let (authority, path) = match rest.find('/') {
         // A `/` inside `[...]` cannot occur in an address.
@@ -308,8 +310,8 @@ fn parse_uri(rest: &str) -> Result<Operand, String> {
         r.spec = format!("{}:{p}", r.spec);
         r.port = Some(p);
     }
-    let path = match path {
-        None | Some("/") => ".".to_string(),
+    let path = match path.map(|p| &p[1..]) {
+        None | Some("") => ".".to_string(),
         Some(p) => percent_decode(p)?,
     };
     Ok(Operand::Path {
@@ -558,22 +560,23 @@ mod tests {
         };
         assert_eq!(p("scp://h"), at(remote("h"), "."));
         assert_eq!(p("scp://h/"), at(remote("h"), "."));
-        assert_eq!(p("scp://h/tmp/x"), at(remote("h"), "/tmp/x"));
-        assert_eq!(p("scp://h:2222/tmp/x"), at(labelled("h", 2222), "/tmp/x"));
+        assert_eq!(p("scp://h/tmp/x"), at(remote("h"), "tmp/x"));
+        assert_eq!(p("scp://h//tmp/x"), at(remote("h"), "/tmp/x"));
+        assert_eq!(p("scp://h:2222//tmp/x"), at(labelled("h", 2222), "/tmp/x"));
         assert_eq!(p("scp://h:2222"), at(labelled("h", 2222), "."));
-        assert_eq!(p("scp://u@h/d/"), at(remote("u@h"), "/d/"));
-        assert_eq!(p("scp://u@h:22/d"), at(labelled("u@h", 22), "/d"));
-        assert_eq!(p("scp://u;fp=x@h/d"), at(remote("u@h"), "/d"));
-        assert_eq!(p("scp://h/a%20b%2Fc"), at(remote("h"), "/a b/c"));
-        assert_eq!(p("scp://[::1]:22/x"), at(labelled("[::1]", 22), "/x"));
-        assert_eq!(p("scp://[::1]/x"), at(remote("[::1]"), "/x"));
+        assert_eq!(p("scp://u@h/d/"), at(remote("u@h"), "d/"));
+        assert_eq!(p("scp://u@h:22/d"), at(labelled("u@h", 22), "d"));
+        assert_eq!(p("scp://u;fp=x@h/d"), at(remote("u@h"), "d"));
+        assert_eq!(p("scp://h/a%20b%2Fc"), at(remote("h"), "a b/c"));
+        assert_eq!(p("scp://[::1]:22/x"), at(labelled("[::1]", 22), "x"));
+        assert_eq!(p("scp://[::1]//x"), at(remote("[::1]"), "/x"));
         assert_eq!(p("scp://u@[fe80::1]"), at(remote("[u@fe80::1]"), "."));
         // -P: for every remote operand that names no port.
         let q = |s: &str| parse_operand(s, Some(2200)).unwrap();
         assert_eq!(q("h:x"), at(with_port("h", 2200), "x"));
         assert_eq!(q("u@h:/x"), at(with_port("u@h", 2200), "/x"));
-        assert_eq!(q("scp://h/x"), at(with_port("h", 2200), "/x"));
-        assert_eq!(q("scp://h:7/x"), at(labelled("h", 7), "/x"));
+        assert_eq!(q("scp://h/x"), at(with_port("h", 2200), "x"));
+        assert_eq!(q("scp://h:7/x"), at(labelled("h", 7), "x"));
         assert_eq!(q("[h:7]:x"), at(remote("[h:7]"), "x"));
         assert_eq!(q("/local"), at(Host::Local, "/local"));
         assert_eq!(q("-"), Operand::Std);

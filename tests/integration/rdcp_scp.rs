@@ -76,11 +76,11 @@ fn rdcp_scp_uri_and_port() {
     let copy = |ops: &[&str]| run_rdcp(&args(&ssh, ops), None, LIMIT);
     let port = ssh.port.to_string();
     // `noport` names no port in the ssh configuration: the URI's reaches ssh.
-    let uri = format!("scp://noport:{port}{}", d.s("by_uri"));
+    let uri = format!("scp://noport:{port}/{}", d.s("by_uri"));
     copy(&[&d.s("f"), &uri]).ok();
     assert!(std::fs::read(d.path("by_uri")).unwrap() == f);
     // And as a source, with the user.
-    let uri = format!("scp://{}@noport:{port}{}", user(), d.s("by_uri"));
+    let uri = format!("scp://{}@noport:{port}/{}", user(), d.s("by_uri"));
     copy(&[&uri, &d.s("back")]).ok();
     assert!(std::fs::read(d.path("back")).unwrap() == f);
     // -P: the port of a plain `HOST:PATH`, over the configuration's (for
