@@ -7,7 +7,7 @@ use crate::cli::common::{fail, Failure};
 use crate::cli::run_opts::RunOpts;
 use clap::Parser;
 use rdpipe_orchestrate::run::LocalExe;
-use rdpipe_plan::{parse_segment, Action, Host, Segment};
+use rdpipe_plan::{parse_segment, Action, Host, PlanError, Segment};
 use std::path::PathBuf;
 
 /// Examples for `--help` and the man page.
@@ -35,6 +35,10 @@ Examples:
   # check a copy by content and repair what differs:
   rdcp -rc dir host:dir
 
+  # into the home directory there, over ssh port 2222 (scp's -P), or as a URI:
+  rdcp -P 2222 notes.txt host:~
+  rdcp notes.txt scp://user@host:2222//tmp/
+
   # standard input to a file on a host, and a file to standard output:
   zfs send tank/x@s | rdcp - host:/backup/x.zfs
   rdcp host:/var/log/syslog - | less";
@@ -52,8 +56,15 @@ pub const EXIT_STATUS: &[(&str, &str)] = &[
 /// over SSH.
 ///
 /// Operands as for scp: a local PATH, HOST:PATH, USER@HOST:PATH,
-/// [ADDR]:PATH or USER@[ADDR]:PATH (IPv6), or - (standard input as the one
-/// source, or standard output as the destination of one file). With
+/// [ADDR]:PATH or USER@[ADDR]:PATH (IPv6), [USER@HOST:PORT]:PATH,
+/// scp://[USER@]HOST[:PORT][/PATH] (PATH relative to the home directory as
+/// OpenSSH's scp reads it, //PATH absolute, %XX decoded; without one, the
+/// home directory; [ADDR] for IPv6), or - (standard input as the
+/// one source, or standard output as the destination of one file). A
+/// remote PATH of ~ or ~/... is in the login user's home directory there,
+/// ~USER or ~USER/... in USER's (from that host's passwd database); a
+/// local path's ~ is the shell's to expand. -P PORT is the ssh port of
+/// every remote operand that names none. With
 /// several sources, or a DEST ending in /, DEST must be an existing
 /// directory; with one source, an existing directory DEST receives it under
 /// its own name, otherwise the copy is named DEST (as cp does).
@@ -135,6 +146,12 @@ pub struct CpArgs {
           value_parser = clap::value_parser!(u32).range(1..=16))]
     pub streams: u32,
 
+    /// The ssh port for every remote operand that names none itself (as
+    /// scp's -P; `scp://HOST:PORT` and `[HOST:PORT]:PATH` name one).
+    #[arg(short = 'P', long, value_name = "PORT",
+          value_parser = clap::value_parser!(u16).range(1..))]
+    pub port: Option<u16>,
+
     /// How to reach the hosts and move the data (as rdpipe's).
     #[command(flatten)]
     pub run: RunOpts,
@@ -154,11 +171,37 @@ pub enum Operand {
     },
 }
 
-/// Parses one operand in scp's syntax.
-pub fn parse_operand(s: &str) -> Result<Operand, String> {
+/// Parses one operand in scp's syntax: `-`, a local path, `HOST:PATH` (with
+/// `USER@`, `[ADDR]` or `[USER@HOST:PORT]`) or `scp://[USER@]HOST[:PORT][/PATH]`;
+/// `port` (`-P`) is the ssh port of a remote operand that names none.
+pub fn parse_operand(s: &str, port: Option<u16>) -> Result<Operand, String> {
     if s == "-" {
         return Ok(Operand::Std);
     }
+    let op = match s.strip_prefix("scp://") {
+        Some(rest) => {
+            parse_uri(rest).map_err(|why| format!("{s}: not a valid scp:// URI ({why})"))?
+        }
+        None => parse_scp_form(s)?,
+    };
+    Ok(match op {
+        Operand::Path {
+            host: Host::Remote(mut r),
+            path,
+        } => {
+            r.port = r.port.or(port);
+            Operand::Path {
+                host: Host::Remote(r),
+                path,
+            }
+        }
+        other => other,
+    })
+}
+
+/// `HOST:PATH`, `USER@HOST:PATH`, `[...]:PATH`, `USER@[V6]:PATH` or a local
+/// path (a colon after a slash is part of a local path, as in scp).
+fn parse_scp_form(s: &str) -> Result<Operand, String> {
     // `user@[v6]:path` is rdpipe's `[user@v6]:path`.
     let s = match s.split_once("@[") {
         Some((user, rest)) if !user.contains('/') && !user.contains(':') => {
@@ -172,32 +215,147 @@ pub fn parse_operand(s: &str) -> Result<Operand, String> {
         s.find(':').filter(|&i| !s[..i].contains('/'))
     };
     let Some(colon) = colon else {
+        // A local path: `~` is the local shell's to expand, so one it left
+        // (quoted) is a name, not a home directory (`~/` stays as before).
+        let path = if s.starts_with('~') && !s.starts_with("~/") {
+            format!("./{s}")
+        } else {
+            s
+        };
         return Ok(Operand::Path {
             host: Host::Local,
-            path: s,
+            path,
         });
     };
     let host = parse_segment(&format!("{}:true", &s[..colon]))
         .map_err(|e| format!("{s}: {e}"))?
         .host;
-    let path = &s[colon + 1..];
     Ok(Operand::Path {
         host,
-        path: if path.is_empty() {
-            ".".into()
-        } else {
-            path.into()
-        },
+        path: remote_path(&s[colon + 1..]),
     })
+}
+
+/// A remote path as the agent takes it: `.` (the home directory) for none.
+fn remote_path(p: &str) -> String {
+    if p.is_empty() {
+        ".".into()
+    } else {
+        p.into()
+    }
+}
+
+/// The part of `scp://[USER@]HOST[:PORT][/PATH]` after `scp://`, as OpenSSH's
+/// scp reads it: `USER` and `PATH` percent-decoded (`%XX`), `;PARAMS` after
+/// the user ignored, `[V6]` in brackets; the `/` after the authority
+/// separates it from the path, which is then relative to the home directory
+/// (`scp://h/x` is `~/x`, `scp://h//x` is `/x`), none is the home directory.
+fn parse_uri(rest: &str) -> Result<Operand, String> {
+    let (authority, path) = match rest.find('/') {
+        // A `/` inside `[...]` cannot occur in an address.
+        Some(i) => (&rest[..i], Some(&rest[i..])),
+        None => (rest, None),
+    };
+    let (user, hostport) = match authority.rfind('@') {
+        Some(at) => {
+            let u = &authority[..at];
+            let u = u.split_once(';').map_or(u, |(u, _params)| u);
+            if u.is_empty() {
+                return Err("empty user name".into());
+            }
+            (Some(percent_decode(u)?), &authority[at + 1..])
+        }
+        None => (None, authority),
+    };
+    let (name, port) = if let Some(v6) = hostport.strip_prefix('[') {
+        let (addr, after) = v6.split_once(']').ok_or("no ] after the address")?;
+        match after {
+            "" => (addr, None),
+            _ => match after.strip_prefix(':') {
+                Some(p) => (addr, Some(p)),
+                None => return Err(format!("{after:?} after the address")),
+            },
+        }
+    } else {
+        match hostport.split_once(':') {
+            Some((n, p)) => (n, Some(p)),
+            None => (hostport, None),
+        }
+    };
+    if name.is_empty() {
+        return Err("no host".into());
+    }
+    if name.contains(['[', ']', '@']) {
+        return Err(format!("{name:?} is not a host name"));
+    }
+    let port = match port {
+        None => None,
+        Some(p) => match p.parse::<u16>() {
+            Ok(n) if n > 0 => Some(n),
+            _ => return Err(format!("port {p:?} is not a number from 1 to 65535")),
+        },
+    };
+    let spec = match &user {
+        Some(u) => format!("[{u}@{name}]:true"),
+        None => format!("[{name}]:true"),
+    };
+    let mut host = parse_segment(&spec)
+        .map_err(|e| match e {
+            PlanError::BadHost { host, why, .. } => format!("host {host:?}: {why}"),
+            e => e.to_string(),
+        })?
+        .host;
+    if let (Host::Remote(r), Some(p)) = (&mut host, port) {
+        // As `[USER@HOST:PORT]:PATH` labels it.
+        r.spec = format!("{}:{p}", r.spec);
+        r.port = Some(p);
+    }
+    let path = match path.map(|p| &p[1..]) {
+        None | Some("") => ".".to_string(),
+        Some(p) => percent_decode(p)?,
+    };
+    Ok(Operand::Path {
+        host,
+        path: remote_path(&path),
+    })
+}
+
+/// `%XX` → the byte XX (as OpenSSH's urldecode: a bad escape or `%00` is an
+/// error); the result must be UTF-8.
+fn percent_decode(s: &str) -> Result<String, String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = b
+                .get(i + 1..i + 3)
+                .and_then(|h| std::str::from_utf8(h).ok())
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .filter(|&c| c != 0)
+                .ok_or_else(|| {
+                    format!(
+                        "bad escape {:?}",
+                        s[i..].chars().take(3).collect::<String>()
+                    )
+                })?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| "the decoded path is not UTF-8".into())
 }
 
 /// The copy as pipeline segments (checked, nothing run).
 pub fn plan(a: &CpArgs) -> Result<Vec<Segment>, String> {
     let (dest, sources) = a.operands.split_last().ok_or("no destination given")?;
-    let dest = parse_operand(dest)?;
+    let dest = parse_operand(dest, a.port)?;
     let sources = sources
         .iter()
-        .map(|s| parse_operand(s))
+        .map(|s| parse_operand(s, a.port))
         .collect::<Result<Vec<_>, _>>()?;
     let preserve = (a.preserve || a.recursive) && !a.no_preserve;
     match (sources.as_slice(), dest) {
@@ -372,9 +530,92 @@ mod tests {
         parse_segment(&format!("{spec}:true")).unwrap().host
     }
 
+    fn with_port(spec: &str, port: u16) -> Host {
+        match remote(spec) {
+            Host::Remote(mut r) => {
+                r.port = Some(port);
+                Host::Remote(r)
+            }
+            Host::Local => unreachable!(),
+        }
+    }
+
+    /// A host with its port as part of its label too.
+    fn labelled(spec: &str, port: u16) -> Host {
+        match with_port(spec, port) {
+            Host::Remote(mut r) => {
+                r.spec = format!("{}:{port}", r.spec);
+                Host::Remote(r)
+            }
+            Host::Local => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn scp_uris() {
+        let p = |s: &str| parse_operand(s, None).unwrap();
+        let at = |host: Host, path: &str| Operand::Path {
+            host,
+            path: path.into(),
+        };
+        assert_eq!(p("scp://h"), at(remote("h"), "."));
+        assert_eq!(p("scp://h/"), at(remote("h"), "."));
+        assert_eq!(p("scp://h/tmp/x"), at(remote("h"), "tmp/x"));
+        assert_eq!(p("scp://h//tmp/x"), at(remote("h"), "/tmp/x"));
+        assert_eq!(p("scp://h:2222//tmp/x"), at(labelled("h", 2222), "/tmp/x"));
+        assert_eq!(p("scp://h:2222"), at(labelled("h", 2222), "."));
+        assert_eq!(p("scp://u@h/d/"), at(remote("u@h"), "d/"));
+        assert_eq!(p("scp://u@h:22/d"), at(labelled("u@h", 22), "d"));
+        assert_eq!(p("scp://u;fp=x@h/d"), at(remote("u@h"), "d"));
+        assert_eq!(p("scp://h/a%20b%2Fc"), at(remote("h"), "a b/c"));
+        assert_eq!(p("scp://[::1]:22/x"), at(labelled("[::1]", 22), "x"));
+        assert_eq!(p("scp://[::1]//x"), at(remote("[::1]"), "/x"));
+        assert_eq!(p("scp://u@[fe80::1]"), at(remote("[u@fe80::1]"), "."));
+        // -P: for every remote operand that names no port.
+        let q = |s: &str| parse_operand(s, Some(2200)).unwrap();
+        assert_eq!(q("h:x"), at(with_port("h", 2200), "x"));
+        assert_eq!(q("u@h:/x"), at(with_port("u@h", 2200), "/x"));
+        assert_eq!(q("scp://h/x"), at(with_port("h", 2200), "x"));
+        assert_eq!(q("scp://h:7/x"), at(labelled("h", 7), "x"));
+        assert_eq!(q("[h:7]:x"), at(remote("[h:7]"), "x"));
+        assert_eq!(q("/local"), at(Host::Local, "/local"));
+        assert_eq!(q("-"), Operand::Std);
+        for bad in [
+            "scp://",
+            "scp:///x",
+            "scp://@h/x",
+            "scp://h:/x",
+            "scp://h:abc/x",
+            "scp://h:0/x",
+            "scp://h:70000",
+            "scp://[::1/x",
+            "scp://[::1]x/y",
+            "scp://h/%zz",
+            "scp://h/%0",
+            "scp://h/%00",
+            "scp://h/%ff",
+            "scp://h;x/y",
+            "scp://-oProxyCommand=x/y",
+        ] {
+            let e = parse_operand(bad, None).unwrap_err();
+            assert!(e.starts_with(bad) && !e.contains('\n'), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn port_flag() {
+        let segs = plan(&args(&["-P", "2222", "f", "h:/x"])).unwrap();
+        assert_eq!(segs[1].host, with_port("h", 2222));
+        assert!(CpArgs::try_parse_from(["rdcp", "-P", "0", "a", "h:b"]).is_err());
+        assert!(CpArgs::try_parse_from(["rdcp", "-P", "x", "a", "h:b"]).is_err());
+        let segs = plan(&args(&["scp://h:1/a", "scp://u@g/b"])).unwrap();
+        assert_eq!(segs[0].host, labelled("h", 1));
+        assert_eq!(segs[1].host, remote("u@g"));
+    }
+
     #[test]
     fn operands_follow_scp() {
-        let p = |s: &str| parse_operand(s).unwrap();
+        let p = |s: &str| parse_operand(s, None).unwrap();
         let at = |host: Host, path: &str| Operand::Path {
             host,
             path: path.into(),
@@ -388,6 +629,14 @@ mod tests {
         assert_eq!(p("[fe80::1]:/x"), at(remote("[fe80::1]"), "/x"));
         assert_eq!(p("u@[fe80::1]:/x"), at(remote("[u@fe80::1]"), "/x"));
         assert_eq!(p("localhost:/x"), at(Host::Local, "/x"));
+        assert_eq!(p("[u@h:2222]:/x"), at(remote("[u@h:2222]"), "/x"));
+        // `~` on a host is the agent's to expand there; a local one the
+        // shell's (a `~NAME` it left is a file name).
+        assert_eq!(p("h:~"), at(remote("h"), "~"));
+        assert_eq!(p("h:~u/x"), at(remote("h"), "~u/x"));
+        assert_eq!(p("~u/x"), at(Host::Local, "./~u/x"));
+        assert_eq!(p("~"), at(Host::Local, "./~"));
+        assert_eq!(p("~/x"), at(Host::Local, "~/x"));
     }
 
     fn args(v: &[&str]) -> CpArgs {

@@ -5,7 +5,6 @@
 //! any other, protected and verified the same way; the unpacker's per-file
 //! verdict reaches rdcp as the incoming transfer's output error.
 
-use super::file::expand_home;
 use super::segment::Segment;
 use super::transfers::Transfers;
 use rdpipe_control::{CopyCounts, Direction, Part};
@@ -77,8 +76,67 @@ impl Drop for Counted {
     }
 }
 
-fn home_path(p: &str) -> String {
-    expand_home(p, std::env::var_os("HOME").as_deref())
+/// `~`, `~/x`, `~user` and `~user/x` as scp expands them on the remote
+/// side: `~` is this host's HOME (the login user's), `~user` that user's
+/// home directory from the passwd database; other paths are unchanged.
+fn home_path(p: &str) -> Result<String, String> {
+    expand_tilde(p, std::env::var_os("HOME").as_deref(), user_home)
+}
+
+/// [`home_path`] with the HOME and the passwd look-up given.
+fn expand_tilde(
+    p: &str,
+    home: Option<&std::ffi::OsStr>,
+    lookup: impl Fn(&str) -> Option<String>,
+) -> Result<String, String> {
+    let Some(rest) = p.strip_prefix('~') else {
+        return Ok(p.to_string());
+    };
+    let (user, tail) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, ""),
+    };
+    let dir = if user.is_empty() {
+        match home {
+            Some(h) => h.to_string_lossy().into_owned(),
+            None => return Ok(p.to_string()),
+        }
+    } else {
+        lookup(user).ok_or_else(|| format!("{p}: no user {user} on this host"))?
+    };
+    let joined = format!("{}{tail}", dir.trim_end_matches('/'));
+    Ok(if joined.is_empty() {
+        "/".into()
+    } else {
+        joined
+    })
+}
+
+/// `user`'s home directory: /etc/passwd's line, else `getent passwd`'s (for
+/// users of a directory service). No shell is involved.
+fn user_home(user: &str) -> Option<String> {
+    let home_in = |text: &str| {
+        text.lines().find_map(|l| {
+            let f: Vec<&str> = l.split(':').collect();
+            (f.len() >= 7 && f[0] == user).then(|| f[5].to_string())
+        })
+    };
+    if let Some(h) = std::fs::read_to_string("/etc/passwd")
+        .ok()
+        .and_then(|t| home_in(&t))
+    {
+        return Some(h);
+    }
+    let out = std::process::Command::new("getent")
+        .args(["passwd", "--", user])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| home_in(&String::from_utf8_lossy(&out.stdout)))
+        .flatten()
 }
 
 /// Starts the outgoing transfer from a pipe that `produce` writes on a
@@ -178,10 +236,17 @@ pub fn start_pack(
             return;
         }
     };
-    let sources: Vec<PathBuf> = sources
+    let sources: Vec<PathBuf> = match sources
         .iter()
-        .map(|s| PathBuf::from(home_path(s)))
-        .collect();
+        .map(|s| home_path(s).map(PathBuf::from))
+        .collect::<Result<_, _>>()
+    {
+        Ok(s) => s,
+        Err(msg) => {
+            seg.setup_failed(Part::File, msg);
+            return;
+        }
+    };
     let slot = seg.copied.clone();
     send_packed(seg, t, move |out| {
         match pack_to(&sources, opts, manifest.as_ref(), out) {
@@ -256,7 +321,13 @@ pub fn start_list(
     seg: &mut Segment,
     t: &mut Transfers,
 ) {
-    let dest = PathBuf::from(home_path(dest));
+    let dest = match home_path(dest) {
+        Ok(d) => PathBuf::from(d),
+        Err(msg) => {
+            seg.setup_failed(Part::File, msg);
+            return;
+        }
+    };
     let tops: Vec<Vec<u8>> = tops.iter().map(|s| s.as_bytes().to_vec()).collect();
     send_produced(seg, t, move |out| {
         if let Err(e) = list(&dest, must_be_dir, &tops, checksum, out) {
@@ -273,7 +344,17 @@ pub fn start_unpack(dest: &str, a: &super::AgentArgs, seg: &mut Segment, t: &mut
         (a.must_be_dir, a.preserve, a.specials, a.direct, a.stripe);
     let no_setid = a.no_setid;
     let resumed_top = a.top.first().map(String::as_str);
-    let dest = home_path(dest);
+    let dest = match home_path(dest) {
+        Ok(d) => d,
+        Err(msg) => {
+            if seg.pending(Direction::In) {
+                seg.drop_transfer(Direction::In);
+            }
+            seg.setup_failed(Part::File, msg);
+            super::file::send_empty(seg, t);
+            return;
+        }
+    };
     seg.file_target = Some(dest.clone());
     let top = resumed_top.map(str::as_bytes);
     let path = std::path::Path::new(&dest);
@@ -313,4 +394,29 @@ pub fn start_unpack(dest: &str, a: &super::AgentArgs, seg: &mut Segment, t: &mut
         }
     }
     super::file::send_empty(seg, t);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::expand_tilde;
+    use std::ffi::OsStr;
+
+    #[test]
+    fn tilde_as_scp() {
+        let users = |u: &str| (u == "ann").then(|| "/home/ann".to_string());
+        let e = |p: &str| expand_tilde(p, Some(OsStr::new("/h/me")), users);
+        assert_eq!(e("~").unwrap(), "/h/me");
+        assert_eq!(e("~/").unwrap(), "/h/me/");
+        assert_eq!(e("~/a/b").unwrap(), "/h/me/a/b");
+        assert_eq!(e("~ann").unwrap(), "/home/ann");
+        assert_eq!(e("~ann/").unwrap(), "/home/ann/");
+        assert_eq!(e("~ann/x").unwrap(), "/home/ann/x");
+        assert_eq!(e("/a/~ann").unwrap(), "/a/~ann");
+        assert_eq!(e("a~").unwrap(), "a~");
+        assert_eq!(e("~bob/x").unwrap_err(), "~bob/x: no user bob on this host");
+        assert_eq!(expand_tilde("~", None, users).unwrap(), "~");
+        let root = |_: &str| Some("/".to_string());
+        assert_eq!(expand_tilde("~r", None, root).unwrap(), "/");
+        assert_eq!(expand_tilde("~r/x", None, root).unwrap(), "/x");
+    }
 }
