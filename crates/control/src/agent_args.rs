@@ -244,14 +244,14 @@ impl AgentArgs {
         if self.verbose > 0 {
             val("verbose", &self.verbose);
         }
-        let mut on = |v: &mut Vec<String>, flag: &str, set: bool| {
+        let on = |v: &mut Vec<String>, flag: &str, set: bool| {
             if set {
                 v.push(format!("--{flag}"));
             }
         };
         on(&mut v, "quiet", self.quiet);
         on(&mut v, "direct", self.direct);
-        let mut opt = |v: &mut Vec<String>, flag: &str, value: &Option<String>| {
+        let opt = |v: &mut Vec<String>, flag: &str, value: &Option<String>| {
             if let Some(x) = value {
                 v.extend([format!("--{flag}"), x.clone()]);
             }

@@ -7,12 +7,6 @@ use super::Config;
 use rdpipe_control::AgentArgs;
 use rdpipe_plan::{Action, Node, Pipeline};
 
-/// The agent's argv (after the program) for segment `i`: `--agent` and its
-/// settings.
-pub fn agent_args(p: &Pipeline, i: usize, a: &Config, via: &'static str) -> Vec<String> {
-    rdpipe_launch::launcher::agent_argv(&agent_settings(p, i, a, via))
-}
-
 /// The agent's settings for segment `i`; `via` names where the remote
 /// hosts' data addresses come from ([`rdpipe_launch::Launcher::address_origin`]).
 pub fn agent_settings(p: &Pipeline, i: usize, a: &Config, via: &'static str) -> AgentArgs {
@@ -136,6 +130,12 @@ fn set_action(v: &mut AgentArgs, action: &Action) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The agent's argv (after the program) for segment `i`, as a launcher
+    /// writes it.
+    fn agent_args(p: &Pipeline, i: usize, a: &Config, via: &'static str) -> Vec<String> {
+        rdpipe_launch::launcher::agent_argv(&agent_settings(p, i, a, via))
+    }
     use crate::run::Config;
     use rdpipe_plan::{plan, RemoteHost};
     use rdpipe_wire::TransportPref;

@@ -55,15 +55,11 @@ impl Runner {
         // Every agent starts at once (each is a round trip to its host; one
         // after another they add up with many hosts).
         let mut starting = tokio::task::JoinSet::new();
+        let via = self.launchers.remote().address_origin();
         for i in 0..n {
             let host = self.plan.segments[i].host.clone();
             let launcher = self.launchers.of(&host).clone();
-            let settings = agent_settings(
-                &self.plan,
-                i,
-                &self.config,
-                self.launchers.remote().address_origin(),
-            );
+            let settings = agent_settings(&self.plan, i, &self.config, via);
             let bin = match &host {
                 Host::Local => self.exe.exe.display().to_string(),
                 Host::Remote(_) => self
