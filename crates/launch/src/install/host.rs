@@ -3,7 +3,7 @@
 //! PATH, the cached copy or an upload ([`super::decide`]), each bounded in
 //! time. Also `rdpipe doctor`'s way to the agent it probes with.
 
-use super::{cksum, decide, probe, AgentBinary, AgentId, Choice, InstallError};
+use super::{decide, probe, AgentBinary, AgentId, Choice, InstallError};
 use crate::command_line::sh_line;
 use crate::launcher::{Launcher, ShellOutput};
 use rdpipe_plan::RemoteHost;
@@ -105,14 +105,7 @@ pub async fn prepare_host(
         bin.bytes.len()
     );
     let t = Instant::now();
-    let data = bin.bytes.clone();
-    let (sha, crc) =
-        tokio::task::spawn_blocking(move || (cksum::sha256_hex(&data), cksum::posix_cksum(&data)))
-            .await
-            .map_err(|e| InstallError::Upload {
-                dir: dir.clone(),
-                message: e.to_string(),
-            })?;
+    let (sha, crc) = (&bin.sums.sha256, &bin.sums.cksum);
     // Generous: 1 s per 256 KiB on top of the usual limit.
     let upload_limit = limit + Duration::from_secs(bin.bytes.len() as u64 >> 18);
     let out = remote_sh(
@@ -120,7 +113,7 @@ pub async fn prepare_host(
         seg,
         &host,
         probe::UPLOAD,
-        &[&bin.entry, &sha, &crc],
+        &[&bin.entry, sha, crc],
         Some(bin.bytes.clone()),
         upload_limit,
     )

@@ -50,19 +50,47 @@ pub struct AgentBinary {
     pub arch: &'static str,
     /// The glibc it needs, if any.
     pub glibc: Option<GlibcVersion>,
+    /// Its checksums, as a host's probe and upload compute them.
+    pub sums: Sums,
+}
+
+/// A binary's checksums in the forms the remote tools print them, computed
+/// once per run (not once per host).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sums {
+    /// SHA-256, lowercase hex.
+    pub sha256: String,
+    /// POSIX `cksum`'s `CRC SIZE`.
+    pub cksum: String,
+}
+
+impl Sums {
+    /// The checksums of `data`.
+    pub fn of(data: &[u8]) -> Sums {
+        Sums {
+            sha256: cksum::sha256_hex(data),
+            cksum: cksum::posix_cksum(data),
+        }
+    }
 }
 
 impl AgentBinary {
-    /// Reads `exe`.
+    /// Reads `exe` and computes its hashes (blocking: a few milliseconds
+    /// for a binary of a few MB).
     pub fn read(exe: &Path) -> std::io::Result<AgentBinary> {
-        let bytes = std::fs::read(exe)?;
+        Ok(AgentBinary::of(std::fs::read(exe)?))
+    }
+
+    /// The binary `bytes`.
+    pub fn of(bytes: Vec<u8>) -> AgentBinary {
         let hash = blake3::hash(&bytes).to_hex();
-        Ok(AgentBinary {
+        AgentBinary {
             entry: format!("{VERSION}-{}", &hash.as_str()[..12]),
             arch: std::env::consts::ARCH,
             glibc: elf::glibc_needed(&bytes),
+            sums: Sums::of(&bytes),
             bytes: std::sync::Arc::new(bytes),
-        })
+        }
     }
 }
 
@@ -205,7 +233,7 @@ pub fn decide(p: &Probe, bin: &AgentBinary) -> Result<Choice, InstallError> {
     check_cache(p)?;
     let this = AgentId::this();
     if let Some((size, Some(id))) = &p.cached {
-        let same = p.cached_sum.as_ref().is_some_and(|s| s.matches(&bin.bytes));
+        let same = p.cached_sum.as_ref().is_some_and(|s| s.matches(&bin.sums));
         if *size == bin.bytes.len() as u64 && *id == this && same {
             return Ok(Choice::Cached(p.cache_dir.clone()));
         }
@@ -244,6 +272,7 @@ mod tests {
             entry: format!("{VERSION}-0123456789ab"),
             arch: "x86_64",
             glibc: glibc.map(|(major, minor)| GlibcVersion { major, minor }),
+            sums: Sums::of(&[0; 100]),
         }
     }
 

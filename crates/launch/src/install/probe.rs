@@ -10,25 +10,32 @@ use super::AgentId;
 /// The probe. Arguments: the rdrecv to try (`rdrecv`, found in PATH), the cache
 /// entry's name (`0.1.0-1a2b3c4d5e6f`). Prints `arch`, `libc`, `uid` (the
 /// user's, `id -u`), `cache` (the entry's directory), `path` (what that
-/// rdrecv says to `--agent-protocol`), for each of the cache's base
-/// directory, its `rdma-pipe` directory, the entry and the cached binary that
-/// exists an `own NAME` line with its `ls -ldnL` (mode and owner, symbolic
-/// links followed), `cached` (the size of the cached binary and what it says)
-/// and `sum` (its SHA-256 from `sha256sum`, else its POSIX `cksum`) when there
-/// is one, and `end`. Every program it runs gets no stdin and, where
-/// `timeout` exists, 10 s.
+/// rdrecv says to `--agent-protocol`; no line when there is none), for each
+/// of the cache's base directory, its `rdma-pipe` directory, the entry and
+/// the cached binary that exists an `own NAME` line with its `ls -ldnL` (mode
+/// and owner, symbolic links followed; one `ls` for all: each path is inside
+/// the one before, so the ones that exist are the first few and `ls` lists
+/// them in that order), `cached` (the size of the cached binary and what it
+/// says) and `sum` (its SHA-256 from `openssl`, which uses the CPU's SHA
+/// instructions, else `sha256sum`, else its POSIX `cksum`) when there is
+/// one, and `end`. Every program it runs gets no stdin and, where `timeout`
+/// exists, 10 s. It runs before every agent start, so it forks as few
+/// programs as it can.
 pub const PROBE: &str = "b=${XDG_CACHE_HOME:-$HOME/.cache}; c=$b/rdma-pipe/$2; \
 t=; if command -v timeout >/dev/null 2>&1; then t=\"timeout 10\"; fi; \
 echo \"arch $(uname -m 2>/dev/null)\"; \
 echo \"libc $(getconf GNU_LIBC_VERSION 2>/dev/null || ldd --version 2>&1 | head -n 1)\"; \
 echo \"uid $(id -u 2>/dev/null)\"; \
 echo \"cache $c\"; \
-echo \"path $($t \"$1\" --agent-protocol </dev/null 2>/dev/null | head -n 1)\"; \
-for n in \"base:$b\" \"pipe:$b/rdma-pipe\" \"entry:$c\" \"bin:$c/rdrecv\"; do p=${n#*:}; \
-if [ -e \"$p\" ]; then echo \"own ${n%%:*} $(ls -ldnL \"$p\" 2>/dev/null | head -n 1)\"; fi; done; \
+if command -v \"$1\" >/dev/null 2>&1; then \
+echo \"path $($t \"$1\" --agent-protocol </dev/null 2>/dev/null | head -n 1)\"; fi; \
+set --; for p in \"$b\" \"$b/rdma-pipe\" \"$c\" \"$c/rdrecv\"; do [ -e \"$p\" ] && set -- \"$@\" \"$p\"; done; \
+if [ $# -gt 0 ]; then LC_ALL=C ls -ldnL \"$@\" 2>/dev/null | \
+{ for n in base pipe entry bin; do IFS= read -r l || break; echo \"own $n $l\"; done; }; fi; \
 if [ -f \"$c/rdrecv\" ] && [ -x \"$c/rdrecv\" ]; then \
 echo \"cached $(wc -c <\"$c/rdrecv\") $($t \"$c/rdrecv\" --agent-protocol </dev/null 2>/dev/null | head -n 1)\"; \
-if command -v sha256sum >/dev/null 2>&1; then s=$($t sha256sum <\"$c/rdrecv\"); echo \"sum sha256 ${s%% *}\"; \
+if command -v openssl >/dev/null 2>&1 && s=$($t openssl dgst -sha256 <\"$c/rdrecv\" 2>/dev/null); then echo \"sum sha256 ${s##* }\"; \
+elif command -v sha256sum >/dev/null 2>&1; then s=$($t sha256sum <\"$c/rdrecv\"); echo \"sum sha256 ${s%% *}\"; \
 else echo \"sum cksum $($t cksum <\"$c/rdrecv\")\"; fi; fi; \
 echo end";
 
@@ -112,13 +119,11 @@ pub enum Sum {
 }
 
 impl Sum {
-    /// Whether this is the checksum of `data`.
-    pub fn matches(&self, data: &[u8]) -> bool {
+    /// Whether this is the checksum of the binary that has `sums`.
+    pub fn matches(&self, sums: &super::Sums) -> bool {
         match self {
-            Sum::Sha256(h) => h.eq_ignore_ascii_case(&super::cksum::sha256_hex(data)),
-            Sum::Cksum(c) => c
-                .split_whitespace()
-                .eq(super::cksum::posix_cksum(data).split_whitespace()),
+            Sum::Sha256(h) => h.eq_ignore_ascii_case(&sums.sha256),
+            Sum::Cksum(c) => c.split_whitespace().eq(sums.cksum.split_whitespace()),
         }
     }
 }
@@ -371,10 +376,15 @@ mod tests {
         assert_eq!(p.path_agent, Some(id.clone()));
         assert_eq!(p.cached, Some((agent.len() as u64, Some(id))));
         assert!(
-            p.cached_sum.as_ref().is_some_and(|s| s.matches(&agent)),
+            p.cached_sum
+                .as_ref()
+                .is_some_and(|s| s.matches(&super::super::Sums::of(&agent))),
             "{out}"
         );
-        assert!(!p.cached_sum.unwrap().matches(b"an impostor"));
+        assert!(!p
+            .cached_sum
+            .unwrap()
+            .matches(&super::super::Sums::of(b"an impostor")));
         let me = rustix::process::geteuid().as_raw();
         assert_eq!(p.uid, Some(me));
         let parts: Vec<CachePart> = p.owners.iter().map(|o| o.part).collect();

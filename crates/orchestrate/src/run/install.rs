@@ -13,19 +13,32 @@ use rdpipe_plan::Node;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Reading this executable and hashing it (for the cache entry's name), on a
+/// blocking thread while the hosts are being readied.
+pub(super) type BinaryRead = tokio::task::JoinHandle<std::io::Result<AgentBinary>>;
+
 impl Runner {
-    /// Finds or installs the agent on every remote host (see the module doc);
-    /// false when a host cannot have one (reported).
-    pub(super) async fn install_agents(&mut self) -> bool {
-        if !self.config.install || self.config.remote_bin.is_some() {
-            return true;
-        }
-        let hosts = self.plan.remote_hosts();
-        if hosts.is_empty() {
-            return true;
+    /// Starts reading the binary to install, when this run may install it.
+    pub(super) fn read_agent_binary(&self) -> Option<BinaryRead> {
+        if !self.config.install
+            || self.config.remote_bin.is_some()
+            || self.plan.remote_hosts().is_empty()
+        {
+            return None;
         }
         let exe = self.exe.exe.clone();
-        let bin = match tokio::task::spawn_blocking(move || AgentBinary::read(&exe)).await {
+        Some(tokio::task::spawn_blocking(move || AgentBinary::read(&exe)))
+    }
+
+    /// Finds or installs the agent on every remote host (see the module doc)
+    /// with the binary `read` reads; false when a host cannot have one
+    /// (reported).
+    pub(super) async fn install_agents(&mut self, read: Option<BinaryRead>) -> bool {
+        let Some(read) = read else {
+            return true;
+        };
+        let hosts = self.plan.remote_hosts();
+        let bin = match read.await {
             Ok(Ok(b)) => Arc::new(b),
             Ok(Err(e)) => {
                 let e = format!(

@@ -408,6 +408,7 @@ impl Runner {
     async fn run(mut self) -> Result<(Verdict, PipeReport), RunError> {
         let start = Instant::now();
         let mut signals = teardown::Signals::new();
+        let binary = self.read_agent_binary();
         // Preparing the hosts may take up to the connect timeout: a signal
         // cancels it (dropping a half-started master closes its guard's
         // stdin, which ends it).
@@ -420,7 +421,7 @@ impl Runner {
         let ready = match prepared {
             Ok(true) => {
                 let r = tokio::select! {
-                    ok = self.install_agents() => Ok(ok),
+                    ok = self.install_agents(binary) => Ok(ok),
                     sig = signals.next() => Err(sig),
                 };
                 if let Err(sig) = r {
