@@ -63,7 +63,12 @@ pub const EXIT_STATUS: &[(&str, &str)] = &[
 /// one source, or standard output as the destination of one file). A
 /// remote PATH of ~ or ~/... is in the login user's home directory there,
 /// ~USER or ~USER/... in USER's (from that host's passwd database); a
-/// local path's ~ is the shell's to expand. -P PORT is the ssh port of
+/// local path's ~ is the shell's to expand. A remote source with *, ? or
+/// [...] is a pattern that host expands as scp does (glob(3), no shell: a
+/// wildcard matches neither / nor a leading ., \ quotes the next character,
+/// no braces); its matches, in byte order, are several sources, and one that
+/// matches nothing is an error naming it. Local operands are the local
+/// shell's to expand. -P PORT is the ssh port of
 /// every remote operand that names none. With
 /// several sources, or a DEST ending in /, DEST must be an existing
 /// directory; with one source, an existing directory DEST receives it under
@@ -114,7 +119,9 @@ pub struct CpArgs {
     /// more connection to its host); files there with the same size and
     /// mtime (kept with -p, the default with -r) are not sent again, and a
     /// file cut short continues from its partial copy (the temporary file
-    /// the interrupted run left) once both sides' hashes of that part agree.
+    /// the interrupted run left) once both sides' hashes of that part agree,
+    /// whatever the sources (one, several, a remote pattern's matches); a
+    /// partial copy that no longer fits is written over from its start.
     #[arg(long)]
     pub resume: bool,
 
