@@ -63,7 +63,12 @@ pub const EXIT_STATUS: &[(&str, &str)] = &[
 /// one source, or standard output as the destination of one file). A
 /// remote PATH of ~ or ~/... is in the login user's home directory there,
 /// ~USER or ~USER/... in USER's (from that host's passwd database); a
-/// local path's ~ is the shell's to expand. -P PORT is the ssh port of
+/// local path's ~ is the shell's to expand. A remote source with *, ? or
+/// [...] is a pattern that host expands as scp does (glob(3), no shell: a
+/// wildcard matches neither / nor a leading ., \ quotes the next character,
+/// no braces); its matches, in byte order, are several sources, and one that
+/// matches nothing is an error naming it. Local operands are the local
+/// shell's to expand. -P PORT is the ssh port of
 /// every remote operand that names none. With
 /// several sources, or a DEST ending in /, DEST must be an existing
 /// directory; with one source, an existing directory DEST receives it under
@@ -114,7 +119,9 @@ pub struct CpArgs {
     /// more connection to its host); files there with the same size and
     /// mtime (kept with -p, the default with -r) are not sent again, and a
     /// file cut short continues from its partial copy (the temporary file
-    /// the interrupted run left) once both sides' hashes of that part agree.
+    /// the interrupted run left) once both sides' hashes of that part agree,
+    /// whatever the sources (one, several, a remote pattern's matches); a
+    /// partial copy that no longer fits is written over from its start.
     #[arg(long)]
     pub resume: bool,
 
@@ -398,6 +405,7 @@ pub fn plan(a: &CpArgs) -> Result<Vec<Segment>, String> {
                 }
             }
             let must_be_dir = s.len() > 1 || path.ends_with('/');
+            let glob = matches!(src_host, Host::Remote(_));
             Ok(vec![
                 Segment {
                     host: src_host,
@@ -406,6 +414,7 @@ pub fn plan(a: &CpArgs) -> Result<Vec<Segment>, String> {
                         recursive: a.recursive,
                         xattrs: a.xattrs,
                         specials: a.specials,
+                        glob,
                         manifest: None,
                         stripe: None,
                     },
@@ -434,9 +443,13 @@ pub fn plan(a: &CpArgs) -> Result<Vec<Segment>, String> {
 fn listing(args: &CpArgs, segments: &mut [Segment], exe: &std::path::Path) -> Result<(), Failure> {
     let [Segment {
         host: src_host,
-        action: Action::Pack {
-            sources, manifest, ..
-        },
+        action:
+            Action::Pack {
+                sources,
+                manifest,
+                glob,
+                ..
+            },
     }, Segment {
         host: dst_host,
         action:
@@ -453,14 +466,8 @@ fn listing(args: &CpArgs, segments: &mut [Segment], exe: &std::path::Path) -> Re
     };
     let run = rdpipe_copy::private::new_id()
         .map_err(|e| fail(1, format!("no randomness for the copy's id: {e}")))?;
-    let tops: Vec<String> = sources
-        .iter()
-        .filter_map(|s| std::path::Path::new(s).file_name())
-        .map(|n| n.to_string_lossy().into_owned())
-        .collect();
-    if let [t] = tops.as_slice() {
-        *resumed_top = Some(t.clone());
-    }
+    let (tops, one) = tops(sources, *glob);
+    *resumed_top = one;
     let mut config = args.run.clone().config();
     config.prepared = Some(vec![
         Segment {
@@ -493,6 +500,34 @@ fn listing(args: &CpArgs, segments: &mut [Segment], exe: &std::path::Path) -> Re
     })?;
     *manifest = Some(run);
     Ok(())
+}
+
+/// The patterns of the sources' last components that `--resume`'s listing
+/// covers (a remote pattern's own, which the sources' host expands; a
+/// literal name escaped: `rdpipe_copy::glob`), and the one source's name
+/// when there is exactly one source and it is no pattern (see
+/// `rdpipe_copy::unpack::is_resumed_as`).
+fn tops(sources: &[String], glob: bool) -> (Vec<String>, Option<String>) {
+    let mut names = vec![];
+    let mut patterns = 0;
+    let tops = sources
+        .iter()
+        .filter_map(|s| {
+            let n = std::path::Path::new(s).file_name()?.to_string_lossy();
+            if glob && rdpipe_copy::glob::is_pattern(s) {
+                patterns += 1;
+                Some(n.into_owned())
+            } else {
+                names.push(n.to_string());
+                Some(rdpipe_copy::glob::escape(&n))
+            }
+        })
+        .collect();
+    let one = match (names.as_slice(), patterns) {
+        ([n], 0) => Some(n.clone()),
+        _ => None,
+    };
+    (tops, one)
 }
 
 /// Runs rdcp; `exe` is this program (run again as local agents and the ssh
@@ -654,6 +689,7 @@ mod tests {
                 recursive: true,
                 xattrs: false,
                 specials: false,
+                glob: true,
                 manifest: None,
                 stripe: None
             }

@@ -139,6 +139,35 @@ fn user_home(user: &str) -> Option<String> {
         .flatten()
 }
 
+/// The paths the sources of a copy name on this host: `~` expanded, and
+/// with `glob` (remote operands, as scp has them) each pattern's matches
+/// ([`rdpipe_copy::glob`]), in byte order; a pattern that matches nothing
+/// is an error naming it.
+fn source_paths(sources: &[String], glob: bool) -> Result<Vec<PathBuf>, String> {
+    let mut out = Vec::new();
+    for s in sources {
+        if !(glob && rdpipe_copy::glob::is_pattern(s)) {
+            out.push(PathBuf::from(home_path(s)?));
+            continue;
+        }
+        // The home directory `~` or `~USER` stands for is a name, not a
+        // pattern.
+        let (home, rest) = match s.find('/') {
+            Some(i) if s.starts_with('~') => s.split_at(i),
+            _ if s.starts_with('~') => (s.as_str(), ""),
+            _ => ("", s.as_str()),
+        };
+        let home = match home {
+            "" => String::new(),
+            h => rdpipe_copy::glob::escape(&home_path(h)?),
+        };
+        let matches = rdpipe_copy::glob::expand(&format!("{home}{rest}"))
+            .map_err(|e| e.for_pattern(s).to_string())?;
+        out.extend(matches);
+    }
+    Ok(out)
+}
+
 /// Starts the outgoing transfer from a pipe that `produce` writes on a
 /// thread of its own (discarding an incoming stream, if any).
 fn send_produced(
@@ -198,11 +227,13 @@ fn send_packed(
     t.spawn_send(input);
 }
 
-/// Starts the source side of a copy; with `manifest` (`--resume`), what the
-/// destination listed as complete is not sent (and, unless `quiet`, one
-/// line says how much).
+/// Starts the source side of a copy (with `glob`, the sources' wildcards
+/// expanded first); with `manifest` (`--resume`), what the destination
+/// listed as complete is not sent (and, unless `quiet`, one line says how
+/// much).
 pub fn start_pack(
     sources: &[String],
+    glob: bool,
     opts: PackOptions,
     manifest: Option<&str>,
     quiet: bool,
@@ -236,11 +267,7 @@ pub fn start_pack(
             return;
         }
     };
-    let sources: Vec<PathBuf> = match sources
-        .iter()
-        .map(|s| home_path(s).map(PathBuf::from))
-        .collect::<Result<_, _>>()
-    {
+    let sources = match source_paths(sources, glob) {
         Ok(s) => s,
         Err(msg) => {
             seg.setup_failed(Part::File, msg);

@@ -220,6 +220,7 @@ fn run(a: AgentArgs) -> bool {
         };
         copy::start_pack(
             &a.pack,
+            a.glob,
             opts,
             a.manifest.as_deref(),
             a.quiet,

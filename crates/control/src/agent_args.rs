@@ -113,6 +113,10 @@ pub struct AgentArgs {
     /// With `--pack`: extended attributes too (rdcp's `--xattrs`).
     #[arg(long)]
     pub xattrs: bool,
+    /// With `--pack`: expand the wildcards of the paths on this host, as scp
+    /// does for remote sources (`rdpipe_copy::glob`).
+    #[arg(long)]
+    pub glob: bool,
     /// With `--pack`: FIFOs, sockets and device nodes too; with `--unpack`:
     /// create them (rdcp's `--specials`).
     #[arg(long)]
@@ -137,8 +141,9 @@ pub struct AgentArgs {
     /// `--checksum`).
     #[arg(long)]
     pub checksum: bool,
-    /// With `--list`: a source's last component (repeated); with `--unpack`,
-    /// the one source's name of a resumed copy.
+    /// With `--list`: a pattern of a source's last component (repeated,
+    /// `rdpipe_copy::glob`: a literal name's wildcard characters escaped);
+    /// with `--unpack`, the one source's name of a resumed copy.
     #[arg(long, allow_hyphen_values = true, value_name = "NAME")]
     pub top: Vec<String>,
     /// rdcp's destination side: create the entry stream's files beneath DEST.
@@ -276,6 +281,7 @@ impl AgentArgs {
         }
         on(&mut v, "recursive", self.recursive);
         on(&mut v, "xattrs", self.xattrs);
+        on(&mut v, "glob", self.glob);
         opt(&mut v, "list", &self.list);
         opt(&mut v, "unpack", &self.unpack);
         for t in &self.top {
@@ -367,6 +373,7 @@ mod tests {
             a.pack = vec!["-a".into(), "b c".into()];
             a.recursive = true;
             a.xattrs = true;
+            a.glob = true;
             a.specials = true;
             a.manifest = Some("00ff".into());
             a.stripe = stripe;

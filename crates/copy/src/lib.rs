@@ -10,6 +10,7 @@
 
 pub mod beneath;
 pub mod direct;
+pub mod glob;
 pub mod list;
 pub mod names;
 pub mod pack;

@@ -131,6 +131,10 @@ pub enum Action {
         xattrs: bool,
         /// `--specials`: FIFOs, sockets and device nodes travel too.
         specials: bool,
+        /// The sources are remote operands: their wildcards (`*`, `?`,
+        /// `[...]`) are expanded on this host (`rdpipe_copy::glob`), as
+        /// scp's are; local ones are the local shell's.
+        glob: bool,
         /// `--resume`: the id of the copy whose private directory on this
         /// host holds the destination's listing (`rdpipe_copy::private`;
         /// read, then removed); what it lists complete is not sent.
@@ -146,7 +150,8 @@ pub enum Action {
         dest: String,
         /// As for [`Action::Unpack`].
         must_be_dir: bool,
-        /// The sources' last components.
+        /// Patterns of the sources' last components (`rdpipe_copy::glob`;
+        /// a literal name escaped): what the listing covers in `dest`.
         tops: Vec<String>,
         /// `--checksum`: each complete file's content hash too.
         checksum: bool,

@@ -24,6 +24,7 @@
 //! one source lands as the destination itself (the first component is the
 //! destination's name, not the source's).
 
+use crate::glob::Pattern;
 use crate::names::{self, Name};
 use crate::warn;
 use rdpipe_wire::entry::{encode_start, Entry, RelPath};
@@ -39,8 +40,11 @@ use std::sync::Arc;
 mod manifest;
 pub use manifest::{Have, Manifest, Partial, StripedCopy};
 
-/// Writes the listing of `dest` for sources whose top-level names are
-/// `tops` (see the module doc). The walk goes through directory descriptors,
+/// Writes the listing of `dest` for sources whose top-level names match
+/// the patterns `tops` ([`crate::glob`]: a remote source's wildcards are
+/// expanded on the other host, so only the pattern of its name is known
+/// here; a literal name is one escaped), and the partial copies of such
+/// names directly in `dest` (see the module doc). The walk goes through directory descriptors,
 /// each opened without following links ([`crate::beneath`]), and looks at
 /// every name with `fstatat(AT_SYMLINK_NOFOLLOW)`: a directory swapped for a
 /// link while it runs cannot make it list, size or hash anything outside.
@@ -52,7 +56,16 @@ pub fn list<W: Write>(
     out: &mut W,
 ) -> io::Result<()> {
     let mut head = Vec::new();
-    let resumed_as = matches!(tops, [t] if crate::unpack::is_resumed_as(dest, must_be_dir, t));
+    let tops: Vec<Pattern> = tops
+        .iter()
+        .map(|t| Pattern::new(&String::from_utf8_lossy(t)))
+        .collect();
+    let resumed_as = match tops.as_slice() {
+        [t] => t
+            .literal()
+            .is_some_and(|t| crate::unpack::is_resumed_as(dest, must_be_dir, &t)),
+        _ => false,
+    };
     let is_dir = !resumed_as && std::fs::metadata(dest).is_ok_and(|m| m.is_dir());
     let dir_flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
     // (directory holding the name, the name, its path in the stream)
@@ -63,7 +76,11 @@ pub fn list<W: Write>(
         if let Ok(d) = rustix::fs::open(dest, dir_flags, Mode::empty()) {
             crate::stripe::remove_stale_markers(&d);
             let d = Arc::new(d);
-            roots.extend(tops.iter().map(|t| (d.clone(), t.clone(), t.clone())));
+            roots.extend(
+                top_roots(&d, &tops)
+                    .into_iter()
+                    .map(|t| (d.clone(), t.clone(), t)),
+            );
         }
     } else if !must_be_dir {
         encode_start(1, &mut head);
@@ -254,6 +271,31 @@ fn pieces_of<W: Write>(
         n += 1;
     }
     Ok(n)
+}
+
+/// What the listing starts from in the destination directory `d`: the names
+/// there that match `tops`, and rdcp's temporary files of such names beside
+/// them (a partial copy of a source that is a file; [`crate::names`] says
+/// which names are ours). Each name once.
+fn top_roots(d: &OwnedFd, tops: &[Pattern]) -> Vec<Vec<u8>> {
+    let mut out: Vec<Vec<u8>> = tops.iter().filter_map(Pattern::literal).collect();
+    let cut = |n: &[u8]| n[..n.len().min(names::CUT)].to_vec();
+    let literal_cut: Vec<Vec<u8>> = out.iter().map(|n| cut(n)).collect();
+    let wild: Vec<&Pattern> = tops.iter().filter(|t| t.literal().is_none()).collect();
+    for e in dir_names(d) {
+        let ours =
+            |n: &[u8]| literal_cut.iter().any(|l| l == n) || wild.iter().any(|p| p.matches(n));
+        let wanted = match names::tmp_target(&e) {
+            Some(target) => ours(target),
+            None => wild.iter().any(|p| p.matches(&e)),
+        };
+        if wanted {
+            out.push(e);
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
 }
 
 /// The names in directory `d` (not `.` and `..`).

@@ -416,23 +416,28 @@ impl<O: PackOut> Packer<'_, O> {
         if let Some(s) = striped {
             return self.pieces(&f, path, rel, meta, s, &before);
         }
-        if let Some(m) = self.manifest {
-            if let Some(p) = m.partial(&rel).filter(|p| p.size <= size) {
-                if matches!(prefix_hash(&f, p.size), Ok(Some(h)) if h == p.hash) {
-                    self.attrs(&f, path)?;
-                    (offset, resumed) = (p.size, true);
-                    self.stats.resumed += 1;
-                    self.stats.skipped_bytes += offset;
-                    self.entry(&Entry::Resume {
-                        path: rel.clone(),
-                        meta,
-                        size,
-                        offset,
-                        prefix: p.hash,
-                        tmp: p.tmp.clone(),
-                    })?;
-                }
-            }
+        if let Some(p) = self.manifest.and_then(|m| m.partial(&rel)) {
+            let continues =
+                p.size <= size && matches!(prefix_hash(&f, p.size), Ok(Some(h)) if h == p.hash);
+            // A partial copy that does not continue this file is reused from
+            // its start (no temporary file of an earlier run stays behind).
+            let (at, prefix) = if continues {
+                self.stats.resumed += 1;
+                self.stats.skipped_bytes += p.size;
+                (p.size, p.hash)
+            } else {
+                (0, rdpipe_wire::StreamHasher::new().digest())
+            };
+            self.attrs(&f, path)?;
+            (offset, resumed) = (at, true);
+            self.entry(&Entry::Resume {
+                path: rel.clone(),
+                meta,
+                size,
+                offset,
+                prefix,
+                tmp: p.tmp.clone(),
+            })?;
         }
         if !resumed {
             self.attrs(&f, path)?;

@@ -334,6 +334,15 @@ impl Unpacker {
 
     fn event(&mut self, ev: Event<'_>) -> io::Result<()> {
         match ev {
+            // Several sources (a remote pattern's matches: the sender
+            // alone knows how many) go into a directory only, refused
+            // before anything is created.
+            Event::Start { sources } if sources > 1 && !matches!(self.dest, Dest::Into(_)) => {
+                Err(io::Error::other(format!(
+                    "{} is not a directory, and {sources} sources match: name an existing directory",
+                    self.label
+                )))
+            }
             Event::Start { .. } => Ok(()),
             Event::Entry(e) => self.entry(e),
             Event::Data(b) => {
@@ -427,20 +436,8 @@ impl Unpacker {
                     return Ok(());
                 }
                 let opened = self.dir(&comps).and_then(|dir| {
-                    let flags = OFlags::WRONLY
-                        | OFlags::CREATE
-                        | OFlags::EXCL
-                        | OFlags::NOFOLLOW
-                        | OFlags::CLOEXEC;
-                    // Private until published: the final mode is set then.
-                    let mode = Mode::from_raw_mode(0o600);
-                    let f = rustix::fs::openat(&dir, name(&tmp), flags, mode)?;
-                    Ok(Start::Opened(
-                        dir,
-                        File::from(f),
-                        Vec::new(),
-                        self.new_owner(),
-                    ))
+                    let f = create_tmp(&dir, &tmp)?;
+                    Ok(Start::Opened(dir, f, Vec::new(), self.new_owner()))
                 });
                 self.start_file(path, leaf, tmp, meta, size, 0, opened, xattrs);
             }
@@ -453,10 +450,21 @@ impl Unpacker {
                 tmp,
             } => {
                 let (comps, leaf) = self.place(&path)?;
+                let mut tmp = tmp;
                 let opened = self.dir(&comps).and_then(|dir| {
-                    let (file, pend) = resume::reopen(&dir, &leaf, &tmp, offset, prefix)?;
-                    // Made by an earlier run: whose it is, is not known.
-                    Ok(Start::Opened(dir, file, pend, None))
+                    match resume::reopen(&dir, &leaf, &tmp, offset, prefix) {
+                        // Made by an earlier run: whose it is, is not known.
+                        Ok((file, pend)) => Ok(Start::Opened(dir, file, pend, None)),
+                        // A partial copy only to be reused from its start
+                        // (the sender's file no longer begins so) that cannot
+                        // be: the file is written anew, as without it.
+                        Err(_) if offset == 0 => {
+                            tmp = new_tmp(&leaf);
+                            let f = create_tmp(&dir, &tmp)?;
+                            Ok(Start::Opened(dir, f, Vec::new(), self.new_owner()))
+                        }
+                        Err(e) => Err(e),
+                    }
                 });
                 self.start_file(path, leaf, tmp, meta, size, offset, opened, xattrs);
             }
@@ -490,6 +498,14 @@ impl Unpacker {
         }
         Ok(())
     }
+}
+
+/// Creates the temporary file `tmp` in `dir`: exclusively, not through a
+/// link, private until published (the final mode is set then).
+fn create_tmp(dir: &OwnedFd, tmp: &[u8]) -> io::Result<File> {
+    let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let f = rustix::fs::openat(dir, name(tmp), flags, Mode::from_raw_mode(0o600))?;
+    Ok(File::from(f))
 }
 
 impl Write for Unpacker {

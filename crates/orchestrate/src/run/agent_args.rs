@@ -86,12 +86,14 @@ fn set_action(v: &mut AgentArgs, action: &Action) {
             recursive,
             xattrs,
             specials,
+            glob,
             manifest,
             stripe,
         } => {
             v.pack = sources.clone();
             v.recursive = *recursive;
             v.xattrs = *xattrs;
+            v.glob = *glob;
             v.specials = *specials;
             v.manifest = manifest.clone();
             v.stripe = *stripe;
