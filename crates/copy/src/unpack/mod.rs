@@ -44,6 +44,7 @@ mod finish;
 mod links;
 mod meta;
 mod pool;
+mod prune;
 mod publish;
 mod resume;
 mod special;
@@ -78,6 +79,10 @@ pub struct UnpackStats {
     pub bytes: u64,
     /// Files whose set-uid or set-gid bits were dropped (`--no-setid`).
     pub setid_dropped: u64,
+    /// Entries removed from the mirror (`--delete`), or that would be (`-n`).
+    pub deleted: u64,
+    /// Entries of the mirror that could not be removed.
+    pub not_deleted: u64,
 }
 
 /// The receiving side; see the module doc.
@@ -129,6 +134,8 @@ pub struct Unpacker {
     marker: Option<crate::stripe::Marker>,
     /// The first stream: the striped files it announced, published at its end.
     announced: Vec<striped::Announced>,
+    /// `--delete`: what the stream named, for the removal pass (`prune.rs`).
+    mirror: Option<prune::Named>,
 }
 
 /// A file's owner and group (uid, gid).
@@ -161,7 +168,17 @@ impl Unpacker {
             stripe: None,
             marker: None,
             announced: Vec::new(),
+            mirror: None,
         }
+    }
+
+    /// A mirror (`rdcp --delete`, [`crate::mirror`]): once the stream was
+    /// verified and everything in it copied, what `dest` (opened by
+    /// [`Dest::mirror`]) holds that the stream did not name is
+    /// removed (`host`: `HOST:` in each message line, or empty).
+    pub fn with_mirror(mut self, m: crate::mirror::Mirror, host: String) -> Unpacker {
+        self.mirror = Some(prune::Named::new(m, host));
+        self
     }
 
     /// One of several streams of a copy (`rdcp --streams`), holding its
@@ -348,6 +365,11 @@ impl Unpacker {
     }
 
     fn entry(&mut self, e: Entry) -> io::Result<()> {
+        if let Some(m) = &mut self.mirror {
+            if m.take(&e)? {
+                return Ok(());
+            }
+        }
         let xattrs = match e {
             Entry::Xattr { name, value } => {
                 if !crate::xattr::copied(&name) {
@@ -481,6 +503,8 @@ impl Unpacker {
                 index,
                 tmp,
             } => self.piece_entry(path, meta, size, index, tmp)?,
+            // A name the mirror keeps (recorded above).
+            Entry::Kept { .. } => {}
             Entry::End { failed, .. } => self.stats.sender_failed = failed,
             Entry::Have { .. } | Entry::Partial { .. } | Entry::Pieces { .. } => {
                 return Err(io::Error::other(

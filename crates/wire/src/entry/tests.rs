@@ -249,6 +249,11 @@ fn arb_item() -> impl Strategy<Value = Item> {
                     end: None,
                 }
             }),
+        arb_path().prop_map(|path| Item {
+            entry: Entry::Kept { path },
+            data: vec![],
+            end: None
+        }),
         (arb_path(), arb_meta(), 1u8..=4, any::<u64>()).prop_map(|(path, meta, k, rdev)| {
             let kind = SpecialKind::from_code(k).expect("1..=4");
             Item {
