@@ -36,7 +36,8 @@ pub enum CopyCounts {
         created: u64,
         /// Bytes of file data written.
         bytes: u64,
-        /// Entries that could not be written there.
+        /// Entries that could not be written there (or, with `--delete`,
+        /// removed).
         failed: u64,
         /// Files copied that changed while they were read.
         changed: u64,

@@ -155,3 +155,31 @@ fn a_copy_that_failed_removes_nothing() {
     // What could be copied was.
     assert_eq!(std::fs::read(dst.join("sub/b")).unwrap(), b"bb");
 }
+
+#[test]
+fn a_stream_cut_short_removes_nothing() {
+    let d = tempfile::tempdir().unwrap();
+    let src = source(d.path());
+    let dst = d.path().join("dst");
+    std::fs::create_dir_all(&dst).unwrap();
+    std::fs::write(dst.join("extra"), b"x").unwrap();
+    let mut stream = Vec::new();
+    let m = Mirror::default();
+    pack_mirror_to(
+        std::slice::from_ref(&src),
+        OPTS,
+        None,
+        Some(m),
+        &mut Writing::new(&mut stream),
+    )
+    .unwrap();
+    // All but the end entry (tag, two counts).
+    let mut u = Unpacker::new(Dest::mirror(&dst, &m).unwrap(), "dst", true)
+        .with_create_threads(1)
+        .with_mirror(m, String::new());
+    u.write_all(&stream[..stream.len() - 17]).unwrap();
+    assert!(u.flush().is_err());
+    drop(u);
+    assert!(dst.join("extra").exists());
+    assert_eq!(std::fs::read(dst.join("sub/b")).unwrap(), b"bb");
+}

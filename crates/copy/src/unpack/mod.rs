@@ -532,6 +532,13 @@ impl Write for Unpacker {
 
 impl Drop for Unpacker {
     fn drop(&mut self) {
+        // A mirror whose stream did not end verified: nothing was removed.
+        if self.mirror.take().is_some_and(|m| !m.mirror.dry_run) {
+            warn(format_args!(
+                "--delete: removed nothing from {}: the copy did not complete",
+                self.label
+            ));
+        }
         // A stream cut part way: the file in progress stays under its
         // temporary name (never its own), for `rdcp --resume` to continue,
         // with what was written of it flushed out of the pending block.
