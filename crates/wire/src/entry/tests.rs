@@ -375,6 +375,22 @@ fn hostile_headers_are_refused() {
 }
 
 #[test]
+fn a_kept_entry_is_its_tag_and_a_checked_path() {
+    let mut b = Vec::new();
+    Entry::Kept { path: path("t/x") }.encode(&mut b);
+    assert_eq!(b, [&[14u8, 0, 3][..], b"t/x"].concat());
+    let mut s = Vec::new();
+    encode_start(1, &mut s);
+    for bad in [&b"t/../x"[..], b"/etc", b"t//x"] {
+        let mut e = s.clone();
+        e.push(14);
+        e.extend_from_slice(&(bad.len() as u16).to_be_bytes());
+        e.extend_from_slice(bad);
+        assert!(decode_all(&e, &[]).is_err(), "{bad:?}");
+    }
+}
+
+#[test]
 fn xattr_names_without_a_namespace_or_values_too_long_are_refused() {
     let decode = |e: Vec<u8>| {
         let mut b = Vec::new();
