@@ -23,7 +23,7 @@ _rdcp() {
 
     case "${cmd}" in
         rdcp)
-            opts="-r -p -c -X -P -n -v -q -o -F -h -V --recursive --preserve --no-setid --no-preserve --resume --checksum --xattrs --specials --streams --port --replay-window --dry-run --verbose --quiet --progress --ssh-option --ssh-config --data-host --remote-bin --no-install --transport --chunk-size --slots --connect-timeout --reconnect-timeout --handshake-timeout --integrity --encrypt --rate-limit --compress --json --max-sessions --direct --persist --launcher --jobid --help --version"
+            opts="-r -p -c -X -P -n -v -q -o -F -h -V --recursive --preserve --no-setid --no-preserve --resume --checksum --delete --force-delete --xattrs --specials --streams --port --replay-window --dry-run --verbose --quiet --progress --ssh-option --ssh-config --data-host --remote-bin --no-install --transport --chunk-size --slots --connect-timeout --reconnect-timeout --handshake-timeout --integrity --encrypt --rate-limit --compress --json --max-sessions --direct --persist --launcher --jobid --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

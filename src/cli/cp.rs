@@ -35,6 +35,11 @@ Examples:
   # check a copy by content and repair what differs:
   rdcp -rc dir host:dir
 
+  # a mirror: host:/backup/dir becomes dir's copy, what dir lacks removed
+  # there (-n first lists what would go):
+  rdcp -r --delete -n dir host:/backup/dir
+  rdcp -rv --delete dir host:/backup/dir
+
   # into the home directory there, over ssh port 2222 (scp's -P), or as a URI:
   rdcp -P 2222 notes.txt host:~
   rdcp notes.txt scp://user@host:2222//tmp/
@@ -47,7 +52,7 @@ Examples:
 pub const EXIT_STATUS: &[(&str, &str)] = &[
     ("0", "Every file was copied whole and verified."),
     ("1", "Some files were not copied (one line each names it and why: unreadable, not writable, a symbolic link in the destination's path, changed while read); the others were, each only once verified. Also any other failure: ssh, a transfer, the destination."),
-    ("2", "Bad arguments: no destination, a directory without -r, sources on different hosts."),
+    ("2", "Bad arguments: no destination, a directory without -r, sources on different hosts, --delete without -r or with several sources, - or --streams."),
     ("127", "rdrecv was not found on a host and rdcp could not install itself there."),
     ("130, 143", "Interrupted by SIGINT or SIGTERM; files already renamed into place stay, the one being written stays under its temporary name, for --resume."),
 ];
@@ -83,6 +88,14 @@ pub const EXIT_STATUS: &[(&str, &str)] = &[
 /// keep their holes; devices, FIFOs and sockets are skipped with a warning.
 /// Nothing is ever written outside DEST: a symbolic link in DEST's tree is
 /// not followed.
+///
+/// With -r --delete, DEST becomes a mirror of the one SRC, whether it
+/// exists or not (as rsync -a --delete SRC/ DEST/; a second run never makes
+/// DEST/SRC): what is new or changed is copied (as --resume decides, -c by
+/// content), then what DEST holds that SRC lacks is removed, inside DEST
+/// only (a symbolic link as a link; its target is untouched). Nothing is
+/// removed unless every file was copied. -n lists what would be removed
+/// and changes nothing.
 ///
 /// A file that cannot be read or written is reported (host, path, why) and
 /// the rest is still copied; the exit status is then 1. Transport,
@@ -132,6 +145,20 @@ pub struct CpArgs {
     /// mismatch is named in a warning and sent again).
     #[arg(short = 'c', long)]
     pub checksum: bool,
+
+    /// With -r and one SRC: make DEST a mirror of SRC (DEST is SRC's copy
+    /// itself, never DEST/SRC): copy what is new or changed (implies
+    /// --resume), then remove beneath DEST what SRC does not have (only
+    /// when every file was copied; -v names each removed entry, -n lists
+    /// them and changes nothing). Refuses DEST / or a home directory on its
+    /// host unless --force-delete; not with --streams.
+    #[arg(long)]
+    pub delete: bool,
+
+    /// With --delete: DEST may be / or a home directory (of the login user
+    /// there, or any user in that host's /etc/passwd).
+    #[arg(long, requires = "delete")]
+    pub force_delete: bool,
 
     /// Copy extended attributes too: the user.* namespace and POSIX ACLs
     /// (security.* and trusted.* never travel; values over 4 KiB are skipped
@@ -365,6 +392,7 @@ pub fn plan(a: &CpArgs) -> Result<Vec<Segment>, String> {
         .map(|s| parse_operand(s, a.port))
         .collect::<Result<Vec<_>, _>>()?;
     let preserve = (a.preserve || a.recursive) && !a.no_preserve;
+    let mirror = mirror_of(a, &sources, &dest)?;
     match (sources.as_slice(), dest) {
         ([Operand::Std], Operand::Std) => Err("- to -: use cat".into()),
         ([Operand::Std], Operand::Path { host, path }) => Ok(vec![Segment {
@@ -404,7 +432,8 @@ pub fn plan(a: &CpArgs) -> Result<Vec<Segment>, String> {
                     }
                 }
             }
-            let must_be_dir = s.len() > 1 || path.ends_with('/');
+            // A mirror is DEST itself, whatever DEST is now.
+            let must_be_dir = (s.len() > 1 || path.ends_with('/')) && mirror.is_none();
             let glob = matches!(src_host, Host::Remote(_));
             Ok(vec![
                 Segment {
@@ -417,6 +446,7 @@ pub fn plan(a: &CpArgs) -> Result<Vec<Segment>, String> {
                         glob,
                         manifest: None,
                         stripe: None,
+                        mirror,
                     },
                 },
                 Segment {
@@ -429,11 +459,43 @@ pub fn plan(a: &CpArgs) -> Result<Vec<Segment>, String> {
                         specials: a.specials,
                         resumed_top: None,
                         stripe: None,
+                        mirror,
                     },
                 },
             ])
         }
     }
+}
+
+/// `--delete`'s setting for both sides, checked: with -r, one source that
+/// is not `-`, one stream; `None` without `--delete`.
+fn mirror_of(
+    a: &CpArgs,
+    sources: &[Operand],
+    dest: &Operand,
+) -> Result<Option<rdpipe_copy::mirror::Mirror>, String> {
+    if !a.delete {
+        return Ok(None);
+    }
+    if !a.recursive {
+        return Err("--delete needs -r: it makes a directory tree a mirror of another".into());
+    }
+    if sources.contains(&Operand::Std) || *dest == Operand::Std {
+        return Err("--delete: - is a stream, not a tree to mirror".into());
+    }
+    if sources.len() > 1 {
+        return Err(
+            "--delete mirrors one source (DEST becomes its copy): name one, or run rdcp --delete once per source".into(),
+        );
+    }
+    if a.streams > 1 {
+        return Err("--delete works over one stream: drop --streams".into());
+    }
+    Ok(Some(rdpipe_copy::mirror::Mirror {
+        dry_run: a.run.dry_run,
+        force: a.force_delete,
+        verbose: a.run.verbose >= 1,
+    }))
 }
 
 /// `--resume`'s first step: the destination's host lists what it holds into
@@ -477,6 +539,7 @@ fn listing(args: &CpArgs, segments: &mut [Segment], exe: &std::path::Path) -> Re
                 must_be_dir: *must_be_dir,
                 tops: tops.clone(),
                 checksum: args.checksum,
+                mirror: args.delete,
             },
         },
         Segment {
@@ -540,12 +603,16 @@ pub fn run(args: CpArgs, exe: PathBuf) -> Result<(), Failure> {
             "--streams: standard input or output is one stream (name files)",
         ));
     }
-    if (args.resume || args.checksum) && !args.run.dry_run {
+    if (args.resume || args.checksum || args.delete) && !args.run.dry_run {
         listing(&args, &mut segments, &exe)?;
     }
     let json = args.run.json.clone();
-    let (dry_run, streams) = (args.run.dry_run, args.streams);
+    // `--delete -n` runs: the sides exchange names only, and the
+    // destination's lists what would be removed.
+    let dry_run = args.run.dry_run && !args.delete;
+    let streams = args.streams;
     let mut config = args.run.config();
+    config.dry_run = dry_run;
     if streams > 1 && !dry_run {
         return crate::cli::cp_streams::run(config, &segments, streams, json, exe);
     }
@@ -691,7 +758,8 @@ mod tests {
                 specials: false,
                 glob: true,
                 manifest: None,
-                stripe: None
+                stripe: None,
+                mirror: None
             }
         );
         assert_eq!(
@@ -703,7 +771,8 @@ mod tests {
                 no_setid: false,
                 specials: false,
                 resumed_top: None,
-                stripe: None
+                stripe: None,
+                mirror: None
             }
         );
         let segs = plan(&args(&["f", "h:/x"])).unwrap();
@@ -737,5 +806,40 @@ mod tests {
         assert!(plan(&args(&["-", "a", "c"])).is_err());
         assert!(plan(&args(&["-r", "h:a", "-"])).is_err());
         assert!(CpArgs::try_parse_from(["rdcp", "only-one"]).is_err());
+    }
+
+    #[test]
+    fn delete_mirrors_one_tree_as_dest_itself() {
+        let segs = plan(&args(&["-rv", "--delete", "src", "h:/dst/"])).unwrap();
+        let want = Some(rdpipe_copy::mirror::Mirror {
+            dry_run: false,
+            force: false,
+            verbose: true,
+        });
+        assert!(matches!(&segs[0].action, Action::Pack { mirror, .. } if *mirror == want));
+        // DEST is the copy itself, trailing / or not.
+        assert!(matches!(
+            &segs[1].action,
+            Action::Unpack { mirror, must_be_dir: false, .. } if *mirror == want
+        ));
+        let segs = plan(&args(&["-rn", "--delete", "--force-delete", "src", "h:/"])).unwrap();
+        assert!(matches!(
+            &segs[1].action,
+            Action::Unpack { mirror: Some(m), .. } if m.dry_run && m.force && !m.verbose
+        ));
+        for (bad, why) in [
+            (&["--delete", "src", "h:d"][..], "needs -r"),
+            (&["-r", "--delete", "-", "h:d"], "- is a stream"),
+            (&["-r", "--delete", "h:d", "-"], "- is a stream"),
+            (&["-r", "--delete", "a", "b", "h:d"], "mirrors one source"),
+            (
+                &["-r", "--delete", "--streams", "2", "a", "h:d"],
+                "one stream",
+            ),
+        ] {
+            let e = plan(&args(bad)).unwrap_err();
+            assert!(e.contains(why) && !e.contains('\n'), "{bad:?}: {e}");
+        }
+        assert!(CpArgs::try_parse_from(["rdcp", "-r", "--force-delete", "a", "h:b"]).is_err());
     }
 }

@@ -28,6 +28,7 @@ mod listen_attacks;
 mod no_rdma_core;
 mod rate_limit;
 mod rdcp;
+mod rdcp_delete;
 mod rdcp_glob;
 mod rdcp_scp;
 mod rdcp_streams;

@@ -9,8 +9,8 @@ use super::segment::Segment;
 use super::transfers::Transfers;
 use rdpipe_control::{CopyCounts, Direction, Part};
 use rdpipe_copy::pack::handoff::{handoff, Handoff};
-use rdpipe_copy::pack::pack_to;
-use rdpipe_copy::{list, private, Dest, Manifest, PackOptions, Unpacker};
+use rdpipe_copy::pack::pack_mirror_to;
+use rdpipe_copy::{list, list_mirror, private, Dest, Manifest, PackOptions, Unpacker};
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::PathBuf;
@@ -47,8 +47,9 @@ impl Counted {
             CopyCounts::Unpack {
                 created: s.created,
                 bytes: s.bytes,
-                failed: s.failed,
+                failed: s.failed + s.not_deleted,
                 changed: s.changed,
+                deleted: s.deleted,
             },
         );
         self.recorded = true;
@@ -227,15 +228,23 @@ fn send_packed(
     t.spawn_send(input);
 }
 
-/// Starts the source side of a copy (with `glob`, the sources' wildcards
-/// expanded first); with `manifest` (`--resume`), what the destination
-/// listed as complete is not sent (and, unless `quiet`, one line says how
-/// much).
+/// A copy's sources as the agent was given them.
+pub struct Sources<'a> {
+    /// The paths.
+    pub paths: &'a [String],
+    /// Whether their wildcards are this host's to expand (remote operands).
+    pub glob: bool,
+}
+
+/// Starts the source side of a copy (with `sources.glob`, the sources'
+/// wildcards expanded first); with `manifest` (`--resume`), what the
+/// destination listed as complete is not sent (and, unless `quiet`, one line
+/// says how much).
 pub fn start_pack(
-    sources: &[String],
-    glob: bool,
+    sources: Sources,
     opts: PackOptions,
     manifest: Option<&str>,
+    mirror: Option<rdpipe_copy::mirror::Mirror>,
     quiet: bool,
     seg: &mut Segment,
     t: &mut Transfers,
@@ -267,7 +276,7 @@ pub fn start_pack(
             return;
         }
     };
-    let sources = match source_paths(sources, glob) {
+    let sources = match source_paths(sources.paths, sources.glob) {
         Ok(s) => s,
         Err(msg) => {
             seg.setup_failed(Part::File, msg);
@@ -276,7 +285,7 @@ pub fn start_pack(
     };
     let slot = seg.copied.clone();
     send_packed(seg, t, move |out| {
-        match pack_to(&sources, opts, manifest.as_ref(), out) {
+        match pack_mirror_to(&sources, opts, manifest.as_ref(), mirror, out) {
             Ok(s) => {
                 record(
                     &slot,
@@ -339,12 +348,14 @@ pub fn start_save_listing(run: &str, seg: &mut Segment, t: &mut Transfers) {
 }
 
 /// Starts `rdcp --resume`'s listing of `dest` (for sources named `tops`;
-/// with each file's content hash for `--checksum`).
+/// with each file's content hash for `--checksum`; for `mirror`, `rdcp
+/// --delete`, of `dest` as the one source's copy).
 pub fn start_list(
     dest: &str,
     must_be_dir: bool,
     tops: &[String],
     checksum: bool,
+    mirror: bool,
     seg: &mut Segment,
     t: &mut Transfers,
 ) {
@@ -357,7 +368,12 @@ pub fn start_list(
     };
     let tops: Vec<Vec<u8>> = tops.iter().map(|s| s.as_bytes().to_vec()).collect();
     send_produced(seg, t, move |out| {
-        if let Err(e) = list(&dest, must_be_dir, &tops, checksum, out) {
+        let r = if mirror {
+            list_mirror(&dest, checksum, out)
+        } else {
+            list(&dest, must_be_dir, &tops, checksum, out)
+        };
+        if let Err(e) = r {
             tracing::debug!("listing stopped: {e}");
         }
     });
@@ -385,10 +401,17 @@ pub fn start_unpack(dest: &str, a: &super::AgentArgs, seg: &mut Segment, t: &mut
     seg.file_target = Some(dest.clone());
     let top = resumed_top.map(str::as_bytes);
     let path = std::path::Path::new(&dest);
-    let opened = match stripe {
-        Some(s) => Dest::open_stream(path, must_be_dir, top, &s),
-        None => Dest::open(path, must_be_dir, top).map(|d| (d, None)),
+    let mirror = a.mirror;
+    let opened = match (mirror, stripe) {
+        (Some(m), _) => Dest::mirror(path, &m)
+            .map(|d| (d, None))
+            .map_err(|e| e.to_string()),
+        (None, Some(s)) => Dest::open_stream(path, must_be_dir, top, &s).map_err(|e| e.to_string()),
+        (None, None) => Dest::open(path, must_be_dir, top)
+            .map(|d| (d, None))
+            .map_err(|e| e.to_string()),
     };
+    let host = mirror_host(&a.label);
     match opened {
         Ok((d, marker)) if seg.pending(Direction::In) => {
             let label = dest.clone();
@@ -401,6 +424,9 @@ pub fn start_unpack(dest: &str, a: &super::AgentArgs, seg: &mut Segment, t: &mut
                         .with_direct(direct);
                     if let Some(s) = stripe {
                         u = u.with_stripe(s, marker);
+                    }
+                    if let Some(m) = mirror {
+                        u = u.with_mirror(m, host);
                     }
                     let u = Counted {
                         u,
@@ -417,15 +443,42 @@ pub fn start_unpack(dest: &str, a: &super::AgentArgs, seg: &mut Segment, t: &mut
             if seg.pending(Direction::In) {
                 seg.drop_transfer(Direction::In);
             }
-            seg.setup_failed(Part::File, msg.to_string());
+            seg.setup_failed(Part::File, msg);
         }
     }
     super::file::send_empty(seg, t);
 }
 
+/// `HOST:` for the mirror's message lines, from the agent's label
+/// (`HOST[N]`); empty on the machine rdcp runs on (`local[N]`).
+fn mirror_host(label: &str) -> String {
+    let host = match label.rsplit_once('[') {
+        Some((h, n))
+            if n.strip_suffix(']')
+                .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit())) =>
+        {
+            h
+        }
+        _ => label,
+    };
+    if host == "local" || host.is_empty() {
+        String::new()
+    } else {
+        format!("{host}:")
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::expand_tilde;
+    use super::{expand_tilde, mirror_host};
+
+    #[test]
+    fn mirror_lines_name_the_host() {
+        assert_eq!(mirror_host("h1[2]"), "h1:");
+        assert_eq!(mirror_host("[u@h:22][2]"), "[u@h:22]:");
+        assert_eq!(mirror_host("local[2]"), "");
+        assert_eq!(mirror_host("agent"), "agent:");
+    }
     use std::ffi::OsStr;
 
     #[test]

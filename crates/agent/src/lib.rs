@@ -218,11 +218,15 @@ fn run(a: AgentArgs) -> bool {
             direct: a.direct,
             stripe: a.stripe,
         };
+        let sources = copy::Sources {
+            paths: &a.pack,
+            glob: a.glob,
+        };
         copy::start_pack(
-            &a.pack,
-            a.glob,
+            sources,
             opts,
             a.manifest.as_deref(),
+            a.mirror,
             a.quiet,
             &mut seg,
             &mut t,
@@ -230,7 +234,15 @@ fn run(a: AgentArgs) -> bool {
     } else if let Some(run) = &a.save_listing {
         copy::start_save_listing(run, &mut seg, &mut t);
     } else if let Some(dest) = &a.list {
-        copy::start_list(dest, a.must_be_dir, &a.top, a.checksum, &mut seg, &mut t);
+        copy::start_list(
+            dest,
+            a.must_be_dir,
+            &a.top,
+            a.checksum,
+            a.mirror.is_some(),
+            &mut seg,
+            &mut t,
+        );
     } else if let Some(dest) = &a.unpack {
         copy::start_unpack(dest, &a, &mut seg, &mut t);
     }

@@ -30,6 +30,11 @@ impl Link {
     }
 }
 
+fn parse_mirror(s: &str) -> Result<rdpipe_copy::mirror::Mirror, String> {
+    rdpipe_copy::mirror::Mirror::parse(s)
+        .ok_or_else(|| format!("{s}: not delete or dry-run, then ,force and ,verbose"))
+}
+
 fn parse_stripe(s: &str) -> Result<rdpipe_copy::stripe::Stripe, String> {
     rdpipe_copy::stripe::Stripe::parse(s).ok_or_else(|| format!("{s}: not K/N/RUN"))
 }
@@ -187,6 +192,11 @@ pub struct AgentArgs {
     /// default without.
     #[arg(long, value_name = "PATH", requires = "munge")]
     pub munge_socket: Option<std::path::PathBuf>,
+    /// With `--pack`/`--unpack`/`--list`: the copy is a mirror (rdcp's
+    /// `--delete`, `rdpipe_copy::mirror`): `delete` or `dry-run`, then
+    /// `,force` (`--force-delete`) and `,verbose` (`-v`).
+    #[arg(long, value_name = "SPEC", value_parser = parse_mirror)]
+    pub mirror: Option<rdpipe_copy::mirror::Mirror>,
     /// Log level as for rdpipe's `-v` count: 2 debug, 3 trace.
     #[arg(long, default_value_t = 0)]
     pub verbose: u8,
@@ -300,6 +310,9 @@ impl AgentArgs {
         if let Some(p) = &self.munge_socket {
             v.extend(["--munge-socket".into(), p.display().to_string()]);
         }
+        if let Some(m) = &self.mirror {
+            v.extend(["--mirror".into(), m.to_string()]);
+        }
         v
     }
 }
@@ -379,6 +392,15 @@ mod tests {
             a.stripe = stripe;
         });
         with(&|a| {
+            a.pack = vec!["src".into()];
+            a.recursive = true;
+            a.mirror = rdpipe_copy::mirror::Mirror::parse("dry-run");
+        });
+        with(&|a| {
+            a.list = Some("/dest".into());
+            a.mirror = rdpipe_copy::mirror::Mirror::parse("delete");
+        });
+        with(&|a| {
             a.list = Some("/dest".into());
             a.checksum = true;
             a.must_be_dir = true;
@@ -392,6 +414,11 @@ mod tests {
             a.no_setid = true;
             a.specials = true;
             a.stripe = stripe;
+        });
+        with(&|a| {
+            a.unpack = Some("/d".into());
+            a.preserve = true;
+            a.mirror = rdpipe_copy::mirror::Mirror::parse("delete,force,verbose");
         });
         for a in actions {
             assert_eq!(parse(&a.to_argv()), a);

@@ -1,7 +1,8 @@
 //! rdcp's counts, reported once by each side of a copy right before `USAGE`:
 //! `COPIED pack SENT BYTES UNREADABLE CHANGED SKIPPED RESUMED SKIPPED_BYTES`
-//! from the sources' host, `COPIED unpack CREATED BYTES FAILED CHANGED` from
-//! the destination's. rdcp puts them in `--json` (each segment's `copy`).
+//! from the sources' host, `COPIED unpack CREATED BYTES FAILED CHANGED
+//! DELETED` from the destination's (DELETED: what `rdcp --delete` removed,
+//! or would remove with `-n`; a line without it counts none). rdcp puts them in `--json` (each segment's `copy`).
 
 use super::ParseError;
 use serde::Serialize;
@@ -35,10 +36,14 @@ pub enum CopyCounts {
         created: u64,
         /// Bytes of file data written.
         bytes: u64,
-        /// Entries that could not be written there.
+        /// Entries that could not be written there (or, with `--delete`,
+        /// removed).
         failed: u64,
         /// Files copied that changed while they were read.
         changed: u64,
+        /// Entries removed from the mirror (`--delete`), or that would be
+        /// (`--delete -n`).
+        deleted: u64,
     },
 }
 
@@ -63,7 +68,8 @@ impl fmt::Display for CopyCounts {
                 bytes,
                 failed,
                 changed,
-            } => write!(f, "unpack {created} {bytes} {failed} {changed}"),
+                deleted,
+            } => write!(f, "unpack {created} {bytes} {failed} {changed} {deleted}"),
         }
     }
 }
@@ -95,6 +101,14 @@ impl FromStr for CopyCounts {
                 bytes,
                 failed,
                 changed,
+                deleted: 0,
+            }),
+            ("unpack", &[created, bytes, failed, changed, deleted]) => Ok(CopyCounts::Unpack {
+                created,
+                bytes,
+                failed,
+                changed,
+                deleted,
             }),
             _ => Err(bad),
         }

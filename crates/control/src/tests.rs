@@ -101,13 +101,26 @@ fn every_agent_message_round_trips() {
         bytes: 0,
         failed: 9,
         changed: 0,
+        deleted: 12,
     }));
+    // An agent that counts no deletions writes four fields.
+    assert_eq!(
+        "COPIED unpack 1 2 3 4".parse::<FromAgent>(),
+        Ok(FromAgent::Copied(CopyCounts::Unpack {
+            created: 1,
+            bytes: 2,
+            failed: 3,
+            changed: 4,
+            deleted: 0,
+        }))
+    );
     for bad in [
         "COPIED",
         "COPIED pack",
         "COPIED pack 1 2 3 4 5 6",
         "COPIED pack 1 2 3 4 5 6 7 8",
         "COPIED unpack 1 2 3 -4",
+        "COPIED unpack 1 2 3 4 5 6",
         "COPIED both 1 2 3 4",
         "COPIED unpack  1 2 3 4",
     ] {
@@ -347,7 +360,7 @@ proptest::proptest! {
         let _ = line.parse::<FromAgent>();
         let m = FromAgent::Copied(CopyCounts::Pack { sent: v[0], bytes: v[1], unreadable: v[2], changed: v[3], skipped: v[4], resumed: v[5], skipped_bytes: v[6] });
         proptest::prop_assert_eq!(m.to_string().parse::<FromAgent>(), Ok(m));
-        let m = FromAgent::Copied(CopyCounts::Unpack { created: v[0], bytes: v[1], failed: v[2], changed: v[3] });
+        let m = FromAgent::Copied(CopyCounts::Unpack { created: v[0], bytes: v[1], failed: v[2], changed: v[3], deleted: v[4] });
         proptest::prop_assert_eq!(m.to_string().parse::<FromAgent>(), Ok(m));
     }
 

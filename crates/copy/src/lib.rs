@@ -12,6 +12,7 @@ pub mod beneath;
 pub mod direct;
 pub mod glob;
 pub mod list;
+pub mod mirror;
 pub mod names;
 pub mod pack;
 pub mod private;
@@ -20,8 +21,8 @@ pub mod unpack;
 pub mod write;
 pub mod xattr;
 
-pub use list::{list, Manifest};
-pub use pack::{pack, PackOptions, PackStats};
+pub use list::{list, list_mirror, Manifest};
+pub use pack::{pack, pack_mirror_to, PackOptions, PackStats};
 pub use unpack::{Dest, DestError, Unpacker};
 
 /// One line about a file that was not copied (or copied while it changed),

@@ -141,6 +141,8 @@ pub enum Action {
         manifest: Option<String>,
         /// `--streams`: which of the copy's streams this is.
         stripe: Option<rdpipe_copy::stripe::Stripe>,
+        /// `--delete`: name every entry, sent or not (`rdpipe_copy::mirror`).
+        mirror: Option<rdpipe_copy::mirror::Mirror>,
     },
     /// `rdcp --resume`'s first step, on the destination's host: list what
     /// `dest` already holds where the sources named `tops` will land
@@ -155,6 +157,8 @@ pub enum Action {
         tops: Vec<String>,
         /// `--checksum`: each complete file's content hash too.
         checksum: bool,
+        /// `--delete`: the one source lands as `dest` itself.
+        mirror: bool,
     },
     /// `rdcp --resume`'s first step, on the sources' host: the listing that
     /// comes in saved in copy `run`'s private directory there
@@ -183,6 +187,9 @@ pub enum Action {
         resumed_top: Option<String>,
         /// `--streams`: which of the copy's streams this is.
         stripe: Option<rdpipe_copy::stripe::Stripe>,
+        /// `--delete`: `dest` becomes a mirror of the one source
+        /// (`rdpipe_copy::mirror`).
+        mirror: Option<rdpipe_copy::mirror::Mirror>,
     },
 }
 

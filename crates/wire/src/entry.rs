@@ -21,6 +21,10 @@
 //!   piece   (12) path meta size:u64 index:u64 tmp:bytes
 //!               DATA(piece_len(size, index))  xxh3:u64 flags:u8
 //!               (bytes index*PIECE_SIZE.. of a striped file, on any stream)
+//!   kept    (14) path  (`rdcp --delete`: a name the source has that is not
+//!               sent, its copy at the destination being current, or the
+//!               names of a dry run; the receiver removes only what no entry
+//!               named)
 //! end     = (0) entries:u64 failed:u64
 //!
 //! A destination's listing for `rdcp --resume` (sent the other way, before
@@ -292,6 +296,13 @@ pub enum Entry {
         /// The device number of a device node (`st_rdev`); 0 otherwise.
         rdev: u64,
     },
+    /// A name the source has that the stream does not carry (`rdcp
+    /// --delete`): its copy at the destination is current (or, in a dry
+    /// run, no entry carries data), so the mirror keeps it.
+    Kept {
+        /// Where.
+        path: RelPath,
+    },
     /// The end of the stream.
     End {
         /// Entries sent before this one.
@@ -540,6 +551,10 @@ impl Entry {
                 put_meta(out, meta);
                 out.push(kind.code());
                 out.extend_from_slice(&rdev.to_be_bytes());
+            }
+            Entry::Kept { path } => {
+                out.push(14);
+                put_bytes(out, path.as_bytes());
             }
             Entry::End { entries, failed } => {
                 out.push(0);

@@ -55,17 +55,37 @@ pub fn list<W: Write>(
     checksum: bool,
     out: &mut W,
 ) -> io::Result<()> {
+    list_landing(dest, must_be_dir, tops, checksum, false, out)
+}
+
+/// [`list`] for a mirror (`rdcp --delete`, [`crate::mirror`]): the one
+/// source lands as DEST itself, resolved as the unpacker resolves it.
+pub fn list_mirror<W: Write>(dest: &Path, checksum: bool, out: &mut W) -> io::Result<()> {
+    let real = crate::mirror::resolve(dest).unwrap_or_else(|_| dest.to_path_buf());
+    list_landing(&real, false, &[], checksum, true, out)
+}
+
+/// [`list`]; with `mirror`, the one source lands as `dest` whatever it is.
+fn list_landing<W: Write>(
+    dest: &Path,
+    must_be_dir: bool,
+    tops: &[Vec<u8>],
+    checksum: bool,
+    mirror: bool,
+    out: &mut W,
+) -> io::Result<()> {
     let mut head = Vec::new();
     let tops: Vec<Pattern> = tops
         .iter()
         .map(|t| Pattern::new(&String::from_utf8_lossy(t)))
         .collect();
-    let resumed_as = match tops.as_slice() {
-        [t] => t
-            .literal()
-            .is_some_and(|t| crate::unpack::is_resumed_as(dest, must_be_dir, &t)),
-        _ => false,
-    };
+    let resumed_as = mirror
+        || match tops.as_slice() {
+            [t] => t
+                .literal()
+                .is_some_and(|t| crate::unpack::is_resumed_as(dest, must_be_dir, &t)),
+            _ => false,
+        };
     let is_dir = !resumed_as && std::fs::metadata(dest).is_ok_and(|m| m.is_dir());
     let dir_flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
     // (directory holding the name, the name, its path in the stream)
@@ -83,6 +103,7 @@ pub fn list<W: Write>(
             );
         }
     } else if !must_be_dir {
+        // (A mirror of `/`, which has no name, lists nothing: all is sent.)
         encode_start(1, &mut head);
         let parent = match dest.parent() {
             Some(p) if !p.as_os_str().is_empty() => p,

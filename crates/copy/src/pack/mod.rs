@@ -15,6 +15,11 @@
 //! zeros, one that grows is cut there, and either way (or when its mtime moved)
 //! its trailer says `changed` and a warning names it. A read error part way is
 //! marked `unreadable` (the receiver discards the file) and counted as failed.
+//!
+//! For a mirror (`rdcp --delete`, [`crate::mirror`], [`pack_mirror_to`]) the
+//! stream names every entry the source has: a file the listing shows
+//! unchanged, or a node skipped without `specials`, goes as an
+//! [`Entry::Kept`]; a dry run sends every entry so, and no data.
 
 use crate::list::Manifest;
 use crate::warn;
@@ -87,6 +92,8 @@ struct Packer<'a, O: PackOut> {
     links: HashMap<(u64, u64), RelPath>,
     opts: PackOptions,
     stats: PackStats,
+    /// `--delete`: names not sent go as [`Entry::Kept`].
+    mirror: Option<crate::mirror::Mirror>,
 }
 
 /// Writes the entry stream of `sources` into `out`; with a `manifest` (the
@@ -109,6 +116,18 @@ pub fn pack_to<O: PackOut>(
     manifest: Option<&Manifest>,
     out: &mut O,
 ) -> io::Result<PackStats> {
+    pack_mirror_to(sources, opts, manifest, None, out)
+}
+
+/// [`pack_to`], for a mirror with `mirror` (`rdcp --delete`, see the module
+/// doc).
+pub fn pack_mirror_to<O: PackOut>(
+    sources: &[PathBuf],
+    opts: PackOptions,
+    manifest: Option<&Manifest>,
+    mirror: Option<crate::mirror::Mirror>,
+    out: &mut O,
+) -> io::Result<PackStats> {
     let mut p = Packer {
         out,
         manifest,
@@ -116,6 +135,7 @@ pub fn pack_to<O: PackOut>(
         links: HashMap::new(),
         opts,
         stats: PackStats::default(),
+        mirror,
     };
     p.head.clear();
     encode_start(sources.len() as u32, &mut p.head);
@@ -159,8 +179,21 @@ impl<O: PackOut> Packer<'_, O> {
         self.head.clear();
         e.encode(&mut self.head);
         self.out.put(&self.head)?;
-        if !matches!(e, Entry::End { .. }) {
+        if !matches!(e, Entry::End { .. } | Entry::Kept { .. }) {
             self.stats.entries += 1;
+        }
+        Ok(())
+    }
+
+    /// A dry run of a mirror: names only.
+    fn names_only(&self) -> bool {
+        self.mirror.is_some_and(|m| m.dry_run)
+    }
+
+    /// For a mirror, `rel` named without being sent.
+    fn kept(&mut self, rel: RelPath) -> io::Result<()> {
+        if self.mirror.is_some() {
+            self.entry(&Entry::Kept { path: rel })?;
         }
         Ok(())
     }
@@ -168,7 +201,7 @@ impl<O: PackOut> Packer<'_, O> {
     /// With `--xattrs`, the copied extended attributes of `fd` (the entry's
     /// file or directory, `path` for messages), as entries before its own.
     fn attrs<F: std::os::fd::AsFd>(&mut self, fd: F, path: &Path) -> io::Result<()> {
-        if !self.opts.xattrs {
+        if !self.opts.xattrs || self.names_only() {
             return Ok(());
         }
         match crate::xattr::read(fd) {
@@ -281,10 +314,14 @@ impl<O: PackOut> Packer<'_, O> {
                     )),
                 }
             }
-            self.entry(&Entry::Dir {
-                path: rel.clone(),
-                meta: meta_of(md),
-            })?;
+            if self.names_only() {
+                self.kept(rel.clone())?;
+            } else {
+                self.entry(&Entry::Dir {
+                    path: rel.clone(),
+                    meta: meta_of(md),
+                })?;
+            }
             for (name, file) in names.into_iter().rev() {
                 let child = path.join(&name);
                 let mut r = rel.as_bytes().to_vec();
@@ -303,6 +340,8 @@ impl<O: PackOut> Packer<'_, O> {
                     Err(e) => self.failed(format_args!("cannot read {}: {e}", child.display())),
                 }
             }
+        } else if self.names_only() {
+            self.kept(rel)?;
         } else if ft.is_symlink() {
             match std::fs::read_link(path) {
                 Ok(t) if !t.as_os_str().is_empty() => self.entry(&Entry::Symlink {
@@ -331,7 +370,7 @@ impl<O: PackOut> Packer<'_, O> {
                     kind.name(),
                     path.display()
                 ));
-                return Ok(());
+                return self.kept(rel);
             }
             let rdev = if kind.is_device() { md.rdev() } else { 0 };
             self.entry(&Entry::Special {
@@ -345,6 +384,9 @@ impl<O: PackOut> Packer<'_, O> {
     }
 
     fn file(&mut self, path: &Path, rel: RelPath) -> io::Result<()> {
+        if self.names_only() {
+            return self.kept(rel);
+        }
         let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NOCTTY;
         let f = match rustix::fs::open(path, flags, Mode::empty()) {
             Ok(fd) => File::from(fd),
@@ -403,7 +445,7 @@ impl<O: PackOut> Packer<'_, O> {
                 if same {
                     self.stats.skipped += 1;
                     self.stats.skipped_bytes += size;
-                    return Ok(());
+                    return self.kept(rel);
                 }
                 if !self.pieces_only() {
                     warn(format_args!(

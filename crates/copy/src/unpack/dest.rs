@@ -4,6 +4,7 @@
 //! the time they look the first may have created DEST (a copy named DEST
 //! would then look like a directory to copy into).
 
+use crate::mirror::{self, Mirror, MirrorError};
 use crate::stripe::{Marker, Stripe, ARRIVAL};
 use rustix::fs::{Mode, OFlags};
 use std::fs::File;
@@ -131,6 +132,32 @@ impl Dest {
                     .map_err(cannot_open(parent))
             }
         }
+    }
+}
+
+impl Dest {
+    /// The destination of a mirror (`rdcp --delete`, [`crate::mirror`]):
+    /// DEST resolved and checked ([`mirror::refusal`]) as [`Dest::As`], so
+    /// that the stream's one top-level entry becomes DEST itself; `/` is the
+    /// name `.` in `/`.
+    pub fn mirror(dest: &Path, m: &Mirror) -> Result<Dest, MirrorError> {
+        let real = mirror::resolve(dest)?;
+        if !m.force {
+            if let Some(why) = mirror::refusal(&real, &mirror::homes()) {
+                return Err(MirrorError::Refused { path: real, why });
+            }
+        }
+        let (parent, name) = match (real.parent(), real.file_name()) {
+            (Some(p), Some(n)) => (p.to_path_buf(), n.as_bytes().to_vec()),
+            _ => (PathBuf::from("/"), b".".to_vec()),
+        };
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        let parent =
+            rustix::fs::open(&parent, flags, Mode::empty()).map_err(|e| MirrorError::Open {
+                path: parent.clone(),
+                error: e.into(),
+            })?;
+        Ok(Dest::As { parent, name })
     }
 }
 

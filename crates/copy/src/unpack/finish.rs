@@ -24,6 +24,9 @@ impl Unpacker {
         // Striped files go into their directories before those get their
         // metadata.
         self.publish_striped();
+        // `--delete`: what the source lacks goes, before the directories
+        // get their times (removing changes them).
+        self.prune();
         let dirs = std::mem::take(&mut self.dirs);
         self.dir_index.clear();
         for (rel, meta) in dirs.iter().rev() {
@@ -56,7 +59,7 @@ impl Unpacker {
         if s.failed + s.sender_failed == 0 {
             self.end_marker()?;
         }
-        let bad = s.failed + s.sender_failed + s.changed;
+        let bad = s.failed + s.sender_failed + s.changed + s.not_deleted;
         if bad > 0 {
             let mut parts = vec![];
             if s.failed > 0 {
@@ -70,6 +73,9 @@ impl Unpacker {
             }
             if s.changed > 0 {
                 parts.push(format!("{} copied while they changed", s.changed));
+            }
+            if s.not_deleted > 0 {
+                parts.push(format!("{} not removed (--delete)", s.not_deleted));
             }
             return Err(io::Error::other(format!(
                 "not all copied: {} (see the lines above); {} entries copied whole",

@@ -44,6 +44,7 @@ mod finish;
 mod links;
 mod meta;
 mod pool;
+mod prune;
 mod publish;
 mod resume;
 mod special;
@@ -78,6 +79,10 @@ pub struct UnpackStats {
     pub bytes: u64,
     /// Files whose set-uid or set-gid bits were dropped (`--no-setid`).
     pub setid_dropped: u64,
+    /// Entries removed from the mirror (`--delete`), or that would be (`-n`).
+    pub deleted: u64,
+    /// Entries of the mirror that could not be removed.
+    pub not_deleted: u64,
 }
 
 /// The receiving side; see the module doc.
@@ -129,6 +134,8 @@ pub struct Unpacker {
     marker: Option<crate::stripe::Marker>,
     /// The first stream: the striped files it announced, published at its end.
     announced: Vec<striped::Announced>,
+    /// `--delete`: what the stream named, for the removal pass (`prune.rs`).
+    mirror: Option<prune::Named>,
 }
 
 /// A file's owner and group (uid, gid).
@@ -161,7 +168,17 @@ impl Unpacker {
             stripe: None,
             marker: None,
             announced: Vec::new(),
+            mirror: None,
         }
+    }
+
+    /// A mirror (`rdcp --delete`, [`crate::mirror`]): once the stream was
+    /// verified and everything in it copied, what `dest` (opened by
+    /// [`Dest::mirror`]) holds that the stream did not name is
+    /// removed (`host`: `HOST:` in each message line, or empty).
+    pub fn with_mirror(mut self, m: crate::mirror::Mirror, host: String) -> Unpacker {
+        self.mirror = Some(prune::Named::new(m, host));
+        self
     }
 
     /// One of several streams of a copy (`rdcp --streams`), holding its
@@ -357,6 +374,11 @@ impl Unpacker {
     }
 
     fn entry(&mut self, e: Entry) -> io::Result<()> {
+        if let Some(m) = &mut self.mirror {
+            if m.take(&e)? {
+                return Ok(());
+            }
+        }
         let xattrs = match e {
             Entry::Xattr { name, value } => {
                 if !crate::xattr::copied(&name) {
@@ -489,6 +511,8 @@ impl Unpacker {
                 index,
                 tmp,
             } => self.piece_entry(path, meta, size, index, tmp)?,
+            // A name the mirror keeps (recorded above).
+            Entry::Kept { .. } => {}
             Entry::End { failed, .. } => self.stats.sender_failed = failed,
             Entry::Have { .. } | Entry::Partial { .. } | Entry::Pieces { .. } => {
                 return Err(io::Error::other(
@@ -524,6 +548,13 @@ impl Write for Unpacker {
 
 impl Drop for Unpacker {
     fn drop(&mut self) {
+        // A mirror whose stream did not end verified: nothing was removed.
+        if self.mirror.take().is_some_and(|m| !m.mirror.dry_run) {
+            warn(format_args!(
+                "--delete: removed nothing from {}: the copy did not complete",
+                self.label
+            ));
+        }
         // A stream cut part way: the file in progress stays under its
         // temporary name (never its own), for `rdcp --resume` to continue,
         // with what was written of it flushed out of the pending block.

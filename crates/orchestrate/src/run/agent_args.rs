@@ -89,7 +89,9 @@ fn set_action(v: &mut AgentArgs, action: &Action) {
             glob,
             manifest,
             stripe,
+            mirror,
         } => {
+            v.mirror = *mirror;
             v.pack = sources.clone();
             v.recursive = *recursive;
             v.xattrs = *xattrs;
@@ -103,7 +105,9 @@ fn set_action(v: &mut AgentArgs, action: &Action) {
             must_be_dir,
             tops,
             checksum,
+            mirror,
         } => {
+            v.mirror = mirror.then(rdpipe_copy::mirror::Mirror::default);
             v.list = Some(dest.clone());
             v.top = tops.clone();
             v.must_be_dir = *must_be_dir;
@@ -117,7 +121,9 @@ fn set_action(v: &mut AgentArgs, action: &Action) {
             specials,
             resumed_top,
             stripe,
+            mirror,
         } => {
+            v.mirror = *mirror;
             v.unpack = Some(dest.clone());
             v.top = resumed_top.iter().cloned().collect();
             v.must_be_dir = *must_be_dir;

@@ -245,6 +245,9 @@ fn parse_entry(b: &[u8]) -> Result<Option<(Entry, usize)>, WireError> {
                 bits: need!(c.take(n)).to_vec(),
             }
         }
+        14 => Entry::Kept {
+            path: need!(c.path()?),
+        },
         _ => return Err(WireError::Entry("unknown entry tag")),
     };
     Ok(Some((e, c.at)))

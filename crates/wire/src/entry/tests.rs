@@ -249,6 +249,11 @@ fn arb_item() -> impl Strategy<Value = Item> {
                     end: None,
                 }
             }),
+        arb_path().prop_map(|path| Item {
+            entry: Entry::Kept { path },
+            data: vec![],
+            end: None
+        }),
         (arb_path(), arb_meta(), 1u8..=4, any::<u64>()).prop_map(|(path, meta, k, rdev)| {
             let kind = SpecialKind::from_code(k).expect("1..=4");
             Item {
@@ -367,6 +372,22 @@ fn hostile_headers_are_refused() {
     assert!(decode_all(&bad, &[]).is_err());
     // Not a stream at all.
     assert!(decode_all(b"GET / HTTP/1.1\r\n", &[]).is_err());
+}
+
+#[test]
+fn a_kept_entry_is_its_tag_and_a_checked_path() {
+    let mut b = Vec::new();
+    Entry::Kept { path: path("t/x") }.encode(&mut b);
+    assert_eq!(b, [&[14u8, 0, 3][..], b"t/x"].concat());
+    let mut s = Vec::new();
+    encode_start(1, &mut s);
+    for bad in [&b"t/../x"[..], b"/etc", b"t//x"] {
+        let mut e = s.clone();
+        e.push(14);
+        e.extend_from_slice(&(bad.len() as u16).to_be_bytes());
+        e.extend_from_slice(bad);
+        assert!(decode_all(&e, &[]).is_err(), "{bad:?}");
+    }
 }
 
 #[test]
