@@ -542,8 +542,12 @@ fn rdcp_resume_after_an_interrupted_copy_moves_only_the_rest() {
     // (the receiving agent, its PID in the name) has ended, the temporary
     // the interrupted run left goes too.
     std::fs::write(d.path("src/big"), random_bytes(size, 6)).unwrap();
-    let mut a = args(&ssh, &["-r", "--rate-limit", "16M"]);
-    a.extend([format!("h1:{}", d.s("src")), to.clone()]);
+    let big = [
+        format!("h1:{}", d.s("src/big")),
+        format!("h2:{}", d.s("dst/big")),
+    ];
+    let mut a = args(&ssh, &["--rate-limit", "16M"]);
+    a.extend(big.clone());
     let started = start_tool(&rdcp(), &[], &a, None);
     let tmp = wait_until("a partial copy again", Duration::from_secs(60), || {
         std::fs::read_dir(d.path("dst"))
@@ -565,8 +569,8 @@ fn rdcp_resume_after_an_interrupted_copy_moves_only_the_rest() {
         || (!Path::new(&format!("/proc/{pid}")).exists()).then_some(()),
     );
     assert!(d.path("dst").join(&tmp).exists(), "{tmp:?} was left");
-    let mut a = args(&ssh, &["-r"]);
-    a.extend([format!("h1:{}", d.s("src")), to.clone()]);
+    let mut a = args(&ssh, &["-p"]);
+    a.extend(big);
     run_rdcp(&a, None, LIMIT).ok();
     assert_same_tree(&d.path("src"), &d.path("dst"));
     assert_no_temporary_files(&[&d.s("dst")]);
