@@ -54,7 +54,7 @@ pub const EXIT_STATUS: &[(&str, &str)] = &[
     ("1", "Some files were not copied (one line each names it and why: unreadable, not writable, a symbolic link in the destination's path, changed while read); the others were, each only once verified. Also any other failure: ssh, a transfer, the destination."),
     ("2", "Bad arguments: no destination, a directory without -r, sources on different hosts, --delete without -r or with several sources, - or --streams."),
     ("127", "rdrecv was not found on a host and rdcp could not install itself there."),
-    ("130, 143", "Interrupted by SIGINT or SIGTERM; files already renamed into place stay, the one being written stays under its temporary name, for --resume."),
+    ("130, 143", "Interrupted by SIGINT or SIGTERM; files already renamed into place stay, the one being written stays under its temporary name, for --resume to continue; a later run that writes that file without --resume removes it."),
 ];
 
 /// Copy files and directory trees between hosts, over RDMA or TCP, set up

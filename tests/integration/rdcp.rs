@@ -537,6 +537,43 @@ fn rdcp_resume_after_an_interrupted_copy_moves_only_the_rest() {
     assert!(checked.contains("1 files complete"), "{checked}");
     assert_same_tree(&d.path("src"), &d.path("dst"));
     assert_no_temporary_files(&[&d.s("dst")]);
+
+    // Interrupted again, then a plain run (no --resume): once its writer
+    // (the receiving agent, its PID in the name) has ended, the temporary
+    // the interrupted run left goes too.
+    std::fs::write(d.path("src/big"), random_bytes(size, 6)).unwrap();
+    let big = [
+        format!("h1:{}", d.s("src/big")),
+        format!("h2:{}", d.s("dst/big")),
+    ];
+    let mut a = args(&ssh, &["--rate-limit", "16M"]);
+    a.extend(big.clone());
+    let started = start_tool(&rdcp(), &[], &a, None);
+    let tmp = wait_until("a partial copy again", Duration::from_secs(60), || {
+        std::fs::read_dir(d.path("dst"))
+            .ok()?
+            .filter_map(Result::ok)
+            .find(|e| e.file_name().as_bytes().starts_with(b".big.rdcp-"))
+    })
+    .file_name();
+    started.interrupt();
+    let pid = tmp
+        .to_string_lossy()
+        .rsplit('-')
+        .nth(1)
+        .unwrap()
+        .to_string();
+    wait_until(
+        "the interrupted agent to end",
+        Duration::from_secs(30),
+        || (!Path::new(&format!("/proc/{pid}")).exists()).then_some(()),
+    );
+    assert!(d.path("dst").join(&tmp).exists(), "{tmp:?} was left");
+    let mut a = args(&ssh, &["-p"]);
+    a.extend(big);
+    run_rdcp(&a, None, LIMIT).ok();
+    assert_same_tree(&d.path("src"), &d.path("dst"));
+    assert_no_temporary_files(&[&d.s("dst")]);
 }
 
 /// Bytes of `path` in the page cache (util-linux's fincore); `None` without it.

@@ -28,14 +28,26 @@ fn dir_flags() -> OFlags {
 /// directories are made (mode 0700 until their own metadata is applied).
 /// A component that is a symbolic link or not a directory is an error.
 pub fn open_dir(base: BorrowedFd<'_>, comps: &[&[u8]], create: bool) -> io::Result<OwnedFd> {
+    open_dir_made(base, comps, create).map(|(fd, _)| fd)
+}
+
+/// [`open_dir`], and whether this call created the directory itself.
+pub fn open_dir_made(
+    base: BorrowedFd<'_>,
+    comps: &[&[u8]],
+    create: bool,
+) -> io::Result<(OwnedFd, bool)> {
     let mut cur: Option<OwnedFd> = None;
+    let mut made = false;
     for c in comps {
         let at = cur.as_ref().map_or(base, |f| f.as_fd());
+        made = false;
         let next = match rustix::fs::openat(at, name(c), dir_flags(), Mode::empty()) {
             Ok(fd) => fd,
             Err(Errno::NOENT) if create => {
                 match rustix::fs::mkdirat(at, name(c), Mode::from_raw_mode(0o700)) {
-                    Ok(()) | Err(Errno::EXIST) => {}
+                    Ok(()) => made = true,
+                    Err(Errno::EXIST) => {}
                     Err(e) => return Err(e.into()),
                 }
                 rustix::fs::openat(at, name(c), dir_flags(), Mode::empty()).map_err(refused)?
@@ -45,8 +57,10 @@ pub fn open_dir(base: BorrowedFd<'_>, comps: &[&[u8]], create: bool) -> io::Resu
         cur = Some(next);
     }
     match cur {
-        Some(fd) => Ok(fd),
-        None => rustix::fs::openat(base, ".", dir_flags(), Mode::empty()).map_err(Into::into),
+        Some(fd) => Ok((fd, made)),
+        None => rustix::fs::openat(base, ".", dir_flags(), Mode::empty())
+            .map(|fd| (fd, false))
+            .map_err(Into::into),
     }
 }
 

@@ -1,11 +1,14 @@
 //! Every name rdcp gives a file of its own in the destination, made and read
 //! back in this one place, so that the unpacker that writes them, the
-//! listing that finds them again (`rdcp --resume`) and the clean-up that
-//! removes them all agree on what is ours:
+//! listing that finds them again (`rdcp --resume`) and the clean-ups that
+//! remove them (the unpacker's of stale temporaries, `unpack/stale.rs`; the
+//! listing's of smaller partial copies; `rdcp --delete`'s; the striped
+//! copies' in [`crate::stripe`]) all agree on what is ours:
 //!
-//! - `.NAME.rdcp-PID-N`: a file, link or node being received, renamed over
-//!   NAME once verified ([`new_tmp`]); one a cut stream left is the partial
-//!   copy `--resume` continues.
+//! - `.NAME.rdcp-PID-N`: a file, link or node being received by process PID,
+//!   renamed over NAME once verified ([`new_tmp`]); one a cut stream left is
+//!   the partial copy `--resume` continues, and once PID no longer runs, a
+//!   run that publishes NAME (or skips it as current) removes it.
 //! - `.NAME.rdcp-s<RUN>`: the one temporary file the streams of run RUN (16
 //!   hex digits) write a striped file into (`--streams`, [`striped`]).
 //! - `.NAME.rdcp-s<RUN>.pieces`: that file's ledger ([`ledger_name`]).

@@ -296,9 +296,10 @@ pub enum Entry {
         /// The device number of a device node (`st_rdev`); 0 otherwise.
         rdev: u64,
     },
-    /// A name the source has that the stream does not carry (`rdcp
-    /// --delete`): its copy at the destination is current (or, in a dry
-    /// run, no entry carries data), so the mirror keeps it.
+    /// A name the source has that the stream does not carry: its copy at
+    /// the destination is current (or, in a dry run of `rdcp --delete`, no
+    /// entry carries data), so a mirror keeps it, and an earlier run's
+    /// temporary of it there goes (`rdcp --resume`).
     Kept {
         /// Where.
         path: RelPath,

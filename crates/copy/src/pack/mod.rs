@@ -19,7 +19,10 @@
 //! For a mirror (`rdcp --delete`, [`crate::mirror`], [`pack_mirror_to`]) the
 //! stream names every entry the source has: a file the listing shows
 //! unchanged, or a node skipped without `specials`, goes as an
-//! [`Entry::Kept`]; a dry run sends every entry so, and no data.
+//! [`Entry::Kept`]; a dry run sends every entry so, and no data. Without a
+//! mirror, a file the listing (`rdcp --resume`) shows unchanged goes as an
+//! [`Entry::Kept`] only where the destination also holds a partial copy of
+//! it, which the receiver then removes.
 
 use crate::list::Manifest;
 use crate::warn;
@@ -445,6 +448,11 @@ impl<O: PackOut> Packer<'_, O> {
                 if same {
                     self.stats.skipped += 1;
                     self.stats.skipped_bytes += size;
+                    if self.mirror.is_none() && m.partial(&rel).is_some() {
+                        // The receiver removes the partial copy an earlier
+                        // run left of it (`unpack/stale.rs`).
+                        return self.entry(&Entry::Kept { path: rel });
+                    }
                     return self.kept(rel);
                 }
                 if !self.pieces_only() {

@@ -27,6 +27,7 @@ impl Unpacker {
         // `--delete`: what the source lacks goes, before the directories
         // get their times (removing changes them).
         self.prune();
+        self.stale.finish();
         let dirs = std::mem::take(&mut self.dirs);
         self.dir_index.clear();
         for (rel, meta) in dirs.iter().rev() {

@@ -34,7 +34,10 @@ impl Unpacker {
             publish(&dir, &tmp, &leaf)
         });
         match r {
-            Ok(()) => self.stats.created += 1,
+            Ok(()) => {
+                self.stats.created += 1;
+                self.unstale(&path);
+            }
             Err(e) => self.failed(&path, e),
         }
         Ok(())
@@ -56,7 +59,10 @@ impl Unpacker {
             r
         });
         match r {
-            Ok(()) => self.stats.created += 1,
+            Ok(()) => {
+                self.stats.created += 1;
+                self.unstale(&path);
+            }
             Err(e) => self.failed(&path, e),
         }
         Ok(())

@@ -32,6 +32,9 @@
 //!   ([`Entry::Resume`]: the partial copy is reopened without following
 //!   links, its prefix hashed again, and only then appended to:
 //!   `resume.rs`).
+//! - Earlier runs' temporaries of a name whose writer no longer runs are
+//!   removed once the name is published, or the sender says the copy here
+//!   is current (`stale.rs`).
 //!
 //! With `preserve` (`-p`, the default with `-r`) modes and mtimes are kept,
 //! and owner and group when running as root; without it new files get the
@@ -48,11 +51,12 @@ mod prune;
 mod publish;
 mod resume;
 mod special;
+mod stale;
 mod striped;
 
 pub use dest::{is_resumed_as, Dest, DestError};
 
-use crate::beneath::{name, open_dir, umask};
+use crate::beneath::{name, open_dir_made, umask};
 use crate::names::new_tmp;
 use crate::xattr::Attr;
 use crate::{shown, warn};
@@ -136,6 +140,9 @@ pub struct Unpacker {
     announced: Vec<striped::Announced>,
     /// `--delete`: what the stream named, for the removal pass (`prune.rs`).
     mirror: Option<prune::Named>,
+    /// Earlier runs' temporaries, removed once their file is published
+    /// (`stale.rs`).
+    stale: stale::Stale,
 }
 
 /// A file's owner and group (uid, gid).
@@ -169,6 +176,7 @@ impl Unpacker {
             marker: None,
             announced: Vec::new(),
             mirror: None,
+            stale: stale::Stale::default(),
         }
     }
 
@@ -297,7 +305,9 @@ impl Unpacker {
             Dest::Device(_) => return Err(io::Error::other("the destination is not a directory")),
         };
         let refs: Vec<&[u8]> = comps.iter().map(Vec::as_slice).collect();
-        let fd = Arc::new(open_dir(base, &refs, true)?);
+        let (fd, made) = open_dir_made(base, &refs, true)?;
+        let fd = Arc::new(fd);
+        self.stale.scan(&key, &fd, made);
         let owner = (self.preserve && self.root)
             .then(|| rustix::fs::fstat(&*fd).ok())
             .flatten()
@@ -511,8 +521,9 @@ impl Unpacker {
                 index,
                 tmp,
             } => self.piece_entry(path, meta, size, index, tmp)?,
-            // A name the mirror keeps (recorded above).
-            Entry::Kept { .. } => {}
+            // A name the copy at the destination is current for (and the
+            // mirror keeps: recorded above).
+            Entry::Kept { path } => self.unstale(&path),
             Entry::End { failed, .. } => self.stats.sender_failed = failed,
             Entry::Have { .. } | Entry::Partial { .. } | Entry::Pieces { .. } => {
                 return Err(io::Error::other(

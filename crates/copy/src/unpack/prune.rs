@@ -11,8 +11,11 @@
 //! nothing outside DEST is ever reached. A directory's contents go before it.
 //! rdcp's own names ([`crate::names`]: a file being received, a partial
 //! copy `--resume` continues, a stream's marker) are never removed, and a
-//! directory holding one stays.
+//! directory holding one stays; only a stale temporary (`stale.rs`: its
+//! writer is no longer running) goes, where the pass walks and with a
+//! directory it removes.
 
+use super::stale::stale_target;
 use super::Unpacker;
 use crate::beneath::{name, open_dir};
 use crate::mirror::Mirror;
@@ -137,6 +140,9 @@ impl Pass<'_> {
         };
         for leaf in names {
             if names::parse(&leaf).is_some() {
+                if !self.dry_run && stale_target(&leaf).is_some() {
+                    let _ = rustix::fs::unlinkat(dir, name(&leaf), AtFlags::empty());
+                }
                 continue;
             }
             let r = join(rel, &leaf);
@@ -182,6 +188,13 @@ impl Pass<'_> {
             };
             let (mut emptied, mut held) = (true, false);
             for child in names {
+                if stale_target(&child).is_some() {
+                    // No copy writes it any more: it goes with the directory.
+                    let gone = self.dry_run
+                        || rustix::fs::unlinkat(&sub, name(&child), AtFlags::empty()).is_ok();
+                    emptied &= gone;
+                    continue;
+                }
                 if names::parse(&child).is_some() {
                     held = true;
                     continue;

@@ -105,6 +105,7 @@ impl Unpacker {
             Ok(()) => {
                 self.stats.created += 1;
                 self.stats.bytes += size;
+                self.unstale(rel);
                 if changed {
                     warn(format_args!(
                         "{}: copied while it changed on the sending side",

@@ -75,7 +75,10 @@ impl Unpacker {
             }
         });
         match r {
-            Ok(()) => self.stats.created += 1,
+            Ok(()) => {
+                self.stats.created += 1;
+                self.unstale(&path);
+            }
             Err(e) => self.failed(&path, e),
         }
         Ok(())
