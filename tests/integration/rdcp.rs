@@ -85,7 +85,7 @@ pub(crate) fn assert_same_tree(a: &Path, b: &Path) {
 }
 
 /// No `.NAME.rdcp-…` temporary file anywhere below `dirs`.
-fn assert_no_temporary_files(dirs: &[&str]) {
+pub(crate) fn assert_no_temporary_files(dirs: &[&str]) {
     let found = std::process::Command::new("find")
         .args(dirs)
         .args(["-name", ".*.rdcp-*"])

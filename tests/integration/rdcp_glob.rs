@@ -5,7 +5,7 @@
 //! and `--resume` of several files and of wildcard matches continuing the
 //! file an interruption cut short, with no temporary file left.
 
-use crate::rdcp::args;
+use crate::rdcp::{args, assert_no_temporary_files};
 use crate::support::*;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -23,20 +23,6 @@ fn names(d: &Path) -> Vec<String> {
         .unwrap_or_default();
     v.sort();
     v
-}
-
-/// No `.NAME.rdcp-…` temporary file in `d` or below.
-fn no_temporaries(d: &Path) {
-    let found = std::process::Command::new("find")
-        .arg(d)
-        .args(["-name", ".*.rdcp-*"])
-        .output()
-        .unwrap();
-    assert!(
-        found.stdout.is_empty(),
-        "{}",
-        String::from_utf8_lossy(&found.stdout)
-    );
 }
 
 #[test]
@@ -128,7 +114,7 @@ fn rdcp_remote_wildcards_as_scp() {
     assert_ne!(r.code(), Some(0), "{}", r.stderr);
     assert!(r.stderr.contains("is not a directory"), "{}", r.stderr);
     assert!(!d.path("notadir").exists());
-    no_temporaries(&d.0);
+    assert_no_temporary_files(&[d.0.to_str().unwrap()]);
 
     // A directory among the matches: omitted without -r (the files are
     // copied, the exit status says one was not), copied with it.
@@ -218,7 +204,7 @@ fn rdcp_resume_of_several_files_and_of_wildcards_continues_the_partial_copy() {
         "{pack:#}"
     );
     same("dst1");
-    no_temporaries(&d.path("dst1"));
+    assert_no_temporary_files(&[&d.s("dst1")]);
 
     // The matches of a remote pattern, host to host.
     std::fs::create_dir(d.path("dst2")).unwrap();
@@ -234,7 +220,7 @@ fn rdcp_resume_of_several_files_and_of_wildcards_continues_the_partial_copy() {
         "{pack:#}"
     );
     same("dst2");
-    no_temporaries(&d.path("dst2"));
+    assert_no_temporary_files(&[&d.s("dst2")]);
 
     // A temporary that no longer continues its file (the source changed
     // since) is reused from its start: the file is sent whole, and no
