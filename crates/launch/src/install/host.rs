@@ -105,7 +105,7 @@ pub async fn prepare_host(
         bin.bytes.len()
     );
     let t = Instant::now();
-    let (sha, crc) = (&bin.sums.sha256, &bin.sums.cksum);
+    let (sha, crc) = (&bin.sums.sha256, bin.sums.cksum());
     // Generous: 1 s per 256 KiB on top of the usual limit.
     let upload_limit = limit + Duration::from_secs(bin.bytes.len() as u64 >> 18);
     let out = remote_sh(

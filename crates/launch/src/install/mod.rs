@@ -55,22 +55,29 @@ pub struct AgentBinary {
 }
 
 /// A binary's checksums in the forms the remote tools print them, computed
-/// once per run (not once per host).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// once per run (not once per host): SHA-256 at once, POSIX `cksum` only if
+/// a host has neither `openssl` nor `sha256sum`.
+#[derive(Debug)]
 pub struct Sums {
     /// SHA-256, lowercase hex.
     pub sha256: String,
-    /// POSIX `cksum`'s `CRC SIZE`.
-    pub cksum: String,
+    data: std::sync::Arc<Vec<u8>>,
+    crc: std::sync::OnceLock<String>,
 }
 
 impl Sums {
     /// The checksums of `data`.
-    pub fn of(data: &[u8]) -> Sums {
+    pub fn of(data: std::sync::Arc<Vec<u8>>) -> Sums {
         Sums {
-            sha256: cksum::sha256_hex(data),
-            cksum: cksum::posix_cksum(data),
+            sha256: cksum::sha256_hex(&data),
+            data,
+            crc: std::sync::OnceLock::new(),
         }
+    }
+
+    /// POSIX `cksum`'s `CRC SIZE`.
+    pub fn cksum(&self) -> &str {
+        self.crc.get_or_init(|| cksum::posix_cksum(&self.data))
     }
 }
 
@@ -84,12 +91,14 @@ impl AgentBinary {
     /// The binary `bytes`.
     pub fn of(bytes: Vec<u8>) -> AgentBinary {
         let hash = blake3::hash(&bytes).to_hex();
+        let glibc = elf::glibc_needed(&bytes);
+        let bytes = std::sync::Arc::new(bytes);
         AgentBinary {
             entry: format!("{VERSION}-{}", &hash.as_str()[..12]),
             arch: std::env::consts::ARCH,
-            glibc: elf::glibc_needed(&bytes),
-            sums: Sums::of(&bytes),
-            bytes: std::sync::Arc::new(bytes),
+            glibc,
+            sums: Sums::of(bytes.clone()),
+            bytes,
         }
     }
 }
@@ -272,7 +281,7 @@ mod tests {
             entry: format!("{VERSION}-0123456789ab"),
             arch: "x86_64",
             glibc: glibc.map(|(major, minor)| GlibcVersion { major, minor }),
-            sums: Sums::of(&[0; 100]),
+            sums: Sums::of(std::sync::Arc::new(vec![0; 100])),
         }
     }
 

@@ -123,7 +123,7 @@ impl Sum {
     pub fn matches(&self, sums: &super::Sums) -> bool {
         match self {
             Sum::Sha256(h) => h.eq_ignore_ascii_case(&sums.sha256),
-            Sum::Cksum(c) => c.split_whitespace().eq(sums.cksum.split_whitespace()),
+            Sum::Cksum(c) => c.split_whitespace().eq(sums.cksum().split_whitespace()),
         }
     }
 }
@@ -376,15 +376,17 @@ mod tests {
         assert_eq!(p.path_agent, Some(id.clone()));
         assert_eq!(p.cached, Some((agent.len() as u64, Some(id))));
         assert!(
-            p.cached_sum
-                .as_ref()
-                .is_some_and(|s| s.matches(&super::super::Sums::of(&agent))),
+            p.cached_sum.as_ref().is_some_and(
+                |s| s.matches(&super::super::Sums::of(std::sync::Arc::new(agent.clone())))
+            ),
             "{out}"
         );
         assert!(!p
             .cached_sum
             .unwrap()
-            .matches(&super::super::Sums::of(b"an impostor")));
+            .matches(&super::super::Sums::of(std::sync::Arc::new(
+                b"an impostor".to_vec()
+            ))));
         let me = rustix::process::geteuid().as_raw();
         assert_eq!(p.uid, Some(me));
         let parts: Vec<CachePart> = p.owners.iter().map(|o| o.part).collect();
