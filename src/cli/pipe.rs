@@ -92,14 +92,15 @@ pub const EXIT_STATUS: &[(&str, &str)] = &[
 /// rate, percentage and ETA.
 #[derive(Debug, Parser)]
 #[command(name = "rdpipe", version, verbatim_doc_comment, after_help = EXAMPLES)]
+#[command(group(clap::ArgGroup::new("many").args(["to", "from"]).multiple(true)))]
 pub struct PipeArgs {
     /// The pipeline: HOST:CMD segments, in order.
-    #[arg(value_name = "HOST:CMD", required_unless_present_any = ["to", "persist_stop"])]
+    #[arg(value_name = "HOST:CMD", required_unless_present_any = ["to", "from", "persist_stop"])]
     pub segments: Vec<String>,
 
     /// Close every ssh connection that --persist kept open (this user's), and
     /// run nothing else.
-    #[arg(long, conflicts_with_all = ["segments", "to"])]
+    #[arg(long, conflicts_with_all = ["segments", "to", "from"])]
     pub persist_stop: bool,
 
     /// Fan-out: deliver the stream to this sink too (repeatable; HOST:CMD,
@@ -113,8 +114,34 @@ pub struct PipeArgs {
     #[arg(long = "to", value_name = "HOST:CMD")]
     pub to: Vec<String>,
 
-    /// With --to: succeed when at least N sinks succeeded (default: all).
-    #[arg(long, value_name = "N", requires = "to",
+    /// Many into one: a source (repeatable; HOST:CMD or HOST:'< FILE'),
+    /// whose stream goes straight to the sink's host over a hop of its own.
+    /// The HOST:CMD segments (after the sources) are the sink pipeline; with
+    /// none, the gathered lines come out on rdpipe's stdout. By default every
+    /// source's lines are merged whole, never cut by another's, each
+    /// source's in order, sources taken in turn; --each runs the sink once
+    /// per source instead. HOST may be a Slurm hostlist: --from
+    /// 'pc[1-8]:collect' is 8 sources. A failing source does not stop the
+    /// others; its verdict says where it stopped.
+    #[arg(long = "from", value_name = "HOST:CMD", conflicts_with = "to")]
+    pub from: Vec<String>,
+
+    /// With --from: run the sink segments once per source, each instance fed
+    /// by exactly one source's stream, byte for byte. The command gets
+    /// RDPIPE_SOURCE (the source's host) and RDPIPE_SOURCE_INDEX (1-based);
+    /// in a '> FILE', %h is the source's host, %i its index, %% a '%'. The
+    /// last segment's stdout goes to rdpipe's stderr, prefixed with its host.
+    #[arg(long, requires = "from")]
+    pub each: bool,
+
+    /// With --from (line merge): start every line with its source's host and
+    /// ': ' (HOST[INDEX]: where a host has several sources), as pdsh does.
+    #[arg(long, requires = "from", conflicts_with = "each")]
+    pub tag: bool,
+
+    /// With --to: succeed when at least N sinks succeeded (default: all);
+    /// with --from, when at least N sources did.
+    #[arg(long, value_name = "N", requires = "many",
           value_parser = clap::value_parser!(u64).range(1..))]
     pub min_ok: Option<u64>,
 
@@ -134,6 +161,12 @@ impl PipeArgs {
         let mut c = self.run.config();
         c.segments = self.segments;
         c.sinks = self.to;
+        c.sources = self.from;
+        c.gather = if self.each {
+            rdpipe_plan::GatherMode::Each
+        } else {
+            rdpipe_plan::GatherMode::Lines { tag: self.tag }
+        };
         c.min_ok = self.min_ok.map(|n| n as usize);
         c
     }
@@ -178,7 +211,7 @@ fn check_optional_values(args: &PipeArgs) -> Result<(), Failure> {
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
     let cmd = <PipeArgs as clap::CommandFactory>::command();
-    for w in args.segments.iter().chain(&args.to) {
+    for w in args.segments.iter().chain(&args.to).chain(&args.from) {
         if w.contains(':') {
             continue;
         }

@@ -221,6 +221,8 @@ impl RunOpts {
             segments: vec![],
             prepared: None,
             sinks: vec![],
+            sources: vec![],
+            gather: rdpipe_plan::GatherMode::Lines { tag: false },
             min_ok: None,
             replay_window: self.replay_window,
             dry_run: self.dry_run,

@@ -40,6 +40,9 @@ pub struct Shared {
     /// The command's exit status, once it exited.
     status: Mutex<Option<ExitStatus>>,
     cv: Condvar,
+    /// Variables the command gets besides the agent's environment (a
+    /// `--from` source's `RDPIPE_SOURCE` and `RDPIPE_SOURCE_INDEX`).
+    pub env: Vec<(String, String)>,
 }
 
 impl Shared {
@@ -262,6 +265,7 @@ pub fn start_with(
         _ => Command::new(&shell),
     };
     c.arg("-c").arg(cmd).process_group(0);
+    c.envs(shared.env.iter().map(|(k, v)| (k, v)));
     if let Some(level) = shell_level(std::env::var("SHLVL").ok().as_deref()) {
         c.env("SHLVL", level);
     }

@@ -25,6 +25,8 @@ pub struct ConnectOrders {
     pub relink_in: mpsc::Receiver<Vec<u8>>,
     /// `RELINK out ADDR PORT KEY`, or `UNLINK` (`None`).
     pub relink_out: mpsc::Receiver<Option<RelinkTo>>,
+    /// `LANE K CONNECT in ...`, lane K at index K - 1.
+    pub lanes: Vec<mpsc::Receiver<(String, u16)>>,
 }
 
 /// Where a relay's re-link hop connects: address, port, key.
@@ -54,8 +56,12 @@ pub fn connect_wait(
 /// silence and catch signals; all end the segment through `tx` with a
 /// [`StopReason`] (a line that does not open ends it as a closed channel
 /// does). `PROBE` orders are answered on `say`, probing from `fabric` (this
-/// host's RDMA-capable addresses).
+/// host's RDMA-capable addresses). A merge segment's `lanes` get their own
+/// `CONNECT` and `PROBE` orders (`LANE K ...`); `LANE K UNLINK` gives lane K
+/// up ([`Ev::LaneDrop`]).
+#[allow(clippy::too_many_arguments)]
 pub fn listen<R: BufRead + Send + 'static>(
+    lanes: usize,
     mut stdin: R,
     mut opener: Option<Opener>,
     tx: &mpsc::Sender<Ev>,
@@ -90,6 +96,7 @@ pub fn listen<R: BufRead + Send + 'static>(
     let (out_tx, out_rx) = mpsc::channel();
     let (relink_in_tx, relink_in_rx) = mpsc::channel();
     let (relink_out_tx, relink_out_rx) = mpsc::channel();
+    let (lane_tx, lane_rx): (Vec<_>, Vec<_>) = (0..lanes).map(|_| mpsc::channel()).unzip();
     let tx = tx.clone();
     let meter = meter.clone();
     let say = say.clone();
@@ -111,7 +118,25 @@ pub fn listen<R: BufRead + Send + 'static>(
                     }
                 }
             }
-            match line.trim_end().parse::<ToAgent>() {
+            let (lane, order) = match line.trim_end().parse::<ToAgent>() {
+                Ok(ToAgent::Lane { lane, msg }) if lane <= lanes => (Some(lane), Ok(*msg)),
+                Ok(ToAgent::Lane { lane, .. }) => {
+                    tracing::debug!("control: no lane {lane}: {}", line.trim_end());
+                    continue;
+                }
+                other => (None, other),
+            };
+            match order {
+                Ok(ToAgent::Connect { dir, addr, port }) if lane.is_some() => {
+                    tracing::debug!("control: {}", line.trim_end());
+                    if dir == Direction::In {
+                        let _ = lane_tx[lane.unwrap_or(1) - 1].send((addr, port));
+                    }
+                }
+                Ok(ToAgent::Unlink) if lane.is_some() => {
+                    tracing::debug!("control: {}", line.trim_end());
+                    let _ = tx.send(Ev::LaneDrop(lane.unwrap_or(1)));
+                }
                 Ok(ToAgent::Ping) => {}
                 Ok(ToAgent::Connect { dir, addr, port }) => {
                     tracing::debug!("control: {}", line.trim_end());
@@ -135,13 +160,15 @@ pub fn listen<R: BufRead + Send + 'static>(
                                 &fabric,
                                 crate::reach::PROBE_TIMEOUT,
                             );
-                            say.send(&FromAgent::Reach { dir, results });
+                            let m = FromAgent::Reach { dir, results };
+                            say.send(&crate::transfers::lane_line(lane, m));
                         }
                     });
                     if t.is_err() {
                         // Cannot probe: answer at once, every address silent.
                         let results = asked.into_iter().map(|a| (a, Reach::Silent)).collect();
-                        say.send(&FromAgent::Reach { dir, results });
+                        let m = FromAgent::Reach { dir, results };
+                        say.send(&crate::transfers::lane_line(lane, m));
                     }
                 }
                 Ok(ToAgent::Progress) => {
@@ -161,6 +188,8 @@ pub fn listen<R: BufRead + Send + 'static>(
                     tracing::debug!("control: UNLINK");
                     let _ = relink_out_tx.send(None);
                 }
+                // (Unwrapped above: a lane's order is never itself a lane's.)
+                Ok(ToAgent::Lane { .. }) => {}
                 Err(e) => tracing::debug!("control: {e}: {}", line.trim_end()),
             }
         }
@@ -171,5 +200,6 @@ pub fn listen<R: BufRead + Send + 'static>(
         output: out_rx,
         relink_in: relink_in_rx,
         relink_out: relink_out_rx,
+        lanes: lane_rx,
     }
 }

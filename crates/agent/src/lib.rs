@@ -15,6 +15,8 @@
 //! - [`transfers`]: the incoming and outgoing transfer threads;
 //! - [`relay`]: a `--to` sink: the incoming stream teed into the command and
 //!   onward to the next sink;
+//! - [`gather`]: a line merge's segment (`--from`): one receiving lane per
+//!   source, their whole lines merged into the segment's input;
 //! - [`passthrough`]: a relay-only segment (`HOST:`): the incoming stream
 //!   forwarded to the outgoing transfer, no command;
 //! - [`inbox`]: rdpipe's control lines, the silence watchdog, signals;
@@ -41,6 +43,7 @@
 pub mod command;
 pub mod copy;
 pub mod file;
+pub mod gather;
 pub mod guard;
 pub mod inbox;
 pub mod inventory;
@@ -150,8 +153,24 @@ fn run(a: AgentArgs) -> bool {
     let meter = Arc::new(Meter::new(&say));
     let (tx, rx) = mpsc::channel();
     let silence = rdpipe_control::control_silence(a.reconnect_timeout);
-    let orders = inbox::listen(stdin, opener, &tx, &meter, &say, fabric, silence);
-    let shared = Arc::new(command::Shared::default());
+    let orders = inbox::listen(
+        a.lanes.len(),
+        stdin,
+        opener,
+        &tx,
+        &meter,
+        &say,
+        fabric,
+        silence,
+    );
+    let mut shared = command::Shared::default();
+    if let Some(host) = &a.source_host {
+        shared.env = vec![
+            ("RDPIPE_SOURCE".into(), host.clone()),
+            ("RDPIPE_SOURCE_INDEX".into(), a.source_index.to_string()),
+        ];
+    }
+    let shared = Arc::new(shared);
     let mut seg = Segment::new(
         say.clone(),
         shared.clone(),
@@ -185,14 +204,27 @@ fn run(a: AgentArgs) -> bool {
             chain_in: a.chain_in,
         }),
     };
-    if a.relay {
+    if !a.lanes.is_empty() {
+        gather::start_merge(&a, keys.lanes, &mut seg, &mut t, &shared);
+    } else if a.relay {
         passthrough::start(&mut seg, &mut t);
     } else if a.sink {
         relay::start_sink(&a, &mut seg, &mut t, &shared);
     } else if let Some(cmd) = &a.cmd {
         let with_input = seg.pending(Direction::In);
         let with_output = seg.pending(Direction::Out);
-        match command::start(cmd, with_input, with_output, &shared) {
+        // The last segment of a `--from --each` instance: its stdout is
+        // shown on rdpipe's stderr (our stdout is the control channel).
+        let started = if a.source_host.is_some() && !with_output {
+            let stderr = std::os::fd::AsFd::as_fd(&io::stderr())
+                .try_clone_to_owned()
+                .map(std::process::Stdio::from)
+                .unwrap_or_else(|_| std::process::Stdio::null());
+            command::start_with(cmd, with_input, stderr, &shared)
+        } else {
+            command::start(cmd, with_input, with_output, &shared)
+        };
+        match started {
             Ok(started) => {
                 if let Some(held) = started.input {
                     seg.held_input = Some(held.clone());

@@ -65,14 +65,27 @@ impl AsFd for RelayInput {
     }
 }
 
-/// The relay pipe's write end, closed (verified) by [`Tee::flush`].
-struct RelayOutput {
+/// The relay pipe's write end, closed (verified) by [`Tee::flush`] (or, as
+/// a merge's input, by its own flush).
+pub(crate) struct RelayOutput {
     pipe: File,
     verified: Arc<AtomicBool>,
 }
 
+/// As a merge's input ([`crate::gather`]): flushing it marks the stream
+/// verified; dropping it then ends the outgoing stream cleanly.
+impl Write for RelayOutput {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.pipe.write(buf)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.verified.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
 /// The relay pipe (close-on-exec: the sink's command must not hold its ends).
-fn relay_pipe() -> io::Result<(RelayInput, RelayOutput)> {
+pub(crate) fn relay_pipe() -> io::Result<(RelayInput, RelayOutput)> {
     let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
     rdpipe_transport::pump::grow_pipe(&w);
     let verified = Arc::new(AtomicBool::new(false));

@@ -77,6 +77,20 @@ pub enum Ev {
     /// A `--to` sink's command stopped reading after this many bytes of the
     /// stream; the stream goes on.
     Cut(u64),
+    /// A line merge's lane K (1-based) ended ([`super::gather`]).
+    Lane(usize, Result<Report, TransportError>),
+    /// rdpipe gave lane K up: its source is gone (`LANE K UNLINK`).
+    LaneDrop(usize),
+    /// Writing the merged lines into the segment's input failed.
+    MergeBroken(std::io::ErrorKind, String),
+}
+
+/// A line merge's state: its input and each lane's ([`super::gather`]).
+struct Merge {
+    merged: Arc<super::gather::Merged>,
+    lanes: Vec<Arc<super::gather::Delivered>>,
+    /// Lanes still running.
+    pending: Vec<bool>,
 }
 
 /// The segment's state while it runs.
@@ -115,6 +129,8 @@ pub struct Segment {
     /// An rdcp side's counts, filled by the packer or unpacker when it is
     /// done, reported before `USAGE`.
     pub copied: Arc<std::sync::Mutex<Option<rdpipe_control::CopyCounts>>>,
+    /// A line merge's lanes, when this segment is one.
+    merge: Option<Merge>,
 }
 
 impl Segment {
@@ -139,7 +155,94 @@ impl Segment {
             exited_first: false,
             usage_base: super::usage::measure(),
             copied: Arc::default(),
+            merge: None,
         }
+    }
+
+    /// This segment's input is a line merge of these lanes (lane K at
+    /// index K - 1), all running.
+    pub fn gather(
+        &mut self,
+        merged: Arc<super::gather::Merged>,
+        lanes: Vec<Arc<super::gather::Delivered>>,
+    ) {
+        let pending = vec![true; lanes.len()];
+        self.merge = Some(Merge {
+            merged,
+            lanes,
+            pending,
+        });
+        // With no lane at all, the input ends at once.
+        self.lane_ended();
+    }
+
+    /// A lane ended: when none is left, the merged input ends (cleanly:
+    /// the lanes that failed said so themselves).
+    fn lane_ended(&mut self) {
+        let Some(m) = &self.merge else { return };
+        if m.pending.iter().any(|p| *p) {
+            return;
+        }
+        let merged = m.merged.clone();
+        if let Err(e) = merged.finish() {
+            let (part, msg) = match &self.file_target {
+                Some(p) => (Part::File, format!("{p}: {e}")),
+                None => (Part::In, format!("ending the merged input: {e}")),
+            };
+            self.say
+                .send(&FromAgent::fail(part, FailKind::Error, 1, msg));
+            self.fail();
+        }
+    }
+
+    /// Lane `lane`'s end (`r`), reported as `LANE K ...` lines; `None`: it
+    /// was given up (its source is gone).
+    fn lane_done(&mut self, lane: usize, r: Option<Result<Report, TransportError>>) {
+        use super::transfers::lane_line;
+        let Some(m) = self.merge.as_mut() else { return };
+        match m.pending.get_mut(lane.wrapping_sub(1)) {
+            Some(p) if *p => *p = false,
+            _ => return,
+        }
+        let d = m.lanes[lane - 1].clone();
+        let broken = m.merged.is_broken();
+        let delivered = || {
+            format!(
+                "{} whole line(s), {} bytes, of it were delivered",
+                d.lines.load(std::sync::atomic::Ordering::Relaxed),
+                d.bytes.load(std::sync::atomic::Ordering::Relaxed)
+            )
+        };
+        let say = |m: FromAgent| self.say.send(&lane_line(Some(lane), m));
+        let ok = match r {
+            Some(Ok(r)) => {
+                say(FromAgent::Done {
+                    dir: Direction::In,
+                    report: HopReport::of(&r),
+                });
+                true
+            }
+            Some(Err(e)) => {
+                // The merged input failing shows as every lane's output error:
+                // an echo of that.
+                let kind = if broken {
+                    FailKind::Echo
+                } else {
+                    FailKind::Error
+                };
+                let msg = format!("{e}; {}", delivered());
+                say(FromAgent::fail(Part::In, kind, e.exit_code(), msg));
+                false
+            }
+            None => {
+                d.dropped.store(true, std::sync::atomic::Ordering::SeqCst);
+                let msg = format!("its source is gone; {}", delivered());
+                say(FromAgent::fail(Part::In, FailKind::Echo, 5, msg));
+                false
+            }
+        };
+        say(FromAgent::End { ok });
+        self.lane_ended();
     }
 
     /// Whether the transfer in `dir` is still expected.
@@ -193,7 +296,13 @@ impl Segment {
     }
 
     fn busy(&self) -> bool {
-        self.pending.iter().any(|p| *p) || self.pending_exit || self.pending_setup > 0
+        self.pending.iter().any(|p| *p)
+            || self.pending_exit
+            || self.pending_setup > 0
+            || self
+                .merge
+                .as_ref()
+                .is_some_and(|m| m.pending.iter().any(|p| *p))
     }
 
     /// Runs until every part has ended (or the grace after a failure is over),
@@ -293,6 +402,21 @@ impl Segment {
                 tracing::debug!("the command stopped reading after {n} bytes");
                 self.cut = Some(n);
             }
+            Ev::Lane(lane, r) => {
+                tracing::debug!(
+                    "lane {lane}: {}",
+                    match &r {
+                        Ok(r) => format!("{} bytes, verified", r.bytes),
+                        Err(e) => e.to_string(),
+                    }
+                );
+                self.lane_done(lane, Some(r));
+            }
+            Ev::LaneDrop(lane) => {
+                tracing::debug!("lane {lane}: given up (its source is gone)");
+                self.lane_done(lane, None);
+            }
+            Ev::MergeBroken(kind, msg) => self.merge_broken(kind, msg),
             Ev::Stop(why) => {
                 tracing::debug!("{why}");
                 self.say
@@ -301,6 +425,31 @@ impl Segment {
                 // Nobody waits for our report: a short grace for the command.
                 self.deadline = Some(Instant::now() + Duration::from_millis(500));
             }
+        }
+    }
+
+    /// Writing the merged lines failed: as a failed input (a command that
+    /// stopped reading is not stopped; its exit status still counts).
+    fn merge_broken(&mut self, kind: std::io::ErrorKind, msg: String) {
+        tracing::debug!("merged input: {msg}");
+        let stopped_reading =
+            self.has_cmd && self.deadline.is_none() && kind == std::io::ErrorKind::BrokenPipe;
+        let (part, msg) = match &self.file_target {
+            Some(p) => (Part::File, format!("{p}: {msg}")),
+            None if stopped_reading => (Part::In, "the command stopped reading its input".into()),
+            None => (Part::In, format!("writing the merged lines: {msg}")),
+        };
+        let fk = if stopped_reading {
+            FailKind::StoppedReading
+        } else {
+            FailKind::Error
+        };
+        self.say.send(&FromAgent::fail(part, fk, 5, msg));
+        if stopped_reading {
+            self.ok = false;
+            self.shared.poison(false);
+        } else {
+            self.fail();
         }
     }
 

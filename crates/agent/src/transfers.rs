@@ -30,12 +30,26 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Tells rdpipe when a transfer's connection is lost and when it resumed
-/// (`LOST`, `RECONNECTED`).
-fn notice(say: Say, dir: Direction) -> Box<dyn FnMut(HopState) + Send> {
-    Box::new(move |s| match s {
-        HopState::Lost { offset } => say.send(&FromAgent::Lost { dir, offset }),
-        HopState::Resumed(reconnect) => say.send(&FromAgent::Reconnected { dir, reconnect }),
+/// (`LOST`, `RECONNECTED`); a lane's (`Some(K)`) as `LANE K ...`.
+fn notice(say: Say, dir: Direction, lane: Option<usize>) -> Box<dyn FnMut(HopState) + Send> {
+    Box::new(move |s| {
+        let m = match s {
+            HopState::Lost { offset } => FromAgent::Lost { dir, offset },
+            HopState::Resumed(reconnect) => FromAgent::Reconnected { dir, reconnect },
+        };
+        say.send(&lane_line(lane, m));
     })
+}
+
+/// `m`, about lane K when `lane` is `Some(K)`.
+pub fn lane_line(lane: Option<usize>, m: FromAgent) -> FromAgent {
+    match lane {
+        Some(lane) => FromAgent::Lane {
+            lane,
+            msg: Box::new(m),
+        },
+        None => m,
+    }
 }
 
 /// Makes the receiver's output once the sender has authenticated.
@@ -113,8 +127,65 @@ impl Transfers {
             progress: Some(self.meter.callback(dir)),
             reconnect_timeout: self.reconnect_timeout,
             replay_window: self.reconnect_window,
-            notice: Some(notice(self.say.clone(), dir)),
+            notice: Some(notice(self.say.clone(), dir, None)),
         }
+    }
+
+    /// Starts lane `lane` (1-based) of a line merge: a receiving transfer
+    /// with `key` that listens (at `addr`, announced as `LANE K PORT in N`)
+    /// or connects where `LANE K CONNECT in` says, into `output`; its end
+    /// is an [`Ev::Lane`].
+    pub fn spawn_lane(
+        &mut self,
+        lane: usize,
+        link: Link,
+        addr: Option<String>,
+        key: Vec<u8>,
+        output: super::gather::LaneWriter,
+    ) {
+        let mut o = self.options(Direction::In);
+        o.key = key;
+        // The progress line counts the merged stream, not each lane.
+        o.progress = None;
+        o.notice = Some(notice(self.say.clone(), Direction::In, Some(lane)));
+        let ep: EndpointFactory = match link {
+            Link::Listen => {
+                let say = self.say.clone();
+                let bind = addr.filter(|a| a.parse::<std::net::IpAddr>().is_ok());
+                Box::new(move || {
+                    Ok(Endpoint::Listen {
+                        bind,
+                        port: 0,
+                        announce: Some(Box::new(move |port| {
+                            let m = FromAgent::Port {
+                                dir: Direction::In,
+                                port,
+                            };
+                            say.send(&lane_line(Some(lane), m));
+                            Ok(())
+                        })),
+                    })
+                })
+            }
+            Link::Connect | Link::None => {
+                let rx = match self.orders.lanes.get_mut(lane - 1) {
+                    Some(rx) => {
+                        let (dummy_tx, dummy) = mpsc::channel();
+                        drop(dummy_tx);
+                        std::mem::replace(rx, dummy)
+                    }
+                    None => mpsc::channel().1,
+                };
+                let timeout = self.connect_timeout;
+                Box::new(move || connect_wait(&rx, timeout))
+            }
+        };
+        let tx = self.tx.clone();
+        std::thread::spawn(move || {
+            let output: OutputFactory = Box::new(move || Ok(Box::new(output) as _));
+            let r = ep().and_then(|ep| run_recv(ep, o, output));
+            let _ = tx.send(Ev::Lane(lane, r));
+        });
     }
 
     /// Where `dir`'s transfer connects or listens, decided in its thread.

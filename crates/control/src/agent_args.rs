@@ -183,6 +183,28 @@ pub struct AgentArgs {
     /// (keyed with the chain's secret) that re-links when its relay dies.
     #[arg(long)]
     pub chain_in: bool,
+    /// A line merge's lanes (`rdpipe --from`): one incoming transfer per
+    /// source, in source order, each taking part as this says; their lines
+    /// are merged whole into the segment's input (the agent's gather). Each
+    /// lane's key is on the key line after the two hops' keys.
+    #[arg(long = "lane", value_enum, value_name = "LINK")]
+    pub lanes: Vec<Link>,
+    /// With `--lane`: the address the lanes listen at (as `--in-addr`).
+    #[arg(long, allow_hyphen_values = true)]
+    pub lane_addr: Option<String>,
+    /// With `--lane` (rdpipe's `--tag`): each lane's line prefix, in lane
+    /// order.
+    #[arg(long = "lane-tag", allow_hyphen_values = true, value_name = "TEXT")]
+    pub lane_tags: Vec<String>,
+    /// The `--from` source whose stream this segment carries (a source, or
+    /// an `--each` instance): the command's `RDPIPE_SOURCE`; with no
+    /// outgoing transfer, its stdout goes to rdpipe's stderr.
+    #[arg(long, allow_hyphen_values = true, value_name = "HOST")]
+    pub source_host: Option<String>,
+    /// With `--source-host`: the source's index (1-based),
+    /// `RDPIPE_SOURCE_INDEX`.
+    #[arg(long, value_name = "K", default_value_t = 0)]
+    pub source_index: usize,
     /// The control channel is Slurm's step I/O (`--launcher srun`): agree
     /// its key through munge first and open every line from rdpipe
     /// (the agent's trust, [`crate::seal`]).
@@ -279,6 +301,17 @@ impl AgentArgs {
             v.extend(["--replay-window".into(), self.replay_window.to_string()]);
         }
         on(&mut v, "chain-in", self.chain_in);
+        for l in &self.lanes {
+            v.extend(["--lane".into(), l.as_str().into()]);
+        }
+        opt(&mut v, "lane-addr", &self.lane_addr);
+        for t in &self.lane_tags {
+            v.extend(["--lane-tag".into(), t.clone()]);
+        }
+        opt(&mut v, "source-host", &self.source_host);
+        if self.source_index > 0 {
+            v.extend(["--source-index".into(), self.source_index.to_string()]);
+        }
         // What the segment does.
         opt(&mut v, "cmd", &self.cmd);
         opt(&mut v, "read", &self.read);
@@ -363,6 +396,11 @@ mod tests {
         a.verbose = 3;
         a.quiet = true;
         a.log = Some("rdpipe=debug".into());
+        a.lanes = vec![Link::Listen, Link::Connect];
+        a.lane_addr = Some("10.0.0.2".into());
+        a.lane_tags = vec!["pc1: ".into(), "-x[2]: ".into()];
+        a.source_host = Some("pc1".into());
+        a.source_index = 3;
         a
     }
 

@@ -18,16 +18,23 @@ pub struct KeyLine {
     /// MAC of the hops between sinks (`rdpipe_transport::chain`). A third word
     /// on the line, absent otherwise.
     pub chain: Option<Vec<u8>>,
+    /// A line merge's lanes' keys, in lane order (`--lane`): after a `-`
+    /// third word (no chain), one word each.
+    pub lanes: Vec<Vec<u8>>,
 }
 
 impl fmt::Display for KeyLine {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let word = |k: &Option<Vec<u8>>| k.as_deref().map(encode_hex).unwrap_or("-".into());
         write!(f, "{} {}", word(&self.input), word(&self.output))?;
-        match &self.chain {
-            Some(c) => write!(f, " {}", encode_hex(c)),
-            None => Ok(()),
+        match (&self.chain, self.lanes.is_empty()) {
+            (Some(c), _) => write!(f, " {}", encode_hex(c))?,
+            (None, false) => f.write_str(" -")?,
+            (None, true) => {}
         }
+        self.lanes
+            .iter()
+            .try_for_each(|k| write!(f, " {}", encode_hex(k)))
     }
 }
 
@@ -45,11 +52,16 @@ impl FromStr for KeyLine {
                 input: word(i)?,
                 output: word(o)?,
                 chain: None,
+                lanes: vec![],
             }),
-            [i, o, c] => Ok(KeyLine {
+            [i, o, c, ref lanes @ ..] => Ok(KeyLine {
                 input: word(i)?,
                 output: word(o)?,
-                chain: Some(parse_key(c)?),
+                chain: word(c)?,
+                lanes: lanes
+                    .iter()
+                    .map(|k| parse_key(k))
+                    .collect::<Result<_, _>>()?,
             }),
             _ => Err(ParseError::Field("key line")),
         }

@@ -104,7 +104,7 @@ pub use usage::{CpuTimes, Usage};
 
 /// Version of the control protocol (`HELLO V`). An agent of another version is
 /// not used.
-pub const PROTOCOL: u32 = 10;
+pub const PROTOCOL: u32 = 11;
 
 /// The most addresses one `PROBE` asks about (and an agent accepts).
 pub const MAX_PROBE: usize = 16;
@@ -214,8 +214,17 @@ pub enum ToAgent {
         /// The re-link hop's key.
         key: Vec<u8>,
     },
-    /// `UNLINK`: no re-link is coming for the lost relay.
+    /// `UNLINK`: no re-link is coming for the lost relay; to a lane, its
+    /// source is gone: give the lane up.
     Unlink,
+    /// `LANE K LINE`: `LINE` (`CONNECT in`, `PROBE in`, `UNLINK`) is for lane
+    /// K (1-based) of a merge segment's agent.
+    Lane {
+        /// The lane.
+        lane: usize,
+        /// The order.
+        msg: Box<ToAgent>,
+    },
 }
 
 impl fmt::Display for ToAgent {
@@ -235,6 +244,7 @@ impl fmt::Display for ToAgent {
                 write!(f, "RELINK out {addr} {port} {}", encode_hex(key))
             }
             ToAgent::Unlink => f.write_str("UNLINK"),
+            ToAgent::Lane { lane, msg } => write!(f, "LANE {lane} {msg}"),
         }
     }
 }
@@ -265,6 +275,16 @@ impl FromStr for ToAgent {
                 key: keys::parse_key(key)?,
             }),
             ["UNLINK"] => Ok(ToAgent::Unlink),
+            ["LANE", lane, ..] => {
+                let (lane, rest) = lane_prefix(l, lane)?;
+                match rest.parse()? {
+                    ToAgent::Lane { .. } => Err(ParseError::Field("lane")),
+                    msg => Ok(ToAgent::Lane {
+                        lane,
+                        msg: Box::new(msg),
+                    }),
+                }
+            }
             _ => Err(ParseError::Unknown),
         }
     }
@@ -352,6 +372,15 @@ pub enum FromAgent {
     Copied(CopyCounts),
     /// `MUNGE CRED`: the agent's answer on a sealed (srun) channel.
     Munge(CredLine),
+    /// `LANE K LINE`: `LINE` (`PORT in`, `REACH in`, `DONE in`, `BYTES in`,
+    /// `LOST in`, `RECONNECTED in`, `FAIL in`, `END`) is about lane K
+    /// (1-based) of a merge segment's agent.
+    Lane {
+        /// The lane.
+        lane: usize,
+        /// What it says.
+        msg: Box<FromAgent>,
+    },
 }
 
 impl FromAgent {
@@ -427,8 +456,24 @@ impl fmt::Display for FromAgent {
             FromAgent::Usage(u) => write!(f, "USAGE {u}"),
             FromAgent::Copied(c) => write!(f, "COPIED {c}"),
             FromAgent::Munge(c) => write!(f, "{c}"),
+            FromAgent::Lane { lane, msg } => write!(f, "LANE {lane} {msg}"),
         }
     }
+}
+
+/// The lane number of a `LANE K LINE` line `l` (K is `word`, 1-based) and
+/// the rest of the line.
+fn lane_prefix<'a>(l: &'a str, word: &str) -> Result<(usize, &'a str), ParseError> {
+    let lane: usize = num(word, "lane")?;
+    if lane == 0 {
+        return Err(ParseError::Field("lane"));
+    }
+    let rest = l
+        .strip_prefix("LANE ")
+        .and_then(|r| r.strip_prefix(word))
+        .and_then(|r| r.strip_prefix(' '))
+        .ok_or(ParseError::Field("lane"))?;
+    Ok((lane, rest))
 }
 
 fn field<'a>(
@@ -557,6 +602,18 @@ impl FromStr for FromAgent {
             "MUNGE" => CredLine::new(rest)
                 .map(FromAgent::Munge)
                 .map_err(|_| ParseError::Field("munge credential")),
+            "LANE" => {
+                let (lane, rest) = lane_prefix(l, rest.split(' ').next().unwrap_or(""))?;
+                match rest.parse()? {
+                    FromAgent::Lane { .. } | FromAgent::Munge(_) | FromAgent::Hello { .. } => {
+                        Err(ParseError::Field("lane"))
+                    }
+                    msg => Ok(FromAgent::Lane {
+                        lane,
+                        msg: Box::new(msg),
+                    }),
+                }
+            }
             _ => Err(ParseError::Unknown),
         }
     }

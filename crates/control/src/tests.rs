@@ -281,6 +281,7 @@ fn key_lines_round_trip_and_reject_garbage() {
         input: Some(vec![1, 2, 0xff]),
         output: None,
         chain: None,
+        lanes: vec![],
     };
     assert_eq!(k.to_string(), "0102ff -");
     assert_eq!(k.to_string().parse::<KeyLine>(), Ok(k));
@@ -288,18 +289,28 @@ fn key_lines_round_trip_and_reject_garbage() {
         input: None,
         output: Some(vec![3]),
         chain: Some(vec![4, 5]),
+        lanes: vec![],
     };
     assert_eq!(k.to_string(), "- 03 0405");
+    assert_eq!(k.to_string().parse::<KeyLine>(), Ok(k));
+    // A merge segment's lanes: after a `-` in the chain's place.
+    let k = KeyLine {
+        input: None,
+        output: Some(vec![3]),
+        chain: None,
+        lanes: vec![vec![6], vec![7, 8]],
+    };
+    assert_eq!(k.to_string(), "- 03 - 06 0708");
     assert_eq!(k.to_string().parse::<KeyLine>(), Ok(k));
     for bad in [
         "",
         "abc",
         "0102",
         "zz -",
-        "- - -",
         "0102 x",
         "- - zz",
-        "- - 01 02",
+        "- - 01 02 -",
+        "- - - zz",
     ] {
         assert!(bad.parse::<KeyLine>().is_err(), "{bad:?}");
     }
@@ -370,5 +381,70 @@ proptest::proptest! {
         let t = |u, s| CpuTimes { user: Duration::from_micros(u), system: Duration::from_micros(s) };
         let m = FromAgent::Usage(Usage { agent: t(v[0], v[1]), command: t(v[2], v[3]) });
         proptest::prop_assert_eq!(m.to_string().parse::<FromAgent>(), Ok(m));
+    }
+}
+
+#[test]
+fn lane_lines_wrap_one_line_for_one_lane() {
+    let m = FromAgent::Lane {
+        lane: 3,
+        msg: Box::new(FromAgent::Port {
+            dir: Direction::In,
+            port: 4242,
+        }),
+    };
+    assert_eq!(m.to_string(), "LANE 3 PORT in 4242");
+    round_trip_from(m);
+    round_trip_from(FromAgent::Lane {
+        lane: 1,
+        msg: Box::new(FromAgent::fail(Part::In, FailKind::Echo, 5, "gone: x y")),
+    });
+    round_trip_from(FromAgent::Lane {
+        lane: 64,
+        msg: Box::new(FromAgent::End { ok: false }),
+    });
+    for m in [
+        ToAgent::Lane {
+            lane: 2,
+            msg: Box::new(ToAgent::Connect {
+                dir: Direction::In,
+                addr: "10.0.0.1".into(),
+                port: 9,
+            }),
+        },
+        ToAgent::Lane {
+            lane: 7,
+            msg: Box::new(ToAgent::Unlink),
+        },
+    ] {
+        assert_eq!(m.to_string().parse::<ToAgent>(), Ok(m.clone()));
+    }
+    for bad in [
+        "LANE",
+        "LANE 0 END ok",
+        "LANE x END ok",
+        "LANE 1",
+        "LANE 1 LANE 2 END ok",
+        "LANE 1 HELLO 10",
+        "LANE 1 NOPE",
+        "LANE -1 END ok",
+    ] {
+        assert!(bad.parse::<FromAgent>().is_err(), "{bad}");
+    }
+    for bad in [
+        "LANE 0 UNLINK",
+        "LANE 1 LANE 1 UNLINK",
+        "LANE 1",
+        "LANE 1 PONG",
+    ] {
+        assert!(bad.parse::<ToAgent>().is_err(), "{bad}");
+    }
+}
+
+proptest::proptest! {
+    #[test]
+    fn lane_lines_never_panic(line in "LANE[ 0-9A-Za-z.-]{0,40}") {
+        let _ = line.parse::<FromAgent>();
+        let _ = line.parse::<ToAgent>();
     }
 }

@@ -40,7 +40,7 @@ pub fn plan_fanout(
     let first_sink = segments.len();
     for arg in sinks
         .iter()
-        .map(|a| expand_sink(a))
+        .map(|a| expand_hostlist_arg(a))
         .collect::<Result<Vec<_>, _>>()?
         .concat()
     {
@@ -71,9 +71,10 @@ pub fn plan_fanout(
     Ok(p)
 }
 
-/// One `--to` argument as the sinks it names: a Slurm hostlist in its host
-/// (`n[001-064]:CMD`) is one sink per host, in order ([`super::hostlist`]).
-fn expand_sink(arg: &str) -> Result<Vec<String>, PlanError> {
+/// One `--to` (or `--from`) argument as the segments it names: a Slurm
+/// hostlist in its host (`n[001-064]:CMD`) is one per host, in order
+/// ([`super::hostlist`]).
+pub(super) fn expand_hostlist_arg(arg: &str) -> Result<Vec<String>, PlanError> {
     match arg.split_once(':') {
         Some((host, cmd)) if !arg.starts_with('[') => Ok(super::hostlist::expand(host)?
             .into_iter()

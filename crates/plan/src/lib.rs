@@ -51,9 +51,11 @@
 use std::fmt;
 
 mod fanout;
+mod gather;
 pub mod hostlist;
 mod parse;
 pub use fanout::plan_fanout;
+pub use gather::{expand_source_path, plan_gather, Gather, GatherMode, Source};
 pub use parse::{parse_data_host, parse_segment, quotes_balanced};
 
 /// Where a segment runs.
@@ -120,6 +122,13 @@ pub enum Action {
     /// `HOST:` (empty command): forward the incoming stream to the next hop,
     /// unchanged, without a command.
     Relay,
+    /// A `--from` source's lane into a line merge: receives source
+    /// `source`'s stream (1-based) inside the merge segment's agent (see
+    /// `plan/gather.rs`); never an agent of its own.
+    Lane {
+        /// The source's index (1-based).
+        source: usize,
+    },
     /// rdcp's source side: these paths sent as an entry stream
     /// (`rdpipe_copy::pack`); directories only with `recursive`.
     Pack {
@@ -210,6 +219,7 @@ impl fmt::Display for Action {
             }
             // What follows the `:` (the argument as written, trimmed).
             Action::Relay => Ok(()),
+            Action::Lane { source } => write!(f, "lane of source {source}"),
             Action::Pack { sources, .. } => write!(f, "rdcp from {}", sources.join(" ")),
             Action::Unpack { dest, .. } => write!(f, "rdcp to {dest}"),
             Action::List { dest, .. } => write!(f, "rdcp: list {dest}"),
@@ -287,6 +297,9 @@ pub struct Pipeline {
     /// With `--to` sinks: the first sink's index (the segments from it on are
     /// sinks, each relaying to the next; see `plan/fanout.rs`).
     pub first_sink: Option<usize>,
+    /// With `--from` sources: who they are and how they are gathered (see
+    /// `plan/gather.rs`).
+    pub gather: Option<Gather>,
 }
 
 /// A malformed argument (exit status 2).
@@ -346,6 +359,21 @@ pub enum PlanError {
         /// What is wrong.
         why: String,
     },
+    /// A `--from` source that writes a file.
+    #[error("--from '{0}': a source sends a stream, it cannot write a file ('> FILE'); put the file in a segment after the sources")]
+    SourceWrites(String),
+    /// A `--from` source with an empty command.
+    #[error("--from '{0}': a source needs a command or '< FILE' after the ':'")]
+    SourceRelays(String),
+    /// The first segment after `--from` sources reads a file.
+    #[error("'{0}': the first segment after the --from sources receives the gathered stream, it cannot read a file ('< FILE')")]
+    GatherSinkReads(String),
+    /// `--each` without a sink segment.
+    #[error("--each runs the sink segments once per source: give at least one HOST:CMD after the --from sources")]
+    EachWithoutSink,
+    /// `--from` and `--to` together.
+    #[error("--from and --to cannot be used in one run (many hosts into one, or one into many)")]
+    FromAndTo,
     /// A `--data-host` value that is not `HOST=ADDR`.
     #[error("--data-host '{0}' is not HOST=ADDR")]
     BadDataHost(String),
@@ -437,6 +465,7 @@ pub fn plan_chain(
         segments,
         hops,
         first_sink: None,
+        gather: None,
     }
 }
 
@@ -474,10 +503,15 @@ impl Pipeline {
         }
     }
 
-    /// The distinct remote hosts, in first-use order, with their segment indices.
+    /// The distinct remote hosts, in first-use order, with the indices of
+    /// the segments that have an agent there (a line merge's lanes run in
+    /// their merge segment's agent: not listed).
     pub fn remote_hosts(&self) -> Vec<(RemoteHost, Vec<usize>)> {
         let mut out: Vec<(RemoteHost, Vec<usize>)> = Vec::new();
         for (i, s) in self.segments.iter().enumerate() {
+            if matches!(s.action, Action::Lane { .. }) {
+                continue;
+            }
             if let Host::Remote(r) = &s.host {
                 match out.iter_mut().find(|(h, _)| h == r) {
                     Some((_, v)) => v.push(i),
@@ -509,7 +543,13 @@ impl Pipeline {
                     "{} file {path:?}",
                     if *append { "append to" } else { "write" }
                 ),
+                Action::Relay if self.gather.as_ref().is_some_and(|g| g.merge == Some(i)) => {
+                    "merge the sources' lines into one stream, no command".into()
+                }
                 Action::Relay => "relay only: forwards the stream unchanged, no command".into(),
+                Action::Lane { source } => {
+                    format!("lane of source {source}, run by the merge segment's agent")
+                }
                 Action::List { dest, .. } => {
                     format!("list what {dest:?} holds (rdcp --resume)")
                 }
@@ -559,6 +599,7 @@ impl Pipeline {
             );
         }
         self.describe_fanout(&mut s);
+        self.describe_gather(&mut s);
         s
     }
 }

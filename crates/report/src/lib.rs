@@ -331,6 +331,33 @@ pub struct SinkReport {
     pub problem: Option<String>,
 }
 
+/// One `--from` source of a gather, in `rdpipe --json FILE`.
+#[derive(Debug, Clone, Serialize)]
+pub struct SourceReport {
+    /// Its index (1-based, `RDPIPE_SOURCE_INDEX`).
+    pub index: usize,
+    /// The host as written.
+    pub host: String,
+    /// Its command or `< FILE`.
+    pub command: String,
+    /// Bytes it sent and its receiver verified.
+    pub bytes: Option<u64>,
+    /// Their xxh3-64 checksum, 16 hex digits.
+    pub checksum: Option<String>,
+    /// Its hop's transport and integrity (`tcp, encrypt`).
+    pub transport: Option<String>,
+    /// Its stream arrived whole and verified, at every segment of its own.
+    pub verified: bool,
+    /// Its command's exit status as a shell reports it.
+    pub exit_status: Option<i32>,
+    /// Times its hop reconnected.
+    pub reconnects: usize,
+    /// The source succeeded.
+    pub ok: bool,
+    /// What went wrong, if anything.
+    pub problem: Option<String>,
+}
+
 /// `rdpipe --json FILE`.
 #[derive(Debug, Clone, Serialize)]
 pub struct PipeReport {
@@ -345,6 +372,9 @@ pub struct PipeReport {
     /// With `--to`: each sink's verdict, in chain order (absent otherwise).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub sinks: Vec<SinkReport>,
+    /// With `--from`: each source's verdict, in order (absent otherwise).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<SourceReport>,
     /// The outcome.
     pub verdict: VerdictReport,
     /// `--rate-limit`, bytes per second, applied by every hop's sender.
@@ -364,6 +394,7 @@ impl PipeReport {
             hops: vec![],
             segments: vec![],
             sinks: vec![],
+            sources: vec![],
             rate_limit_bytes_per_second: None,
             verdict: VerdictReport {
                 exit_status,

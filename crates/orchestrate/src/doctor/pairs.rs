@@ -19,6 +19,8 @@ fn config(cfg: &DoctorConfig, from: &Target, to: &Target, transport: TransportPr
             format!("{}:> /dev/null", to.arg),
         ],
         sinks: vec![],
+        sources: vec![],
+        gather: rdpipe_plan::GatherMode::Lines { tag: false },
         min_ok: None,
         replay_window: 0,
         dry_run: false,

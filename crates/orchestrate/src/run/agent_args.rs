@@ -59,6 +59,36 @@ pub fn agent_settings(p: &Pipeline, i: usize, a: &Config, via: &'static str) -> 
             v.chain_in = i > p.sinks().start;
         }
     }
+    // A line merge's lanes: one incoming transfer per source.
+    let lanes = p.lanes_of(i);
+    if !lanes.is_empty() {
+        v.lanes = lanes.iter().map(|&l| p.links(l).0).collect();
+        let addrs: Vec<Option<String>> = lanes
+            .iter()
+            .map(|&l| {
+                p.hop_into(Node::Segment(l))
+                    .filter(|h| h.listener == Node::Segment(l) && !discovered(h))
+                    .map(|h| h.address.clone())
+            })
+            .collect();
+        // One address for all, or (several) every address of the host.
+        if addrs.windows(2).all(|w| w[0] == w[1]) {
+            v.lane_addr = addrs.into_iter().next().flatten();
+        }
+        if let Some(rdpipe_plan::Gather {
+            mode: rdpipe_plan::GatherMode::Lines { tag: true },
+            sources,
+            ..
+        }) = &p.gather
+        {
+            v.lane_tags = sources.iter().map(|s| s.tag.clone()).collect();
+        }
+    }
+    // A source's own segments: the command's RDPIPE_SOURCE.
+    if let Some(s) = p.source_of(i) {
+        v.source_host = Some(s.host.clone());
+        v.source_index = s.index;
+    }
     set_action(&mut v, &seg.action);
     v
 }
@@ -80,6 +110,8 @@ fn set_action(v: &mut AgentArgs, action: &Action) {
             append: false,
         } => v.write = Some(path.clone()),
         Action::Relay => v.relay = true,
+        // Never an agent of its own (run by its merge segment's agent).
+        Action::Lane { .. } => v.relay = true,
         Action::SaveListing { run } => v.save_listing = Some(run.clone()),
         Action::Pack {
             sources,

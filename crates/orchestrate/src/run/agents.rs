@@ -15,8 +15,16 @@ impl Runner {
         let me = Node::Segment(i);
         let seg = self.seg_desc(i);
         let st = &mut self.segs[i];
+        if st.exited {
+            return;
+        }
         st.exited = true;
         let (hello, ended) = (st.hello, st.ended);
+        // A lane that had not ended when its merge segment's agent did:
+        // that agent's end is what is reported.
+        if self.plan.lane_host_segment(i).is_some() && ended != Some(true) {
+            return;
+        }
         if ended == Some(true) {
             let missing =
                 |d: Direction, hop: Option<_>| hop.is_some() && st.reports[d.index()].is_none();
@@ -44,6 +52,23 @@ impl Runner {
             // ([`super::sinks`]), not as the pipeline's failure: the chain
             // re-links around it, or the sinks after it lose their stream
             // (their verdicts say so).
+            // A `--from` source's own agent: judged with the sources
+            // ([`super::sources`]); its stream's other segments are stopped,
+            // the other sources go on.
+            (_, true)
+                if self.signal.is_none() && !self.closing && self.plan.source_of(i).is_some() =>
+            {
+                self.findings.source_failures.push(Finding {
+                    cause: Cause::Died {
+                        seg,
+                        how,
+                        teardown: false,
+                    },
+                    node: Some(me),
+                });
+                self.stop_source(i).await;
+                return;
+            }
             (_, true) if self.signal.is_none() && !self.closing && self.plan.is_sink(i) => {
                 self.findings.sink_failures.push(Finding {
                     cause: Cause::Died {
@@ -82,10 +107,24 @@ impl Runner {
         } else {
             debug!("[{}] said: {l}", i + 1);
         }
+        // A merge segment's lane speaks through its agent.
+        let (i, msg) = match msg {
+            FromAgent::Lane { lane, msg } => match self.plan.lanes_of(i).get(lane - 1) {
+                Some(&l) => (l, *msg),
+                None => {
+                    debug!("[{}] no lane {lane} (ignored)", i + 1);
+                    return;
+                }
+            },
+            m => (i, m),
+        };
         let me = Node::Segment(i);
         match msg {
             FromAgent::Hello { version } => {
                 self.segs[i].hello = true;
+                for l in self.plan.lanes_of(i) {
+                    self.segs[l].hello = true;
+                }
                 if version != PROTOCOL {
                     let host = self.plan.segments[i].host.label().to_string();
                     let version = Some(version);
@@ -106,7 +145,9 @@ impl Runner {
                 code,
                 message,
             } => {
-                if self.sink_failed(i, part, kind, code, &message) {
+                if self.sink_failed(i, part, kind, code, &message)
+                    || self.source_failed(i, part, kind, code, &message)
+                {
                     return;
                 }
                 self.segs[i].failed = true;
@@ -129,6 +170,8 @@ impl Runner {
             FromAgent::Copied(c) => self.segs[i].copied = Some(c),
             // Only the first line of a sealed channel (`rdpipe_launch::srun`).
             FromAgent::Munge(_) => debug!("[{}] a MUNGE line after the handshake: ignored", i + 1),
+            // (Unwrapped above: a lane never speaks for another.)
+            FromAgent::Lane { .. } => debug!("[{}] a nested LANE line: ignored", i + 1),
             FromAgent::Lost { dir, offset } => {
                 info!(
                     "{}: the {} hop's connection was lost at byte {offset}; reconnecting",

@@ -59,6 +59,12 @@ pub fn build_plan(
                 &resolve,
             ))
         }
+        None if !a.sources.is_empty() => {
+            if !a.sinks.is_empty() {
+                return Err(PlanError::FromAndTo);
+            }
+            rdpipe_plan::plan_gather(&a.sources, &a.segments, a.gather, &resolve)
+        }
         None => plan_fanout(&a.segments, &a.sinks, stdin_is_input, &resolve),
     }
 }

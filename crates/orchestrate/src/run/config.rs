@@ -19,8 +19,13 @@ pub struct Config {
     pub prepared: Option<Vec<rdpipe_plan::Segment>>,
     /// The `--to HOST:CMD` sinks of a fan-out (chain relay), in order.
     pub sinks: Vec<String>,
-    /// `--min-ok N`: the run succeeds when at least N sinks succeeded (default:
-    /// all of them).
+    /// The `--from HOST:CMD` sources of a gather; `segments` are then its
+    /// sink pipeline.
+    pub sources: Vec<String>,
+    /// How the sources are gathered (`--each`, `--tag`).
+    pub gather: rdpipe_plan::GatherMode,
+    /// `--min-ok N`: the run succeeds when at least N sinks (or sources)
+    /// succeeded (default: all of them).
     pub min_ok: Option<usize>,
     /// `--replay-window`: bytes each relaying sink keeps for a re-link (0: off).
     pub replay_window: usize,
@@ -131,6 +136,8 @@ impl Config {
             prepared: None,
             segments,
             sinks: vec![],
+            sources: vec![],
+            gather: rdpipe_plan::GatherMode::Lines { tag: false },
             min_ok: None,
             replay_window: 0,
             dry_run: false,

@@ -115,6 +115,10 @@ impl Discovery {
 impl Runner {
     /// Segment `i`'s `FABRIC` line: relay the `PORT`s that waited for it.
     pub(super) async fn fabric_reported(&mut self, i: usize, addrs: Vec<NetAddr>) {
+        // A merge segment's lanes are on its host.
+        for l in self.plan.lanes_of(i) {
+            self.disc.fabric[l] = Some(addrs.clone());
+        }
         self.disc.fabric[i] = Some(addrs);
         let pending = std::mem::take(&mut self.disc.pending);
         for (k, port) in pending {

@@ -36,6 +36,7 @@ pub mod progress;
 pub mod record;
 pub mod relink;
 pub mod sinks;
+pub mod sources;
 pub mod spawn;
 
 pub mod teardown;
@@ -308,6 +309,10 @@ struct Findings {
     /// `--to` sinks' own failures (command, file): judged at the end against
     /// `--min-ok` ([`sinks`]), they do not stop the pipeline.
     sink_failures: Vec<Finding>,
+    /// Failures along a `--from` source's own segments (the source, its
+    /// lane or `--each` instances): judged per source at the end against
+    /// `--min-ok` ([`sources`]); they stop only that source's segments.
+    source_failures: Vec<Finding>,
 }
 
 /// rdpipe's own two ends: the sender of its stdin, the receiver into its
@@ -559,6 +564,20 @@ impl Runner {
     }
 
     async fn send(&mut self, i: usize, m: &ToAgent) {
+        // A lane's orders go to its merge segment's agent, marked for it.
+        let lane;
+        let (i, m) = match self.plan.lane_host_segment(i) {
+            Some(_) if *m == ToAgent::Ping => return,
+            Some(merge) => {
+                let k = self.plan.lanes_of(merge).iter().position(|&l| l == i);
+                lane = ToAgent::Lane {
+                    lane: k.map_or(0, |k| k + 1),
+                    msg: Box::new(m.clone()),
+                };
+                (merge, &lane)
+            }
+            None => (i, m),
+        };
         if self.agents[i].stdin.is_none() {
             return;
         }
@@ -592,7 +611,13 @@ impl Runner {
     async fn handle(&mut self, m: Event) {
         match m {
             Event::Line(i, l) => self.handle_line(i, &l).await,
-            Event::Exited(i, code, text) => self.agent_exited(i, code, text).await,
+            Event::Exited(i, code, text) => {
+                // A merge segment's lanes end with its agent.
+                for l in self.plan.lanes_of(i) {
+                    self.agent_exited(l, code, text.clone()).await;
+                }
+                self.agent_exited(i, code, text).await
+            }
             Event::Source(r) => self.source_ended(r),
             Event::Sink(r) => self.sink_ended(r),
             Event::Reached(k, r) => self.probed(k, r).await,

@@ -14,6 +14,7 @@ impl Runner {
             self.check_reports();
         }
         self.judge_sinks();
+        self.judge_sources();
         if self.config.verbose > 0 && self.config.summary {
             self.say_hop_reports(wall);
         }
@@ -33,8 +34,12 @@ impl Runner {
         let chain = self.plan.sinks();
         let judged_as_sink =
             |n: Node| matches!(n, Node::Segment(k) if k > chain.start && chain.contains(&k));
+        let source_segs: Vec<bool> = (0..self.segs.len())
+            .map(|k| self.plan.source_of(k).is_some())
+            .collect();
+        let judged_as_source = |n: Node| matches!(n, Node::Segment(k) if source_segs[k]);
         for h in self.plan.hops.clone() {
-            if judged_as_sink(h.to) {
+            if judged_as_sink(h.to) || judged_as_source(h.to) {
                 continue;
             }
             match (self.sent_report(h.from), self.recv_report(h.to)) {
@@ -51,7 +56,10 @@ impl Runner {
             }
         }
         for i in 0..self.segs.len() {
-            if self.segs[i].ended != Some(true) && !self.plan.is_sink(i) {
+            if self.segs[i].ended != Some(true)
+                && !self.plan.is_sink(i)
+                && self.plan.source_of(i).is_none()
+            {
                 let seg = self.seg_desc(i);
                 self.fail(Some(Node::Segment(i)), Cause::NoSuccess { seg });
             }
@@ -82,7 +90,12 @@ impl Runner {
                 .failures
                 .iter()
                 .any(|f| f.node == Some(Node::Segment(k)) && f.cause.rank() < 2);
-            if st.lost_by.is_empty() || spoke || known || self.plan.is_sink(k) {
+            if st.lost_by.is_empty()
+                || spoke
+                || known
+                || self.plan.is_sink(k)
+                || self.plan.source_of(k).is_some()
+            {
                 continue;
             }
             // In stream order, whichever reported first.
@@ -150,6 +163,29 @@ impl Runner {
                 continue;
             }
             let me = Node::Segment(i);
+            let lanes = self.plan.lanes_of(i);
+            if !lanes.is_empty() {
+                // A line merge with no sink segment: what it gathered.
+                let whole = lanes
+                    .iter()
+                    .filter(|&&l| self.recv_report(Node::Segment(l)).is_some())
+                    .count();
+                let sent = self.sent_report(me).map_or(0, |s| s.bytes);
+                rdpipe_term::say(
+                    tool(),
+                    format!(
+                        "{}: merged the lines of {whole} of {} source(s) whose stream arrived \
+                         whole: {sent} bytes to {}",
+                        self.plan.node_name(me),
+                        lanes.len(),
+                        self.plan
+                            .hop_from(me)
+                            .map(|h| self.plan.node_name(h.to))
+                            .unwrap_or_default()
+                    ),
+                );
+                continue;
+            }
             let (from, to) = (self.plan.hop_into(me), self.plan.hop_from(me));
             let name = |h: Option<Node>| h.map(|n| self.plan.node_name(n)).unwrap_or_default();
             let what = match (self.recv_report(me), self.sent_report(me)) {

@@ -78,6 +78,7 @@ impl Runner {
             hops,
             segments,
             sinks: self.sink_reports(),
+            sources: self.source_reports(),
             rate_limit_bytes_per_second: self.config.rate_limit.map(|r| r.bytes_per_sec()),
             verdict: VerdictReport {
                 exit_status: 0,

@@ -57,6 +57,11 @@ impl Runner {
         let mut starting = tokio::task::JoinSet::new();
         let via = self.launchers.remote().address_origin();
         for i in 0..n {
+            if self.plan.lane_host_segment(i).is_some() {
+                // Run by its merge segment's agent.
+                args_of.push(None);
+                continue;
+            }
             let host = self.plan.segments[i].host.clone();
             let launcher = self.launchers.of(&host).clone();
             let settings = agent_settings(&self.plan, i, &self.config, via);
@@ -76,7 +81,7 @@ impl Runner {
                 env: tuning.clone(),
                 pipe_stderr: self.progress.is_some(),
             };
-            args_of.push((launcher.kind(), settings.to_argv()));
+            args_of.push(Some((launcher.kind(), settings.to_argv())));
             starting.spawn(async move { (i, launcher.spawn_agent(start).await) });
         }
         let mut started: Vec<Option<Result<Spawned, LaunchError>>> = (0..n).map(|_| None).collect();
@@ -87,6 +92,9 @@ impl Runner {
             }
         }
         for (i, spawned) in started.into_iter().enumerate() {
+            if self.plan.lane_host_segment(i).is_some() {
+                continue;
+            }
             let Some(spawned) = spawned else {
                 self.segs[i].exited = true;
                 continue;
@@ -98,6 +106,12 @@ impl Runner {
                 input: self.hop_key(me, Direction::In),
                 output: self.hop_key(me, Direction::Out),
                 chain: chain_hops(&self.plan, i, &self.config).then(|| self.keys.chain.clone()),
+                lanes: self
+                    .plan
+                    .lanes_of(i)
+                    .into_iter()
+                    .filter_map(|l| self.hop_key(Node::Segment(l), Direction::In))
+                    .collect(),
             };
             let mut lines = vec![keys.to_string()];
             if self.progress.is_some() {
@@ -107,13 +121,14 @@ impl Runner {
             let host = self.plan.segments[i].host.label().to_string();
             match spawned {
                 Ok(Spawned::Ready { handle, sealer }) => {
-                    let (via, argv) = &args_of[i];
-                    debug!(
-                        "[{}] agent started on {host}{} ({via}): --agent {}",
-                        i + 1,
-                        pid_of(&handle),
-                        argv.join(" ")
-                    );
+                    if let Some((via, argv)) = &args_of[i] {
+                        debug!(
+                            "[{}] agent started on {host}{} ({via}): --agent {}",
+                            i + 1,
+                            pid_of(&handle),
+                            argv.join(" ")
+                        );
+                    }
                     if sealer.is_some() {
                         debug!("[{}] control channel sealed (munge, X25519)", i + 1);
                     }
@@ -146,6 +161,19 @@ impl Runner {
                     let seg = self.seg_desc(i);
                     let message = e.cause.to_string();
                     self.fail(Some(Node::Segment(i)), Cause::Segment { seg, message });
+                }
+            }
+        }
+        self.lanes_follow_merge();
+    }
+
+    /// A line merge's lanes share their merge segment's agent: if it did not
+    /// start, neither did they.
+    pub(super) fn lanes_follow_merge(&mut self) {
+        for i in 0..self.segs.len() {
+            if let Some(m) = self.plan.lane_host_segment(i) {
+                if self.segs[m].exited {
+                    self.segs[i].exited = true;
                 }
             }
         }

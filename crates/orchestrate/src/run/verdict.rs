@@ -145,6 +145,15 @@ pub enum Cause {
         /// How many had to succeed.
         needed: usize,
     },
+    /// Fewer `--from` sources than `--min-ok` (default: all) succeeded.
+    Sources {
+        /// The failed sources' hosts, in order.
+        failed: Vec<String>,
+        /// How many sources there are.
+        total: usize,
+        /// How many had to succeed.
+        needed: usize,
+    },
     /// rdpipe got SIGINT, SIGTERM or SIGHUP.
     Interrupted(i32),
     /// Anything else rdpipe itself could not do.
@@ -169,6 +178,7 @@ impl Cause {
             | Cause::Lost { .. }
             | Cause::Interrupted(_)
             | Cause::Sinks { .. }
+            | Cause::Sources { .. }
             | Cause::Local(_) => 0,
             Cause::Incomplete { .. }
             | Cause::Transfer { echo: false, .. }
@@ -264,6 +274,16 @@ impl fmt::Display for Cause {
             } => write!(
                 f,
                 "{} of {total} sinks failed ({}); at least {needed} had to succeed (--min-ok N sets how many)",
+                failed.len(),
+                failed.join(", ")
+            ),
+            Cause::Sources {
+                failed,
+                total,
+                needed,
+            } => write!(
+                f,
+                "{} of {total} sources failed ({}); at least {needed} had to succeed (--min-ok N sets how many)",
                 failed.len(),
                 failed.join(", ")
             ),
