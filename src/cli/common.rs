@@ -59,23 +59,7 @@ impl From<TransportError> for Failure {
 
 pub use rdpipe_control::{IntegrityArg, Transport};
 
-/// Parses a byte count such as `0`, `65536`, `64K`, `1M`, `1GiB` (binary units).
-pub fn parse_bytes(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let digits_end = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(digits_end);
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("'{s}' is not a size (examples: 65536, 64K, 1M)"))?;
-    let mult: u64 = match unit.to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        _ => return Err(format!("unknown unit in '{s}' (use K, M or G)")),
-    };
-    Ok(n.saturating_mul(mult))
-}
+pub use rdpipe_control::spool::parse_bytes;
 
 /// Parses `--reconnect-timeout`: seconds, 0 (off) up to a day.
 pub fn parse_reconnect_secs(s: &str) -> Result<Duration, String> {

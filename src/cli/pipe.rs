@@ -139,6 +139,15 @@ pub struct PipeArgs {
     #[arg(long, requires = "from", conflicts_with = "each")]
     pub tag: bool,
 
+    /// With --from: at the sink's host, hold up to SIZE bytes of each
+    /// source's stream when the sink stalls (a disk flush), so that the
+    /// sources are not slowed; in memory, or in a file in DIR there
+    /// (unlinked at once). When a spool is full, back-pressure reaches its
+    /// source; nothing is dropped. -v and --json report each source's peak
+    /// backlog and the time it was held back.
+    #[arg(long, value_name = "SIZE[:DIR]", requires = "from")]
+    pub spool: Option<rdpipe_control::SpoolSpec>,
+
     /// With --to: succeed when at least N sinks succeeded (default: all);
     /// with --from, when at least N sources did.
     #[arg(long, value_name = "N", requires = "many",
@@ -168,6 +177,7 @@ impl PipeArgs {
             rdpipe_plan::GatherMode::Lines { tag: self.tag }
         };
         c.min_ok = self.min_ok.map(|n| n as usize);
+        c.spool = self.spool;
         c
     }
 }

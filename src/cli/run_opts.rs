@@ -223,6 +223,7 @@ impl RunOpts {
             sinks: vec![],
             sources: vec![],
             gather: rdpipe_plan::GatherMode::Lines { tag: false },
+            spool: None,
             min_ok: None,
             replay_window: self.replay_window,
             dry_run: self.dry_run,

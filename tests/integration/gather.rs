@@ -407,3 +407,119 @@ fn gather_sigint_mid_stream_leaves_nothing() {
     s.interrupt();
     net.assert_clean();
 }
+
+#[test]
+fn gather_spool_absorbs_a_stalled_sink() {
+    need_root!("network namespaces");
+    let net = Netns::start("gg");
+    let d = &net.dir;
+    let size = 24usize << 20;
+    let mut sums = Vec::new();
+    for h in 1..=2 {
+        let data = random_bytes(size + h, 40 + h as u64);
+        sums.push(xxh3_hex(&data));
+        std::fs::write(d.path(&format!("src{h}")), &data).unwrap();
+    }
+    // The sink holds its input until GO exists; each source marks the end
+    // of its writing. With a spool larger than each stream, both sources
+    // finish while the sink is still held (without one they could not:
+    // socket and pipe buffers hold a few MiB).
+    let source = |h: usize| {
+        format!(
+            "n{h}:cat {src}; touch {done}",
+            src = d.s(&format!("src{h}")),
+            done = d.s(&format!("DONE{h}"))
+        )
+    };
+    let held = format!(
+        "n3:while [ ! -e {go} ]; do sleep 0.05; done; cat > {dir}/out.$RDPIPE_SOURCE_INDEX",
+        go = d.s("GO"),
+        dir = d.s("")
+    );
+    let s = net.start_rdpipe(
+        &[
+            "-v".to_string(),
+            "--json".into(),
+            d.s("report.json"),
+            "--each".into(),
+            "--spool".into(),
+            "64M".into(),
+            "--from".into(),
+            source(1),
+            "--from".into(),
+            source(2),
+            held,
+        ],
+        None,
+    );
+    wait_until(
+        "both sources done while the sink is held",
+        Duration::from_secs(60),
+        || (d.path("DONE1").exists() && d.path("DONE2").exists()).then_some(()),
+    );
+    let held_back = |p: &str| std::fs::metadata(d.path(p)).map_or(0, |m| m.len());
+    assert_eq!(
+        held_back("out.1") + held_back("out.2"),
+        0,
+        "the sink was not held"
+    );
+    std::fs::write(d.path("GO"), b"").unwrap();
+    let r = s.finish(Duration::from_secs(120));
+    r.ok();
+    for h in 1..=2 {
+        assert_eq!(file_xxh3(&d.path(&format!("out.{h}"))), sums[h - 1]);
+        assert!(
+            r.stderr
+                .lines()
+                .any(|l| l.starts_with(&format!("rdpipe: source {h} "))
+                    && l.contains(": ok: ")
+                    && l.contains(", spool peak ")),
+            "{}",
+            r.stderr
+        );
+    }
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.path("report.json")).unwrap()).unwrap();
+    for s in v["sources"].as_array().unwrap() {
+        assert!(
+            s["peak_backlog"].as_u64().unwrap() >= (size as u64) / 2,
+            "{s}"
+        );
+    }
+    net.assert_clean();
+
+    // A line merge with a spool in a file on the sink's host: the same,
+    // and the spool file is gone (unlinked at once).
+    for f in ["DONE1", "DONE2", "GO"] {
+        std::fs::remove_file(d.path(f)).unwrap();
+    }
+    let gen = write_gen(&net);
+    std::fs::create_dir_all(d.path("spooldir")).unwrap();
+    let out = d.s("merged");
+    let s = net.start_rdpipe(
+        &[
+            "--spool".to_string(),
+            format!("32M:{}", d.s("spooldir")),
+            "--from".into(),
+            format!("n1:{gen} a 2000; touch {}", d.s("DONE1")),
+            "--from".into(),
+            format!("n2:{gen} b 2000; touch {}", d.s("DONE2")),
+            format!(
+                "n3:while [ ! -e {go} ]; do sleep 0.05; done; cat > {out}",
+                go = d.s("GO")
+            ),
+        ],
+        None,
+    );
+    wait_until(
+        "both line sources done while the sink is held",
+        Duration::from_secs(60),
+        || (d.path("DONE1").exists() && d.path("DONE2").exists()).then_some(()),
+    );
+    std::fs::write(d.path("GO"), b"").unwrap();
+    s.finish(Duration::from_secs(120)).ok();
+    let counts: HashMap<&str, usize> = [("a", 2000), ("b", 2000)].into();
+    check_merge(&std::fs::read(&out).unwrap(), &counts, None, &[]);
+    assert_eq!(std::fs::read_dir(d.path("spooldir")).unwrap().count(), 0);
+    net.assert_clean();
+}

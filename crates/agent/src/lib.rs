@@ -53,6 +53,7 @@ pub mod relay;
 pub mod say;
 pub mod segment;
 pub mod shell;
+pub mod spool;
 pub mod transfers;
 pub mod trust;
 pub mod usage;
@@ -198,6 +199,7 @@ fn run(a: AgentArgs) -> bool {
         meter,
         say,
         tx,
+        spool: a.spool.clone(),
         chain: keys.chain.map(|secret| transfers::ChainPart {
             secret,
             window: a.replay_window,

@@ -111,6 +111,8 @@ pub struct Transfers {
     pub tx: mpsc::Sender<Ev>,
     /// A fan-out sink's chain hops, when it has any.
     pub chain: Option<ChainPart>,
+    /// `--spool`: the incoming stream (each lane's) passes through one.
+    pub spool: Option<rdpipe_control::SpoolSpec>,
 }
 
 impl Transfers {
@@ -181,8 +183,12 @@ impl Transfers {
             }
         };
         let tx = self.tx.clone();
+        let (spool, say) = (self.spool.clone(), self.say.clone());
         std::thread::spawn(move || {
-            let output: OutputFactory = Box::new(move || Ok(Box::new(output) as _));
+            let output: OutputFactory = Box::new(move || {
+                super::spool::wrap(spool.as_ref(), Box::new(output), &say, Some(lane))
+                    .map_err(TransportError::Output)
+            });
             let r = ep().and_then(|ep| run_recv(ep, o, output));
             let _ = tx.send(Ev::Lane(lane, r));
         });
@@ -291,8 +297,19 @@ impl Transfers {
     }
 
     /// Starts the incoming transfer into `output`; `held` (the command's stdin) is
-    /// closed once the stream was verified whole.
+    /// closed once the stream was verified whole. With `--spool`, `output`
+    /// is behind a spool.
     pub fn spawn_recv(&mut self, output: OutputFactory, held: Option<HeldInput>) {
+        let output: OutputFactory = match self.spool.clone() {
+            None => output,
+            Some(spec) => {
+                let say = self.say.clone();
+                Box::new(move || {
+                    super::spool::wrap(Some(&spec), output()?, &say, None)
+                        .map_err(TransportError::Output)
+                })
+            }
+        };
         let ep = self.endpoint(Direction::In);
         let o = self.options(Direction::In);
         let tx = self.tx.clone();

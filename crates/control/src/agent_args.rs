@@ -201,6 +201,10 @@ pub struct AgentArgs {
     /// outgoing transfer, its stdout goes to rdpipe's stderr.
     #[arg(long, allow_hyphen_values = true, value_name = "HOST")]
     pub source_host: Option<String>,
+    /// A gather's `--spool`: the segment's incoming stream (each lane's, for a
+    /// line merge) passes through a spool of this size (`SIZE[:DIR]`).
+    #[arg(long, value_name = "SIZE[:DIR]", allow_hyphen_values = true)]
+    pub spool: Option<crate::SpoolSpec>,
     /// With `--source-host`: the source's index (1-based),
     /// `RDPIPE_SOURCE_INDEX`.
     #[arg(long, value_name = "K", default_value_t = 0)]
@@ -312,6 +316,9 @@ impl AgentArgs {
         if self.source_index > 0 {
             v.extend(["--source-index".into(), self.source_index.to_string()]);
         }
+        if let Some(s) = &self.spool {
+            v.extend(["--spool".into(), s.to_string()]);
+        }
         // What the segment does.
         opt(&mut v, "cmd", &self.cmd);
         opt(&mut v, "read", &self.read);
@@ -401,6 +408,7 @@ mod tests {
         a.lane_tags = vec!["pc1: ".into(), "-x[2]: ".into()];
         a.source_host = Some("pc1".into());
         a.source_index = 3;
+        a.spool = "64M:/var/tmp".parse().ok();
         a
     }
 

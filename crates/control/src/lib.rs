@@ -86,6 +86,7 @@ mod part;
 pub mod prefs;
 mod reach;
 pub mod seal;
+pub mod spool;
 mod squeeze;
 mod usage;
 pub use addr::NetAddr;
@@ -98,6 +99,7 @@ pub use part::{FailKind, Part};
 pub use prefs::{integrity_parser, transport_name, transport_parser, IntegrityArg, Transport};
 pub use reach::Reach;
 pub use seal::CredLine;
+pub use spool::SpoolSpec;
 pub use squeeze::CompressSummary;
 use std::net::IpAddr;
 pub use usage::{CpuTimes, Usage};
@@ -372,6 +374,14 @@ pub enum FromAgent {
     Copied(CopyCounts),
     /// `MUNGE CRED`: the agent's answer on a sealed (srun) channel.
     Munge(CredLine),
+    /// `SPOOL PEAK SECS`: with `--spool`, the incoming stream's spool held at
+    /// most PEAK bytes, and the receiver waited SECS for room in it.
+    Spool {
+        /// The peak backlog in bytes.
+        peak: u64,
+        /// Seconds the receiver was held back by a full spool.
+        held: f64,
+    },
     /// `LANE K LINE`: `LINE` (`PORT in`, `REACH in`, `DONE in`, `BYTES in`,
     /// `LOST in`, `RECONNECTED in`, `FAIL in`, `END`) is about lane K
     /// (1-based) of a merge segment's agent.
@@ -457,6 +467,7 @@ impl fmt::Display for FromAgent {
             FromAgent::Copied(c) => write!(f, "COPIED {c}"),
             FromAgent::Munge(c) => write!(f, "{c}"),
             FromAgent::Lane { lane, msg } => write!(f, "LANE {lane} {msg}"),
+            FromAgent::Spool { peak, held } => write!(f, "SPOOL {peak} {held:.6}"),
         }
     }
 }
@@ -602,6 +613,15 @@ impl FromStr for FromAgent {
             "MUNGE" => CredLine::new(rest)
                 .map(FromAgent::Munge)
                 .map_err(|_| ParseError::Field("munge credential")),
+            "SPOOL" => {
+                let mut w = rest.split(' ');
+                let peak = num(field(&mut w, "peak")?, "peak")?;
+                let held: f64 = num(field(&mut w, "seconds")?, "seconds")?;
+                if !held.is_finite() || !(0.0..1e9).contains(&held) || w.next().is_some() {
+                    return Err(ParseError::Field("seconds"));
+                }
+                Ok(FromAgent::Spool { peak, held })
+            }
             "LANE" => {
                 let (lane, rest) = lane_prefix(l, rest.split(' ').next().unwrap_or(""))?;
                 match rest.parse()? {

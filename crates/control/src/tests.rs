@@ -403,6 +403,15 @@ fn lane_lines_wrap_one_line_for_one_lane() {
         lane: 64,
         msg: Box::new(FromAgent::End { ok: false }),
     });
+    round_trip_from(FromAgent::Lane {
+        lane: 2,
+        msg: Box::new(FromAgent::Spool {
+            peak: 64 << 20,
+            held: 0.25,
+        }),
+    });
+    assert!("SPOOL 1 -1".parse::<FromAgent>().is_err());
+    assert!("SPOOL 1 NaN".parse::<FromAgent>().is_err());
     for m in [
         ToAgent::Lane {
             lane: 2,

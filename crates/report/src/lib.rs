@@ -352,6 +352,10 @@ pub struct SourceReport {
     pub exit_status: Option<i32>,
     /// Times its hop reconnected.
     pub reconnects: usize,
+    /// With `--spool`: the most bytes its spool held.
+    pub peak_backlog: Option<u64>,
+    /// With `--spool`: seconds its receiver waited for room in the spool.
+    pub held_back_secs: Option<f64>,
     /// The source succeeded.
     pub ok: bool,
     /// What went wrong, if anything.

@@ -21,6 +21,7 @@ fn config(cfg: &DoctorConfig, from: &Target, to: &Target, transport: TransportPr
         sinks: vec![],
         sources: vec![],
         gather: rdpipe_plan::GatherMode::Lines { tag: false },
+        spool: None,
         min_ok: None,
         replay_window: 0,
         dry_run: false,

@@ -84,10 +84,17 @@ pub fn agent_settings(p: &Pipeline, i: usize, a: &Config, via: &'static str) -> 
             v.lane_tags = sources.iter().map(|s| s.tag.clone()).collect();
         }
     }
-    // A source's own segments: the command's RDPIPE_SOURCE.
+    // A source's own segments: the command's RDPIPE_SOURCE; its stream's
+    // receiving end at the sink (an --each instance) spools.
     if let Some(s) = p.source_of(i) {
         v.source_host = Some(s.host.clone());
         v.source_index = s.index;
+        if s.own.first() == Some(&i) && p.lane_host_segment(i).is_none() {
+            v.spool = a.spool.clone();
+        }
+    }
+    if !lanes.is_empty() {
+        v.spool = a.spool.clone();
     }
     set_action(&mut v, &seg.action);
     v

@@ -24,6 +24,9 @@ pub struct Config {
     pub sources: Vec<String>,
     /// How the sources are gathered (`--each`, `--tag`).
     pub gather: rdpipe_plan::GatherMode,
+    /// `--spool SIZE[:DIR]`: each source's stream passes through a spool
+    /// at the sink's host.
+    pub spool: Option<rdpipe_control::SpoolSpec>,
     /// `--min-ok N`: the run succeeds when at least N sinks (or sources)
     /// succeeded (default: all of them).
     pub min_ok: Option<usize>,
@@ -138,6 +141,7 @@ impl Config {
             sinks: vec![],
             sources: vec![],
             gather: rdpipe_plan::GatherMode::Lines { tag: false },
+            spool: None,
             min_ok: None,
             replay_window: 0,
             dry_run: false,

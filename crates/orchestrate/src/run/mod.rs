@@ -130,6 +130,9 @@ struct SegState {
     usage: Option<rdpipe_control::Usage>,
     /// `COPIED`: an rdcp side's counts.
     copied: Option<rdpipe_control::CopyCounts>,
+    /// `SPOOL`: with `--spool`, the incoming stream's peak backlog (bytes)
+    /// and the seconds its receiver was held back.
+    spool: Option<(u64, f64)>,
     /// The ends (segments, rdpipe's stdin or stdout) whose transfer with this
     /// segment failed on its own account (not an echo): what
     /// [`Runner::judge_silent`] weighs against this segment's silence.
@@ -214,6 +217,16 @@ fn run_inner(
             println!(
                 "compression: {} on every transfer (each hop's sender compresses, its receiver decompresses)",
                 a.compress
+            );
+        }
+        if let Some(s) = &a.spool {
+            println!(
+                "spool: up to {} MiB of each source's stream held at the sink's host ({})",
+                s.size >> 20,
+                match &s.dir {
+                    Some(d) => format!("in a file in {d}"),
+                    None => "in memory".into(),
+                }
             );
         }
         if p.sinks().len() > 2 {

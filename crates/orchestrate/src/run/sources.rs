@@ -37,6 +37,9 @@ pub struct SourceFacts {
     pub failure: Option<String>,
     /// Every one of its segments ended well.
     pub ended_ok: bool,
+    /// With `--spool`: its peak backlog (bytes) and the seconds it was held
+    /// back by a full spool.
+    pub spool: Option<(u64, f64)>,
 }
 
 /// One source's verdict.
@@ -104,10 +107,19 @@ pub fn judge(f: &SourceFacts) -> SourceVerdict {
         None => "ok".to_string(),
         Some(p) => format!("FAILED ({p})"),
     };
+    let spool = f
+        .spool
+        .map(|(peak, held)| {
+            format!(
+                ", spool peak {:.1} MiB, held back {held:.3} s",
+                peak as f64 / (1 << 20) as f64
+            )
+        })
+        .unwrap_or_default();
     SourceVerdict {
         ok: problem.is_none(),
         verified,
-        line: format!("{}: {head}: {stream}{cmd}", f.name),
+        line: format!("{}: {head}: {stream}{cmd}{spool}", f.name),
         problem,
     }
 }
@@ -203,6 +215,7 @@ impl Runner {
                 .collect(),
             failure,
             ended_ok: segs.iter().all(|&k| self.segs[k].ended == Some(true)),
+            spool: first.and_then(|k| self.segs[k].spool),
         }
     }
 
@@ -235,6 +248,16 @@ impl Runner {
                     verified: v.verified,
                     exit_status: self.segs[src.seg].exit.and_then(CmdExit::status),
                     reconnects: r.map_or(0, |r| r.reconnects.len()),
+                    peak_backlog: src
+                        .own
+                        .first()
+                        .and_then(|&j| self.segs[j].spool)
+                        .map(|s| s.0),
+                    held_back_secs: src
+                        .own
+                        .first()
+                        .and_then(|&j| self.segs[j].spool)
+                        .map(|s| s.1),
                     ok: v.ok,
                     problem: v.problem,
                 }
@@ -324,6 +347,7 @@ mod tests {
             instance_exits: vec![],
             failure: None,
             ended_ok: true,
+            spool: None,
         }
     }
 
