@@ -151,7 +151,7 @@ fn gather_line_merge_whole_lines_in_order_tagged() {
             format!("n2:{gen} b 500 tail"),
             "--from".into(),
             format!("n3:{gen} c 700"),
-            format!("n1:cat"),
+            "n1:cat".to_string(),
             format!("n1:> {out}"),
         ],
         None,
