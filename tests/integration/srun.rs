@@ -218,6 +218,78 @@ fn srun_fanout_with_a_failing_sink_and_an_agent_killed_mid_stream() {
 }
 
 #[test]
+fn srun_gather_line_merge_and_each() {
+    need_slurm!();
+    let net = Netns::start_with("sg", 3);
+    let slurm = Slurm::start(&net);
+    let job = slurm.allocate(3);
+    let d = &net.dir;
+    // Line merge: n1 and n2's lines into n3's sort, tagged; the merge's
+    // lanes run in n3's one step.
+    let r = start_srun(
+        &net,
+        &slurm,
+        &job,
+        &strings(&[
+            "-v",
+            "--tag",
+            "--from",
+            "n1:seq 1 3000",
+            "--from",
+            "n2:seq 1 3000",
+            "n3:sort -t: -k1,1 -s",
+        ]),
+        None,
+    )
+    .finish(Duration::from_secs(120));
+    r.ok();
+    let out = r.stdout_str();
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 6000, "{}", r.stderr);
+    for (k, h) in ["n1", "n2"].iter().enumerate() {
+        let mine: Vec<&str> = lines[k * 3000..(k + 1) * 3000].to_vec();
+        let want: Vec<String> = (1..=3000).map(|i| format!("{h}: {i}")).collect();
+        assert_eq!(mine, want, "{h}'s lines");
+    }
+    assert!(
+        r.stderr
+            .lines()
+            .any(|l| l.starts_with("rdpipe: source 2 [3] n2 ") && l.contains(": ok: ")),
+        "{}",
+        r.stderr
+    );
+    assert_clean(&net, &slurm, &job);
+
+    // --each: each source's stream byte-exact into its own file on n3.
+    let mut sums = Vec::new();
+    for h in 1..=2 {
+        let data = random_bytes((16 << 20) + h, 90 + h as u64);
+        sums.push(xxh3_hex(&data));
+        std::fs::write(d.path(&format!("src{h}")), &data).unwrap();
+    }
+    let r = start_srun(
+        &net,
+        &slurm,
+        &job,
+        &[
+            "--each".into(),
+            "--from".into(),
+            format!("n1:< {}", d.s("src1")),
+            "--from".into(),
+            format!("n2:cat {}", d.s("src2")),
+            format!("n3:> {}", d.s("out.%h")),
+        ],
+        None,
+    )
+    .finish(Duration::from_secs(120));
+    r.ok();
+    for h in 1..=2 {
+        assert_eq!(file_xxh3(&d.path(&format!("out.n{h}"))), sums[h - 1]);
+    }
+    assert_clean(&net, &slurm, &job);
+}
+
+#[test]
 fn srun_refuses_a_node_outside_the_allocation_and_a_missing_allocation() {
     need_slurm!();
     let net = Netns::start_with("so", 2);
