@@ -23,13 +23,21 @@ _rdpipe() {
 
     case "${cmd}" in
         rdpipe)
-            opts="-n -v -q -o -F -h -V --persist-stop --to --min-ok --replay-window --dry-run --verbose --quiet --progress --ssh-option --ssh-config --data-host --remote-bin --no-install --transport --chunk-size --slots --connect-timeout --reconnect-timeout --handshake-timeout --integrity --encrypt --rate-limit --compress --json --max-sessions --direct --persist --launcher --jobid --help --version"
+            opts="-n -v -q -o -F -h -V --persist-stop --to --from --each --tag --spool --min-ok --replay-window --dry-run --verbose --quiet --progress --ssh-option --ssh-config --data-host --remote-bin --no-install --transport --chunk-size --slots --connect-timeout --reconnect-timeout --handshake-timeout --integrity --encrypt --rate-limit --compress --json --max-sessions --direct --persist --launcher --jobid --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --to)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --from)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --spool)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

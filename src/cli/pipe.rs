@@ -38,6 +38,12 @@ Examples:
   # copy an image to every node; pass if at least 3 of 4 got it:
   rdpipe --min-ok 3 -v head:'< /img/os.img' --to n1:'> /img/os.img' --to n2:'> /img/os.img' --to n3:'> /img/os.img' --to n4:'> /img/os.img'
 
+  # the output of a command run on 64 nodes, as one stream of whole lines, tagged:
+  rdpipe --tag --from 'n[01-64]:uptime'
+
+  # 8 collectors into one file each on the logger, sources not slowed by its stalls:
+  rdpipe --each --spool 256M --from 'pc[1-8]:collect' pc0:'> /log/%h.dat'
+
   # show what would run:
   rdpipe -n host1:cat host2:cat";
 
@@ -69,6 +75,12 @@ pub const EXIT_STATUS: &[(&str, &str)] = &[
 ///                    mid-pipeline an empty stream goes onward
 ///   HOST:            (empty command) relay only: HOST forwards the
 ///                    stream to the next hop, no shell, no command
+///
+/// Many hosts into one: `rdpipe --from HOST:CMD --from HOST:CMD ...
+/// [SINK...]` sends each source's stream over a hop of its own to the
+/// sink's host, its lines merged whole with the others' (or, with --each,
+/// into an instance of the sink segments per source); a failing source is
+/// named while the others complete.
 ///
 /// One stream to many hosts: `rdpipe [SOURCE...] --to HOST:CMD --to
 /// HOST:CMD ...` sends the source's output (or rdpipe's stdin) once, to

@@ -1,7 +1,8 @@
 //! The endpoint agent: what runs on each host for one segment of a pipeline
 //! (`rdrecv --agent ...` over SSH, `rdpipe --agent ...` for local segments).
 //!
-//! One agent per segment. It owns the segment's incoming transfer (a receiver),
+//! One agent per segment (a line merge's lanes are run by their merge
+//! segment's agent, [`gather`]). It owns the segment's incoming transfer (a receiver),
 //! its outgoing transfer (a sender) and its shell command (`SHELL -c CMD`, the
 //! user's login shell as sshd would use it, in a process group of its own), or handles a `< FILE` / `> FILE` / `>> FILE`
 //! operator itself. It talks to rdpipe over its SSH channel with the line
