@@ -9,7 +9,8 @@
 //! pipeline, counted by the receiving end: usually the last hop, an earlier one
 //! while a command buffers or when the last command writes nothing). Messages,
 //! log events and forwarded stderr lines clear the line and draw it again
-//! (`rdpipe-term`).
+//! (`rdpipe-term`). A gather's (`--from`) line shows the bytes all its
+//! sources have sent, and how many sources are done and running.
 
 use super::{tool, Runner};
 use rdpipe_control::Direction;
@@ -74,6 +75,25 @@ impl Runner {
     /// Hands the current counts to the progress line (see the module docs).
     pub(super) fn update_progress(&self) {
         let Some(t) = &self.progress else { return };
+        // A gather: every source's bytes sent, and how many have ended.
+        if let Some(g) = &self.plan.gather {
+            let sent: u64 = g
+                .sources
+                .iter()
+                .filter_map(|s| self.carried(Node::Segment(s.seg), Direction::Out))
+                .sum();
+            let done = g
+                .sources
+                .iter()
+                .filter(|s| self.segs[s.seg].ended.is_some() || self.segs[s.seg].exited)
+                .count();
+            t.update_shown(sent);
+            t.set_note(Some(&format!(
+                "sources: {done} done, {} running",
+                g.sources.len() - done
+            )));
+            return;
+        }
         // The furthest hop the data has reached (a last command that writes
         // nothing, `cat > /dev/null`, leaves an empty last hop).
         let shown = self
