@@ -16,8 +16,11 @@ if [ -n "$sshd_ok" ] && want gather; then
     [ "$rc" = 0 ] || { ok=; echo "    rdpipe exit $rc"; }
     for k in 1 2; do
         lo=$(( (k - 1) * 200000 + 1 )) hi=$(( k * 200000 ))
-        if ! grep "^rxehost1\[$k\]: " "$W/gath.out" | cut -d' ' -f2 | cmp -s - <(seq "$lo" "$hi"); then
+        got=$(grep "^rxehost1\[$k\]: " "$W/gath.out" | cut -d' ' -f2 | sha256sum | cut -d' ' -f1)
+        want=$(seq "$lo" "$hi" | sha256sum | cut -d' ' -f1)
+        if [ "$got" != "$want" ]; then
             ok=; echo "    source $k's lines are not all there, whole and in order"
+            grep -m3 "^rxehost1\[$k\]: " "$W/gath.out" | sed 's/^/      /'
         fi
     done
     n=$(wc -l <"$W/gath.out")

@@ -141,13 +141,7 @@ mod tests {
     use super::*;
     use crate::Hop;
 
-    fn v(a: &[&str]) -> Vec<String> {
-        a.iter().map(|s| s.to_string()).collect()
-    }
-
-    fn addr(r: &RemoteHost) -> String {
-        format!("{}.data", r.name)
-    }
+    use crate::tests::{addr, args as v};
 
     #[test]
     fn sinks_form_a_chain_after_the_source() {

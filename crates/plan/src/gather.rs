@@ -344,13 +344,7 @@ impl Pipeline {
 mod tests {
     use super::*;
 
-    fn v(a: &[&str]) -> Vec<String> {
-        a.iter().map(|s| s.to_string()).collect()
-    }
-
-    fn addr(r: &RemoteHost) -> String {
-        format!("{}.data", r.name)
-    }
+    use crate::tests::{addr, args as v};
 
     #[test]
     fn line_merge_gives_each_source_a_lane_of_the_merge_segment() {

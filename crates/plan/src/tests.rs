@@ -1,11 +1,13 @@
 //! Unit tests of the parent module.
 use super::*;
 
-fn args(a: &[&str]) -> Vec<String> {
+/// The words as owned arguments (shared by the plan's unit tests).
+pub(crate) fn args(a: &[&str]) -> Vec<String> {
     a.iter().map(|s| s.to_string()).collect()
 }
 
-fn addr(r: &RemoteHost) -> String {
+/// A remote host's data address in the plan's unit tests: `NAME.data`.
+pub(crate) fn addr(r: &RemoteHost) -> String {
     format!("{}.data", r.name)
 }
 

@@ -2,7 +2,7 @@
 //! stream, the `-v` report of each hop and of each agent's CPU, and the verdict (decided by the pure
 //! [`super::verdict::decide`]).
 
-use super::verdict::{self, Cause, Verdict};
+use super::verdict::{self, Cause, Finding, Members, Verdict};
 use super::{tool, Runner};
 use rdpipe_control::{CmdExit, Direction, HopReport};
 use rdpipe_plan::Node;
@@ -64,6 +64,65 @@ impl Runner {
                 self.fail(Some(Node::Segment(i)), Cause::NoSuccess { seg });
             }
         }
+    }
+
+    /// Judges a fan-out's sinks or a gather's sources as `--min-ok` says:
+    /// prints each one's `(host, ok, line)` in `verdicts` (at `-v`, or when
+    /// anything failed) and, when fewer than `--min-ok` (default: all)
+    /// succeeded, makes their failures (`kept`, held apart until now) the
+    /// run's; when enough did, a warning names how many failed.
+    pub(super) fn judge_members(
+        &mut self,
+        members: Members,
+        verdicts: &[(String, bool, String)],
+        kept: Vec<Finding>,
+    ) {
+        if verdicts.is_empty() {
+            return;
+        }
+        let total = verdicts.len();
+        let failed = verdicts.iter().filter(|(_, ok, _)| !ok).count();
+        if self.config.verbose > 0 || failed > 0 || !self.findings.failures.is_empty() {
+            for (_, _, line) in verdicts {
+                rdpipe_term::say(tool(), line);
+            }
+        }
+        let needed = self.config.min_ok.unwrap_or(total).min(total);
+        if failed == 0 || self.signal.is_some() {
+            return;
+        }
+        if total - failed >= needed {
+            if !self.config.quiet {
+                rdpipe_term::warn(
+                    tool(),
+                    format!(
+                        "{failed} of {total} {members} failed; {} succeeded (--min-ok {needed})",
+                        total - failed
+                    ),
+                );
+            }
+            return;
+        }
+        let failed_already = !self.findings.failures.is_empty();
+        self.findings.failures.extend(kept);
+        if failed_already {
+            // The run failed anyway: the lines above say which ones.
+            return;
+        }
+        let failed = verdicts
+            .iter()
+            .filter(|(_, ok, _)| !ok)
+            .map(|(host, _, _)| host.clone())
+            .collect();
+        self.fail(
+            None,
+            Cause::TooFew {
+                members,
+                failed,
+                total,
+                needed,
+            },
+        );
     }
 
     /// `by`'s transfer with `peer` failed on its own account (not an echo).

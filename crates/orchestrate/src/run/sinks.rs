@@ -12,8 +12,8 @@
 //! re-links around it, [`super::relink`], or rdpipe stops the ones after it,
 //! and their verdicts name the dead relay).
 
-use super::verdict::{Cause, Finding};
-use super::{tool, Runner};
+use super::verdict::{Cause, Finding, Members};
+use super::Runner;
 use rdpipe_control::{CmdExit, Direction, FailKind, HopReport, Part};
 use rdpipe_plan::Node;
 use rdpipe_report::SinkReport;
@@ -303,58 +303,15 @@ impl Runner {
             .collect()
     }
 
-    /// Prints the per-host summary (at `-v`, or when anything failed) and turns
-    /// the sinks' failures into pipeline failures when fewer than `--min-ok`
-    /// succeeded.
+    /// Judges the sinks against `--min-ok` ([`Runner::judge_members`]).
     pub(super) fn judge_sinks(&mut self) {
-        let verdicts = self.sink_verdicts();
-        if verdicts.is_empty() {
-            return;
-        }
-        let total = verdicts.len();
-        let failed = verdicts.iter().filter(|(_, v)| !v.ok).count();
-        if self.config.verbose > 0 || failed > 0 || !self.findings.failures.is_empty() {
-            for (_, v) in &verdicts {
-                rdpipe_term::say(tool(), &v.line);
-            }
-        }
-        let needed = self.config.min_ok.unwrap_or(total).min(total);
-        if failed == 0 || self.signal.is_some() {
-            return;
-        }
-        if total - failed >= needed {
-            if !self.config.quiet {
-                rdpipe_term::warn(
-                    tool(),
-                    format!(
-                        "{failed} of {total} sinks failed; {} succeeded (--min-ok {needed})",
-                        total - failed
-                    ),
-                );
-            }
-            return;
-        }
-        let failed_already = !self.findings.failures.is_empty();
-        self.findings
-            .failures
-            .append(&mut self.findings.sink_failures.clone());
-        if failed_already {
-            // The pipeline failed anyway: the summary above says which sinks.
-            return;
-        }
-        let failing: Vec<String> = verdicts
-            .iter()
-            .filter(|(_, v)| !v.ok)
-            .map(|(i, _)| self.plan.segments[*i].host.label().to_string())
+        let verdicts: Vec<(String, bool, String)> = self
+            .sink_verdicts()
+            .into_iter()
+            .map(|(i, v)| (self.plan.segments[i].host.label().to_string(), v.ok, v.line))
             .collect();
-        self.fail(
-            None,
-            Cause::Sinks {
-                failed: failing,
-                total,
-                needed,
-            },
-        );
+        let kept = self.findings.sink_failures.clone();
+        self.judge_members(Members::Sinks, &verdicts, kept);
     }
 }
 

@@ -9,8 +9,8 @@
 //! [`Runner::stop_source`]); the other sources go on to the end, and the run
 //! fails only when fewer sources than `--min-ok` (default: all) succeeded.
 
-use super::verdict::{Cause, Finding};
-use super::{tool, Runner};
+use super::verdict::{Finding, Members};
+use super::Runner;
 use rdpipe_control::{CmdExit, Direction, FailKind, HopReport, Part, ToAgent};
 use rdpipe_plan::Node;
 use rdpipe_report::SourceReport;
@@ -265,58 +265,17 @@ impl Runner {
             .collect()
     }
 
-    /// Prints the per-source summary (at `-v`, or when anything failed) and
-    /// turns the sources' failures into the run's when fewer than `--min-ok`
-    /// succeeded.
+    /// Judges the sources against `--min-ok` ([`Runner::judge_members`]).
     pub(super) fn judge_sources(&mut self) {
-        let verdicts = self.source_verdicts();
-        if verdicts.is_empty() {
-            return;
-        }
-        let total = verdicts.len();
-        let failed = verdicts.iter().filter(|(_, v)| !v.ok).count();
-        if self.config.verbose > 0 || failed > 0 || !self.findings.failures.is_empty() {
-            for (_, v) in &verdicts {
-                rdpipe_term::say(tool(), &v.line);
-            }
-        }
-        let needed = self.config.min_ok.unwrap_or(total).min(total);
-        if failed == 0 || self.signal.is_some() {
-            return;
-        }
-        if total - failed >= needed {
-            if !self.config.quiet {
-                rdpipe_term::warn(
-                    tool(),
-                    format!(
-                        "{failed} of {total} sources failed; {} succeeded (--min-ok {needed})",
-                        total - failed
-                    ),
-                );
-            }
-            return;
-        }
-        let failed_already = !self.findings.failures.is_empty();
-        self.findings
-            .failures
-            .append(&mut self.findings.source_failures.clone());
-        if failed_already {
-            return;
-        }
-        let g = self.plan.gather.as_ref().expect("a gather");
-        let failing: Vec<String> = verdicts
-            .iter()
-            .filter(|(_, v)| !v.ok)
-            .map(|(k, _)| g.sources[*k].host.clone())
+        let Some(g) = &self.plan.gather else { return };
+        let hosts: Vec<String> = g.sources.iter().map(|s| s.host.clone()).collect();
+        let verdicts: Vec<(String, bool, String)> = self
+            .source_verdicts()
+            .into_iter()
+            .map(|(k, v)| (hosts[k].clone(), v.ok, v.line))
             .collect();
-        self.fail(
-            None,
-            Cause::Sources {
-                failed: failing,
-                total,
-                needed,
-            },
-        );
+        let kept = self.findings.source_failures.clone();
+        self.judge_members(Members::Sources, &verdicts, kept);
     }
 }
 

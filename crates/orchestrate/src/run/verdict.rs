@@ -136,20 +136,14 @@ pub enum Cause {
         /// What it said.
         message: String,
     },
-    /// Fewer `--to` sinks than `--min-ok` (default: all) succeeded.
-    Sinks {
-        /// The failed sinks' hosts, in chain order.
+    /// Fewer `--to` sinks or `--from` sources than `--min-ok` (default:
+    /// all) succeeded.
+    TooFew {
+        /// Sinks or sources.
+        members: Members,
+        /// The failed ones' hosts, in order.
         failed: Vec<String>,
-        /// How many sinks there are.
-        total: usize,
-        /// How many had to succeed.
-        needed: usize,
-    },
-    /// Fewer `--from` sources than `--min-ok` (default: all) succeeded.
-    Sources {
-        /// The failed sources' hosts, in order.
-        failed: Vec<String>,
-        /// How many sources there are.
+        /// How many there are.
         total: usize,
         /// How many had to succeed.
         needed: usize,
@@ -177,8 +171,7 @@ impl Cause {
             | Cause::Launch(_)
             | Cause::Lost { .. }
             | Cause::Interrupted(_)
-            | Cause::Sinks { .. }
-            | Cause::Sources { .. }
+            | Cause::TooFew { .. }
             | Cause::Local(_) => 0,
             Cause::Incomplete { .. }
             | Cause::Transfer { echo: false, .. }
@@ -267,27 +260,36 @@ impl fmt::Display for Cause {
                 write!(f, "interrupted by {}, pipeline stopped", signal_name(*sig))
             }
             Cause::Local(m) => f.write_str(m),
-            Cause::Sinks {
+            Cause::TooFew {
+                members,
                 failed,
                 total,
                 needed,
             } => write!(
                 f,
-                "{} of {total} sinks failed ({}); at least {needed} had to succeed (--min-ok N sets how many)",
-                failed.len(),
-                failed.join(", ")
-            ),
-            Cause::Sources {
-                failed,
-                total,
-                needed,
-            } => write!(
-                f,
-                "{} of {total} sources failed ({}); at least {needed} had to succeed (--min-ok N sets how many)",
+                "{} of {total} {members} failed ({}); at least {needed} had to succeed (--min-ok N sets how many)",
                 failed.len(),
                 failed.join(", ")
             ),
         }
+    }
+}
+
+/// Who a `--min-ok` count is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Members {
+    /// A fan-out's `--to` sinks.
+    Sinks,
+    /// A gather's `--from` sources.
+    Sources,
+}
+
+impl fmt::Display for Members {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Members::Sinks => "sinks",
+            Members::Sources => "sources",
+        })
     }
 }
 
