@@ -260,9 +260,12 @@ fn gather_failing_source_is_named_and_the_others_complete() {
         "{}",
         r.stderr
     );
+    // The root cause is the run's error; with every source needed, the
+    // merged output did not end as good (rdpipe's stdout saw it aborted).
     assert!(
-        r.stderr
-            .contains("rdpipe: error: 1 of 3 sources failed (n2)"),
+        r.stderr.contains(
+            "rdpipe: error: n2 [3] 'echo b:0:; exit 3': the command exited with status 3"
+        ),
         "{}",
         r.stderr
     );
@@ -285,6 +288,27 @@ fn gather_failing_source_is_named_and_the_others_complete() {
         "{}",
         r.stderr
     );
+    net.assert_clean();
+    // Into a '> FILE': replaced only when enough sources arrived whole (all
+    // without --min-ok), as any '> FILE' only for a good stream.
+    let out = net.dir.s("merged");
+    std::fs::write(&out, b"old\n").unwrap();
+    let into_file = |extra: &[&str]| {
+        let mut a = args(extra);
+        a.push(format!("n1:> {out}"));
+        net.rdpipe(&a, None, 120)
+    };
+    let r = into_file(&[]);
+    assert_ne!(r.code(), Some(0), "{}", r.stderr);
+    assert_eq!(
+        std::fs::read(&out).unwrap(),
+        b"old\n",
+        "replaced after a failed source"
+    );
+    let r = into_file(&["--min-ok", "2"]);
+    r.ok();
+    let counts: HashMap<&str, usize> = [("a", 800), ("c", 800), ("b", 1)].into();
+    check_merge(&std::fs::read(&out).unwrap(), &counts, None, &[]);
     net.assert_clean();
 }
 
@@ -326,7 +350,8 @@ fn gather_source_host_killed_mid_stream() {
         r.stderr
     );
     assert!(
-        r.stderr.contains("1 of 3 sources failed (n2)"),
+        r.stderr
+            .contains("rdpipe: error: n2 [3] 'while :; do echo b:x:forever; done': the agent died"),
         "{}",
         r.stderr
     );

@@ -96,6 +96,9 @@ impl Drop for Turn {
 pub struct Merged {
     turns: Turns,
     out: Mutex<Option<Box<dyn Write + Send>>>,
+    /// The lane (1-based) holding the turn through a long line, which only
+    /// it, or whoever gives that lane up, passes on ([`Merged::end_long`]).
+    long: Mutex<Option<usize>>,
     /// Writing failed (the command stopped reading, the file's disk is
     /// full): every lane stops; reported once.
     broken: AtomicBool,
@@ -103,14 +106,21 @@ pub struct Merged {
 }
 
 impl Merged {
-    /// A merged input writing into `out`; its failure is reported on `tx`.
+    /// A merged input writing into `out`; its failure and its end are
+    /// reported on `tx`.
     pub fn new(out: Box<dyn Write + Send>, tx: std::sync::mpsc::Sender<Ev>) -> Arc<Merged> {
         Arc::new(Merged {
             turns: Turns::default(),
             out: Mutex::new(Some(out)),
+            long: Mutex::new(None),
             broken: AtomicBool::new(false),
             tx: Mutex::new(tx),
         })
+    }
+
+    fn send(&self, ev: Ev) {
+        let tx = self.tx.lock().unwrap_or_else(|p| p.into_inner());
+        let _ = tx.send(ev);
     }
 
     /// Writes `parts` in one go (the caller holds the turn).
@@ -125,22 +135,60 @@ impl Merged {
         let r = parts.iter().try_for_each(|p| out.write_all(p));
         if let Err(e) = &r {
             if !self.broken.swap(true, Ordering::SeqCst) {
-                let tx = self.tx.lock().unwrap_or_else(|p| p.into_inner());
-                let _ = tx.send(Ev::MergeBroken(e.kind(), e.to_string()));
+                self.send(Ev::MergeBroken(e.kind(), e.to_string()));
             }
         }
         r
     }
 
-    /// Every lane has ended: ends the merged input (flushes, which publishes
-    /// a `> FILE` or closes the relay pipe verified, then closes it).
-    pub fn finish(self: &Arc<Self>) -> io::Result<()> {
-        let _turn = Turn::take(self);
-        let out = self.out.lock().unwrap_or_else(|p| p.into_inner()).take();
-        match out {
-            Some(mut o) if !self.broken.load(Ordering::SeqCst) => o.flush(),
-            _ => Ok(()),
+    /// Lane `lane` takes the turn for a long line, and keeps it.
+    fn start_long(self: &Arc<Self>, lane: usize) {
+        self.turns.take();
+        *self.long.lock().unwrap_or_else(|p| p.into_inner()) = Some(lane);
+    }
+
+    /// Lane `lane`'s long line ended (or, `cut`, was cut short: it gets a
+    /// `\n` so that the next line starts on its own): the turn passes on.
+    /// Nothing when the lane does not hold it (any more).
+    pub fn end_long(&self, lane: usize, cut: bool) {
+        let mut long = self.long.lock().unwrap_or_else(|p| p.into_inner());
+        if *long != Some(lane) {
+            return;
         }
+        if cut && !self.is_broken() {
+            let _ = self.write_parts(&[b"\n"]);
+        }
+        *long = None;
+        self.turns.give();
+    }
+
+    /// Every lane has ended: ends the merged input off the caller's thread
+    /// (flushing publishes a `> FILE`, closes a command's stdin or ends the
+    /// relay pipe verified), then reports [`Ev::MergeEnded`].
+    pub fn finish(self: &Arc<Self>) {
+        let me = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("merge-end".into())
+            .spawn(move || {
+                let out = me.out.lock().unwrap_or_else(|p| p.into_inner()).take();
+                let r = match out {
+                    Some(mut o) if !me.is_broken() => o.flush().map_err(|e| e.to_string()),
+                    _ => Ok(()),
+                };
+                me.send(Ev::MergeEnded(r));
+            });
+        if let Err(e) = spawned {
+            self.send(Ev::MergeEnded(Err(format!(
+                "cannot end the merged input: {e}"
+            ))));
+        }
+    }
+
+    /// Too few lanes arrived whole: the merged input is dropped unended (a
+    /// `> FILE` is not replaced, appended lines are undone, a relay pipe
+    /// ends unverified).
+    pub fn abandon(&self) {
+        drop(self.out.lock().unwrap_or_else(|p| p.into_inner()).take());
     }
 
     /// Whether writing into the input failed.
@@ -157,36 +205,43 @@ pub struct Delivered {
     /// Their bytes, as written.
     pub bytes: AtomicU64,
     /// rdpipe gave the lane up (its source is gone): it writes no more.
-    pub dropped: AtomicBool,
+    pub given_up: AtomicBool,
 }
 
 /// One lane's receiver output: whole lines into the merged input.
 pub struct LaneWriter {
     merged: Arc<Merged>,
+    /// The lane (1-based).
+    lane: usize,
     /// `--tag`'s prefix (empty without).
     tag: Vec<u8>,
     /// The partial line so far (without its tag).
     partial: Vec<u8>,
-    /// A long line is being streamed through: the turn is held until its
-    /// `\n`.
-    holding: Option<Turn>,
+    /// A long line is being streamed through: this lane holds the turn
+    /// until its `\n`.
+    holding: bool,
+    /// The tagged batch being built (reused).
+    batch: Vec<u8>,
     delivered: Arc<Delivered>,
 }
 
 impl LaneWriter {
-    /// A lane writing into `merged`, each line prefixed with `tag`.
-    pub fn new(merged: Arc<Merged>, tag: &str, delivered: Arc<Delivered>) -> LaneWriter {
+    /// Lane `lane` writing into `merged`, each line prefixed with `tag`.
+    pub fn new(
+        merged: Arc<Merged>,
+        lane: usize,
+        tag: &str,
+        delivered: Arc<Delivered>,
+    ) -> LaneWriter {
         LaneWriter {
             merged,
+            lane,
             tag: tag.as_bytes().to_vec(),
             partial: Vec::new(),
-            holding: None,
+            holding: false,
+            batch: Vec::new(),
             delivered,
         }
-    }
-
-    fn turn(&self) -> Turn {
-        Turn::take(&self.merged)
     }
 
     fn count(&self, lines: u64, bytes: usize) {
@@ -196,36 +251,40 @@ impl LaneWriter {
             .fetch_add(bytes as u64, Ordering::Relaxed);
     }
 
-    /// Writes the complete lines in `lines` (each ending in `\n`), tagged,
-    /// in one turn.
+    /// Writes `head` (the partial line so far) and the complete lines in
+    /// `lines` (ending in `\n`), tagged, in one turn: one write for the
+    /// batch with tags, two without.
     fn write_lines(&mut self, head: &[u8], lines: &[u8]) -> io::Result<()> {
-        let _turn = self.turn();
-        let mut parts: Vec<&[u8]> = Vec::new();
-        let mut n = 0u64;
-        let mut bytes = 0;
-        let mut rest = lines;
-        let mut first = Some(head);
-        while let Some(end) = rest.iter().position(|&b| b == b'\n') {
-            if !self.tag.is_empty() {
-                parts.push(&self.tag);
-                bytes += self.tag.len();
-            }
-            if let Some(h) = first.take() {
-                parts.push(h);
-                bytes += h.len();
-            }
-            parts.push(&rest[..=end]);
-            bytes += end + 1;
-            rest = &rest[end + 1..];
-            n += 1;
+        let n = lines.iter().filter(|&&b| b == b'\n').count() as u64;
+        if self.tag.is_empty() {
+            let _turn = Turn::take(&self.merged);
+            self.merged.write_parts(&[head, lines])?;
+            self.count(n, head.len() + lines.len());
+            return Ok(());
         }
-        self.merged.write_parts(&parts)?;
-        self.count(n, bytes);
-        Ok(())
+        let mut batch = std::mem::take(&mut self.batch);
+        batch.clear();
+        let mut first = Some(head);
+        for line in lines.split_inclusive(|&b| b == b'\n') {
+            batch.extend_from_slice(&self.tag);
+            if let Some(h) = first.take() {
+                batch.extend_from_slice(h);
+            }
+            batch.extend_from_slice(line);
+        }
+        let r = {
+            let _turn = Turn::take(&self.merged);
+            self.merged.write_parts(&[&batch])
+        };
+        if r.is_ok() {
+            self.count(n, batch.len());
+        }
+        self.batch = batch;
+        r
     }
 
     fn check(&self) -> io::Result<()> {
-        if self.delivered.dropped.load(Ordering::SeqCst) {
+        if self.delivered.given_up.load(Ordering::SeqCst) {
             return Err(io::Error::other(
                 "the lane was given up: its source is gone",
             ));
@@ -239,12 +298,13 @@ impl Write for LaneWriter {
         self.check()?;
         let mut rest = buf;
         // A long line in progress: stream up to its end, then let go.
-        if self.holding.is_some() {
+        if self.holding {
             match rest.iter().position(|&b| b == b'\n') {
                 Some(end) => {
                     self.merged.write_parts(&[&rest[..=end]])?;
                     self.count(1, end + 1);
-                    self.holding = None;
+                    self.holding = false;
+                    self.merged.end_long(self.lane, false);
                     rest = &rest[end + 1..];
                 }
                 None => {
@@ -261,12 +321,11 @@ impl Write for LaneWriter {
         }
         self.partial.extend_from_slice(rest);
         if self.partial.len() > LONG_LINE {
-            let turn = self.turn();
-            let tag = self.tag.clone();
+            self.merged.start_long(self.lane);
+            self.holding = true;
             let partial = std::mem::take(&mut self.partial);
-            self.merged.write_parts(&[&tag, &partial])?;
-            self.count(0, tag.len() + partial.len());
-            self.holding = Some(turn);
+            self.merged.write_parts(&[&self.tag, &partial])?;
+            self.count(0, self.tag.len() + partial.len());
         }
         Ok(buf.len())
     }
@@ -275,10 +334,10 @@ impl Write for LaneWriter {
     /// delivered with one.
     fn flush(&mut self) -> io::Result<()> {
         self.check()?;
-        if self.holding.is_some() {
-            self.merged.write_parts(&[b"\n"])?;
+        if self.holding {
+            self.holding = false;
             self.count(1, 1);
-            self.holding = None;
+            self.merged.end_long(self.lane, true);
         } else if !self.partial.is_empty() {
             let mut line = std::mem::take(&mut self.partial);
             line.push(b'\n');
@@ -290,11 +349,11 @@ impl Write for LaneWriter {
 
 impl Drop for LaneWriter {
     fn drop(&mut self) {
-        if self.holding.take().is_some() && !self.merged.is_broken() {
-            // Cut inside a long line: end it, so that the next lane's line
-            // starts on a line of its own (rdpipe's verdict says where this
-            // source stopped).
-            let _ = self.merged.write_parts(&[b"\n"]);
+        if self.holding {
+            // Cut inside a long line: ended where it was cut, so that the
+            // next line starts on a line of its own (rdpipe's verdict says
+            // where this source stopped).
+            self.merged.end_long(self.lane, true);
         }
     }
 }
@@ -358,17 +417,29 @@ pub fn start_merge(
             }
         }
     };
+    if lane_keys.len() != a.lanes.len() {
+        seg.setup_failed(
+            Part::Agent,
+            format!(
+                "the key line has {} lane key(s) for {} lane(s)",
+                lane_keys.len(),
+                a.lanes.len()
+            ),
+        );
+        return;
+    }
     let merged = Merged::new(out, t.tx.clone());
     let mut lanes = Vec::new();
     for (k, link) in a.lanes.iter().enumerate() {
         let delivered = Arc::new(Delivered::default());
         let tag = a.lane_tags.get(k).map(String::as_str).unwrap_or("");
-        let writer = LaneWriter::new(merged.clone(), tag, delivered.clone());
-        let key = lane_keys.get(k).cloned().unwrap_or_default();
+        let writer = LaneWriter::new(merged.clone(), k + 1, tag, delivered.clone());
+        let key = lane_keys[k].clone();
         t.spawn_lane(k + 1, *link, a.lane_addr.clone(), key, writer);
         lanes.push(delivered);
     }
-    seg.gather(merged, lanes);
+    let needed = a.lanes_needed.unwrap_or(lanes.len()).min(lanes.len());
+    seg.set_merge(merged, lanes, needed);
 }
 
 /// A command's stdin as the merged input: flushing it (every lane ended)
@@ -409,8 +480,10 @@ mod tests {
     }
 
     fn lane(m: &Arc<Merged>, tag: &str) -> (LaneWriter, Arc<Delivered>) {
+        static LANES: AtomicU64 = AtomicU64::new(1);
         let d = Arc::new(Delivered::default());
-        (LaneWriter::new(m.clone(), tag, d.clone()), d)
+        let k = LANES.fetch_add(1, Ordering::Relaxed) as usize;
+        (LaneWriter::new(m.clone(), k, tag, d.clone()), d)
     }
 
     #[test]
@@ -467,11 +540,29 @@ mod tests {
     }
 
     #[test]
+    fn giving_up_a_lane_inside_a_long_line_passes_the_turn_on() {
+        let (m, buf, _rx) = merged();
+        let (mut a, da) = lane(&m, "");
+        a.write_all(&vec![b'x'; LONG_LINE + 1]).unwrap();
+        // rdpipe gives lane a up while its thread is elsewhere (blocked in
+        // the network): the line is ended and the turn passes on.
+        da.given_up.store(true, Ordering::SeqCst);
+        m.end_long(a.lane, true);
+        let (mut b, _) = lane(&m, "");
+        b.write_all(b"b\n").unwrap();
+        assert!(a.write_all(b"more\n").is_err());
+        drop(a);
+        let out = buf.0.lock().unwrap().clone();
+        assert_eq!(out.len(), LONG_LINE + 1 + 1 + 2);
+        assert!(out.ends_with(b"x\nb\n"));
+    }
+
+    #[test]
     fn a_dropped_lane_writes_nothing_more() {
         let (m, buf, _rx) = merged();
         let (mut a, da) = lane(&m, "");
         a.write_all(b"1\n").unwrap();
-        da.dropped.store(true, Ordering::SeqCst);
+        da.given_up.store(true, Ordering::SeqCst);
         assert!(a.write_all(b"2\n").is_err());
         assert_eq!(buf.0.lock().unwrap().as_slice(), b"1\n");
     }

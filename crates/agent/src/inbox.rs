@@ -118,10 +118,19 @@ pub fn listen<R: BufRead + Send + 'static>(
                     }
                 }
             }
+            // A lane takes only its CONNECT, PROBE and UNLINK.
             let (lane, order) = match line.trim_end().parse::<ToAgent>() {
-                Ok(ToAgent::Lane { lane, msg }) if lane <= lanes => (Some(lane), Ok(*msg)),
-                Ok(ToAgent::Lane { lane, .. }) => {
-                    tracing::debug!("control: no lane {lane}: {}", line.trim_end());
+                Ok(ToAgent::Lane { lane, msg })
+                    if lane <= lanes
+                        && matches!(
+                            *msg,
+                            ToAgent::Connect { .. } | ToAgent::Probe { .. } | ToAgent::Unlink
+                        ) =>
+                {
+                    (Some(lane), Ok(*msg))
+                }
+                Ok(ToAgent::Lane { .. }) => {
+                    tracing::debug!("control: not for a lane here: {}", line.trim_end());
                     continue;
                 }
                 other => (None, other),
@@ -129,13 +138,15 @@ pub fn listen<R: BufRead + Send + 'static>(
             match order {
                 Ok(ToAgent::Connect { dir, addr, port }) if lane.is_some() => {
                     tracing::debug!("control: {}", line.trim_end());
-                    if dir == Direction::In {
-                        let _ = lane_tx[lane.unwrap_or(1) - 1].send((addr, port));
+                    if let (Some(k), Direction::In) = (lane, dir) {
+                        let _ = lane_tx[k - 1].send((addr, port));
                     }
                 }
                 Ok(ToAgent::Unlink) if lane.is_some() => {
                     tracing::debug!("control: {}", line.trim_end());
-                    let _ = tx.send(Ev::LaneDrop(lane.unwrap_or(1)));
+                    if let Some(k) = lane {
+                        let _ = tx.send(Ev::LaneDrop(k));
+                    }
                 }
                 Ok(ToAgent::Ping) => {}
                 Ok(ToAgent::Connect { dir, addr, port }) => {

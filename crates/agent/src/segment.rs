@@ -83,6 +83,8 @@ pub enum Ev {
     LaneDrop(usize),
     /// Writing the merged lines into the segment's input failed.
     MergeBroken(std::io::ErrorKind, String),
+    /// The merged input ended (`Err`: how its flush failed).
+    MergeEnded(Result<(), String>),
 }
 
 /// A line merge's state: its input and each lane's ([`super::gather`]).
@@ -91,6 +93,11 @@ struct Merge {
     lanes: Vec<Arc<super::gather::Delivered>>,
     /// Lanes still running.
     pending: Vec<bool>,
+    /// Lanes whose stream arrived whole, and how many must.
+    whole: usize,
+    needed: usize,
+    /// The merged input has ended (or was abandoned).
+    ended: bool,
 }
 
 /// The segment's state while it runs.
@@ -160,31 +167,64 @@ impl Segment {
     }
 
     /// This segment's input is a line merge of these lanes (lane K at
-    /// index K - 1), all running.
-    pub fn gather(
+    /// index K - 1), all running; at least `needed` of them must arrive
+    /// whole for the merged input to end cleanly.
+    pub fn set_merge(
         &mut self,
         merged: Arc<super::gather::Merged>,
         lanes: Vec<Arc<super::gather::Delivered>>,
+        needed: usize,
     ) {
         let pending = vec![true; lanes.len()];
         self.merge = Some(Merge {
             merged,
             lanes,
             pending,
+            whole: 0,
+            needed,
+            ended: false,
         });
         // With no lane at all, the input ends at once.
         self.lane_ended();
     }
 
-    /// A lane ended: when none is left, the merged input ends (cleanly:
-    /// the lanes that failed said so themselves).
+    /// A lane ended: when none is left, the merged input ends, cleanly when
+    /// enough lanes arrived whole (the ones that failed said so
+    /// themselves), else as a failed input (see [`super::gather`]).
     fn lane_ended(&mut self) {
-        let Some(m) = &self.merge else { return };
-        if m.pending.iter().any(|p| *p) {
+        let Some(m) = &mut self.merge else { return };
+        if m.pending.iter().any(|p| *p) || m.ended {
             return;
         }
-        let merged = m.merged.clone();
-        if let Err(e) = merged.finish() {
+        if m.whole >= m.needed {
+            // Ended off this loop (a stalled sink must not stall it); the
+            // end comes back as Ev::MergeEnded.
+            m.merged.finish();
+            return;
+        }
+        m.ended = true;
+        m.merged.abandon();
+        let msg = format!(
+            "only {} of {} sources' streams arrived whole, {} needed (--min-ok): \
+             the merged input is not ended as good",
+            m.whole,
+            m.lanes.len(),
+            m.needed
+        );
+        self.say
+            .send(&FromAgent::fail(Part::In, FailKind::Echo, 4, msg));
+        self.fail();
+        if let Some(h) = &self.held_input {
+            h.release();
+        }
+    }
+
+    /// The merged input ended (`Err`: its flush failed).
+    fn merge_ended(&mut self, r: Result<(), String>) {
+        if let Some(m) = &mut self.merge {
+            m.ended = true;
+        }
+        if let Err(e) = r {
             let (part, msg) = match &self.file_target {
                 Some(p) => (Part::File, format!("{p}: {e}")),
                 None => (Part::In, format!("ending the merged input: {e}")),
@@ -206,6 +246,15 @@ impl Segment {
         }
         let d = m.lanes[lane - 1].clone();
         let broken = m.merged.is_broken();
+        if matches!(r, Some(Ok(_))) {
+            m.whole += 1;
+        }
+        if r.is_none() {
+            // Given up: it writes no more, and a long line it was in the
+            // middle of ends here, passing the turn on.
+            d.given_up.store(true, std::sync::atomic::Ordering::SeqCst);
+            m.merged.end_long(lane, true);
+        }
         let delivered = || {
             format!(
                 "{} whole line(s), {} bytes, of it were delivered",
@@ -235,7 +284,6 @@ impl Segment {
                 false
             }
             None => {
-                d.dropped.store(true, std::sync::atomic::Ordering::SeqCst);
                 let msg = format!("its source is gone; {}", delivered());
                 say(FromAgent::fail(Part::In, FailKind::Echo, 5, msg));
                 false
@@ -299,10 +347,7 @@ impl Segment {
         self.pending.iter().any(|p| *p)
             || self.pending_exit
             || self.pending_setup > 0
-            || self
-                .merge
-                .as_ref()
-                .is_some_and(|m| m.pending.iter().any(|p| *p))
+            || self.merge.as_ref().is_some_and(|m| !m.ended)
     }
 
     /// Runs until every part has ended (or the grace after a failure is over),
@@ -417,6 +462,7 @@ impl Segment {
                 self.lane_done(lane, None);
             }
             Ev::MergeBroken(kind, msg) => self.merge_broken(kind, msg),
+            Ev::MergeEnded(r) => self.merge_ended(r),
             Ev::Stop(why) => {
                 tracing::debug!("{why}");
                 self.say

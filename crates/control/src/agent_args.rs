@@ -189,6 +189,10 @@ pub struct AgentArgs {
     /// lane's key is on the key line after the two hops' keys.
     #[arg(long = "lane", value_enum, value_name = "LINK")]
     pub lanes: Vec<Link>,
+    /// With `--lane`: how many lanes must arrive whole for the merged
+    /// input to end cleanly (rdpipe's `--min-ok`; all without).
+    #[arg(long, value_name = "N")]
+    pub lanes_needed: Option<usize>,
     /// With `--lane`: the address the lanes listen at (as `--in-addr`).
     #[arg(long, allow_hyphen_values = true)]
     pub lane_addr: Option<String>,
@@ -308,6 +312,9 @@ impl AgentArgs {
         for l in &self.lanes {
             v.extend(["--lane".into(), l.as_str().into()]);
         }
+        if let Some(n) = self.lanes_needed {
+            v.extend(["--lanes-needed".into(), n.to_string()]);
+        }
         opt(&mut v, "lane-addr", &self.lane_addr);
         for t in &self.lane_tags {
             v.extend(["--lane-tag".into(), t.clone()]);
@@ -404,6 +411,7 @@ mod tests {
         a.quiet = true;
         a.log = Some("rdpipe=debug".into());
         a.lanes = vec![Link::Listen, Link::Connect];
+        a.lanes_needed = Some(1);
         a.lane_addr = Some("10.0.0.2".into());
         a.lane_tags = vec!["pc1: ".into(), "-x[2]: ".into()];
         a.source_host = Some("pc1".into());

@@ -211,6 +211,20 @@ pub fn plan_gather(
                 });
                 p.append(plan_chain(chain, false, false, data_addr));
             }
+            // Two instances writing one file would replace or interleave
+            // each other's streams.
+            let mut written = std::collections::HashSet::new();
+            for (k, seg) in p.segments.iter().enumerate() {
+                if let Action::WriteFile { path, .. } = &seg.action {
+                    if !written.insert((seg.host.label(), path.as_str())) {
+                        let arg = sinks[(k % (sink_segs.len() + 1)) - 1].clone();
+                        return Err(PlanError::EachSameFile {
+                            arg,
+                            path: path.clone(),
+                        });
+                    }
+                }
+            }
         }
     }
     debug_assert!(n == gather.sources.len());
@@ -467,6 +481,25 @@ mod tests {
         assert_eq!(e, PlanError::GatherSinkReads("b:< f".into()));
         let e = plan_gather(&v(&["a:x"]), &[], GatherMode::Each, &addr).unwrap_err();
         assert_eq!(e, PlanError::EachWithoutSink);
+        // --each instances that would write one file.
+        for (srcs, sink) in [
+            (&["a:x", "b:y"][..], "c:> /log/out"),
+            (&["a:x", "a:y"][..], "c:>> /log/%h"),
+        ] {
+            let e = plan_gather(&v(srcs), &v(&[sink]), GatherMode::Each, &addr).unwrap_err();
+            assert!(
+                matches!(&e, PlanError::EachSameFile { arg, .. } if arg == sink),
+                "{e}"
+            );
+            assert!(e.to_string().contains("%i"), "{e}");
+        }
+        assert!(plan_gather(
+            &v(&["a:x", "a:y"]),
+            &v(&["c:> /l/%h.%i"]),
+            GatherMode::Each,
+            &addr
+        )
+        .is_ok());
         let e = plan_gather(&v(&["a[2-1]:x"]), &[], lines, &addr).unwrap_err();
         assert!(matches!(e, PlanError::BadHostList { .. }));
         for e in [

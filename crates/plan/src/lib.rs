@@ -371,6 +371,14 @@ pub enum PlanError {
     /// `--each` without a sink segment.
     #[error("--each runs the sink segments once per source: give at least one HOST:CMD after the --from sources")]
     EachWithoutSink,
+    /// `--each` instances that would write one file.
+    #[error("--each: '{arg}' would write {path} for more than one source (their streams would replace or interleave each other): name the file by source with %h (host) or %i (index)")]
+    EachSameFile {
+        /// The sink segment as written.
+        arg: String,
+        /// The file, as expanded.
+        path: String,
+    },
     /// `--from` and `--to` together.
     #[error("--from and --to cannot be used in one run (many hosts into one, or one into many)")]
     FromAndTo,

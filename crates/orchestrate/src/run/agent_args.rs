@@ -63,17 +63,23 @@ pub fn agent_settings(p: &Pipeline, i: usize, a: &Config, via: &'static str) -> 
     let lanes = p.lanes_of(i);
     if !lanes.is_empty() {
         v.lanes = lanes.iter().map(|&l| p.links(l).0).collect();
-        let addrs: Vec<Option<String>> = lanes
+        v.lanes_needed = a.min_ok;
+        // The address the listening lanes listen at: the one their peers
+        // connect to when they all agree (loopback for a local merge), every
+        // address of the host when they differ or one is discovered.
+        let listening: Vec<&rdpipe_plan::Hop> = lanes
             .iter()
-            .map(|&l| {
+            .filter_map(|&l| {
                 p.hop_into(Node::Segment(l))
-                    .filter(|h| h.listener == Node::Segment(l) && !discovered(h))
-                    .map(|h| h.address.clone())
+                    .filter(|h| h.listener == Node::Segment(l))
             })
             .collect();
-        // One address for all, or (several) every address of the host.
-        if addrs.windows(2).all(|w| w[0] == w[1]) {
-            v.lane_addr = addrs.into_iter().next().flatten();
+        let first = listening.first().map(|h| h.address.clone());
+        if listening
+            .iter()
+            .all(|h| !discovered(h) && Some(&h.address) == first.as_ref())
+        {
+            v.lane_addr = first;
         }
         if let Some(rdpipe_plan::Gather {
             mode: rdpipe_plan::GatherMode::Lines { tag: true },

@@ -515,7 +515,11 @@ impl Runner {
             if !hello_timeout_reported && started.elapsed() > limit {
                 hello_timeout_reported = true;
                 for i in 0..self.segs.len() {
-                    if !self.segs[i].hello && !self.segs[i].exited {
+                    // (A lane's agent is its merge segment's: reported once.)
+                    if !self.segs[i].hello
+                        && !self.segs[i].exited
+                        && self.plan.lane_host_segment(i).is_none()
+                    {
                         let seg = self.seg_desc(i);
                         let secs = limit.as_secs();
                         self.fail(Some(Node::Segment(i)), Cause::Silent { seg, secs });
