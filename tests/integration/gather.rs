@@ -548,3 +548,50 @@ fn gather_spool_absorbs_a_stalled_sink() {
     assert_eq!(std::fs::read_dir(d.path("spooldir")).unwrap().count(), 0);
     net.assert_clean();
 }
+
+#[test]
+fn gather_a_source_host_down_at_the_start_costs_only_that_source() {
+    need_root!("network namespaces");
+    let net = Netns::start("gh");
+    // n3's sshd is gone: its ssh master cannot start.
+    kill("-9", net.sshd_pids[2]);
+    let args = |extra: &[&str]| -> Vec<String> {
+        let mut a: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        a.extend(["--tag".into(), "--from".into(), "n[1-3]:seq 1 500".into()]);
+        a
+    };
+    let r = net.rdpipe(&args(&[]), None, 120);
+    assert_ne!(r.code(), Some(0), "{}", r.stderr);
+    assert!(
+        r.stderr
+            .lines()
+            .any(|l| l.starts_with("rdpipe: source 3 [5] n3 'seq 1 500': FAILED (n3")),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        r.stderr
+            .contains("rdpipe: error: n3: ssh: connection failed"),
+        "{}",
+        r.stderr
+    );
+    // --min-ok 2: the two others' lines, whole, and a warning.
+    let r = net.rdpipe(&args(&["--min-ok", "2"]), None, 120);
+    r.ok();
+    let out = r.stdout_str();
+    for h in 1..=2 {
+        let mine: Vec<&str> = out
+            .lines()
+            .filter_map(|l| l.strip_prefix(&format!("n{h}: ")))
+            .collect();
+        let want: Vec<String> = (1..=500).map(|i| i.to_string()).collect();
+        assert_eq!(mine, want, "n{h}'s lines");
+    }
+    assert!(
+        r.stderr
+            .contains("rdpipe: warning: 1 of 3 sources failed; 2 succeeded (--min-ok 2)"),
+        "{}",
+        r.stderr
+    );
+    net.assert_clean();
+}

@@ -52,23 +52,6 @@ impl Runner {
             // ([`super::sinks`]), not as the pipeline's failure: the chain
             // re-links around it, or the sinks after it lose their stream
             // (their verdicts say so).
-            // A `--from` source's own agent: judged with the sources
-            // ([`super::sources`]); its stream's other segments are stopped,
-            // the other sources go on.
-            (_, true)
-                if self.signal.is_none() && !self.closing && self.plan.source_of(i).is_some() =>
-            {
-                self.findings.source_failures.push(Finding {
-                    cause: Cause::Died {
-                        seg,
-                        how,
-                        teardown: false,
-                    },
-                    node: Some(me),
-                });
-                self.stop_source(i).await;
-                return;
-            }
             (_, true) if self.signal.is_none() && !self.closing && self.plan.is_sink(i) => {
                 self.findings.sink_failures.push(Finding {
                     cause: Cause::Died {
@@ -91,6 +74,13 @@ impl Runner {
             },
             _ => return,
         };
+        // One of a `--from` source's own agents that did not start or died:
+        // judged with the sources ([`super::sources`]); the rest of that
+        // source's segments are stopped, the other sources go on.
+        if self.signal.is_none() && !self.closing && self.plan.source_of(i).is_some() {
+            self.source_lost(i, cause).await;
+            return;
+        }
         self.fail(Some(me), cause);
     }
 

@@ -57,6 +57,9 @@ impl Runner {
         let mut set = tokio::task::JoinSet::new();
         let bound = Arc::new(tokio::sync::Semaphore::new(MAX_PARALLEL_STARTS));
         for (n, (host, segs)) in hosts.iter().enumerate() {
+            if segs.iter().all(|&s| self.segs[s].not_started) {
+                continue;
+            }
             let launcher = self.launchers.remote().clone();
             let (host, bin, seg) = (host.clone(), bin.clone(), segs[0]);
             let bound = bound.clone();
@@ -77,12 +80,15 @@ impl Runner {
                     }
                 }
                 Ok((n, Err(error))) => {
-                    ok = false;
                     let host = hosts[n].0.spec.clone();
-                    self.fail(
-                        Some(Node::Segment(hosts[n].1[0])),
-                        Cause::Install { host, error },
-                    );
+                    let cause = Cause::Install { host, error };
+                    if self.only_sources(&hosts[n].1) {
+                        // Those sources alone ([`super::sources`]).
+                        self.sources_not_started(&hosts[n].1, cause);
+                    } else {
+                        ok = false;
+                        self.fail(Some(Node::Segment(hosts[n].1[0])), cause);
+                    }
                 }
                 Err(e) => {
                     ok = false;

@@ -126,6 +126,9 @@ struct SegState {
     bytes: [Option<u64>; 2],
     /// `SIZE`: the `< FILE` size.
     size: Option<u64>,
+    /// A `--from` source's segment that is not started: its host could not
+    /// be readied ([`sources`]).
+    not_started: bool,
     /// `USAGE`: the CPU the agent and its command used.
     usage: Option<rdpipe_control::Usage>,
     /// `COPIED`: an rdcp side's counts.
@@ -522,7 +525,14 @@ impl Runner {
                     {
                         let seg = self.seg_desc(i);
                         let secs = limit.as_secs();
-                        self.fail(Some(Node::Segment(i)), Cause::Silent { seg, secs });
+                        let cause = Cause::Silent { seg, secs };
+                        if self.plan.source_of(i).is_some() {
+                            // That source alone: its agent is told to go.
+                            self.agents[i].stdin = None;
+                            self.source_lost(i, cause).await;
+                        } else {
+                            self.fail(Some(Node::Segment(i)), cause);
+                        }
                     }
                 }
             }

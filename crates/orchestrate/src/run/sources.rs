@@ -9,7 +9,7 @@
 //! [`Runner::stop_source`]); the other sources go on to the end, and the run
 //! fails only when fewer sources than `--min-ok` (default: all) succeeded.
 
-use super::verdict::{Finding, Members};
+use super::verdict::{Cause, Finding, Members};
 use super::Runner;
 use rdpipe_control::{CmdExit, Direction, FailKind, HopReport, Part, ToAgent};
 use rdpipe_plan::Node;
@@ -146,6 +146,61 @@ impl Runner {
             node: Some(Node::Segment(i)),
         });
         true
+    }
+
+    /// Segment `i` (one of a source's own) failed for good (`cause`: its
+    /// agent did not start, died, or its host could not be reached): the
+    /// source fails alone, and the rest of its segments stop.
+    pub(super) async fn source_lost(&mut self, i: usize, cause: Cause) {
+        self.segs[i].failed = true;
+        self.findings.source_failures.push(Finding {
+            cause,
+            node: Some(Node::Segment(i)),
+        });
+        self.stop_source(i).await;
+    }
+
+    /// Whether every segment in `segs` carries only some `--from` source's
+    /// own stream: a host holding only such segments that cannot be reached
+    /// costs those sources, not the run.
+    pub(super) fn only_sources(&self, segs: &[usize]) -> bool {
+        !segs.is_empty() && segs.iter().all(|&s| self.plan.source_of(s).is_some())
+    }
+
+    /// The sources owning `segs` cannot start (their host could not be
+    /// readied: `cause`): each fails alone, none of its segments is started,
+    /// and its lane is given up once the merge's agent runs
+    /// ([`Runner::give_up_lanes`]).
+    pub(super) fn sources_not_started(&mut self, segs: &[usize], cause: Cause) {
+        let mut done = Vec::new();
+        for &s in segs {
+            let Some(src) = self.plan.source_of(s).cloned() else {
+                continue;
+            };
+            if done.contains(&src.index) {
+                continue;
+            }
+            done.push(src.index);
+            self.findings.source_failures.push(Finding {
+                cause: cause.clone(),
+                node: Some(Node::Segment(s)),
+            });
+            for j in std::iter::once(src.seg).chain(src.own.iter().copied()) {
+                self.segs[j].not_started = true;
+                self.segs[j].exited = true;
+                self.segs[j].failed = true;
+            }
+        }
+    }
+
+    /// After the agents started: the lanes of sources that never started
+    /// are given up, so that the merge does not wait for them.
+    pub(super) async fn give_up_lanes(&mut self) {
+        for i in 0..self.segs.len() {
+            if self.segs[i].not_started && self.plan.lane_host_segment(i).is_some() {
+                self.send(i, &ToAgent::Unlink).await;
+            }
+        }
     }
 
     /// Segment `i`'s agent (one of a source's own) died: the rest of that

@@ -39,10 +39,24 @@ impl Runner {
         match launcher.prepare(&hosts).await {
             Ok(()) => true,
             Err(errors) => {
+                // A host that holds only `--from` sources' segments costs
+                // those sources ([`super::sources`]), not the run.
+                let mut fatal = false;
                 for e in errors {
-                    self.launch_failed(e);
+                    let segs = e
+                        .host
+                        .as_ref()
+                        .and_then(|h| hosts.iter().find(|(r, _)| &r.spec == h))
+                        .map(|(_, s)| s.clone())
+                        .unwrap_or_default();
+                    if self.only_sources(&segs) {
+                        self.sources_not_started(&segs, Cause::Launch(e));
+                    } else {
+                        fatal = true;
+                        self.launch_failed(e);
+                    }
                 }
-                false
+                !fatal
             }
         }
     }
@@ -57,8 +71,9 @@ impl Runner {
         let mut starting = tokio::task::JoinSet::new();
         let via = self.launchers.remote().address_origin();
         for i in 0..n {
-            if self.plan.lane_host_segment(i).is_some() {
-                // Run by its merge segment's agent.
+            if self.plan.lane_host_segment(i).is_some() || self.segs[i].not_started {
+                // Run by its merge segment's agent, or its source's host
+                // could not be readied.
                 args_of.push(None);
                 continue;
             }
@@ -91,8 +106,9 @@ impl Runner {
                 Err(e) => self.fail(None, Cause::Local(format!("agent start task failed: {e}"))),
             }
         }
+        let mut lost = Vec::new();
         for (i, spawned) in started.into_iter().enumerate() {
-            if self.plan.lane_host_segment(i).is_some() {
+            if self.plan.lane_host_segment(i).is_some() || self.segs[i].not_started {
                 continue;
             }
             let Some(spawned) = spawned else {
@@ -160,11 +176,21 @@ impl Runner {
                     self.segs[i].exited = true;
                     let seg = self.seg_desc(i);
                     let message = e.cause.to_string();
-                    self.fail(Some(Node::Segment(i)), Cause::Segment { seg, message });
+                    let cause = Cause::Segment { seg, message };
+                    if self.plan.source_of(i).is_some() {
+                        // That source alone, once every agent is watched.
+                        lost.push((i, cause));
+                    } else {
+                        self.fail(Some(Node::Segment(i)), cause);
+                    }
                 }
             }
         }
         self.lanes_follow_merge();
+        for (i, cause) in lost {
+            self.source_lost(i, cause).await;
+        }
+        self.give_up_lanes().await;
     }
 
     /// A line merge's lanes share their merge segment's agent: if it did not
