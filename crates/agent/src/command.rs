@@ -239,6 +239,18 @@ fn shell_level(ours: Option<&str>) -> Option<&'static str> {
     }
 }
 
+/// The command's stdout as the agent's stderr, which rdpipe shows prefixed
+/// with the host (the agent's stdout is the control channel): for a command
+/// whose output goes nowhere else (a `--to` sink's, an `--each` instance's
+/// last).
+pub fn stdout_to_stderr() -> Stdio {
+    io::stderr()
+        .as_fd()
+        .try_clone_to_owned()
+        .map(Stdio::from)
+        .unwrap_or_else(|_| Stdio::null())
+}
+
 /// [`start`] with the command's stdout given: a `--to` sink's command writes
 /// to the agent's stderr (rdpipe shows it prefixed with the host).
 pub fn start_with(

@@ -4,6 +4,7 @@
 //! empty stream onward. Output files are written as rdpipe_transport::output
 //! describes: replaced (or appended to) only once the stream was verified.
 
+use super::home::expand_home;
 use super::segment::Segment;
 use super::transfers::Transfers;
 use rdpipe_control::{Direction, Part};
@@ -11,14 +12,6 @@ use rdpipe_transport::output::{Mode, OutputFile};
 use rdpipe_transport::TransportError;
 use std::fs::File;
 use std::io::{self, Write};
-
-/// `~/x` → `$HOME/x` (the home directory on this host).
-pub fn expand_home(p: &str, home: Option<&std::ffi::OsStr>) -> String {
-    match (p.strip_prefix("~/"), home) {
-        (Some(rest), Some(h)) => format!("{}/{rest}", h.to_string_lossy()),
-        _ => p.to_string(),
-    }
-}
 
 fn home_path(p: &str) -> String {
     expand_home(p, std::env::var_os("HOME").as_deref())

@@ -172,14 +172,14 @@ pub fn listen<R: BufRead + Send + 'static>(
                                 crate::reach::PROBE_TIMEOUT,
                             );
                             let m = FromAgent::Reach { dir, results };
-                            say.send(&crate::transfers::lane_line(lane, m));
+                            say.send(&crate::say::lane_line(lane, m));
                         }
                     });
                     if t.is_err() {
                         // Cannot probe: answer at once, every address silent.
                         let results = asked.into_iter().map(|a| (a, Reach::Silent)).collect();
                         let m = FromAgent::Reach { dir, results };
-                        say.send(&crate::transfers::lane_line(lane, m));
+                        say.send(&crate::say::lane_line(lane, m));
                     }
                 }
                 Ok(ToAgent::Progress) => {

@@ -17,7 +17,8 @@
 //! - [`relay`]: a `--to` sink: the incoming stream teed into the command and
 //!   onward to the next sink;
 //! - [`gather`]: a line merge's segment (`--from`): one receiving lane per
-//!   source, their whole lines merged into the segment's input;
+//!   source, their whole lines merged into the segment's input ([`merge`]:
+//!   the turns, long lines, each lane's writer); [`spool`]: `--spool`;
 //! - [`passthrough`]: a relay-only segment (`HOST:`): the incoming stream
 //!   forwarded to the outgoing transfer, no command;
 //! - [`inbox`]: rdpipe's control lines, the silence watchdog, signals;
@@ -46,8 +47,10 @@ pub mod copy;
 pub mod file;
 pub mod gather;
 pub mod guard;
+pub mod home;
 pub mod inbox;
 pub mod inventory;
+pub mod merge;
 pub mod passthrough;
 pub mod reach;
 pub mod relay;
@@ -219,11 +222,7 @@ fn run(a: AgentArgs) -> bool {
         // The last segment of a `--from --each` instance: its stdout is
         // shown on rdpipe's stderr (our stdout is the control channel).
         let started = if a.source_host.is_some() && !with_output {
-            let stderr = std::os::fd::AsFd::as_fd(&io::stderr())
-                .try_clone_to_owned()
-                .map(std::process::Stdio::from)
-                .unwrap_or_else(|_| std::process::Stdio::null());
-            command::start_with(cmd, with_input, stderr, &shared)
+            command::start_with(cmd, with_input, command::stdout_to_stderr(), &shared)
         } else {
             command::start(cmd, with_input, with_output, &shared)
         };

@@ -23,7 +23,7 @@
 //! ([`rdpipe_transport::relay::RelayOutput::forwarding`]).
 
 use super::command::{self, CmdEnd, HeldInput, Shared};
-use super::file::expand_home;
+use super::home::expand_home;
 use super::segment::{Ev, Segment};
 use super::transfers::Transfers;
 use super::AgentArgs;
@@ -34,7 +34,6 @@ use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::path::Path;
-use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 
@@ -201,13 +200,7 @@ pub fn start_sink(a: &AgentArgs, seg: &mut Segment, t: &mut Transfers, shared: &
     };
     let mut file = None;
     let local = if let Some(cmd) = &a.cmd {
-        // The command's stdout is shown on rdpipe's stderr (our stdout is the
-        // control channel).
-        let stdout = io::stderr()
-            .as_fd()
-            .try_clone_to_owned()
-            .map(Stdio::from)
-            .unwrap_or_else(|_| Stdio::null());
+        let stdout = command::stdout_to_stderr();
         match command::start_with(cmd, true, stdout, shared) {
             Ok(started) => {
                 seg.command_started(started.child);

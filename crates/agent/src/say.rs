@@ -7,6 +7,18 @@ use std::io::{self, Write};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+/// `m`, about a line merge's lane K when `lane` is `Some(K)` (`LANE K ...`,
+/// [`super::gather`]).
+pub fn lane_line(lane: Option<usize>, m: FromAgent) -> FromAgent {
+    match lane {
+        Some(lane) => FromAgent::Lane {
+            lane,
+            msg: Box::new(m),
+        },
+        None => m,
+    }
+}
+
 /// Control-channel output, shared by the threads: each line is written whole
 /// under the lock, and nothing after `END`.
 #[derive(Clone)]

@@ -81,16 +81,14 @@ pub enum Ev {
     Lane(usize, Result<Report, TransportError>),
     /// rdpipe gave lane K up: its source is gone (`LANE K UNLINK`).
     LaneDrop(usize),
-    /// Writing the merged lines into the segment's input failed.
-    MergeBroken(std::io::ErrorKind, String),
-    /// The merged input ended (`Err`: how its flush failed).
-    MergeEnded(Result<(), String>),
+    /// A line merge's input failed or ended ([`super::merge`]).
+    Merge(super::merge::MergeEvent),
 }
 
 /// A line merge's state: its input and each lane's ([`super::gather`]).
 struct Merge {
-    merged: Arc<super::gather::Merged>,
-    lanes: Vec<Arc<super::gather::Delivered>>,
+    merged: Arc<super::merge::Merged>,
+    lanes: Vec<Arc<super::merge::Delivered>>,
     /// Lanes still running.
     pending: Vec<bool>,
     /// Lanes whose stream arrived whole, and how many must.
@@ -171,8 +169,8 @@ impl Segment {
     /// whole for the merged input to end cleanly.
     pub fn set_merge(
         &mut self,
-        merged: Arc<super::gather::Merged>,
-        lanes: Vec<Arc<super::gather::Delivered>>,
+        merged: Arc<super::merge::Merged>,
+        lanes: Vec<Arc<super::merge::Delivered>>,
         needed: usize,
     ) {
         let pending = vec![true; lanes.len()];
@@ -238,7 +236,7 @@ impl Segment {
     /// Lane `lane`'s end (`r`), reported as `LANE K ...` lines; `None`: it
     /// was given up (its source is gone).
     fn lane_done(&mut self, lane: usize, r: Option<Result<Report, TransportError>>) {
-        use super::transfers::lane_line;
+        use super::say::lane_line;
         let Some(m) = self.merge.as_mut() else { return };
         match m.pending.get_mut(lane.wrapping_sub(1)) {
             Some(p) if *p => *p = false,
@@ -461,8 +459,8 @@ impl Segment {
                 tracing::debug!("lane {lane}: given up (its source is gone)");
                 self.lane_done(lane, None);
             }
-            Ev::MergeBroken(kind, msg) => self.merge_broken(kind, msg),
-            Ev::MergeEnded(r) => self.merge_ended(r),
+            Ev::Merge(super::merge::MergeEvent::Broken(kind, msg)) => self.merge_broken(kind, msg),
+            Ev::Merge(super::merge::MergeEvent::Ended(r)) => self.merge_ended(r),
             Ev::Stop(why) => {
                 tracing::debug!("{why}");
                 self.say

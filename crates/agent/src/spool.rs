@@ -89,7 +89,7 @@ pub fn wrap(
             peak,
             held: held.as_secs_f64(),
         };
-        say.send(&super::transfers::lane_line(lane, m));
+        say.send(&super::say::lane_line(lane, m));
     });
     Ok(Box::new(Spool::new(spec, dest, report)?))
 }
@@ -104,7 +104,7 @@ impl Spool {
         let store = match &spec.dir {
             None => Store::Memory(VecDeque::new()),
             Some(dir) => {
-                let dir = super::file::expand_home(dir, std::env::var_os("HOME").as_deref());
+                let dir = super::home::expand_home(dir, std::env::var_os("HOME").as_deref());
                 Store::File(spool_file(std::path::Path::new(&dir))?)
             }
         };

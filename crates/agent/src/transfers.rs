@@ -41,16 +41,7 @@ fn notice(say: Say, dir: Direction, lane: Option<usize>) -> Box<dyn FnMut(HopSta
     })
 }
 
-/// `m`, about lane K when `lane` is `Some(K)`.
-pub fn lane_line(lane: Option<usize>, m: FromAgent) -> FromAgent {
-    match lane {
-        Some(lane) => FromAgent::Lane {
-            lane,
-            msg: Box::new(m),
-        },
-        None => m,
-    }
-}
+use super::say::lane_line;
 
 /// Makes the receiver's output once the sender has authenticated.
 pub type OutputFactory = Box<dyn FnOnce() -> Result<Box<dyn Write + Send>, TransportError> + Send>;
@@ -143,7 +134,7 @@ impl Transfers {
         link: Link,
         addr: Option<String>,
         key: Vec<u8>,
-        output: super::gather::LaneWriter,
+        output: Box<dyn Write + Send>,
     ) {
         let mut o = self.options(Direction::In);
         o.key = key;
@@ -186,7 +177,7 @@ impl Transfers {
         let (spool, say) = (self.spool.clone(), self.say.clone());
         std::thread::spawn(move || {
             let output: OutputFactory = Box::new(move || {
-                super::spool::wrap(spool.as_ref(), Box::new(output), &say, Some(lane))
+                super::spool::wrap(spool.as_ref(), output, &say, Some(lane))
                     .map_err(TransportError::Output)
             });
             let r = ep().and_then(|ep| run_recv(ep, o, output));

@@ -6,7 +6,8 @@
 use std::fmt;
 use std::str::FromStr;
 
-/// The smallest spool: one chunk of the largest kind fits several times.
+/// The smallest spool (a receiver's chunks larger than the spool go in
+/// spool-sized pieces).
 pub const MIN_SPOOL: u64 = 1 << 20;
 
 /// `--spool SIZE[:DIR]`.

@@ -279,7 +279,7 @@ impl Pipeline {
 
     /// Line merge: the segment whose agent runs lane `i` (a segment whose
     /// action is [`Action::Lane`]).
-    pub fn lane_host_segment(&self, i: usize) -> Option<usize> {
+    pub fn merge_of_lane(&self, i: usize) -> Option<usize> {
         match self.segments.get(i)?.action {
             Action::Lane { .. } => self.gather.as_ref()?.merge,
             _ => None,
@@ -382,8 +382,8 @@ mod tests {
         assert_eq!(p.segments[3].action, Action::Lane { source: 2 });
         assert_eq!(p.segments[3].host.label(), "pc0");
         assert_eq!(p.lanes_of(6), [1, 3, 5]);
-        assert_eq!(p.lane_host_segment(5), Some(6));
-        assert_eq!(p.lane_host_segment(6), None);
+        assert_eq!(p.merge_of_lane(5), Some(6));
+        assert_eq!(p.merge_of_lane(6), None);
         let pairs: Vec<(Node, Node)> = p.hops.iter().map(|h| (h.from, h.to)).collect();
         assert_eq!(
             pairs,

@@ -95,7 +95,7 @@ pub fn agent_settings(p: &Pipeline, i: usize, a: &Config, via: &'static str) -> 
     if let Some(s) = p.source_of(i) {
         v.source_host = Some(s.host.clone());
         v.source_index = s.index;
-        if s.own.first() == Some(&i) && p.lane_host_segment(i).is_none() {
+        if s.own.first() == Some(&i) && p.merge_of_lane(i).is_none() {
             v.spool = a.spool.clone();
         }
     }

@@ -22,7 +22,7 @@ impl Runner {
         let (hello, ended) = (st.hello, st.ended);
         // A lane that had not ended when its merge segment's agent did:
         // that agent's end is what is reported.
-        if self.plan.lane_host_segment(i).is_some() && ended != Some(true) {
+        if self.plan.merge_of_lane(i).is_some() && ended != Some(true) {
             return;
         }
         if ended == Some(true) {
@@ -215,18 +215,20 @@ impl Runner {
         let seg = self.seg_desc(i);
         let me = Node::Segment(i);
         let echo = kind == FailKind::Echo || code == EXIT_ABORTED;
+        // A line merge's input comes from its lanes, not from one hop.
+        let from_name = |h: Option<&rdpipe_plan::Hop>| match h {
+            Some(h) => self.plan.node_name(h.from),
+            None if !self.plan.lanes_of(i).is_empty() => "the --from sources".into(),
+            None => String::new(),
+        };
         match (part, kind) {
             (_, FailKind::Stopped) => Cause::Stopped { seg, message: msg },
-            (Part::In, FailKind::StoppedReading) => {
-                let from = self.plan.hop_into(me).map(|h| self.plan.node_name(h.from));
-                Cause::StoppedReading {
-                    seg,
-                    from: from.unwrap_or_default(),
-                }
-            }
+            (Part::In, FailKind::StoppedReading) => Cause::StoppedReading {
+                seg,
+                from: from_name(self.plan.hop_into(me)),
+            },
             (Part::In, _) => {
-                let from = self.plan.hop_into(me).map(|h| self.plan.node_name(h.from));
-                let from = from.unwrap_or_default();
+                let from = from_name(self.plan.hop_into(me));
                 Cause::Transfer {
                     text: format!("{seg}: receiving from {from} failed: {msg}"),
                     echo,

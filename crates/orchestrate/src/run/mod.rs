@@ -521,7 +521,7 @@ impl Runner {
                     // (A lane's agent is its merge segment's: reported once.)
                     if !self.segs[i].hello
                         && !self.segs[i].exited
-                        && self.plan.lane_host_segment(i).is_none()
+                        && self.plan.merge_of_lane(i).is_none()
                     {
                         let seg = self.seg_desc(i);
                         let secs = limit.as_secs();
@@ -593,7 +593,7 @@ impl Runner {
     async fn send(&mut self, i: usize, m: &ToAgent) {
         // A lane's orders go to its merge segment's agent, marked for it.
         let lane;
-        let (i, m) = match self.plan.lane_host_segment(i) {
+        let (i, m) = match self.plan.merge_of_lane(i) {
             Some(_) if *m == ToAgent::Ping => return,
             Some(merge) => {
                 let k = self.plan.lanes_of(merge).iter().position(|&l| l == i);

@@ -18,7 +18,7 @@ use rdpipe_report::SourceReport;
 /// What rdpipe heard about one source.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SourceFacts {
-    /// `source 2 pc2 [3] 'collect'`.
+    /// `source 2 [3] pc2 'collect'`.
     pub name: String,
     /// Its stream as the source sent it.
     pub sent: Option<HopReport>,
@@ -197,7 +197,7 @@ impl Runner {
     /// are given up, so that the merge does not wait for them.
     pub(super) async fn give_up_lanes(&mut self) {
         for i in 0..self.segs.len() {
-            if self.segs[i].not_started && self.plan.lane_host_segment(i).is_some() {
+            if self.segs[i].not_started && self.plan.merge_of_lane(i).is_some() {
                 self.send(i, &ToAgent::Unlink).await;
             }
         }
@@ -215,7 +215,7 @@ impl Runner {
             if j == i || self.segs[j].exited || self.segs[j].ended.is_some() {
                 continue;
             }
-            if self.plan.lane_host_segment(j).is_some() {
+            if self.plan.merge_of_lane(j).is_some() {
                 self.send(j, &ToAgent::Unlink).await;
             } else {
                 self.agents[j].stdin = None;
@@ -289,10 +289,9 @@ impl Runner {
             .into_iter()
             .map(|(k, v)| {
                 let src = &g.sources[k];
-                let r = src
-                    .own
-                    .first()
-                    .and_then(|&j| self.segs[j].reports[Direction::In.index()].as_ref());
+                let first = src.own.first().map(|&j| &self.segs[j]);
+                let r = first.and_then(|s| s.reports[Direction::In.index()].as_ref());
+                let spool = first.and_then(|s| s.spool);
                 SourceReport {
                     index: src.index,
                     host: src.host.clone(),
@@ -303,16 +302,8 @@ impl Runner {
                     verified: v.verified,
                     exit_status: self.segs[src.seg].exit.and_then(CmdExit::status),
                     reconnects: r.map_or(0, |r| r.reconnects.len()),
-                    peak_backlog: src
-                        .own
-                        .first()
-                        .and_then(|&j| self.segs[j].spool)
-                        .map(|s| s.0),
-                    held_back_secs: src
-                        .own
-                        .first()
-                        .and_then(|&j| self.segs[j].spool)
-                        .map(|s| s.1),
+                    peak_backlog: spool.map(|s| s.0),
+                    held_back_secs: spool.map(|s| s.1),
                     ok: v.ok,
                     problem: v.problem,
                 }

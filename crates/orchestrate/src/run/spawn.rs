@@ -71,7 +71,7 @@ impl Runner {
         let mut starting = tokio::task::JoinSet::new();
         let via = self.launchers.remote().address_origin();
         for i in 0..n {
-            if self.plan.lane_host_segment(i).is_some() || self.segs[i].not_started {
+            if self.plan.merge_of_lane(i).is_some() || self.segs[i].not_started {
                 // Run by its merge segment's agent, or its source's host
                 // could not be readied.
                 args_of.push(None);
@@ -108,7 +108,7 @@ impl Runner {
         }
         let mut lost = Vec::new();
         for (i, spawned) in started.into_iter().enumerate() {
-            if self.plan.lane_host_segment(i).is_some() || self.segs[i].not_started {
+            if self.plan.merge_of_lane(i).is_some() || self.segs[i].not_started {
                 continue;
             }
             let Some(spawned) = spawned else {
@@ -197,7 +197,7 @@ impl Runner {
     /// start, neither did they.
     pub(super) fn lanes_follow_merge(&mut self) {
         for i in 0..self.segs.len() {
-            if let Some(m) = self.plan.lane_host_segment(i) {
+            if let Some(m) = self.plan.merge_of_lane(i) {
                 if self.segs[m].exited {
                     self.segs[i].exited = true;
                 }
