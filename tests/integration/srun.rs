@@ -504,7 +504,8 @@ fn srun_step_io_tapped_carries_no_key() {
     // stdin → n1, n1 → n2, n2 → stdout, and the chain secret.
     assert_eq!(keys.len(), 4, "{keys:?}");
     // The tap saw the step I/O, both ways.
-    for seen in [&b"MUNGE MUNGE:"[..], b"\nSEAL ", b"HELLO 10"] {
+    let hello = format!("HELLO {}", rdpipe_control::PROTOCOL);
+    for seen in [&b"MUNGE MUNGE:"[..], b"SEAL ", hello.as_bytes()] {
         assert!(
             cap.contains(seen),
             "the tap missed {:?} ({} segments)",
