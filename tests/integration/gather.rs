@@ -381,6 +381,8 @@ fn gather_from_a_hostlist_is_one_source_per_host() {
             "--from".to_string(),
             format!("n[1-8]:{gen} s 100"),
             "-v".into(),
+            "--json".into(),
+            net.dir.s("report.json"),
         ],
         None,
         240,
@@ -397,6 +399,15 @@ fn gather_from_a_hostlist_is_one_source_per_host() {
             r.stderr
         );
     }
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(net.dir.path("report.json")).unwrap())
+            .unwrap();
+    let sources = v["sources"].as_array().expect("sources in the report");
+    assert_eq!(sources.len(), 8);
+    assert!(
+        sources.iter().all(|s| s["lines"] == 100 && s["ok"] == true),
+        "{sources:?}"
+    );
     // -n names every source and the merge.
     let r = net.rdpipe(&["-n", "--from", "n[1-3]:cat /x"], None, 30);
     r.ok();

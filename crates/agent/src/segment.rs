@@ -287,6 +287,9 @@ impl Segment {
                 false
             }
         };
+        say(FromAgent::Lines(
+            d.lines.load(std::sync::atomic::Ordering::Relaxed),
+        ));
         say(FromAgent::End { ok });
         self.lane_ended();
     }

@@ -54,6 +54,11 @@
 //! - `SIZE N`: a `< FILE` segment's file has N bytes (once, after `PROGRESS`);
 //! - `COPIED pack ...` / `COPIED unpack ...`: right before `USAGE`, what a
 //!   side of an rdcp copy counted ([`CopyCounts`]);
+//! - `LANE K LINE`: LINE is about a line merge's lane K (`PORT in`,
+//!   `REACH in`, `DONE in`, `LOST in`, `RECONNECTED in`, `FAIL in`, `SPOOL`,
+//!   `LINES N`: the whole lines it delivered, `END`);
+//! - `SPOOL PEAK SECS`: with `--spool`, the incoming stream's spool's peak
+//!   and the time its receiver waited for room;
 //! - `USAGE AU AS CU CS`: right before `END`, the CPU the agent and its command
 //!   used ([`Usage`]);
 //! - `BYTES in|out N`: a running byte count (after `PROGRESS`);
@@ -374,6 +379,9 @@ pub enum FromAgent {
     Copied(CopyCounts),
     /// `MUNGE CRED`: the agent's answer on a sealed (srun) channel.
     Munge(CredLine),
+    /// `LINES N`: a line merge's lane delivered N whole lines (before its
+    /// `END`).
+    Lines(u64),
     /// `SPOOL PEAK SECS`: with `--spool`, the incoming stream's spool held at
     /// most PEAK bytes, and the receiver waited SECS for room in it.
     Spool {
@@ -468,6 +476,7 @@ impl fmt::Display for FromAgent {
             FromAgent::Munge(c) => write!(f, "{c}"),
             FromAgent::Lane { lane, msg } => write!(f, "LANE {lane} {msg}"),
             FromAgent::Spool { peak, held } => write!(f, "SPOOL {peak} {held:.6}"),
+            FromAgent::Lines(n) => write!(f, "LINES {n}"),
         }
     }
 }
@@ -613,6 +622,7 @@ impl FromStr for FromAgent {
             "MUNGE" => CredLine::new(rest)
                 .map(FromAgent::Munge)
                 .map_err(|_| ParseError::Field("munge credential")),
+            "LINES" => Ok(FromAgent::Lines(num(rest, "lines")?)),
             "SPOOL" => {
                 let mut w = rest.split(' ');
                 let peak = num(field(&mut w, "peak")?, "peak")?;

@@ -411,6 +411,11 @@ fn lane_lines_wrap_one_line_for_one_lane() {
         }),
     });
     assert!("SPOOL 1 -1".parse::<FromAgent>().is_err());
+    round_trip_from(FromAgent::Lane {
+        lane: 3,
+        msg: Box::new(FromAgent::Lines(120)),
+    });
+    assert!("LINES x".parse::<FromAgent>().is_err());
     assert!("SPOOL 1 NaN".parse::<FromAgent>().is_err());
     for m in [
         ToAgent::Lane {

@@ -344,6 +344,8 @@ pub struct SourceReport {
     pub bytes: Option<u64>,
     /// Their xxh3-64 checksum, 16 hex digits.
     pub checksum: Option<String>,
+    /// A line merge: the whole lines of it delivered (none with `--each`).
+    pub lines: Option<u64>,
     /// Its hop's transport and integrity (`tcp, encrypt`).
     pub transport: Option<String>,
     /// Its stream arrived whole and verified, at every segment of its own.

@@ -161,6 +161,7 @@ impl Runner {
             // Only the first line of a sealed channel (`rdpipe_launch::srun`).
             FromAgent::Munge(_) => debug!("[{}] a MUNGE line after the handshake: ignored", i + 1),
             FromAgent::Spool { peak, held } => self.segs[i].spool = Some((peak, held)),
+            FromAgent::Lines(n) => self.segs[i].lines = Some(n),
             // (Unwrapped above: a lane never speaks for another.)
             FromAgent::Lane { .. } => debug!("[{}] a nested LANE line: ignored", i + 1),
             FromAgent::Lost { dir, offset } => {

@@ -133,6 +133,8 @@ struct SegState {
     usage: Option<rdpipe_control::Usage>,
     /// `COPIED`: an rdcp side's counts.
     copied: Option<rdpipe_control::CopyCounts>,
+    /// `LINES`: a line merge's lane's whole lines delivered.
+    lines: Option<u64>,
     /// `SPOOL`: with `--spool`, the incoming stream's peak backlog (bytes)
     /// and the seconds its receiver was held back.
     spool: Option<(u64, f64)>,

@@ -40,6 +40,8 @@ pub struct SourceFacts {
     /// With `--spool`: its peak backlog (bytes) and the seconds it was held
     /// back by a full spool.
     pub spool: Option<(u64, f64)>,
+    /// A line merge: the whole lines of it delivered.
+    pub lines: Option<u64>,
 }
 
 /// One source's verdict.
@@ -98,6 +100,7 @@ pub fn judge(f: &SourceFacts) -> SourceVerdict {
         (None, Some(s)) => format!("{} bytes sent, none verified", s.bytes),
         (None, None) => "no verified stream".to_string(),
     };
+    let lines = f.lines.map(|n| format!(", {n} lines")).unwrap_or_default();
     let cmd = match (f.is_command, f.exit) {
         (true, Some(e)) => format!(", command exit {e}"),
         (true, None) => ", command exit unknown".to_string(),
@@ -119,7 +122,7 @@ pub fn judge(f: &SourceFacts) -> SourceVerdict {
     SourceVerdict {
         ok: problem.is_none(),
         verified,
-        line: format!("{}: {head}: {stream}{cmd}{spool}", f.name),
+        line: format!("{}: {head}: {stream}{lines}{cmd}{spool}", f.name),
         problem,
     }
 }
@@ -271,6 +274,7 @@ impl Runner {
             failure,
             ended_ok: segs.iter().all(|&k| self.segs[k].ended == Some(true)),
             spool: first.and_then(|k| self.segs[k].spool),
+            lines: first.and_then(|k| self.segs[k].lines),
         }
     }
 
@@ -298,6 +302,7 @@ impl Runner {
                     command: self.plan.segments[src.seg].action.to_string(),
                     bytes: r.map(|r| r.bytes),
                     checksum: r.map(|r| format!("{:016x}", r.checksum)),
+                    lines: first.and_then(|s| s.lines),
                     transport: r.map(HopReport::describe),
                     verified: v.verified,
                     exit_status: self.segs[src.seg].exit.and_then(CmdExit::status),
@@ -353,6 +358,7 @@ mod tests {
             failure: None,
             ended_ok: true,
             spool: None,
+            lines: None,
         }
     }
 
