@@ -319,9 +319,13 @@ fn gather_source_host_killed_mid_stream() {
     let d = &net.dir;
     let gen = write_gen(&net);
     let out = d.s("merged");
+    // --min-ok 2: the merge ends as good with the two others (with every
+    // source needed, it would end as failed and stop `cat`).
     let s = net.start_rdpipe(
         &[
-            "--from".to_string(),
+            "--min-ok".to_string(),
+            "2".into(),
+            "--from".into(),
             format!("n1:{gen} a 600"),
             "--from".into(),
             "n2:while :; do echo b:x:forever; done".into(),
@@ -341,17 +345,17 @@ fn gather_source_host_killed_mid_stream() {
         kill("-9", p);
     }
     let r = s.finish(Duration::from_secs(60));
-    assert_ne!(r.code(), Some(0), "{}", r.stderr);
+    r.ok();
     assert!(
-        r.stderr
-            .lines()
-            .any(|l| l.starts_with("rdpipe: source 2 [3] n2 ") && l.contains("FAILED")),
+        r.stderr.lines().any(|l| l
+            .starts_with("rdpipe: source 2 [3] n2 'while :; do echo b:x:forever; done': FAILED (")
+            && l.contains("the agent died")),
         "{}",
         r.stderr
     );
     assert!(
         r.stderr
-            .contains("rdpipe: error: n2 [3] 'while :; do echo b:x:forever; done': the agent died"),
+            .contains("rdpipe: warning: 1 of 3 sources failed; 2 succeeded (--min-ok 2)"),
         "{}",
         r.stderr
     );
