@@ -5,6 +5,7 @@
 
 use clap::Parser;
 use rdma_pipe::cli::doctor::{self, DoctorArgs};
+use rdma_pipe::cli::forward::{self, ForwardArgs};
 use rdma_pipe::cli::pipe::{normalize_args, run, PipeArgs};
 use rdma_pipe::cli::{fail, finish, term};
 use std::process::ExitCode;
@@ -28,6 +29,21 @@ fn main() -> ExitCode {
         let outcome = std::env::current_exe()
             .map_err(|e| fail(1, format!("cannot find my own executable: {e}")))
             .and_then(|exe| doctor::run(args, exe));
+        return finish("rdpipe", outcome);
+    }
+    // `rdpipe forward [LISTEN_HOST:]PORT TARGET_HOST:ADDR:PORT`.
+    if forward::wanted(&argv) {
+        let args = match ForwardArgs::try_parse_from(normalize_args(argv)) {
+            Ok(a) => a,
+            Err(e) => {
+                let _ = e.print();
+                return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
+            }
+        };
+        term::init_logging("rdpipe", args.run.verbosity(), args.run.quiet);
+        let outcome = std::env::current_exe()
+            .map_err(|e| fail(1, format!("cannot find my own executable: {e}")))
+            .and_then(|exe| forward::run(args, exe));
         return finish("rdpipe", outcome);
     }
     let args = match PipeArgs::try_parse_from(normalize_args(std::env::args_os())) {

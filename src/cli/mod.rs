@@ -6,6 +6,7 @@ pub mod cp;
 pub mod cp_streams;
 pub mod docs;
 pub mod doctor;
+pub mod forward;
 pub mod interrupt;
 pub mod pipe;
 pub mod recv;

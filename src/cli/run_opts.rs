@@ -224,6 +224,7 @@ impl RunOpts {
             sources: vec![],
             gather: rdpipe_plan::GatherMode::Lines { tag: false },
             spool: None,
+            forward: None,
             min_ok: None,
             replay_window: self.replay_window,
             dry_run: self.dry_run,

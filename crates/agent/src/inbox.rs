@@ -1,5 +1,5 @@
 //! What the agent hears: rdpipe's control lines on stdin (`CONNECT`, `PROBE`,
-//! `PING`, `PROGRESS`, `RELINK`, `UNLINK`, end of file), the silence watchdog,
+//! `PING`, `PROGRESS`, `RELINK`, `UNLINK`, `STOP`, end of file), the silence watchdog,
 //! and SIGTERM/SIGINT/SIGHUP. Each ends up as an event for the segment
 //! ([`super::segment::Ev`]), as the address a waiting transfer connects to, as
 //! a re-link order for a fan-out sink's chain hop, or (`PROBE`) as a `REACH`
@@ -27,6 +27,8 @@ pub struct ConnectOrders {
     pub relink_out: mpsc::Receiver<Option<RelinkTo>>,
     /// `LANE K CONNECT in ...`, lane K at index K - 1.
     pub lanes: Vec<mpsc::Receiver<(String, u16)>>,
+    /// `STOP` (`rdpipe forward`'s listening side).
+    pub stop: mpsc::Receiver<()>,
 }
 
 /// Where a relay's re-link hop connects: address, port, key.
@@ -97,6 +99,7 @@ pub fn listen<R: BufRead + Send + 'static>(
     let (relink_in_tx, relink_in_rx) = mpsc::channel();
     let (relink_out_tx, relink_out_rx) = mpsc::channel();
     let (lane_tx, lane_rx): (Vec<_>, Vec<_>) = (0..lanes).map(|_| mpsc::channel()).unzip();
+    let (stop_tx, stop_rx) = mpsc::channel();
     let tx = tx.clone();
     let meter = meter.clone();
     let say = say.clone();
@@ -149,6 +152,10 @@ pub fn listen<R: BufRead + Send + 'static>(
                     }
                 }
                 Ok(ToAgent::Ping) => {}
+                Ok(ToAgent::Stop) => {
+                    tracing::debug!("control: STOP");
+                    let _ = stop_tx.send(());
+                }
                 Ok(ToAgent::Connect { dir, addr, port }) => {
                     tracing::debug!("control: {}", line.trim_end());
                     let to = match dir {
@@ -212,5 +219,6 @@ pub fn listen<R: BufRead + Send + 'static>(
         relink_in: relink_in_rx,
         relink_out: relink_out_rx,
         lanes: lane_rx,
+        stop: stop_rx,
     }
 }

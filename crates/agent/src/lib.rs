@@ -19,6 +19,8 @@
 //! - [`gather`]: a line merge's segment (`--from`): one receiving lane per
 //!   source, their whole lines merged into the segment's input ([`merge`]:
 //!   the turns, long lines, each lane's writer); [`spool`]: `--spool`;
+//! - [`forward`]: `rdpipe forward`'s listening and target sides: TCP
+//!   connections carried as frames over the segment's two hops;
 //! - [`passthrough`]: a relay-only segment (`HOST:`): the incoming stream
 //!   forwarded to the outgoing transfer, no command;
 //! - [`inbox`]: rdpipe's control lines, the silence watchdog, signals;
@@ -45,6 +47,7 @@
 pub mod command;
 pub mod copy;
 pub mod file;
+pub mod forward;
 pub mod gather;
 pub mod guard;
 pub mod home;
@@ -279,6 +282,12 @@ fn run(a: AgentArgs) -> bool {
         );
     } else if let Some(dest) = &a.unpack {
         copy::start_unpack(dest, &a, &mut seg, &mut t);
+    } else if let Some(addr) = &a.forward_listen {
+        let stop = std::mem::replace(&mut t.orders.stop, mpsc::channel().1);
+        forward::start_listen(addr, a.forward_once, a.forward_max, stop, &mut seg, &mut t);
+    } else if let Some(to) = &a.forward_target {
+        let timeout = Duration::from_secs(a.connect_timeout);
+        forward::start_target(to, timeout, &mut seg, &mut t);
     }
     drop(t);
     seg.run(rx)

@@ -42,7 +42,7 @@ fn parse_stripe(s: &str) -> Result<rdpipe_copy::stripe::Stripe, String> {
 /// The agent's command line (hidden; written by rdpipe).
 #[derive(Debug, Clone, PartialEq, clap::Parser)]
 #[command(name = "rdrecv --agent", about = "rdpipe endpoint agent (internal)")]
-#[command(group(clap::ArgGroup::new("action").required(true).args(["cmd", "read", "write", "append", "relay", "pack", "unpack", "list", "save_listing"])))]
+#[command(group(clap::ArgGroup::new("action").required(true).args(["cmd", "read", "write", "append", "relay", "pack", "unpack", "list", "save_listing", "forward_listen", "forward_target"])))]
 pub struct AgentArgs {
     /// Label for messages.
     #[arg(long, allow_hyphen_values = true, default_value = "agent")]
@@ -135,6 +135,22 @@ pub struct AgentArgs {
     /// listing in a new private directory for the copy whose id is RUN.
     #[arg(long, allow_hyphen_values = true, value_name = "RUN")]
     pub save_listing: Option<String>,
+    /// `rdpipe forward`'s listening side: accept TCP connections at
+    /// ADDR:PORT (PORT 0: any free port) and carry each over the segment's
+    /// two hops (out: to the target, in: back) as `rdpipe_wire::mux` frames.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub forward_listen: Option<String>,
+    /// With `--forward-listen`: end after the first connection closes.
+    #[arg(long)]
+    pub forward_once: bool,
+    /// With `--forward-listen`: at most N connections open at once (more
+    /// wait in the listen backlog).
+    #[arg(long, value_name = "N")]
+    pub forward_max: Option<usize>,
+    /// `rdpipe forward`'s target side: connect each forwarded connection to
+    /// HOST:PORT (as this host resolves it).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub forward_target: Option<String>,
     /// With `--pack`/`--unpack`: this is stream K of N of the copy whose
     /// random id is RUN (hex), rdcp's `--streams` (`rdpipe_copy::stripe`).
     #[arg(long, value_name = "K/N/RUN", value_parser = parse_stripe)]
@@ -333,6 +349,12 @@ impl AgentArgs {
         opt(&mut v, "append", &self.append);
         on(&mut v, "relay", self.relay);
         opt(&mut v, "save-listing", &self.save_listing);
+        opt(&mut v, "forward-listen", &self.forward_listen);
+        on(&mut v, "forward-once", self.forward_once);
+        if let Some(n) = self.forward_max {
+            v.extend(["--forward-max".into(), n.to_string()]);
+        }
+        opt(&mut v, "forward-target", &self.forward_target);
         for p in &self.pack {
             v.extend(["--pack".into(), p.clone()]);
         }

@@ -82,6 +82,7 @@ use std::time::Duration;
 mod addr;
 pub mod agent_args;
 pub mod agent_id;
+mod conn;
 mod copied;
 mod hop_report;
 pub mod keylog;
@@ -97,6 +98,7 @@ mod usage;
 pub use addr::NetAddr;
 pub use agent_args::{AgentArgs, Link};
 pub use agent_id::{AgentId, VERSION};
+pub use conn::{ConnEnd, ConnReport};
 pub use copied::CopyCounts;
 pub use hop_report::{CmdExit, HopReport};
 pub use keys::{decode_hex, encode_hex, KeyLine};
@@ -111,7 +113,7 @@ pub use usage::{CpuTimes, Usage};
 
 /// Version of the control protocol (`HELLO V`). An agent of another version is
 /// not used.
-pub const PROTOCOL: u32 = 11;
+pub const PROTOCOL: u32 = 12;
 
 /// The most addresses one `PROBE` asks about (and an agent accepts).
 pub const MAX_PROBE: usize = 16;
@@ -224,6 +226,9 @@ pub enum ToAgent {
     /// `UNLINK`: no re-link is coming for the lost relay; to a lane, its
     /// source is gone: give the lane up.
     Unlink,
+    /// `STOP`: to `rdpipe forward`'s listening side: stop accepting, cut the
+    /// open connections and end both streams cleanly (Ctrl-C).
+    Stop,
     /// `LANE K LINE`: `LINE` (`CONNECT in`, `PROBE in`, `UNLINK`) is for lane
     /// K (1-based) of a merge segment's agent.
     Lane {
@@ -251,6 +256,7 @@ impl fmt::Display for ToAgent {
                 write!(f, "RELINK out {addr} {port} {}", encode_hex(key))
             }
             ToAgent::Unlink => f.write_str("UNLINK"),
+            ToAgent::Stop => f.write_str("STOP"),
             ToAgent::Lane { lane, msg } => write!(f, "LANE {lane} {msg}"),
         }
     }
@@ -282,6 +288,7 @@ impl FromStr for ToAgent {
                 key: keys::parse_key(key)?,
             }),
             ["UNLINK"] => Ok(ToAgent::Unlink),
+            ["STOP"] => Ok(ToAgent::Stop),
             ["LANE", lane, ..] => {
                 let (lane, rest) = lane_prefix(l, lane)?;
                 match rest.parse()? {
@@ -390,6 +397,11 @@ pub enum FromAgent {
         /// Seconds the receiver was held back by a full spool.
         held: f64,
     },
+    /// `LISTENING ADDR`: `rdpipe forward`'s listening side accepts
+    /// connections at ADDR (IP:PORT).
+    Listening(std::net::SocketAddr),
+    /// `CONN ...`: one forwarded connection is over.
+    Conn(ConnReport),
     /// `LANE K LINE`: `LINE` (`PORT in`, `REACH in`, `DONE in`, `BYTES in`,
     /// `LOST in`, `RECONNECTED in`, `FAIL in`, `END`) is about lane K
     /// (1-based) of a merge segment's agent.
@@ -477,6 +489,8 @@ impl fmt::Display for FromAgent {
             FromAgent::Lane { lane, msg } => write!(f, "LANE {lane} {msg}"),
             FromAgent::Spool { peak, held } => write!(f, "SPOOL {peak} {held:.6}"),
             FromAgent::Lines(n) => write!(f, "LINES {n}"),
+            FromAgent::Listening(a) => write!(f, "LISTENING {a}"),
+            FromAgent::Conn(c) => write!(f, "CONN {c}"),
         }
     }
 }
@@ -623,6 +637,8 @@ impl FromStr for FromAgent {
                 .map(FromAgent::Munge)
                 .map_err(|_| ParseError::Field("munge credential")),
             "LINES" => Ok(FromAgent::Lines(num(rest, "lines")?)),
+            "LISTENING" => Ok(FromAgent::Listening(num(rest, "address")?)),
+            "CONN" => Ok(FromAgent::Conn(rest.parse()?)),
             "SPOOL" => {
                 let mut w = rest.split(' ');
                 let peak = num(field(&mut w, "peak")?, "peak")?;

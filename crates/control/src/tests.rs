@@ -462,3 +462,35 @@ proptest::proptest! {
         let _ = line.parse::<ToAgent>();
     }
 }
+
+#[test]
+fn forward_lines_round_trip() {
+    round_trip_from(FromAgent::Listening("127.0.0.1:4000".parse().unwrap()));
+    round_trip_from(FromAgent::Listening("[::1]:22".parse().unwrap()));
+    round_trip_from(FromAgent::Conn(ConnReport {
+        id: 7,
+        secs: 1.5,
+        up: 1 << 30,
+        down: 64,
+        end: ConnEnd::Refused,
+        peer: "127.0.0.1:5555".into(),
+    }));
+    assert_eq!(ToAgent::Stop.to_string().parse::<ToAgent>(), Ok(ToAgent::Stop));
+    for bad in [
+        "CONN",
+        "CONN 1 x 1 1 closed p",
+        "CONN 1 1 1 1 nope p",
+        "CONN 1 -1 1 1 closed p",
+        "CONN 1 1 1 1 closed",
+        "LISTENING host",
+    ] {
+        assert!(bad.parse::<FromAgent>().is_err(), "{bad}");
+    }
+}
+
+proptest::proptest! {
+    #[test]
+    fn conn_lines_never_panic(line in "CONN[ 0-9a-z.:-]{0,60}") {
+        let _ = line.parse::<FromAgent>();
+    }
+}

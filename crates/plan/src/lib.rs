@@ -51,10 +51,12 @@
 use std::fmt;
 
 mod fanout;
+mod forward;
 mod gather;
 pub mod hostlist;
 mod parse;
 pub use fanout::plan_fanout;
+pub use forward::{plan_forward, ForwardSpec, DEFAULT_BIND};
 pub use gather::{expand_source_path, plan_gather, Gather, GatherMode, Source};
 pub use parse::{parse_data_host, parse_segment, quotes_balanced};
 
@@ -128,6 +130,23 @@ pub enum Action {
     Lane {
         /// The source's index (1-based).
         source: usize,
+    },
+    /// `rdpipe forward`'s listening side: accepts TCP connections at
+    /// `addr` (BIND:PORT) and carries them over its two hops (see
+    /// `plan/forward.rs`).
+    ForwardListen {
+        /// Where to listen.
+        addr: String,
+        /// `--once`: end after the first connection.
+        once: bool,
+        /// `--max-connections`.
+        max: Option<usize>,
+    },
+    /// `rdpipe forward`'s target side: connects each forwarded connection
+    /// to `to` (ADDR:PORT, as its host resolves it).
+    ForwardTarget {
+        /// Where to connect.
+        to: String,
     },
     /// rdcp's source side: these paths sent as an entry stream
     /// (`rdpipe_copy::pack`); directories only with `recursive`.
@@ -224,6 +243,8 @@ impl fmt::Display for Action {
             Action::Unpack { dest, .. } => write!(f, "rdcp to {dest}"),
             Action::List { dest, .. } => write!(f, "rdcp: list {dest}"),
             Action::SaveListing { .. } => write!(f, "rdcp: save the listing"),
+            Action::ForwardListen { addr, .. } => write!(f, "forward: listen on {addr}"),
+            Action::ForwardTarget { to } => write!(f, "forward: connect to {to}"),
         }
     }
 }
@@ -382,6 +403,15 @@ pub enum PlanError {
     /// `--from` and `--to` together.
     #[error("--from and --to cannot be used in one run (many hosts into one, or one into many)")]
     FromAndTo,
+    /// A forward's PORT that is not a port number.
+    #[error("'{0}': the port must be a number from 1 to 65535 (0 to listen on any free port)")]
+    ForwardPort(String),
+    /// A forward's target that is not `HOST:ADDR:PORT`.
+    #[error("'{0}' is not TARGET_HOST:ADDR:PORT (the address as the target host sees it, e.g. h2:localhost:5432)")]
+    ForwardTarget(String),
+    /// A forward's `--bind` that is not an address.
+    #[error("--bind '{0}' is not an address")]
+    ForwardBind(String),
     /// A `--data-host` value that is not `HOST=ADDR`.
     #[error("--data-host '{0}' is not HOST=ADDR")]
     BadDataHost(String),
@@ -433,41 +463,9 @@ pub fn plan_chain(
     if with_stdout {
         nodes.push(Node::Stdout);
     }
-    let host_of = |node: Node| match node {
-        Node::Segment(i) => &segments[i].host,
-        Node::Stdin | Node::Stdout => &Host::Local,
-    };
     let hops = nodes
         .windows(2)
-        .map(|w| {
-            let (from, to) = (w[0], w[1]);
-            let (hf, ht) = (host_of(from), host_of(to));
-            // rdpipe's own ends never listen, and the local machine only connects
-            // outward: a remote downstream end listens; a remote upstream end
-            // listens for a local downstream end; between two local ends the
-            // downstream one listens on loopback.
-            let listener = if to == Node::Stdout {
-                from
-            } else if from == Node::Stdin || !ht.is_local() || hf.is_local() {
-                to
-            } else {
-                from
-            };
-            let connector_host = if listener == to { hf } else { ht };
-            let address = match host_of(listener) {
-                Host::Local => "127.0.0.1".to_string(),
-                Host::Remote(r) => match connector_host {
-                    Host::Remote(c) if c == r => "127.0.0.1".to_string(),
-                    _ => data_addr(r),
-                },
-            };
-            Hop {
-                from,
-                to,
-                listener,
-                address,
-            }
-        })
+        .map(|w| hop_between(&segments, w[0], w[1], data_addr))
         .collect();
     Pipeline {
         segments,
@@ -477,7 +475,53 @@ pub fn plan_chain(
     }
 }
 
+/// The hop from `from` to `to`: rdpipe's own ends never listen, and the
+/// local machine only connects outward: a remote downstream end listens; a
+/// remote upstream end listens for a local downstream end; between two
+/// local ends the downstream one listens on loopback.
+pub(crate) fn hop_between(
+    segments: &[Segment],
+    from: Node,
+    to: Node,
+    data_addr: &dyn Fn(&RemoteHost) -> String,
+) -> Hop {
+    let host_of = |node: Node| match node {
+        Node::Segment(i) => &segments[i].host,
+        Node::Stdin | Node::Stdout => &Host::Local,
+    };
+    let (hf, ht) = (host_of(from), host_of(to));
+    let listener = if to == Node::Stdout {
+        from
+    } else if from == Node::Stdin || !ht.is_local() || hf.is_local() {
+        to
+    } else {
+        from
+    };
+    let connector_host = if listener == to { hf } else { ht };
+    let address = match host_of(listener) {
+        Host::Local => "127.0.0.1".to_string(),
+        Host::Remote(r) => match connector_host {
+            Host::Remote(c) if c == r => "127.0.0.1".to_string(),
+            _ => data_addr(r),
+        },
+    };
+    Hop {
+        from,
+        to,
+        listener,
+        address,
+    }
+}
+
 impl Pipeline {
+    /// `rdpipe forward`'s listening segment, when this pipeline is a
+    /// forward.
+    pub fn forward_listener(&self) -> Option<usize> {
+        self.segments
+            .iter()
+            .position(|s| matches!(s.action, Action::ForwardListen { .. }))
+    }
+
     /// How segment `i` takes part in its incoming and outgoing hops.
     pub fn links(&self, i: usize) -> (Link, Link) {
         let me = Node::Segment(i);
@@ -557,6 +601,14 @@ impl Pipeline {
                 Action::Relay => "relay only: forwards the stream unchanged, no command".into(),
                 Action::Lane { source } => {
                     format!("lane of source {source}, run by the merge segment's agent")
+                }
+                Action::ForwardListen { addr, once, max } => format!(
+                    "accept TCP connections on {addr}{}{}, each carried to the target over both transfers",
+                    if *once { ", one only (--once)" } else { "" },
+                    max.map(|m| format!(", at most {m} at once")).unwrap_or_default()
+                ),
+                Action::ForwardTarget { to } => {
+                    format!("connect each forwarded connection to {to} (as this host resolves it)")
                 }
                 Action::List { dest, .. } => {
                     format!("list what {dest:?} holds (rdcp --resume)")

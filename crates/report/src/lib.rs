@@ -331,6 +331,45 @@ pub struct SinkReport {
     pub problem: Option<String>,
 }
 
+/// `rdpipe forward`'s part of `--json FILE`.
+#[derive(Debug, Clone, Serialize)]
+pub struct ForwardReport {
+    /// Where it listened (IP:PORT on the listening host).
+    pub listening: Option<String>,
+    /// The listening host as written.
+    pub listen_host: String,
+    /// The target host as written.
+    pub target_host: String,
+    /// The address the target host connected to.
+    pub target: String,
+    /// Each connection, in the order they ended.
+    pub connections: Vec<ConnectionReport>,
+}
+
+/// One forwarded connection.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConnectionReport {
+    /// Its number (from 1, in accept order).
+    pub id: u32,
+    /// The client's address.
+    pub peer: String,
+    /// Client → target bytes.
+    pub bytes_up: u64,
+    /// Target → client bytes.
+    pub bytes_down: u64,
+    /// From accept to the end.
+    pub seconds: f64,
+    /// Each direction's rate over its lifetime, bytes per second.
+    pub up_bytes_per_second: f64,
+    /// Likewise back.
+    pub down_bytes_per_second: f64,
+    /// `closed`, `client-reset`, `target-reset`, `refused`, `unreachable`
+    /// or `cut` (open when the forward stopped).
+    pub end: String,
+    /// The hops' transport (`tcp`, `rdma (rxe0)`), as their ends reported it.
+    pub transport: Option<String>,
+}
+
 /// One `--from` source of a gather, in `rdpipe --json FILE`.
 #[derive(Debug, Clone, Serialize)]
 pub struct SourceReport {
@@ -381,6 +420,9 @@ pub struct PipeReport {
     /// With `--from`: each source's verdict, in order (absent otherwise).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub sources: Vec<SourceReport>,
+    /// `rdpipe forward`: where it listened and each connection.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub forward: Option<ForwardReport>,
     /// The outcome.
     pub verdict: VerdictReport,
     /// `--rate-limit`, bytes per second, applied by every hop's sender.
@@ -401,6 +443,7 @@ impl PipeReport {
             segments: vec![],
             sinks: vec![],
             sources: vec![],
+            forward: None,
             rate_limit_bytes_per_second: None,
             verdict: VerdictReport {
                 exit_status,

@@ -28,6 +28,9 @@
 //! rdcp's files and directories travel as an entry stream inside a transfer
 //! ([`entry`]).
 //!
+//! `rdpipe forward`'s connections travel as frames inside a hop pair's
+//! streams ([`mux`]).
+//!
 //! The RDMA transport's own formats (SEND messages, immediate data, the rdma_cm
 //! private data of connect and accept) are in [`rdma`].
 #![deny(missing_docs)]
@@ -37,6 +40,7 @@ pub mod compress;
 pub mod entry;
 pub mod frame;
 pub mod hello;
+pub mod mux;
 pub mod rdma;
 pub mod resume;
 pub mod seal;

@@ -22,6 +22,7 @@ fn config(cfg: &DoctorConfig, from: &Target, to: &Target, transport: TransportPr
         sources: vec![],
         gather: rdpipe_plan::GatherMode::Lines { tag: false },
         spool: None,
+        forward: None,
         min_ok: None,
         replay_window: 0,
         dry_run: false,

@@ -126,6 +126,12 @@ fn set_action(v: &mut AgentArgs, action: &Action) {
         // Never an agent of its own (run by its merge segment's agent).
         Action::Lane { .. } => v.relay = true,
         Action::SaveListing { run } => v.save_listing = Some(run.clone()),
+        Action::ForwardListen { addr, once, max } => {
+            v.forward_listen = Some(addr.clone());
+            v.forward_once = *once;
+            v.forward_max = *max;
+        }
+        Action::ForwardTarget { to } => v.forward_target = Some(to.clone()),
         Action::Pack {
             sources,
             recursive,

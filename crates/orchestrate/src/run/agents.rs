@@ -162,6 +162,8 @@ impl Runner {
             FromAgent::Munge(_) => debug!("[{}] a MUNGE line after the handshake: ignored", i + 1),
             FromAgent::Spool { peak, held } => self.segs[i].spool = Some((peak, held)),
             FromAgent::Lines(n) => self.segs[i].lines = Some(n),
+            FromAgent::Listening(addr) => self.forward_listening(i, addr),
+            FromAgent::Conn(c) => self.forward_conn(c),
             // (Unwrapped above: a lane never speaks for another.)
             FromAgent::Lane { .. } => debug!("[{}] a nested LANE line: ignored", i + 1),
             FromAgent::Lost { dir, offset } => {

@@ -59,6 +59,9 @@ pub fn build_plan(
                 &resolve,
             ))
         }
+        None if a.forward.is_some() => {
+            rdpipe_plan::plan_forward(a.forward.as_ref().expect("a forward"), &resolve)
+        }
         None if !a.sources.is_empty() => {
             if !a.sinks.is_empty() {
                 return Err(PlanError::FromAndTo);

@@ -27,6 +27,8 @@ pub struct Config {
     /// `--spool SIZE[:DIR]`: each source's stream passes through a spool
     /// at the sink's host.
     pub spool: Option<rdpipe_control::SpoolSpec>,
+    /// `rdpipe forward`: what to forward (the segments are then unused).
+    pub forward: Option<rdpipe_plan::ForwardSpec>,
     /// `--min-ok N`: the run succeeds when at least N sinks (or sources)
     /// succeeded (default: all of them).
     pub min_ok: Option<usize>,
@@ -142,6 +144,7 @@ impl Config {
             sources: vec![],
             gather: rdpipe_plan::GatherMode::Lines { tag: false },
             spool: None,
+            forward: None,
             min_ok: None,
             replay_window: 0,
             dry_run: false,

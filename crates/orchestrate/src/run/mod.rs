@@ -24,6 +24,7 @@
 pub mod agent_args;
 pub mod agents;
 mod build;
+pub mod forward;
 pub mod config;
 pub mod discover;
 pub mod ends;
@@ -291,6 +292,8 @@ struct Runner {
     progress: Option<Ticker>,
     /// Fabric address discovery's state.
     disc: discover::Discovery,
+    /// `rdpipe forward`'s listening address and connections.
+    fwd: forward::ForwardState,
 }
 
 /// A run's secrets, all random.
@@ -395,6 +398,7 @@ impl Runner {
             closing: false,
             progress: None,
             disc,
+            fwd: Default::default(),
         }
     }
 
@@ -550,7 +554,11 @@ impl Runner {
                     Some(m) => self.handle(m).await,
                     None => break,
                 },
-                sig = signals.next() => self.interrupted(sig),
+                sig = signals.next() => {
+                    if !self.forward_stop().await {
+                        self.interrupted(sig);
+                    }
+                }
                 _ = tick => {}
             }
             self.update_progress();

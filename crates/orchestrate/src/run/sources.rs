@@ -358,6 +358,7 @@ mod tests {
             failure: None,
             ended_ok: true,
             spool: None,
+            forward: None,
             lines: None,
         }
     }
