@@ -23,6 +23,7 @@ mod faults_endpoints;
 mod faults_network;
 mod faults_pipeline;
 mod file_io;
+mod forward;
 mod gather;
 mod json_report;
 mod listen_attacks;

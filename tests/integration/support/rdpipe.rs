@@ -69,6 +69,8 @@ pub struct Started {
     /// stdout so far (the reading thread appends as it reads).
     out_so_far: Arc<Mutex<Vec<u8>>>,
     out: std::thread::JoinHandle<()>,
+    /// stderr so far.
+    err_so_far: Arc<Mutex<Vec<u8>>>,
     err: std::thread::JoinHandle<Vec<u8>>,
 }
 
@@ -128,10 +130,14 @@ pub fn start_tool(
             sink.lock().unwrap().extend_from_slice(&b[..n]);
         }
     });
+    let err_so_far = Arc::new(Mutex::new(Vec::new()));
+    let err_sink = err_so_far.clone();
     let err = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = se.read_to_end(&mut v);
-        v
+        let mut b = vec![0u8; 16 << 10];
+        while let Ok(n @ 1..) = se.read(&mut b) {
+            err_sink.lock().unwrap().extend_from_slice(&b[..n]);
+        }
+        std::mem::take(&mut *err_sink.lock().unwrap())
     });
     Started {
         child,
@@ -139,6 +145,7 @@ pub fn start_tool(
         start: Instant::now(),
         out_so_far,
         out,
+        err_so_far,
         err,
     }
 }
@@ -157,7 +164,33 @@ impl Started {
         .is_some()
     }
 
-    /// Waits at most `limit`, killing rdpipe (and failing the test) past it.
+    /// Waits until a line of stderr so far contains `needle` (a readiness
+    /// signal) and returns that line; panics after `limit`, showing stderr.
+    pub fn wait_stderr_line(&self, needle: &str, limit: Duration) -> String {
+        let found = poll(limit, Duration::from_millis(10), || {
+            let e = self.err_so_far.lock().unwrap();
+            String::from_utf8_lossy(&e)
+                .lines()
+                .find(|l| l.contains(needle))
+                .map(str::to_string)
+        });
+        found.unwrap_or_else(|| {
+            panic!(
+                "no stderr line with {needle:?} within {limit:?}; stderr so far:\n{}",
+                String::from_utf8_lossy(&self.err_so_far.lock().unwrap())
+            )
+        })
+    }
+
+    /// Sends `sig` (`-INT`, `-TERM`) to rdpipe.
+    pub fn signal(&self, sig: &str) {
+        assert!(Command::new("kill")
+            .args([sig, &self.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success());
+    }
+
     /// Interrupts rdpipe with SIGINT (as Ctrl-C does) and expects it to stop
     /// promptly with status 130.
     pub fn interrupt(self) -> Run {
@@ -172,6 +205,7 @@ impl Started {
         r
     }
 
+    /// Waits at most `limit`, killing rdpipe (and failing the test) past it.
     pub fn finish(mut self, limit: Duration) -> Run {
         let Some(status) = poll(limit, Duration::from_millis(20), || {
             self.child.try_wait().unwrap()

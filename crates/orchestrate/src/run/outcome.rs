@@ -212,7 +212,10 @@ impl Runner {
             _ => 0.0,
         };
         rdpipe_term::say(tool(), format!("{:.3} s in all", wall.as_secs_f64()));
-        rdpipe_term::line(&format!("Bandwidth {gbps:.3} GB/s\n"));
+        // (A forward's hops carry many connections: no one bandwidth.)
+        if self.plan.forward_listener().is_none() {
+            rdpipe_term::line(&format!("Bandwidth {gbps:.3} GB/s\n"));
+        }
     }
 
     /// `-v`: what each relay-only segment (`HOST:`) forwarded.
