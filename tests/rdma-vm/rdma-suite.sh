@@ -10,6 +10,7 @@
 # fanout (a --to chain relay and a relay-only segment over RDMA; tests/rdma-vm/suite-fanout.sh)
 # relink (a dead relay of an RDMA chain re-linked around; tests/rdma-vm/suite-relink.sh)
 # gather (`--from`: a line merge and --each from rxe1 into rxe0; tests/rdma-vm/suite-gather.sh)
+# forward (`rdpipe forward` from rxe0 to rxe1 over RDMA: Python sendall, concurrent connections; tests/rdma-vm/suite-forward.sh)
 # reconnect (an RDMA hop whose link goes down mid-stream resumes; tests/rdma-vm/suite-reconnect.sh)
 # compress (--compress over RDMA under each protection)
 # perf (default: all), and `ring`, `syscalls`, `relaycpu` and `rdcpbig` (tests/rdma-vm/suite-rdcp.sh), only when named
@@ -353,7 +354,7 @@ rm -f "$W/rkill.out"
 
 fi
 
-if want rdpipe || want fabric || want fanout || want gather || want relaycpu || want relink || want rdcpbig; then
+if want rdpipe || want fabric || want fanout || want gather || want forward || want relaycpu || want relink || want rdcpbig; then
 echo "== rdpipe over RDMA: two 'hosts' (an sshd on rxe0's and on rxe1's address)"
 PIPE=$(rdma_bin rdpipe) || die "rdpipe not built (cargo build --release)"
 BIN_DIR=$(dirname "$PIPE")
@@ -512,6 +513,8 @@ fi
 . "$(dirname "$0")/suite-fanout.sh"
 # gather: many sources into one over RDMA.
 . "$(dirname "$0")/suite-gather.sh"
+# forward: TCP connections over RDMA hops.
+. "$(dirname "$0")/suite-forward.sh"
 # relink: a dead relay of an RDMA chain.
 . "$(dirname "$0")/suite-relink.sh"
 # rdcpbig: rdcp's rate for one big file against the plain transfer.
