@@ -86,7 +86,7 @@ pub fn commands() -> Vec<DocCommand> {
                 ("~/.ssh/config", "Host aliases, users, ports and options for every host (or the file given with -F)."),
                 ("$XDG_RUNTIME_DIR/rdpipe-*/, /tmp/rdpipe-*/", "The ssh control sockets of a running pipeline; removed when it ends."),
             ],
-            see_also: "rdsend(1), rdrecv(1), rdpipe-doctor(1), ssh(1), ssh_config(5), sshd_config(5)",
+            see_also: "rdsend(1), rdrecv(1), rdpipe-doctor(1), rdpipe-forward(1), ssh(1), ssh_config(5), sshd_config(5)",
         },
         DocCommand {
             name: "rdcp",
@@ -105,6 +105,22 @@ pub fn commands() -> Vec<DocCommand> {
                 ("$TMPDIR/.rdcp-RANDOM/listing", "With --resume or --checksum, on the sources' host: the destination's listing, in a directory only its user may enter (0700), removed once read; one that a killed run left is removed by the next copy there after an hour."),
             ],
             see_also: "rdpipe(1), rdsend(1), rdrecv(1), scp(1), rsync(1), cp(1)",
+        },
+        DocCommand {
+            name: "rdpipe-forward",
+            command: super::forward::ForwardArgs::command(),
+            examples: super::forward::EXAMPLES,
+            exit_status: super::forward::EXIT_STATUS,
+            environment: &[
+                ("RDPIPE_KEY", "Not used: each forward's two hops get fresh random keys, handed to each endpoint on its SSH channel's standard input."),
+                ("RUST_LOG, RDPIPE_DEBUG, RDPIPE_TCP_SEND, RDPIPE_RDMA_NO_IMM", "As for rdpipe(1)."),
+                ("NO_COLOR", "When set and not empty, messages are never coloured."),
+                ("SSH_AUTH_SOCK", "Used by ssh as usual (BatchMode=yes: keys must be usable without a prompt)."),
+            ],
+            files: &[
+                ("~/.ssh/config", "Host aliases, users, ports and HostName (the data address) for every host (or the file given with -F)."),
+            ],
+            see_also: "rdpipe(1), ssh(1) (-L), socat(1), rsocket(7)",
         },
         DocCommand {
             name: "rdpipe-doctor",

@@ -50,6 +50,9 @@ struct State {
     written: u32,
     /// The peer sent `Eof`.
     peer_eof: bool,
+    /// The writer holds a chunk it took from the queue: bytes that came
+    /// after it must wait their turn in the queue.
+    writing: bool,
     /// How much the reader may still send.
     credit: u32,
     /// Set once: how the connection ended, when not by two half-closes.
@@ -96,36 +99,55 @@ impl Conn {
     }
 
     /// Starts its reader and writer on `sock`; false (and the socket
-    /// closed) when the connection was reset meanwhile or a thread could
-    /// not start.
+    /// closed) when the connection was reset meanwhile.
     pub fn start(self: &Arc<Self>, sock: TcpStream, side: &Arc<Side>) -> bool {
+        if !self.begin(sock) {
+            return false;
+        }
+        self.spawn(true, side);
+        self.spawn(false, side);
+        true
+    }
+
+    /// [`Conn::start`] with the writer run on this thread (the target
+    /// side's connecting thread: one thread fewer to start per connection).
+    pub fn start_here(self: &Arc<Self>, sock: TcpStream, side: &Arc<Side>) -> bool {
+        if !self.begin(sock) {
+            return false;
+        }
+        self.spawn(true, side);
+        self.write_loop(side);
+        self.thread_done(side);
+        true
+    }
+
+    fn begin(&self, sock: TcpStream) -> bool {
         let _ = sock.set_nodelay(true);
         let _ = sock.set_write_timeout(Some(WRITE_CHECK));
-        {
-            let mut st = self.lock();
-            if st.end.is_some() {
-                return false;
-            }
-            st.threads = 2;
+        let mut st = self.lock();
+        if st.end.is_some() {
+            return false;
         }
+        st.threads = 2;
         let _ = self.sock.set(sock);
-        for reader in [true, false] {
-            let (c, s) = (self.clone(), side.clone());
-            let name = format!("fwd-{}-{}", self.id, if reader { "r" } else { "w" });
-            let spawned = std::thread::Builder::new().name(name).spawn(move || {
-                if reader {
-                    c.read_loop(&s)
-                } else {
-                    c.write_loop(&s)
-                }
-                c.thread_done(&s);
-            });
-            if spawned.is_err() {
-                self.reset(side, ConnEnd::Cut, Some(ResetKind::Reset));
-                self.thread_done(side);
-            }
-        }
         true
+    }
+
+    fn spawn(self: &Arc<Self>, reader: bool, side: &Arc<Side>) {
+        let (c, s) = (self.clone(), side.clone());
+        let name = format!("fwd-{}-{}", self.id, if reader { "r" } else { "w" });
+        let spawned = std::thread::Builder::new().name(name).spawn(move || {
+            if reader {
+                c.read_loop(&s)
+            } else {
+                c.write_loop(&s)
+            }
+            c.thread_done(&s);
+        });
+        if spawned.is_err() {
+            self.reset(side, ConnEnd::Cut, Some(ResetKind::Reset));
+            self.thread_done(side);
+        }
     }
 
     fn sock(&self) -> &TcpStream {
@@ -200,8 +222,28 @@ impl Conn {
                     return Err(format!("connection {} overran its window", self.id));
                 }
                 st.unacked += n;
-                st.queue.push_back(d);
-                self.cv.notify_all();
+                // Straight to the socket when nothing is ahead of it and the
+                // socket takes it now (the usual case for requests and
+                // replies: no wake-up of the writer); the rest waits for
+                // the writer.
+                let mut at = 0;
+                if st.queue.is_empty() && !st.writing {
+                    if let Some(sock) = self.sock.get() {
+                        use rustix::net::{send, SendFlags};
+                        if let Ok(k) = send(sock, &d, SendFlags::NOSIGNAL | SendFlags::DONTWAIT) {
+                            at = k;
+                        }
+                    }
+                }
+                let credit = (at > 0).then(|| self.wrote(&mut st, at as u32)).flatten();
+                if at < d.len() {
+                    st.queue.push_back(if at == 0 { d } else { d[at..].to_vec() });
+                    self.cv.notify_all();
+                }
+                drop(st);
+                if let Some(c) = credit {
+                    side.outbox.control(Frame::Credit(self.id, c).encode());
+                }
             }
             Frame::Eof(_) => {
                 st.peer_eof = true;
@@ -288,6 +330,7 @@ impl Conn {
                         return;
                     }
                     if let Some(c) = st.queue.pop_front() {
+                        st.writing = true;
                         break c;
                     }
                     if st.peer_eof {
@@ -303,21 +346,27 @@ impl Conn {
                 self.reset(side, self.local_failure(), Some(ResetKind::Reset));
                 return;
             }
-            let n = chunk.len() as u32;
             let credit = {
                 let mut st = self.lock();
-                match self.at {
-                    End::Client => st.down += n as u64,
-                    End::Target => st.up += n as u64,
-                }
-                st.unacked -= n;
-                st.written += n;
-                (st.written >= CREDIT_EVERY).then(|| std::mem::take(&mut st.written))
+                st.writing = false;
+                self.wrote(&mut st, chunk.len() as u32)
             };
             if let Some(c) = credit {
                 side.outbox.control(Frame::Credit(self.id, c).encode());
             }
         }
+    }
+
+    /// `n` more bytes of the peer's went to the socket: counted, and the
+    /// credit to send back when a quarter window has gathered.
+    fn wrote(&self, st: &mut State, n: u32) -> Option<u32> {
+        match self.at {
+            End::Client => st.down += n as u64,
+            End::Target => st.up += n as u64,
+        }
+        st.unacked -= n;
+        st.written += n;
+        (st.written >= CREDIT_EVERY).then(|| std::mem::take(&mut st.written))
     }
 
     /// Writes `b` whole, looking every [`WRITE_CHECK`] whether the

@@ -252,7 +252,7 @@ fn connect(side: &Arc<Side>, c: &Arc<Conn>, to: &str, timeout: Duration) {
     for a in addrs {
         match TcpStream::connect_timeout(&a, timeout) {
             Ok(s) => {
-                if !c.start(s, side) {
+                if !c.start_here(s, side) {
                     side.retire(c);
                 }
                 return;
