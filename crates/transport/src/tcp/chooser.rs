@@ -13,7 +13,12 @@
 //! is [`THREADED_MARGIN`] faster: inline costs less CPU per byte (no hand-off,
 //! no futex wake-ups, the chunk stays in one core's cache), so the thread must
 //! earn its keep by overlapping work on a core that would otherwise idle. To a
-//! peer on loopback it writes inline (see [`SendMode::default_for`]).
+//! peer on loopback it writes inline (see [`SendMode::default_for`]). A
+//! phase of mostly tiny chunks ([`TINY_CHUNK`]: requests and replies, an
+//! interactive stream) is bound by its input, not by the way it is written:
+//! its rate says nothing about either way, so it is not measured, and it is
+//! written inline (no hand-off, which would add a thread wake-up to every
+//! message's latency); a bulk phase starts the cycle again.
 //! `RDPIPE_TCP_SEND=threaded|inline|adaptive` pins a way.
 
 use std::time::{Duration, Instant};
@@ -31,6 +36,9 @@ pub const KEEP_PHASES: u32 = 8;
 /// ... doubled each time a probe loses, up to this many: a way that keeps
 /// winning is probed less often (each threaded probe costs its hand-offs).
 pub const MAX_KEEP_PHASES: u32 = 64;
+/// A chunk this small (a page) was not held back by the socket but by its
+/// input: see the module doc.
+pub const TINY_CHUNK: usize = 4096;
 /// Environment variable pinning the sender's way: `threaded`, `inline` or `adaptive`.
 pub const SEND_MODE_ENV: &str = "RDPIPE_TCP_SEND";
 
@@ -116,6 +124,8 @@ pub(super) struct Chooser {
     stage: Stage,
     /// Chunks and bytes sent in the current phase, and when it started.
     chunks: u32,
+    /// Chunks of the phase under [`TINY_CHUNK`].
+    tiny: u32,
     bytes: u64,
     started: Option<Instant>,
     /// Rates (bytes per second) of the kept way's phases since it was chosen.
@@ -142,6 +152,7 @@ impl Chooser {
             inline: pinned.unwrap_or(true),
             stage: Stage::Warming,
             chunks: 0,
+            tiny: 0,
             bytes: 0,
             started: None,
             kept: Vec::with_capacity(MAX_KEEP_PHASES as usize + 1),
@@ -177,6 +188,7 @@ impl Chooser {
     /// Counts a chunk sent; at the end of a phase, moves the cycle on.
     pub(super) fn sent(&mut self, n: usize) {
         self.chunks += 1;
+        self.tiny += u32::from(n < TINY_CHUNK);
         self.bytes += n as u64;
         let (min_chunks, min_time) = match self.stage {
             Stage::Settling { .. } => (SETTLE_CHUNKS, SETTLE_MIN),
@@ -191,9 +203,22 @@ impl Chooser {
         }
         let rate = self.bytes as f64 / elapsed.as_secs_f64().max(1e-9);
         let (bytes, started) = (self.bytes, self.started);
+        let input_bound = self.tiny * 2 > self.chunks;
         self.chunks = 0;
+        self.tiny = 0;
         self.bytes = 0;
         self.started = None;
+        if input_bound {
+            // Nothing to learn here; inline, and measure again from the
+            // start once chunks fill up (the drain before the next inline
+            // chunk takes back what the writer holds).
+            self.inline = true;
+            self.stage = Stage::Warming;
+            self.kept.clear();
+            self.pending = None;
+            self.drain = false;
+            return;
+        }
         match self.stage {
             Stage::Warming => self.stage = Stage::Keeping { left: 1 },
             Stage::Settling { probe: true } => {
@@ -421,6 +446,22 @@ mod tests {
         let took = Duration::from_millis(40);
         assert!(!threaded_probe(took, Duration::ZERO));
         assert!(threaded_probe(took, Duration::from_millis(25)));
+    }
+
+    #[test]
+    fn a_phase_of_tiny_chunks_goes_inline_and_is_not_measured() {
+        let mut c = Chooser::new(SendMode::Adaptive);
+        c.inline = false;
+        c.stage = Stage::Keeping { left: 3 };
+        for _ in 0..PHASE_CHUNKS {
+            c.next_inline();
+            c.sent(80);
+        }
+        std::thread::sleep(PHASE_MIN);
+        c.next_inline();
+        c.sent(80);
+        assert!(c.inline && c.needs_drain());
+        assert!(matches!(c.stage, Stage::Warming) && c.kept.is_empty());
     }
 
     #[test]
