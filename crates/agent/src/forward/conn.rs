@@ -1,27 +1,36 @@
 //! One forwarded TCP connection at one end: its socket, the bytes the peer
-//! sent for it (queued for the socket), its flow-control window, and its two
-//! threads.
+//! sent for it, its flow-control window, and how it ends.
 //!
-//! - The *reader* reads the socket while the window allows (the peer's
-//!   credit), and queues each read as a `Data` frame; the socket's end of
-//!   file becomes `Eof` (a half-close: the other direction goes on).
-//! - The *writer* writes the peer's bytes to the socket and, every quarter
-//!   window, credits them back; the peer's `Eof`, once everything before it
-//!   is written, becomes `shutdown(SHUT_WR)` here.
+//! - **Reading** the socket is the outgoing transfer's work: while the
+//!   connection has credit (the peer's window), its socket is in the
+//!   outbox's epoll set and [`Conn::read_into`] reads it straight into the
+//!   chunk being filled, as a `Data` frame; the socket's end of file becomes
+//!   `Eof` (a half-close: the other direction goes on). Out of credit, the
+//!   socket leaves the set until the peer's `Credit` comes.
+//! - **Writing** the peer's bytes is the incoming transfer's: each `Data`
+//!   goes straight to the socket when nothing is ahead of it and the socket
+//!   takes it at once (the usual case); what it does not take is queued,
+//!   and a writer thread, started then, drains the queue with blocking
+//!   writes and ends when it is empty. The peer's `Eof`, once everything
+//!   before it is written, becomes `shutdown(SHUT_WR)`. Written bytes are
+//!   credited back every quarter window.
 //!
-//! A failing socket (a reset, a write to a closed peer) resets the
-//! connection: `Reset` to the peer, whose side then closes its socket with
-//! `SO_LINGER` 0, which sends a TCP reset, so a reset on one side is a
-//! reset on the other. The connection is over when both threads are; the
-//! last one retires it ([`super::Side::retire`]).
+//! So a connection whose socket keeps up costs no thread at all. A failing
+//! socket (a reset, a write to a closed peer) resets the connection:
+//! `Reset` to the peer, whose side then closes its socket with `SO_LINGER`
+//! 0, which sends a TCP reset, so a reset on one side is a reset on the
+//! other. The connection is over when both directions are (or it was
+//! reset) and no writer runs; then it is retired ([`super::Side::retire`]),
+//! exactly once.
 
 use super::Side;
 use rdpipe_control::ConnEnd;
 use rdpipe_wire::mux::{data_header, Frame, ResetKind, HEADER_LEN, MAX_DATA, WINDOW};
+use rustix::net::{recv, send, RecvFlags, SendFlags};
 use std::collections::VecDeque;
-use std::io::{self, Read};
+use std::io;
 use std::net::{Shutdown, TcpStream};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 /// How often a writer blocked on a full socket looks whether the
@@ -42,7 +51,7 @@ pub enum End {
 
 #[derive(Default)]
 struct State {
-    /// The peer's bytes for the socket.
+    /// The peer's bytes for the socket that it did not take at once.
     queue: VecDeque<Vec<u8>>,
     /// Received and not yet credited back (at most the window).
     unacked: u32,
@@ -50,15 +59,22 @@ struct State {
     written: u32,
     /// The peer sent `Eof`.
     peer_eof: bool,
-    /// The writer holds a chunk it took from the queue: bytes that came
-    /// after it must wait their turn in the queue.
-    writing: bool,
-    /// How much the reader may still send.
+    /// The write side is shut down (after the peer's `Eof`).
+    shut_wr: bool,
+    /// A thread owns the writing: the writer draining the queue, or the
+    /// target side's connecting thread. Bytes that come meanwhile queue.
+    writer: bool,
+    /// The socket is read (in the epoll set, or out of it for lack of
+    /// credit); false once its end of file was read or it was reset.
+    reading: bool,
+    /// Out of the epoll set for lack of credit.
+    paused: bool,
+    /// How much of the socket may still be sent.
     credit: u32,
     /// Set once: how the connection ended, when not by two half-closes.
     end: Option<ConnEnd>,
-    /// Threads still running (reader, writer).
-    threads: u8,
+    /// Handed to [`Side::retire`].
+    retired: bool,
     up: u64,
     down: u64,
 }
@@ -74,12 +90,13 @@ pub struct Conn {
     at: End,
     sock: OnceLock<TcpStream>,
     st: Mutex<State>,
-    cv: Condvar,
 }
 
 impl Conn {
-    /// A connection whose socket comes later ([`Conn::start`]).
-    pub fn new(id: u32, peer: String, at: End) -> Arc<Conn> {
+    /// A connection whose socket comes later ([`Conn::begin`]); with
+    /// `connecting`, a thread is connecting it and owns its writing until
+    /// it calls [`Conn::drain`].
+    pub fn new(id: u32, peer: String, at: End, connecting: bool) -> Arc<Conn> {
         Arc::new(Conn {
             id,
             peer,
@@ -88,9 +105,9 @@ impl Conn {
             sock: OnceLock::new(),
             st: Mutex::new(State {
                 credit: WINDOW,
+                writer: connecting,
                 ..State::default()
             }),
-            cv: Condvar::new(),
         })
     }
 
@@ -98,103 +115,75 @@ impl Conn {
         self.st.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Starts its reader and writer on `sock`; false (and the socket
-    /// closed) when the connection was reset meanwhile.
-    pub fn start(self: &Arc<Self>, sock: TcpStream, side: &Arc<Side>) -> bool {
-        if !self.begin(sock) {
-            return false;
-        }
-        self.spawn(true, side);
-        self.spawn(false, side);
-        true
-    }
-
-    /// [`Conn::start`] with the writer run on this thread (the target
-    /// side's connecting thread: one thread fewer to start per connection).
-    pub fn start_here(self: &Arc<Self>, sock: TcpStream, side: &Arc<Side>) -> bool {
-        if !self.begin(sock) {
-            return false;
-        }
-        self.spawn(true, side);
-        self.write_loop(side);
-        self.thread_done(side);
-        true
-    }
-
-    fn begin(&self, sock: TcpStream) -> bool {
+    /// The connection has its socket: it is read from now on. False (and
+    /// the socket closed) when it was reset meanwhile.
+    pub fn begin(&self, sock: TcpStream, side: &Side) -> bool {
         let _ = sock.set_nodelay(true);
         let _ = sock.set_write_timeout(Some(WRITE_CHECK));
         let mut st = self.lock();
         if st.end.is_some() {
             return false;
         }
-        st.threads = 2;
-        let _ = self.sock.set(sock);
+        let sock = self.sock.get_or_init(|| sock);
+        st.reading = true;
+        side.outbox.watch(sock, self.id);
         true
     }
 
-    fn spawn(self: &Arc<Self>, reader: bool, side: &Arc<Side>) {
-        let (c, s) = (self.clone(), side.clone());
-        let name = format!("fwd-{}-{}", self.id, if reader { "r" } else { "w" });
-        let spawned = std::thread::Builder::new().name(name).spawn(move || {
-            if reader {
-                c.read_loop(&s)
-            } else {
-                c.write_loop(&s)
-            }
-            c.thread_done(&s);
-        });
-        if spawned.is_err() {
-            self.reset(side, ConnEnd::Cut, Some(ResetKind::Reset));
-            self.thread_done(side);
+    fn sock(&self) -> Option<&TcpStream> {
+        self.sock.get()
+    }
+
+    /// Whether the connection is over (and not yet retired): then it is
+    /// marked retired, and the caller retires it once the lock is released.
+    fn over(st: &mut State) -> bool {
+        let done = st.end.is_some() || (!st.reading && st.shut_wr);
+        if done && !st.writer && !st.retired {
+            st.retired = true;
+            return true;
         }
+        false
     }
 
-    fn sock(&self) -> &TcpStream {
-        self.sock.get().expect("started with a socket")
-    }
-
-    fn thread_done(&self, side: &Arc<Side>) {
-        let last = {
-            let mut st = self.lock();
-            st.threads -= 1;
-            st.threads == 0
-        };
-        if last {
+    fn settle(&self, side: &Side, mut st: MutexGuard<'_, State>) {
+        let over = Self::over(&mut st);
+        drop(st);
+        if over {
             side.retire(self);
         }
     }
 
-    /// Whether the connection ended as it should (two half-closes), else
-    /// how; and its byte counts (client → target, target → client).
+    /// How it ended (two half-closes unless said otherwise) and its byte
+    /// counts (client → target, target → client).
     pub fn outcome(&self) -> (ConnEnd, u64, u64) {
         let st = self.lock();
         (st.end.unwrap_or(ConnEnd::Closed), st.up, st.down)
     }
 
-    /// The connection ends as `end`: both threads stop, the socket is
-    /// closed (with a TCP reset unless the target could not be reached,
-    /// which the client sees as a plain close), and `tell` goes to the peer.
+    /// The connection ends as `end`: reading and writing stop, the socket
+    /// is closed once it is retired (with a TCP reset unless the target
+    /// could not be reached, which the client sees as a plain close), and
+    /// `tell` goes to the peer.
     pub fn reset(&self, side: &Side, end: ConnEnd, tell: Option<ResetKind>) {
-        {
-            let mut st = self.lock();
-            if st.end.is_some() {
-                return;
+        let mut st = self.lock();
+        if st.end.is_some() {
+            return;
+        }
+        st.end = Some(end);
+        st.queue.clear();
+        if let Some(s) = self.sock() {
+            if st.reading && !st.paused {
+                side.outbox.unwatch(s);
             }
-            st.end = Some(end);
-            st.queue.clear();
-            self.cv.notify_all();
-        }
-        if let Some(k) = tell {
-            side.outbox.control(Frame::Reset(self.id, k).encode());
-        }
-        if let Some(s) = self.sock.get() {
             if !matches!(end, ConnEnd::Refused | ConnEnd::Unreachable) {
                 let _ = rustix::net::sockopt::set_socket_linger(s, Some(Duration::ZERO));
             }
-            // Wakes a reader blocked in read (nothing is sent for it).
-            let _ = s.shutdown(Shutdown::Read);
         }
+        st.reading = false;
+        if let Some(k) = tell {
+            side.outbox.control(Frame::Reset(self.id, k).encode());
+        }
+        self.settle(side, st);
     }
 
     /// The reset this side's socket failure makes.
@@ -205,9 +194,53 @@ impl Conn {
         }
     }
 
+    /// Reads the socket into `buf` as a `Data` frame (or `Eof`) when it is
+    /// ready and has credit; returns the frame's length (0: nothing).
+    pub fn read_into(&self, side: &Side, buf: &mut [u8]) -> usize {
+        if buf.len() <= HEADER_LEN {
+            return 0;
+        }
+        let mut st = self.lock();
+        let Some(sock) = self.sock() else { return 0 };
+        if !st.reading || st.paused || st.end.is_some() {
+            return 0;
+        }
+        if st.credit == 0 {
+            st.paused = true;
+            side.outbox.unwatch(sock);
+            return 0;
+        }
+        let want = (st.credit.min(MAX_DATA) as usize).min(buf.len() - HEADER_LEN);
+        match recv(sock, &mut buf[HEADER_LEN..HEADER_LEN + want], RecvFlags::DONTWAIT) {
+            Ok(0) => {
+                st.reading = false;
+                side.outbox.unwatch(sock);
+                buf[..HEADER_LEN].copy_from_slice(&Frame::Eof(self.id).encode());
+                self.settle(side, st);
+                HEADER_LEN
+            }
+            Ok(k) => {
+                st.credit -= k as u32;
+                match self.at {
+                    End::Client => st.up += k as u64,
+                    End::Target => st.down += k as u64,
+                }
+                buf[..HEADER_LEN].copy_from_slice(&data_header(self.id, k as u32));
+                HEADER_LEN + k
+            }
+            Err(rustix::io::Errno::AGAIN | rustix::io::Errno::INTR) => 0,
+            Err(e) => {
+                drop(st);
+                tracing::debug!("connection {}: read: {e}", self.id);
+                self.reset(side, self.local_failure(), Some(ResetKind::Reset));
+                0
+            }
+        }
+    }
+
     /// The peer's frame for this connection (`Data`, `Eof`, `Credit`,
     /// `Reset`), from the demultiplexer; an error is a protocol violation.
-    pub fn take(&self, side: &Side, f: Frame) -> Result<(), String> {
+    pub fn take(self: &Arc<Self>, side: &Arc<Side>, f: Frame) -> Result<(), String> {
         let mut st = self.lock();
         match f {
             Frame::Data(_, d) => {
@@ -222,32 +255,40 @@ impl Conn {
                     return Err(format!("connection {} overran its window", self.id));
                 }
                 st.unacked += n;
-                // Straight to the socket when nothing is ahead of it and the
-                // socket takes it now (the usual case for requests and
-                // replies: no wake-up of the writer); the rest waits for
-                // the writer.
                 let mut at = 0;
-                if st.queue.is_empty() && !st.writing {
-                    if let Some(sock) = self.sock.get() {
-                        use rustix::net::{send, SendFlags};
-                        if let Ok(k) = send(sock, &d, SendFlags::NOSIGNAL | SendFlags::DONTWAIT) {
-                            at = k;
+                if st.queue.is_empty() && !st.writer {
+                    if let Some(sock) = self.sock() {
+                        match send(sock, &d, SendFlags::NOSIGNAL | SendFlags::DONTWAIT) {
+                            Ok(k) => at = k,
+                            Err(rustix::io::Errno::AGAIN | rustix::io::Errno::INTR) => {}
+                            Err(e) => {
+                                drop(st);
+                                tracing::debug!("connection {}: write: {e}", self.id);
+                                self.reset(side, self.local_failure(), Some(ResetKind::Reset));
+                                return Ok(());
+                            }
                         }
                     }
                 }
-                let credit = (at > 0).then(|| self.wrote(&mut st, at as u32)).flatten();
+                let credit = if at > 0 { self.wrote(&mut st, at as u32) } else { None };
                 if at < d.len() {
                     st.queue.push_back(if at == 0 { d } else { d[at..].to_vec() });
-                    self.cv.notify_all();
+                    self.start_writer(side, &mut st);
                 }
-                drop(st);
+                self.settle(side, st);
                 if let Some(c) = credit {
                     side.outbox.control(Frame::Credit(self.id, c).encode());
                 }
             }
             Frame::Eof(_) => {
                 st.peer_eof = true;
-                self.cv.notify_all();
+                if st.queue.is_empty() && !st.writer && st.end.is_none() {
+                    if let Some(sock) = self.sock() {
+                        let _ = sock.shutdown(Shutdown::Write);
+                        st.shut_wr = true;
+                    }
+                }
+                self.settle(side, st);
             }
             Frame::Credit(_, n) => {
                 let c = st.credit.saturating_add(n);
@@ -255,7 +296,12 @@ impl Conn {
                     return Err(format!("connection {} credited beyond its window", self.id));
                 }
                 st.credit = c;
-                self.cv.notify_all();
+                if st.paused && st.reading && st.end.is_none() {
+                    st.paused = false;
+                    if let Some(sock) = self.sock() {
+                        side.outbox.watch(sock, self.id);
+                    }
+                }
             }
             Frame::Reset(_, k) => {
                 drop(st);
@@ -273,82 +319,67 @@ impl Conn {
         Ok(())
     }
 
-    fn read_loop(&self, side: &Side) {
-        let mut sock = self.sock();
-        let mut buf = vec![0u8; MAX_DATA as usize];
-        loop {
-            let want = {
-                let mut st = self.lock();
-                while st.credit == 0 && st.end.is_none() {
-                    st = self.cv.wait(st).unwrap_or_else(|e| e.into_inner());
-                }
-                if st.end.is_some() {
-                    return;
-                }
-                st.credit.min(MAX_DATA) as usize
-            };
-            let n = match sock.read(&mut buf[..want]) {
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    tracing::debug!("connection {}: read: {e}", self.id);
-                    self.reset(side, self.local_failure(), Some(ResetKind::Reset));
-                    return;
-                }
-            };
-            let mut st = self.lock();
-            if st.end.is_some() {
-                return;
-            }
-            if n == 0 {
-                drop(st);
-                side.outbox.data(Frame::Eof(self.id).encode());
-                return;
-            }
-            st.credit -= n as u32;
-            match self.at {
-                End::Client => st.up += n as u64,
-                End::Target => st.down += n as u64,
-            }
-            drop(st);
-            let mut frame = Vec::with_capacity(HEADER_LEN + n);
-            frame.extend_from_slice(&data_header(self.id, n as u32));
-            frame.extend_from_slice(&buf[..n]);
-            if !side.outbox.data(frame) {
-                return;
-            }
+    /// Queued bytes wait for a writer: one is started unless one runs (or
+    /// the socket is still being connected, whose thread drains after).
+    fn start_writer(self: &Arc<Self>, side: &Arc<Side>, st: &mut State) {
+        if st.writer || self.sock().is_none() {
+            return;
+        }
+        st.writer = true;
+        let (c, s) = (self.clone(), side.clone());
+        let spawned = std::thread::Builder::new()
+            .name(format!("fwd-{}-w", self.id))
+            .spawn(move || c.drain(&s));
+        if spawned.is_err() {
+            // Without a writer the bytes cannot go: the connection ends.
+            st.writer = false;
+            st.end = Some(ConnEnd::Cut);
+            st.queue.clear();
+            side.outbox
+                .control(Frame::Reset(self.id, ResetKind::Reset).encode());
         }
     }
 
-    fn write_loop(&self, side: &Side) {
-        let sock = self.sock();
+    /// The writer: writes the queue out with blocking writes (then the
+    /// write side's shutdown after the peer's `Eof`), and ends when the
+    /// queue is empty. The target side's connecting thread calls it too,
+    /// once connected (or after failing to: it only lets go then).
+    pub fn drain(&self, side: &Side) {
         loop {
-            let chunk = {
-                let mut st = self.lock();
-                loop {
-                    if st.end.is_some() {
-                        return;
-                    }
-                    if let Some(c) = st.queue.pop_front() {
-                        st.writing = true;
-                        break c;
-                    }
-                    if st.peer_eof {
-                        drop(st);
-                        let _ = sock.shutdown(Shutdown::Write);
-                        return;
-                    }
-                    st = self.cv.wait(st).unwrap_or_else(|e| e.into_inner());
+            let mut st = self.lock();
+            let chunk = loop {
+                if st.end.is_some() {
+                    st.writer = false;
+                    self.settle(side, st);
+                    return;
                 }
+                if let Some(c) = st.queue.pop_front() {
+                    break c;
+                }
+                if st.peer_eof && !st.shut_wr {
+                    if let Some(sock) = self.sock() {
+                        let _ = sock.shutdown(Shutdown::Write);
+                        st.shut_wr = true;
+                    }
+                }
+                st.writer = false;
+                self.settle(side, st);
+                return;
+            };
+            drop(st);
+            let Some(sock) = self.sock() else {
+                return;
             };
             if let Err(e) = self.write_all(sock, &chunk) {
                 tracing::debug!("connection {}: write: {e}", self.id);
+                let mut st = self.lock();
+                st.writer = false;
+                drop(st);
                 self.reset(side, self.local_failure(), Some(ResetKind::Reset));
                 return;
             }
             let credit = {
                 let mut st = self.lock();
-                st.writing = false;
                 self.wrote(&mut st, chunk.len() as u32)
             };
             if let Some(c) = credit {
@@ -372,12 +403,11 @@ impl Conn {
     /// Writes `b` whole, looking every [`WRITE_CHECK`] whether the
     /// connection was reset meanwhile (then it gives up quietly).
     fn write_all(&self, sock: &TcpStream, mut b: &[u8]) -> io::Result<()> {
-        use rustix::net::{send, SendFlags};
         while !b.is_empty() {
             match send(sock, b, SendFlags::NOSIGNAL) {
                 Ok(n) => b = &b[n..],
-                Err(e) if e == rustix::io::Errno::INTR => {}
-                Err(e) if e == rustix::io::Errno::AGAIN => {
+                Err(rustix::io::Errno::INTR) => {}
+                Err(rustix::io::Errno::AGAIN) => {
                     if self.lock().end.is_some() {
                         return Ok(());
                     }

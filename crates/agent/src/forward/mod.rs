@@ -69,6 +69,11 @@ pub struct Side {
 }
 
 impl Side {
+    /// Connection `id`, while it is open.
+    fn conn(&self, id: u32) -> Option<Arc<Conn>> {
+        self.table().open.get(&id).cloned()
+    }
+
     fn table(&self) -> MutexGuard<'_, Table> {
         self.table.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -163,7 +168,7 @@ impl Demux {
                     return Err(format!("connection {id} opened out of order"));
                 }
                 t.last = id;
-                let c = Conn::new(id, String::new(), End::Target);
+                let c = Conn::new(id, String::new(), End::Target, true);
                 t.open.insert(id, c.clone());
                 c
             };
@@ -176,7 +181,7 @@ impl Demux {
                 });
             if spawned.is_err() {
                 c.reset(&self.side, ConnEnd::Cut, Some(ResetKind::Unreachable));
-                self.side.retire(&c);
+                c.drain(&self.side);
             }
             return Ok(());
         }
@@ -252,9 +257,10 @@ fn connect(side: &Arc<Side>, c: &Arc<Conn>, to: &str, timeout: Duration) {
     for a in addrs {
         match TcpStream::connect_timeout(&a, timeout) {
             Ok(s) => {
-                if !c.start_here(s, side) {
-                    side.retire(c);
-                }
+                // Connected: it is read from now on, and this thread
+                // writes what came meanwhile, then lets the writing go.
+                c.begin(s, side);
+                c.drain(side);
                 return;
             }
             Err(e) => last = Some(e),
@@ -273,12 +279,12 @@ fn connect(side: &Arc<Side>, c: &Arc<Conn>, to: &str, timeout: Duration) {
         false => (ConnEnd::Unreachable, ResetKind::Unreachable),
     };
     c.reset(side, end, Some(kind));
-    side.retire(c);
+    c.drain(side);
 }
 
 /// Wires `side`'s frames to the segment's two transfers.
-fn start_transfers(side: &Arc<Side>, input: outbox::OutboxInput, t: &mut Transfers) {
-    t.spawn_send(input);
+fn start_transfers(side: &Arc<Side>, t: &mut Transfers) {
+    t.spawn_send(Outbox::input(side));
     let demux = Demux {
         side: side.clone(),
         parser: Parser::new(),
@@ -300,10 +306,10 @@ pub fn start_listen(
 ) {
     let bound = TcpListener::bind(addr).and_then(|l| {
         let dup = l.try_clone()?;
-        let (outbox, input) = Outbox::new()?;
-        Ok((l, dup, outbox, input))
+        let outbox = Outbox::new()?;
+        Ok((l, dup, outbox))
     });
-    let (listener, dup, outbox, input) = match bound {
+    let (listener, dup, outbox) = match bound {
         Ok(b) => b,
         Err(e) => {
             seg.drop_transfer(Direction::In);
@@ -323,7 +329,7 @@ pub fn start_listen(
         say: t.say.clone(),
         listener: Some(dup),
     });
-    start_transfers(&side, input, t);
+    start_transfers(&side, t);
     if let Ok(a) = listener.local_addr() {
         side.say.send(&FromAgent::Listening(a));
     }
@@ -371,15 +377,14 @@ fn accept_loop(listener: TcpListener, side: &Arc<Side>) {
                 return;
             }
             t.last += 1;
-            let c = Conn::new(t.last, peer.to_string(), End::Client);
+            let c = Conn::new(t.last, peer.to_string(), End::Client, false);
             t.open.insert(c.id, c.clone());
             c
         };
         tracing::debug!("connection {} from {peer}", c.id);
         side.outbox.control(Frame::Open(c.id).encode());
-        if !c.start(sock, side) {
-            side.retire(&c);
-        }
+        // (A connection cut meanwhile was retired by its reset.)
+        c.begin(sock, side);
         if once {
             // Later clients are refused: the listener closes here.
             return;
@@ -394,8 +399,7 @@ pub fn start_target(to: &str, timeout: Duration, seg: &mut Segment, t: &mut Tran
         to: to.to_string(),
         timeout,
     };
-    let made = Outbox::new();
-    let (outbox, input) = match made {
+    let outbox = match Outbox::new() {
         Ok(o) => o,
         Err(e) => {
             seg.drop_transfer(Direction::In);
@@ -412,5 +416,5 @@ pub fn start_target(to: &str, timeout: Duration, seg: &mut Segment, t: &mut Tran
         say: t.say.clone(),
         listener: None,
     });
-    start_transfers(&side, input, t);
+    start_transfers(&side, t);
 }

@@ -1,35 +1,39 @@
-//! The frames one side of a forward sends, queued for its outgoing
-//! transfer, which reads them as its input ([`OutboxInput`]): no pipe and
-//! no thread between the connections and the hop.
+//! What one side of a forward sends, read by its outgoing transfer as its
+//! input ([`OutboxInput`]): queued frames, and the connections' sockets
+//! read in place. No pipe and no thread stands between the connections and
+//! the hop: the transfer's own thread reads each socket that is ready
+//! straight into the chunk it is filling, behind a 9-byte header.
 //!
-//! Two queues: *control* frames (`Open`, `Reset`, `Credit`: small, never
-//! waited for, so the demultiplexer that produces some of them never
-//! blocks) go first; *data* frames (`Data`, `Eof`, in each connection's
-//! order) wait behind them, and a connection's reader that finds the data
-//! queue over [`DATA_QUEUE`] waits for room. Every connection's bytes in
-//! flight are bounded by its flow-control window anyway; this bounds what
-//! sits here.
+//! - **Queued frames**: *control* frames (`Open`, `Reset`, `Credit`: small,
+//!   never waited for, so the demultiplexer that makes some never blocks)
+//!   go first; *data* frames (an `Eof` whose socket's end was seen outside
+//!   the read loop) after them. An eventfd is readable exactly while one is
+//!   queued, or the outbox has ended.
+//! - **Sockets**: each connection's socket is in an epoll set while it may
+//!   be read (it has flow-control credit and has not ended,
+//!   [`super::conn`]); the set holds the eventfd too.
 //!
-//! The input's descriptor is an eventfd that polls readable exactly while a
-//! frame is queued or the outbox has ended, which is what the send loop
-//! asks before it adds more to a chunk (`fill_available`): a lone 64-byte
+//! The input's descriptor is the epoll set: it polls readable exactly while
+//! a frame is queued or a socket is ready, which is what the send loop asks
+//! before it adds more to a chunk (`fill_available`), so a lone 64-byte
 //! request goes out at once in a chunk of its own.
 
+use super::Side;
 use rdpipe_transport::replay::Input;
+use rustix::event::epoll;
 use rustix::event::{eventfd, EventfdFlags};
 use std::collections::VecDeque;
 use std::io::{self, Read};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
-/// The data bytes queued at most before a connection's reader waits.
-pub const DATA_QUEUE: usize = 4 << 20;
+/// The epoll token of the eventfd (connections use their numbers, from 1).
+const QUEUED: u64 = 0;
 
 #[derive(Default)]
 struct Queues {
     control: VecDeque<Vec<u8>>,
     data: VecDeque<Vec<u8>>,
-    data_bytes: usize,
     /// The frame being read out, and how far.
     cur: Vec<u8>,
     at: usize,
@@ -41,28 +45,44 @@ struct Queues {
     armed: bool,
 }
 
-/// The queues, shared by the connections and the input.
+/// The queues and the sockets' epoll set, shared by the connections and the
+/// input.
 pub struct Outbox {
     q: Mutex<Queues>,
-    ready: Condvar,
-    room: Condvar,
     efd: OwnedFd,
+    epoll: OwnedFd,
 }
 
 /// The outgoing transfer's input.
-pub struct OutboxInput(Arc<Outbox>);
+pub struct OutboxInput {
+    side: Weak<Side>,
+    outbox: Arc<Outbox>,
+}
 
 impl Outbox {
-    /// An empty outbox and the input that reads it.
-    pub fn new() -> io::Result<(Arc<Outbox>, OutboxInput)> {
+    /// An empty outbox.
+    pub fn new() -> io::Result<Arc<Outbox>> {
         let efd = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?;
-        let o = Arc::new(Outbox {
+        let ep = epoll::create(epoll::CreateFlags::CLOEXEC)?;
+        epoll::add(
+            &ep,
+            &efd,
+            epoll::EventData::new_u64(QUEUED),
+            epoll::EventFlags::IN,
+        )?;
+        Ok(Arc::new(Outbox {
             q: Mutex::default(),
-            ready: Condvar::new(),
-            room: Condvar::new(),
             efd,
-        });
-        Ok((o.clone(), OutboxInput(o)))
+            epoll: ep,
+        }))
+    }
+
+    /// The input that reads `side`'s outbox.
+    pub fn input(side: &Arc<Side>) -> OutboxInput {
+        OutboxInput {
+            side: Arc::downgrade(side),
+            outbox: side.outbox.clone(),
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, Queues> {
@@ -74,7 +94,6 @@ impl Outbox {
             let _ = rustix::io::write(&self.efd, &1u64.to_ne_bytes());
             q.armed = true;
         }
-        self.ready.notify_one();
     }
 
     /// Queues a control frame (never waits).
@@ -87,20 +106,29 @@ impl Outbox {
         self.arm(&mut q);
     }
 
-    /// Queues a data frame, waiting while the data queue is full; false
-    /// when the outbox has ended (the frame is dropped).
-    pub fn data(&self, frame: Vec<u8>) -> bool {
+    /// Queues a data frame (behind the control frames).
+    pub fn data(&self, frame: Vec<u8>) {
         let mut q = self.lock();
-        while q.data_bytes >= DATA_QUEUE && !q.closed && q.failed.is_none() {
-            q = self.room.wait(q).unwrap_or_else(|e| e.into_inner());
-        }
         if q.closed || q.failed.is_some() {
-            return false;
+            return;
         }
-        q.data_bytes += frame.len();
         q.data.push_back(frame);
         self.arm(&mut q);
-        true
+    }
+
+    /// Reads `sock` (connection `id`) when it is ready.
+    pub fn watch(&self, sock: impl AsFd, id: u32) {
+        let _ = epoll::add(
+            &self.epoll,
+            sock,
+            epoll::EventData::new_u64(u64::from(id)),
+            epoll::EventFlags::IN,
+        );
+    }
+
+    /// No longer reads `sock`.
+    pub fn unwatch(&self, sock: impl AsFd) {
+        let _ = epoll::delete(&self.epoll, sock);
     }
 
     /// No more frames: the stream ends cleanly after the queued ones.
@@ -108,7 +136,6 @@ impl Outbox {
         let mut q = self.lock();
         q.closed = true;
         self.arm(&mut q);
-        self.room.notify_all();
     }
 
     /// The stream is abandoned: the transfer's next read fails with `why`.
@@ -118,104 +145,112 @@ impl Outbox {
             q.failed = Some(why);
         }
         self.arm(&mut q);
-        self.room.notify_all();
     }
 }
 
-impl Read for OutboxInput {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let o = &*self.0;
+/// What the queues gave.
+enum Queued {
+    /// This many bytes (maybe 0).
+    Bytes(usize),
+    /// Nothing, and nothing will come: the end of the stream.
+    End,
+}
+
+impl OutboxInput {
+    /// Copies queued frames into `buf`.
+    fn queued(&self, buf: &mut [u8]) -> io::Result<Queued> {
+        let o = &*self.outbox;
         let mut q = o.lock();
+        if let Some(why) = &q.failed {
+            return Err(io::Error::new(io::ErrorKind::BrokenPipe, why.clone()));
+        }
         let mut n = 0;
-        loop {
-            if let Some(why) = &q.failed {
-                return Err(io::Error::new(io::ErrorKind::BrokenPipe, why.clone()));
-            }
+        while n < buf.len() {
             if q.at == q.cur.len() {
-                let next = match q.control.pop_front() {
-                    Some(f) => Some(f),
-                    None => q.data.pop_front().inspect(|f| {
-                        q.data_bytes -= f.len();
-                        o.room.notify_all();
-                    }),
+                let Some(f) = q.control.pop_front().or_else(|| q.data.pop_front()) else {
+                    break;
                 };
-                match next {
-                    Some(f) => {
-                        q.cur = f;
-                        q.at = 0;
-                    }
-                    None if n > 0 || q.closed => break,
-                    None => {
-                        q = o.ready.wait(q).unwrap_or_else(|e| e.into_inner());
-                        continue;
-                    }
-                }
+                q.cur = f;
+                q.at = 0;
             }
             let take = (q.cur.len() - q.at).min(buf.len() - n);
             let at = q.at;
             buf[n..n + take].copy_from_slice(&q.cur[at..at + take]);
             q.at += take;
             n += take;
-            if n == buf.len() {
-                break;
-            }
         }
-        // Nothing left: poll no longer says readable (unless at the end).
-        if q.armed && q.at == q.cur.len() && q.control.is_empty() && q.data.is_empty() && !q.closed
-        {
+        let empty = q.at == q.cur.len() && q.control.is_empty() && q.data.is_empty();
+        if empty && q.armed && !q.closed {
+            // Nothing queued: the eventfd no longer polls readable.
             let mut b = [0u8; 8];
             let _ = rustix::io::read(&o.efd, &mut b);
             q.armed = false;
         }
-        Ok(n)
+        Ok(if n == 0 && empty && q.closed {
+            Queued::End
+        } else {
+            Queued::Bytes(n)
+        })
+    }
+}
+
+impl Read for OutboxInput {
+    /// Queued frames first, then what the ready sockets give, until `buf`
+    /// is full or nothing more is ready; waits only while nothing was read.
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        // (Made here: an event list is not Send.)
+        let mut events = epoll::EventVec::with_capacity(64);
+        let mut n = 0;
+        loop {
+            match self.queued(&mut buf[n..])? {
+                Queued::End if n == 0 => return Ok(0),
+                Queued::End => return Ok(n),
+                Queued::Bytes(k) => n += k,
+            }
+            if n == buf.len() {
+                return Ok(n);
+            }
+            let timeout = if n > 0 { 0 } else { -1 };
+            match epoll::wait(&self.outbox.epoll, &mut events, timeout) {
+                Ok(()) => {}
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => return Err(e.into()),
+            }
+            if events.is_empty() {
+                if n > 0 {
+                    return Ok(n);
+                }
+                continue;
+            }
+            let Some(side) = self.side.upgrade() else {
+                return Err(io::Error::new(io::ErrorKind::BrokenPipe, "forward gone"));
+            };
+            let before = n;
+            let ids: Vec<u64> = events.iter().map(|e| e.data.u64()).collect();
+            for id in ids {
+                if id == QUEUED {
+                    continue;
+                }
+                if let Some(c) = side.conn(id as u32) {
+                    n += c.read_into(&side, &mut buf[n..]);
+                }
+            }
+            // Only queued frames (or sockets with nothing after all): one
+            // more look at the queues, then give what there is.
+            if n == before && n > 0 {
+                if let Queued::Bytes(k) = self.queued(&mut buf[n..])? {
+                    n += k;
+                }
+                return Ok(n);
+            }
+        }
     }
 }
 
 impl AsFd for OutboxInput {
     fn as_fd(&self) -> BorrowedFd<'_> {
-        self.0.efd.as_fd()
+        self.outbox.epoll.as_fd()
     }
 }
 
 impl Input for OutboxInput {}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use rustix::event::{poll, PollFd, PollFlags};
-
-    fn readable(i: &OutboxInput) -> bool {
-        let mut fds = [PollFd::new(i, PollFlags::IN)];
-        poll(&mut fds, 0).unwrap() > 0
-    }
-
-    #[test]
-    fn control_goes_first_and_readiness_follows_the_queues() {
-        let (o, mut i) = Outbox::new().unwrap();
-        assert!(!readable(&i));
-        assert!(o.data(b"data".to_vec()));
-        o.control(b"ctl".to_vec());
-        assert!(readable(&i));
-        let mut b = [0u8; 16];
-        assert_eq!(i.read(&mut b).unwrap(), 7);
-        assert_eq!(&b[..7], b"ctldata");
-        assert!(!readable(&i));
-        o.close();
-        assert!(readable(&i));
-        assert_eq!(i.read(&mut b).unwrap(), 0);
-        assert!(!o.data(b"late".to_vec()));
-    }
-
-    #[test]
-    fn a_frame_is_read_across_small_buffers_and_failure_is_an_error() {
-        let (o, mut i) = Outbox::new().unwrap();
-        o.data(b"abcdef".to_vec());
-        let mut b = [0u8; 4];
-        assert_eq!(i.read(&mut b).unwrap(), 4);
-        assert!(readable(&i));
-        assert_eq!(i.read(&mut b).unwrap(), 2);
-        assert_eq!(&b[..2], b"ef");
-        o.fail("gone".into());
-        assert!(i.read(&mut b).is_err());
-    }
-}
