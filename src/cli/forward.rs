@@ -29,7 +29,7 @@ pub const EXIT_STATUS: &[(&str, &str)] = &[
     ("0", "Stopped by Ctrl-C or SIGTERM (or, with --once, its connection closed) and both hops ended verified; connections refused at the target or reset by their peers do not change it."),
     ("1", "The forward failed: the port could not be bound, a host could not be reached, a hop broke beyond --reconnect-timeout."),
     ("2", "Bad arguments."),
-    ("130, 143", "A second SIGINT or SIGTERM interrupted the orderly stop."),
+    ("130, 143", "A second SIGINT or SIGTERM, half a second or more after the first, interrupted the orderly stop."),
 ];
 
 /// Forward TCP connections from one host to another over authenticated hops.
@@ -50,7 +50,7 @@ pub const EXIT_STATUS: &[(&str, &str)] = &[
 /// only its own writer.
 ///
 /// It runs until Ctrl-C or SIGTERM, which cut the open connections and end
-/// cleanly (a second one interrupts). One line on stderr says where it
+/// cleanly (a second one, half a second later or more, interrupts). One line on stderr says where it
 /// listens (the port chosen when PORT is 0); -v adds one per connection.
 #[derive(Debug, Parser)]
 #[command(name = "rdpipe forward", bin_name = "rdpipe forward", version, verbatim_doc_comment, after_help = EXAMPLES)]

@@ -6,7 +6,8 @@
 //! a refused target closing the client's connection with a warning; a
 //! stalled target holding the client back with bounded memory; Ctrl-C with
 //! a connection open (reset on both sides, exit 0, no process left); the
-//! listening port taken; iperf3 both ways.
+//! listening port taken; iperf3 both ways; a tap on the hops that sees the
+//! connections' bytes only when they are not encrypted.
 
 use crate::support::*;
 
@@ -337,4 +338,38 @@ fn forward_plan_and_bad_arguments() {
         assert!(r.stderr.contains(needle), "{args:?}: {}", r.stderr);
         assert!(!r.stderr.contains("panicked"), "{}", r.stderr);
     }
+}
+
+/// A passive tap in rdpipe's namespace (every byte between it and the
+/// target's host): a connection's bytes never cross the hops in clear under
+/// the default protection; under `--integrity checksum` (no encryption)
+/// they do, which shows that the tap sees the hops.
+#[test]
+fn forward_tapped_hops_carry_no_plaintext_under_the_default_protection() {
+    need_root!("network namespaces");
+    let net = Netns::start("ff");
+    let srv = Server::start(&net, 1, "sha", 7600);
+    let mark = format!("FWDSECRET{}", std::process::id());
+    for (extra, clear) in [(None, false), (Some("checksum"), true)] {
+        let tap = Tap::start(&net.ns(0));
+        let mut args = vec!["--once"];
+        if let Some(i) = extra {
+            args.extend(["--integrity", i]);
+        }
+        args.extend(["0", "n1:localhost:7600"]);
+        let (s, port) = forward(&net, &args);
+        client_ok(&net, &["text", &port.to_string(), &mark, "1000"]);
+        let r = s.finish(Duration::from_secs(60));
+        assert_eq!(r.code(), Some(0), "{}", r.stderr);
+        let cap = tap.stop();
+        // Only the hops: the client's own connection is on the loopback.
+        let on_hops = cap
+            .flows
+            .iter()
+            .filter(|((a, b), _)| !a.ip().is_loopback() && !b.ip().is_loopback())
+            .any(|(_, s)| s.windows(mark.len()).any(|w| w == mark.as_bytes()));
+        assert_eq!(on_hops, clear, "--integrity {extra:?}: plaintext on the hops: {on_hops}");
+    }
+    drop(srv);
+    net.assert_clean();
 }

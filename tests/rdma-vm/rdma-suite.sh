@@ -13,7 +13,7 @@
 # forward (`rdpipe forward` from rxe0 to rxe1 over RDMA: Python sendall, concurrent connections; tests/rdma-vm/suite-forward.sh)
 # reconnect (an RDMA hop whose link goes down mid-stream resumes; tests/rdma-vm/suite-reconnect.sh)
 # compress (--compress over RDMA under each protection)
-# perf (default: all), and `ring`, `syscalls`, `relaycpu` and `rdcpbig` (tests/rdma-vm/suite-rdcp.sh), only when named
+# perf (default: all), and `ring`, `syscalls`, `relaycpu`, `rdcpbig` (tests/rdma-vm/suite-rdcp.sh) and `forwardperf` (tests/rdma-vm/suite-forward.sh), only when named
 # (measurements, not checks: --slots 2 / 4 / 8; system calls per chunk; the relay
 # host's CPU s/GB against rdrecv | rdsend).
 # Readiness: rdrecv --announce-fd writes its port into a FIFO, which this
@@ -354,7 +354,7 @@ rm -f "$W/rkill.out"
 
 fi
 
-if want rdpipe || want fabric || want fanout || want gather || want forward || want relaycpu || want relink || want rdcpbig; then
+if want rdpipe || want fabric || want fanout || want gather || want forward || want forwardperf || want relaycpu || want relink || want rdcpbig; then
 echo "== rdpipe over RDMA: two 'hosts' (an sshd on rxe0's and on rxe1's address)"
 PIPE=$(rdma_bin rdpipe) || die "rdpipe not built (cargo build --release)"
 BIN_DIR=$(dirname "$PIPE")

@@ -17,6 +17,7 @@
 //! | 4 | `Eof`: the sender's socket read its end (a half-close) | 0 |
 //! | 5 | `Reset`: the connection is gone on the sender's side | [`ResetKind`] |
 //! | 6 | `Credit`: the sender wrote `value` more bytes of `id` to its socket | bytes |
+//! | 7 | `Hello`: each side's first frame (id 0): its hop is up | 0 |
 //!
 //! Flow control is per connection and per direction: a side may have at
 //! most the window ([`WINDOW`]) of a connection's bytes sent and not yet
@@ -96,6 +97,8 @@ pub enum Frame {
     Reset(u32, ResetKind),
     /// Bytes written out, which the peer may send again.
     Credit(u32, u32),
+    /// The side's first frame: its outgoing hop is up.
+    Hello,
 }
 
 impl Frame {
@@ -107,6 +110,7 @@ impl Frame {
             | Frame::Eof(id)
             | Frame::Reset(id, _)
             | Frame::Credit(id, _) => *id,
+            Frame::Hello => 0,
         }
     }
 
@@ -119,6 +123,7 @@ impl Frame {
             Frame::Eof(_) => (4, 0),
             Frame::Reset(_, k) => (5, k.code()),
             Frame::Credit(_, n) => (6, *n),
+            Frame::Hello => (7, 0),
         };
         v.extend_from_slice(&header(kind, self.id(), value));
         if let Frame::Data(_, d) = self {
@@ -222,6 +227,8 @@ impl Parser {
                 4 => bare(Frame::Eof(id))?,
                 5 => Frame::Reset(id, ResetKind::from_code(value).ok_or(MuxError::Reason(value))?),
                 6 => Frame::Credit(id, value),
+                7 if id == 0 => bare(Frame::Hello)?,
+                7 => return Err(MuxError::Value(7)),
                 k => return Err(MuxError::Kind(k)),
             };
             each(frame);
@@ -247,6 +254,7 @@ mod tests {
             Frame::Eof(1),
             Frame::Credit(1, 5),
             Frame::Reset(2, ResetKind::Refused),
+            Frame::Hello,
         ];
         let bytes: Vec<u8> = frames.iter().flat_map(Frame::encode).collect();
         let mut got = vec![];

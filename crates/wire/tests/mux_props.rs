@@ -23,6 +23,7 @@ fn frame() -> impl Strategy<Value = Frame> {
         )
             .prop_map(|(i, k)| Frame::Reset(i, k)),
         (id, any::<u32>()).prop_map(|(i, n)| Frame::Credit(i, n)),
+        Just(Frame::Hello),
     ]
 }
 

@@ -16,6 +16,7 @@ Clients (each exits 0 only when what it checked held):
   closed PORT            expect the connection closed at once (no data);
   open PORT DIR          connect, write DIR/open, then wait: print how it
                          ended ("reset" or "eof");
+  text PORT TEXT N       sendall TEXT N times, half-close, expect the digest;
   stall PORT SIZE DIR    sendall SIZE in a thread; print the bytes sent
                          after it stops advancing (to DIR/sent), then wait
                          for DIR/go and check the digest.
@@ -76,8 +77,9 @@ def data(size, seed):
     return bytes(out[:size])
 
 
-def sha_client(port, size, seed=1):
-    b = data(size, seed) if size < (64 << 20) else os.urandom(size)
+def sha_client(port, size, seed=1, b=None):
+    if b is None:
+        b = data(size, seed) if size < (64 << 20) else os.urandom(size)
     c = socket.create_connection(("127.0.0.1", port))
     c.sendall(b)
     c.shutdown(socket.SHUT_WR)
@@ -98,6 +100,10 @@ def main():
         serve(a[1], int(a[2]), a[3])
     elif a[0] == "sha":
         sha_client(int(a[1]), int(a[2]))
+        print("OK")
+    elif a[0] == "text":
+        b = a[2].encode() * int(a[3])
+        sha_client(int(a[1]), len(b), b=b)
         print("OK")
     elif a[0] == "many":
         port, n = int(a[1]), int(a[2])

@@ -315,6 +315,7 @@ impl Conn {
                 self.reset(side, end, None);
             }
             Frame::Open(_) => return Err(format!("connection {} opened twice", self.id)),
+            Frame::Hello => return Err("a second hello".into()),
         }
         Ok(())
     }

@@ -66,9 +66,26 @@ pub struct Side {
     say: Say,
     /// The listening socket (a duplicate, to wake its accept on stop).
     listener: Option<TcpListener>,
+    /// Hops not yet up: the outgoing one's transfer reads its input (the
+    /// `Hello` queued first) once its handshake is done; the incoming one
+    /// brings the peer's `Hello`. When both are, the listening side says
+    /// `LISTENING` (rdpipe's "forwarding" line), so a client that waits for
+    /// it does not wait for the hops' set-up.
+    hops_down: std::sync::atomic::AtomicUsize,
 }
 
 impl Side {
+    /// One of the two hops is up.
+    fn hop_up(&self) {
+        use std::sync::atomic::Ordering;
+        if self.hops_down.fetch_sub(1, Ordering::SeqCst) != 1 {
+            return;
+        }
+        if let Some(a) = self.listener.as_ref().and_then(|l| l.local_addr().ok()) {
+            self.say.send(&FromAgent::Listening(a));
+        }
+    }
+
     /// Connection `id`, while it is open.
     fn conn(&self, id: u32) -> Option<Arc<Conn>> {
         self.table().open.get(&id).cloned()
@@ -153,10 +170,22 @@ pub struct Demux {
     side: Arc<Side>,
     parser: Parser,
     ended: bool,
+    /// The peer's `Hello` came (it comes first, once).
+    greeted: bool,
 }
 
 impl Demux {
-    fn frame(&self, f: Frame) -> Result<(), String> {
+    fn frame(&mut self, f: Frame) -> Result<(), String> {
+        match (f == Frame::Hello, self.greeted) {
+            (true, false) => {
+                self.greeted = true;
+                self.side.hop_up();
+                return Ok(());
+            }
+            (false, true) => {}
+            (true, true) => return Err("a second hello".into()),
+            (false, false) => return Err("a frame before the hello".into()),
+        }
         let id = f.id();
         if let Frame::Open(_) = f {
             let Role::Target { to, timeout } = &self.side.role else {
@@ -289,8 +318,12 @@ fn start_transfers(side: &Arc<Side>, t: &mut Transfers) {
         side: side.clone(),
         parser: Parser::new(),
         ended: false,
+        greeted: false,
     };
-    t.spawn_recv(Box::new(move || Ok(Box::new(demux) as _)), None);
+    t.spawn_recv(
+        Box::new(move || Ok(Box::new(demux) as _)),
+        None,
+    );
 }
 
 /// The listening side: binds `addr` (IP:PORT or NAME:PORT), says
@@ -328,11 +361,9 @@ pub fn start_listen(
         },
         say: t.say.clone(),
         listener: Some(dup),
+        hops_down: 2.into(),
     });
     start_transfers(&side, t);
-    if let Ok(a) = listener.local_addr() {
-        side.say.send(&FromAgent::Listening(a));
-    }
     {
         let side = side.clone();
         std::thread::spawn(move || {
@@ -415,6 +446,135 @@ pub fn start_target(to: &str, timeout: Duration, seg: &mut Segment, t: &mut Tran
         role,
         say: t.say.clone(),
         listener: None,
+        hops_down: 2.into(),
     });
     start_transfers(&side, t);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+    use std::net::TcpListener;
+
+    fn side(role: Role) -> Arc<Side> {
+        Arc::new(Side {
+            outbox: Outbox::new().unwrap(),
+            table: Mutex::default(),
+            changed: Condvar::new(),
+            role,
+            say: Say::to(Box::new(io::sink())),
+            listener: None,
+            hops_down: 2.into(),
+        })
+    }
+
+    fn demux(side: &Arc<Side>) -> Demux {
+        Demux {
+            side: side.clone(),
+            parser: Parser::new(),
+            ended: false,
+            greeted: false,
+        }
+    }
+
+    fn frames(fs: &[Frame]) -> Vec<u8> {
+        fs.iter().flat_map(Frame::encode).collect()
+    }
+
+    /// A connected pair: (ours, the peer's end).
+    fn pair() -> (TcpStream, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (b, _) = l.accept().unwrap();
+        (b, a)
+    }
+
+    fn listening() -> Arc<Side> {
+        side(Role::Listen {
+            once: false,
+            max: 10,
+        })
+    }
+
+    #[test]
+    fn hostile_frames_fail_the_stream() {
+        for bad in [
+            // Before the hello.
+            frames(&[Frame::Eof(1)]),
+            // A second hello.
+            frames(&[Frame::Hello, Frame::Hello]),
+            // An open from the target side.
+            frames(&[Frame::Hello, Frame::Open(1)]),
+            // A connection never opened.
+            frames(&[Frame::Hello, Frame::Data(5, b"x".to_vec())]),
+        ] {
+            let s = listening();
+            assert!(demux(&s).write_all(&bad).is_err());
+        }
+        // At the target: out of order, and beyond the window.
+        let s = side(Role::Target {
+            to: "127.0.0.1:1".into(),
+            timeout: Duration::from_secs(1),
+        });
+        let mut d = demux(&s);
+        assert!(d.write_all(&frames(&[Frame::Hello, Frame::Open(2)])).is_ok());
+        assert!(d.write_all(&frames(&[Frame::Open(1)])).is_err());
+        let s = listening();
+        let c = Conn::new(1, "p".into(), End::Client, false);
+        s.table().open.insert(1, c.clone());
+        s.table().last = 1;
+        let mut d = demux(&s);
+        d.write_all(&frames(&[Frame::Hello])).unwrap();
+        let chunk = vec![0u8; rdpipe_wire::mux::MAX_DATA as usize];
+        let mut sent = 0;
+        let r = loop {
+            let r = d.write_all(&frames(&[Frame::Data(1, chunk.clone())]));
+            if r.is_err() {
+                break r;
+            }
+            sent += chunk.len();
+            assert!(sent <= rdpipe_wire::mux::WINDOW as usize);
+        };
+        assert!(r.unwrap_err().to_string().contains("overran its window"));
+        // A credit beyond the window.
+        let s = listening();
+        let c = Conn::new(1, "p".into(), End::Client, false);
+        s.table().open.insert(1, c.clone());
+        s.table().last = 1;
+        let mut d = demux(&s);
+        let e = d
+            .write_all(&frames(&[Frame::Hello, Frame::Credit(1, 1)]))
+            .unwrap_err();
+        assert!(e.to_string().contains("beyond its window"), "{e}");
+    }
+
+    #[test]
+    fn a_ready_socket_is_read_even_into_a_nearly_full_chunk() {
+        let s = listening();
+        let mut input = Outbox::input(&s);
+        let c = Conn::new(1, "p".into(), End::Client, false);
+        s.table().open.insert(1, c.clone());
+        let (ours, mut peer) = pair();
+        assert!(c.begin(ours, &s));
+        peer.write_all(b"0123456789").unwrap();
+        // The hello first, then the socket's bytes, 5 at a time.
+        let mut got = Vec::new();
+        let mut b = [0u8; 5];
+        while got.len() < 2 * HEADER + 10 {
+            let n = input.read(&mut b).unwrap();
+            assert!(n > 0);
+            got.extend_from_slice(&b[..n]);
+        }
+        let mut want = Frame::Hello.encode();
+        want.extend(Frame::Data(1, b"0123456789".to_vec()).encode());
+        assert_eq!(got, want);
+        // The peer's end of file is an Eof frame.
+        drop(peer);
+        let mut b = [0u8; 64];
+        let n = input.read(&mut b).unwrap();
+        assert_eq!(&b[..n], &Frame::Eof(1).encode()[..]);
+    }
+
+    const HEADER: usize = rdpipe_wire::mux::HEADER_LEN;
 }

@@ -19,6 +19,7 @@
 //! request goes out at once in a chunk of its own.
 
 use super::Side;
+use rdpipe_wire::mux::HEADER_LEN;
 use rdpipe_transport::replay::Input;
 use rustix::event::epoll;
 use rustix::event::{eventfd, EventfdFlags};
@@ -29,6 +30,9 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 /// The epoll token of the eventfd (connections use their numbers, from 1).
 const QUEUED: u64 = 0;
+
+/// Room in the chunk below which a socket is not read into it directly.
+const SMALL: usize = 4096;
 
 #[derive(Default)]
 struct Queues {
@@ -57,6 +61,8 @@ pub struct Outbox {
 pub struct OutboxInput {
     side: Weak<Side>,
     outbox: Arc<Outbox>,
+    /// The transfer has read before (its hop is up).
+    started: bool,
 }
 
 impl Outbox {
@@ -70,11 +76,16 @@ impl Outbox {
             epoll::EventData::new_u64(QUEUED),
             epoll::EventFlags::IN,
         )?;
-        Ok(Arc::new(Outbox {
+        let o = Outbox {
             q: Mutex::default(),
             efd,
             epoll: ep,
-        }))
+        };
+        // The first frame: the peer learns that this side's hop is up, and
+        // the transfer's first wait for input ends once it is (it reads
+        // only after its handshake).
+        o.control(rdpipe_wire::mux::Frame::Hello.encode());
+        Ok(Arc::new(o))
     }
 
     /// The input that reads `side`'s outbox.
@@ -82,6 +93,7 @@ impl Outbox {
         OutboxInput {
             side: Arc::downgrade(side),
             outbox: side.outbox.clone(),
+            started: false,
         }
     }
 
@@ -103,6 +115,17 @@ impl Outbox {
             return;
         }
         q.control.push_back(frame);
+        self.arm(&mut q);
+    }
+
+    /// Puts a frame read from a socket ahead of everything queued (it was
+    /// read for a buffer with no room for it).
+    fn put_first(&self, frame: Vec<u8>) {
+        let mut q = self.lock();
+        if q.closed || q.failed.is_some() {
+            return;
+        }
+        q.control.push_front(frame);
         self.arm(&mut q);
     }
 
@@ -198,6 +221,13 @@ impl Read for OutboxInput {
     /// Queued frames first, then what the ready sockets give, until `buf`
     /// is full or nothing more is ready; waits only while nothing was read.
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if !self.started {
+            // The first read (of the Hello) comes once the hop is up.
+            self.started = true;
+            if let Some(side) = self.side.upgrade() {
+                side.hop_up();
+            }
+        }
         // (Made here: an event list is not Send.)
         let mut events = epoll::EventVec::with_capacity(64);
         let mut n = 0;
@@ -231,8 +261,26 @@ impl Read for OutboxInput {
                 if id == QUEUED {
                     continue;
                 }
-                if let Some(c) = side.conn(id as u32) {
+                let Some(c) = side.conn(id as u32) else {
+                    continue;
+                };
+                if buf.len() - n > SMALL {
                     n += c.read_into(&side, &mut buf[n..]);
+                } else if n == 0 {
+                    // Too little room for a frame worth its header (the end
+                    // of a chunk), and nothing read yet: the socket's
+                    // frame goes first in the queue, and what fits of it
+                    // here (a socket that stays ready must be read, or the
+                    // wait below would not wait).
+                    let mut f = vec![0u8; SMALL + HEADER_LEN];
+                    let k = c.read_into(&side, &mut f);
+                    if k > 0 {
+                        f.truncate(k);
+                        self.outbox.put_first(f);
+                        if let Queued::Bytes(q) = self.queued(buf)? {
+                            n += q;
+                        }
+                    }
                 }
             }
             // Only queued frames (or sockets with nothing after all): one

@@ -14,6 +14,7 @@ use rdpipe_control::{ConnEnd, ConnReport, ToAgent};
 use rdpipe_plan::Action;
 use rdpipe_report::{ConnectionReport, ForwardReport};
 use std::net::SocketAddr;
+use std::time::{Duration, Instant};
 use tracing::info;
 
 /// What the conductor knows of a forward.
@@ -23,9 +24,14 @@ pub(super) struct ForwardState {
     listening: Option<SocketAddr>,
     /// Each connection that ended, in that order.
     conns: Vec<ConnReport>,
-    /// `STOP` went to the listening side.
-    pub(super) stopping: bool,
+    /// When `STOP` went to the listening side.
+    stopping: Option<Instant>,
 }
+
+/// A signal this soon after the one that stopped a forward is the same
+/// stop delivered twice (`timeout` and a shell's job control signal the
+/// process and its group), not a second Ctrl-C.
+const REPEAT: Duration = Duration::from_millis(500);
 
 fn rate(bytes: u64, secs: f64) -> f64 {
     if secs > 0.0 {
@@ -96,16 +102,24 @@ impl Runner {
         self.fwd.conns.push(c);
     }
 
-    /// The first stop signal of a forward: `STOP` to its listening side
-    /// (true: the signal is handled so).
+    /// The first stop signal of a forward: `STOP` to its listening side;
+    /// the same signal again within [`REPEAT`] is that one (true: the
+    /// signal is handled so; a later one interrupts as in any run).
     pub(super) async fn forward_stop(&mut self) -> bool {
         let Some(i) = self.plan.forward_listener() else {
             return false;
         };
-        if self.fwd.stopping || self.fwd.listening.is_none() {
+        if let Some(t) = self.fwd.stopping {
+            if t.elapsed() < REPEAT {
+                tracing::debug!("a stop signal again at once: the same stop");
+                return true;
+            }
             return false;
         }
-        self.fwd.stopping = true;
+        if self.fwd.listening.is_none() {
+            return false;
+        }
+        self.fwd.stopping = Some(Instant::now());
         info!("stopping the forward: open connections are cut");
         self.send(i, &ToAgent::Stop).await;
         true
