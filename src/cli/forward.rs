@@ -137,7 +137,10 @@ mod tests {
         let f = c.forward.unwrap();
         assert_eq!((f.bind.as_str(), f.max), ("0.0.0.0", Some(4)));
         assert!(ForwardArgs::try_parse_from(["forward", "8080"]).is_err());
-        assert!(ForwardArgs::try_parse_from(["forward", "--max-connections", "0", "1", "h:a:1"]).is_err());
+        assert!(
+            ForwardArgs::try_parse_from(["forward", "--max-connections", "0", "1", "h:a:1"])
+                .is_err()
+        );
         assert!(wanted(&["forward".into(), "1".into()]));
         assert!(!wanted(&["forward:cat".into()]));
     }

@@ -134,10 +134,20 @@ fn forward_carries_a_python_sendall_byte_exact_with_its_half_close() {
     assert_eq!(c.as_array().unwrap().len(), 1, "{j}");
     assert_eq!(c[0]["bytes_up"], size as u64);
     // "SHA256HEX LEN\n".
-    assert_eq!(c[0]["bytes_down"], 64 + 1 + size.to_string().len() as u64 + 1);
+    assert_eq!(
+        c[0]["bytes_down"],
+        64 + 1 + size.to_string().len() as u64 + 1
+    );
     assert_eq!(c[0]["end"], "closed");
     assert_eq!(j["forward"]["target"], "localhost:7100");
-    assert!(j["hops"].as_array().unwrap().iter().all(|h| h["verified"] == true), "{j}");
+    assert!(
+        j["hops"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|h| h["verified"] == true),
+        "{j}"
+    );
     drop(srv);
     net.assert_clean();
 }
@@ -150,16 +160,24 @@ fn forward_many_connections_a_client_reset_and_ctrl_c_with_one_open() {
     let report = net.dir.path("fwd.json");
     let (s, port) = forward(
         &net,
-        &["-v", "--json", report.to_str().unwrap(), "0", "n1:localhost:7200"],
+        &[
+            "-v",
+            "--json",
+            report.to_str().unwrap(),
+            "0",
+            "n1:localhost:7200",
+        ],
     );
     let p = port.to_string();
     // Twenty at once, each byte-exact and answered.
     assert_eq!(client_ok(&net, &["many", &p, "20"]).trim(), "OK 20");
     // A client that resets mid-stream: the server sees a reset, not an end.
     client_ok(&net, &["reset", &p]);
-    wait_until("the server seeing the reset", Duration::from_secs(20), || {
-        srv.log().contains("reset").then_some(())
-    });
+    wait_until(
+        "the server seeing the reset",
+        Duration::from_secs(20),
+        || srv.log().contains("reset").then_some(()),
+    );
     // Still forwarding after that.
     client_ok(&net, &["sha", &p, "100000"]);
     // A connection open at Ctrl-C is reset on both sides; the forward ends 0.
@@ -187,9 +205,20 @@ fn forward_many_connections_a_client_reset_and_ctrl_c_with_one_open() {
     let conns = j["forward"]["connections"].as_array().unwrap();
     assert_eq!(conns.len(), 23, "{j}");
     let ends: Vec<&str> = conns.iter().map(|c| c["end"].as_str().unwrap()).collect();
-    assert_eq!(ends.iter().filter(|e| **e == "closed").count(), 21, "{ends:?}");
-    assert!(ends.contains(&"client-reset") && ends.contains(&"cut"), "{ends:?}");
-    assert!(r.stderr.contains("connection 1 from 127.0.0.1:"), "{}", r.stderr);
+    assert_eq!(
+        ends.iter().filter(|e| **e == "closed").count(),
+        21,
+        "{ends:?}"
+    );
+    assert!(
+        ends.contains(&"client-reset") && ends.contains(&"cut"),
+        "{ends:?}"
+    );
+    assert!(
+        r.stderr.contains("connection 1 from 127.0.0.1:"),
+        "{}",
+        r.stderr
+    );
     drop(srv);
     net.assert_clean();
 }
@@ -203,7 +232,10 @@ fn forward_refused_target_closes_the_client_and_warns() {
     let p = port.to_string();
     assert_eq!(client_ok(&net, &["closed", &p]).trim(), "CLOSED");
     let w = s.wait_stderr_line("refused", Duration::from_secs(10));
-    assert!(w.contains("warning:") && w.contains("n1 localhost:7300"), "{w}");
+    assert!(
+        w.contains("warning:") && w.contains("n1 localhost:7300"),
+        "{w}"
+    );
     // The listening port taken: a second forward fails with one line.
     let mut a: Vec<String> = vec!["forward".into()];
     a.extend(net.base_args());
@@ -213,7 +245,9 @@ fn forward_refused_target_closes_the_client_and_warns() {
     let second = start(&pre, &a, None).finish(Duration::from_secs(60));
     assert_eq!(second.code(), Some(1), "{}", second.stderr);
     assert!(
-        second.stderr.contains(&format!("cannot listen on 127.0.0.1:{p}")),
+        second
+            .stderr
+            .contains(&format!("cannot listen on 127.0.0.1:{p}")),
         "{}",
         second.stderr
     );
@@ -235,7 +269,12 @@ fn forward_stalled_target_holds_the_client_back_in_bounded_memory() {
     std::fs::create_dir_all(&d).unwrap();
     let c = client(
         &net,
-        &["stall", &port.to_string(), &size.to_string(), d.to_str().unwrap()],
+        &[
+            "stall",
+            &port.to_string(),
+            &size.to_string(),
+            d.to_str().unwrap(),
+        ],
     )
     .stdout(Stdio::piped())
     .spawn()
@@ -247,7 +286,10 @@ fn forward_stalled_target_holds_the_client_back_in_bounded_memory() {
     });
     // What is in flight: the connection's window, the queues and the
     // socket buffers on both hosts, not the stream.
-    assert!(sent < 96 << 20, "the client sent {sent} bytes into a stalled target");
+    assert!(
+        sent < 96 << 20,
+        "the client sent {sent} bytes into a stalled target"
+    );
     let agents: Vec<u32> = [0, 1]
         .iter()
         .flat_map(|&n| net.stray_pids(n))
@@ -281,7 +323,17 @@ fn forward_carries_iperf3_both_ways() {
     }
     let net = Netns::start("fe");
     let mut srv = Command::new("ip")
-        .args(["netns", "exec", &net.ns(1), "iperf3", "-s", "-B", "127.0.0.1", "-p", "7500"])
+        .args([
+            "netns",
+            "exec",
+            &net.ns(1),
+            "iperf3",
+            "-s",
+            "-B",
+            "127.0.0.1",
+            "-p",
+            "7500",
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -295,8 +347,18 @@ fn forward_carries_iperf3_both_ways() {
     let (s, port) = forward(&net, &["0", "n1:localhost:7500"]);
     for reverse in [false, true] {
         let mut c = Command::new("ip");
-        c.args(["netns", "exec", &net.ns(0), "iperf3", "-c", "127.0.0.1", "-t", "2", "-J"])
-            .args(["-p", &port.to_string()]);
+        c.args([
+            "netns",
+            "exec",
+            &net.ns(0),
+            "iperf3",
+            "-c",
+            "127.0.0.1",
+            "-t",
+            "2",
+            "-J",
+        ])
+        .args(["-p", &port.to_string()]);
         if reverse {
             c.arg("-R");
         }
@@ -318,14 +380,25 @@ fn forward_carries_iperf3_both_ways() {
 #[test]
 fn forward_plan_and_bad_arguments() {
     let r = run(
-        &["forward".into(), "-n".into(), "8080".into(), "h2:localhost:5432".into()],
+        &[
+            "forward".into(),
+            "-n".into(),
+            "8080".into(),
+            "h2:localhost:5432".into(),
+        ],
         None,
         Duration::from_secs(30),
     );
     assert_eq!(r.code(), Some(0), "{}", r.stderr);
     let plan = r.stdout_str();
-    assert!(plan.contains("accept TCP connections on 127.0.0.1:8080"), "{plan}");
-    assert!(plan.contains("connect each forwarded connection to localhost:5432"), "{plan}");
+    assert!(
+        plan.contains("accept TCP connections on 127.0.0.1:8080"),
+        "{plan}"
+    );
+    assert!(
+        plan.contains("connect each forwarded connection to localhost:5432"),
+        "{plan}"
+    );
     for (args, needle) in [
         (vec!["99999", "h2:localhost:1"], "port must be a number"),
         (vec!["80", "h2:localhost"], "is not TARGET_HOST:ADDR:PORT"),
@@ -368,7 +441,10 @@ fn forward_tapped_hops_carry_no_plaintext_under_the_default_protection() {
             .iter()
             .filter(|((a, b), _)| !a.ip().is_loopback() && !b.ip().is_loopback())
             .any(|(_, s)| s.windows(mark.len()).any(|w| w == mark.as_bytes()));
-        assert_eq!(on_hops, clear, "--integrity {extra:?}: plaintext on the hops: {on_hops}");
+        assert_eq!(
+            on_hops, clear,
+            "--integrity {extra:?}: plaintext on the hops: {on_hops}"
+        );
     }
     drop(srv);
     net.assert_clean();

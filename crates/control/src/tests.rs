@@ -475,7 +475,10 @@ fn forward_lines_round_trip() {
         end: ConnEnd::Refused,
         peer: "127.0.0.1:5555".into(),
     }));
-    assert_eq!(ToAgent::Stop.to_string().parse::<ToAgent>(), Ok(ToAgent::Stop));
+    assert_eq!(
+        ToAgent::Stop.to_string().parse::<ToAgent>(),
+        Ok(ToAgent::Stop)
+    );
     for bad in [
         "CONN",
         "CONN 1 x 1 1 closed p",

@@ -180,13 +180,31 @@ mod tests {
 
     #[test]
     fn malformed_ports_and_targets_are_refused() {
-        assert!(matches!(plan("x", "h2:a:1"), Err(PlanError::ForwardPort(_))));
-        assert!(matches!(plan("70000", "h2:a:1"), Err(PlanError::ForwardPort(_))));
-        assert!(matches!(plan("1", "h2:a:0"), Err(PlanError::ForwardPort(_))));
-        assert!(matches!(plan("1", "h2:a"), Err(PlanError::ForwardTarget(_))));
-        assert!(matches!(plan("1", "h2::80"), Err(PlanError::ForwardTarget(_))));
+        assert!(matches!(
+            plan("x", "h2:a:1"),
+            Err(PlanError::ForwardPort(_))
+        ));
+        assert!(matches!(
+            plan("70000", "h2:a:1"),
+            Err(PlanError::ForwardPort(_))
+        ));
+        assert!(matches!(
+            plan("1", "h2:a:0"),
+            Err(PlanError::ForwardPort(_))
+        ));
+        assert!(matches!(
+            plan("1", "h2:a"),
+            Err(PlanError::ForwardTarget(_))
+        ));
+        assert!(matches!(
+            plan("1", "h2::80"),
+            Err(PlanError::ForwardTarget(_))
+        ));
         assert!(matches!(plan("1", "h2:"), Err(PlanError::ForwardTarget(_))));
-        assert!(matches!(plan("1", "h2:< f"), Err(PlanError::ForwardTarget(_))));
+        assert!(matches!(
+            plan("1", "h2:< f"),
+            Err(PlanError::ForwardTarget(_))
+        ));
         assert!(plan("1", "nohost").is_err());
         assert!(matches!(plan(":1", "h2:a:1"), Err(PlanError::EmptyHost(_))));
     }

@@ -187,11 +187,7 @@ impl Parser {
 
     /// Takes `bytes`, calling `each` with every frame they complete, in
     /// order. After an error the stream is unusable.
-    pub fn feed(
-        &mut self,
-        mut bytes: &[u8],
-        each: &mut dyn FnMut(Frame),
-    ) -> Result<(), MuxError> {
+    pub fn feed(&mut self, mut bytes: &[u8], each: &mut dyn FnMut(Frame)) -> Result<(), MuxError> {
         while !bytes.is_empty() {
             if let Some((id, buf, len)) = &mut self.data {
                 let take = (*len - buf.len()).min(bytes.len());
@@ -214,7 +210,13 @@ impl Parser {
             let id = u32::from_be_bytes(self.head[1..5].try_into().expect("4 bytes"));
             let value = u32::from_be_bytes(self.head[5..9].try_into().expect("4 bytes"));
             self.head.clear();
-            let bare = |f: Frame| if value == 0 { Ok(f) } else { Err(MuxError::Value(kind)) };
+            let bare = |f: Frame| {
+                if value == 0 {
+                    Ok(f)
+                } else {
+                    Err(MuxError::Value(kind))
+                }
+            };
             let frame = match kind {
                 1 => bare(Frame::Open(id))?,
                 3 => {
@@ -225,7 +227,10 @@ impl Parser {
                     continue;
                 }
                 4 => bare(Frame::Eof(id))?,
-                5 => Frame::Reset(id, ResetKind::from_code(value).ok_or(MuxError::Reason(value))?),
+                5 => Frame::Reset(
+                    id,
+                    ResetKind::from_code(value).ok_or(MuxError::Reason(value))?,
+                ),
                 6 => Frame::Credit(id, value),
                 7 if id == 0 => bare(Frame::Hello)?,
                 7 => return Err(MuxError::Value(7)),
@@ -267,7 +272,9 @@ mod tests {
     #[test]
     fn refuses_oversized_and_empty_data() {
         let mut p = Parser::new();
-        let e = p.feed(&data_header(1, MAX_DATA + 1), &mut |_| {}).unwrap_err();
+        let e = p
+            .feed(&data_header(1, MAX_DATA + 1), &mut |_| {})
+            .unwrap_err();
         assert_eq!(e, MuxError::Length(MAX_DATA + 1));
         let mut p = Parser::new();
         assert!(p.feed(&data_header(1, 0), &mut |_| {}).is_err());

@@ -211,7 +211,11 @@ impl Conn {
             return 0;
         }
         let want = (st.credit.min(MAX_DATA) as usize).min(buf.len() - HEADER_LEN);
-        match recv(sock, &mut buf[HEADER_LEN..HEADER_LEN + want], RecvFlags::DONTWAIT) {
+        match recv(
+            sock,
+            &mut buf[HEADER_LEN..HEADER_LEN + want],
+            RecvFlags::DONTWAIT,
+        ) {
             Ok(0) => {
                 st.reading = false;
                 side.outbox.unwatch(sock);
@@ -270,9 +274,14 @@ impl Conn {
                         }
                     }
                 }
-                let credit = if at > 0 { self.wrote(&mut st, at as u32) } else { None };
+                let credit = if at > 0 {
+                    self.wrote(&mut st, at as u32)
+                } else {
+                    None
+                };
                 if at < d.len() {
-                    st.queue.push_back(if at == 0 { d } else { d[at..].to_vec() });
+                    st.queue
+                        .push_back(if at == 0 { d } else { d[at..].to_vec() });
                     self.start_writer(side, &mut st);
                 }
                 self.settle(side, st);
@@ -348,15 +357,12 @@ impl Conn {
     pub fn drain(&self, side: &Side) {
         loop {
             let mut st = self.lock();
-            let chunk = loop {
-                if st.end.is_some() {
-                    st.writer = false;
-                    self.settle(side, st);
-                    return;
-                }
-                if let Some(c) = st.queue.pop_front() {
-                    break c;
-                }
+            if st.end.is_some() {
+                st.writer = false;
+                self.settle(side, st);
+                return;
+            }
+            let Some(chunk) = st.queue.pop_front() else {
                 if st.peer_eof && !st.shut_wr {
                     if let Some(sock) = self.sock() {
                         let _ = sock.shutdown(Shutdown::Write);

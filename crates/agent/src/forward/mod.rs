@@ -320,10 +320,7 @@ fn start_transfers(side: &Arc<Side>, t: &mut Transfers) {
         ended: false,
         greeted: false,
     };
-    t.spawn_recv(
-        Box::new(move || Ok(Box::new(demux) as _)),
-        None,
-    );
+    t.spawn_recv(Box::new(move || Ok(Box::new(demux) as _)), None);
 }
 
 /// The listening side: binds `addr` (IP:PORT or NAME:PORT), says
@@ -518,7 +515,9 @@ mod tests {
             timeout: Duration::from_secs(1),
         });
         let mut d = demux(&s);
-        assert!(d.write_all(&frames(&[Frame::Hello, Frame::Open(2)])).is_ok());
+        assert!(d
+            .write_all(&frames(&[Frame::Hello, Frame::Open(2)]))
+            .is_ok());
         assert!(d.write_all(&frames(&[Frame::Open(1)])).is_err());
         let s = listening();
         let c = Conn::new(1, "p".into(), End::Client, false);

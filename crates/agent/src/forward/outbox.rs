@@ -19,8 +19,8 @@
 //! request goes out at once in a chunk of its own.
 
 use super::Side;
-use rdpipe_wire::mux::HEADER_LEN;
 use rdpipe_transport::replay::Input;
+use rdpipe_wire::mux::HEADER_LEN;
 use rustix::event::epoll;
 use rustix::event::{eventfd, EventfdFlags};
 use std::collections::VecDeque;

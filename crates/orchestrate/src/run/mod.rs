@@ -24,11 +24,11 @@
 pub mod agent_args;
 pub mod agents;
 mod build;
-pub mod forward;
 pub mod config;
 pub mod discover;
 pub mod ends;
 pub mod fabric;
+pub mod forward;
 mod install;
 pub mod launchers;
 
