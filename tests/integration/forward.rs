@@ -449,3 +449,96 @@ fn forward_tapped_hops_carry_no_plaintext_under_the_default_protection() {
     drop(srv);
     net.assert_clean();
 }
+
+/// Resets (`ss -K`, as a middlebox that drops them would) the established
+/// TCP connections of process `pid` in namespace `ns` that are not on the
+/// loopback (a target agent's hop connections, not its connection to the
+/// server); how many it found.
+fn reset_hops_of(ns: &str, pid: u32) -> usize {
+    let ss = |args: &[&str]| {
+        Command::new("ip")
+            .args(["netns", "exec", ns, "ss"])
+            .args(args)
+            .output()
+            .expect("run ss")
+    };
+    let out = ss(&["-tnpH", "state", "established"]);
+    let mut n = 0;
+    for l in String::from_utf8_lossy(&out.stdout).lines() {
+        if !l.contains(&format!("pid={pid},")) || l.contains("127.0.0.1:") {
+            continue;
+        }
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let Some((_, port)) = f.get(2).and_then(|a| a.rsplit_once(':')) else {
+            continue;
+        };
+        let filter = format!("( sport = :{port} or dport = :{port} )");
+        let k = ss(&["-K", "-tnH", "state", "established", &filter]);
+        n += String::from_utf8_lossy(&k.stdout).lines().count();
+    }
+    n
+}
+
+/// A connection open across a lost data connection: the hops' connections
+/// reset mid-stream (twice) reconnect and resume from their replay window,
+/// and the forwarded connection goes on byte-exact, none the wiser.
+#[test]
+fn forward_connection_survives_its_hops_being_reset() {
+    need_root!("network namespaces and ss -K");
+    if !crate::reconnect::can_reset() {
+        skip(
+            &test_name(),
+            "ss -K cannot destroy sockets here (kernel without INET_DIAG_DESTROY)",
+        );
+        return;
+    }
+    let net = Netns::start("fg");
+    let srv = Server::start(&net, 1, "sha", 7700);
+    let report = net.dir.path("fwd.json");
+    let (s, port) = forward(
+        &net,
+        &[
+            "-v",
+            "--once",
+            "--rate-limit",
+            "24M",
+            "--json",
+            report.to_str().unwrap(),
+            "0",
+            "n1:localhost:7700",
+        ],
+    );
+    let size = 96usize << 20;
+    let c = client(&net, &["sha", &port.to_string(), &size.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let agent = wait_until("the target's agent", Duration::from_secs(20), || {
+        net.stray_pids(1).into_iter().find(|p| {
+            std::fs::read(format!("/proc/{p}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains("--forward-target"))
+        })
+    });
+    for _ in 0..2 {
+        // Mid-stream: the server has part of it.
+        std::thread::sleep(Duration::from_millis(800));
+        let n = reset_hops_of(&net.ns(1), agent);
+        assert!(n > 0, "no hop connection of the target's agent found");
+    }
+    let o = c.wait_with_output().unwrap();
+    assert!(
+        o.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let r = s.finish(Duration::from_secs(60));
+    assert_eq!(r.code(), Some(0), "{}", r.stderr);
+    assert!(r.stderr.contains("reconnected"), "{}", r.stderr);
+    assert_eq!(srv.log().trim(), format!("sha {size}"));
+    let j = json(&report);
+    assert_eq!(j["forward"]["connections"][0]["end"], "closed", "{j}");
+    drop(srv);
+    net.assert_clean();
+}

@@ -121,9 +121,15 @@ PY
         return 1
     }
     up "$RXE_SERVER_IP" 7801; up "$RXE_SERVER_IP" 7802 "$PRE"; up 127.0.0.1 7803
+    # rxe_pkts: packets the two rxe devices sent so far (whether a way's
+    # bytes went over RDMA at all).
+    rxe_pkts() { cat /sys/class/infiniband/rxe*/ports/1/hw_counters/sent_pkts 2>/dev/null | awk '{ s += $1 } END { print s + 0 }'; }
     for round in 1 2; do
+        k0=$(rxe_pkts)
         tcp=$(python3 "$W/fcli.py" "$RXE_SERVER_IP" 7801 "$FMIB" 2>&1)
+        k1=$(rxe_pkts)
         rs=$(LD_PRELOAD=$PRE python3 "$W/fcli.py" "$RXE_SERVER_IP" 7802 "$FMIB" 2>&1)
+        k2=$(rxe_pkts)
         for integ in encrypt checksum; do
             "${RF[@]}" --integrity "$integ" --once rxehost0:0 rxehost1:127.0.0.1:7803 2>"$W/fperf.err" &
             fp=$!
@@ -133,7 +139,8 @@ PY
             eval "fw_$integ=\$r"
             grep -q 'rdma (' "$W/fperf.err" || fw_note=" (a hop not over rdma!)"
         done
-        echo "    round $round, $FMIB MiB: tcp $tcp MB/s, rsocket preload $rs MB/s, rdpipe forward $fw_encrypt MB/s (encrypt), $fw_checksum MB/s (checksum)${fw_note:-}"
+        k3=$(rxe_pkts)
+        echo "    round $round, $FMIB MiB: tcp $tcp MB/s ($((k1 - k0)) rxe packets), rsocket preload $rs MB/s ($((k2 - k1)) rxe packets), rdpipe forward $fw_encrypt MB/s (encrypt), $fw_checksum MB/s (checksum; both: $((k3 - k2)) rxe packets)${fw_note:-}"
     done
     kill "$p1" "$p2" "$p3" 2>/dev/null
     wait "$p1" "$p2" "$p3" 2>/dev/null
