@@ -358,7 +358,6 @@ mod tests {
             failure: None,
             ended_ok: true,
             spool: None,
-            forward: None,
             lines: None,
         }
     }
