@@ -121,13 +121,45 @@ impl Conn {
         let _ = sock.set_nodelay(true);
         let _ = sock.set_write_timeout(Some(WRITE_CHECK));
         let mut st = self.lock();
-        if st.end.is_some() {
+        if let Some(end) = st.end {
+            // Cut before it had its socket: closed as a cut one is.
+            if !matches!(end, ConnEnd::Refused | ConnEnd::Unreachable) {
+                let _ = rustix::net::sockopt::set_socket_linger(&sock, Some(Duration::ZERO));
+            }
             return false;
         }
         let sock = self.sock.get_or_init(|| sock);
+        if let Err(e) = side.outbox.watch(sock, self.id) {
+            drop(st);
+            tracing::warn!("connection {}: cannot watch its socket: {e}", self.id);
+            self.reset(side, self.local_failure(), Some(ResetKind::Reset));
+            return false;
+        }
         st.reading = true;
-        side.outbox.watch(sock, self.id);
         true
+    }
+
+    /// The thread that held the writing (the accept loop, or the target's
+    /// connecting thread when it has nothing to write) lets it go: what
+    /// came meanwhile gets a writer, a pending end of file its shutdown.
+    pub fn release(self: &Arc<Self>, side: &Arc<Side>) {
+        let mut st = self.lock();
+        st.writer = false;
+        if st.end.is_none() {
+            if !st.queue.is_empty() {
+                if self.start_writer(side, &mut st) {
+                    drop(st);
+                    self.reset(side, ConnEnd::Cut, Some(ResetKind::Reset));
+                    return;
+                }
+            } else if st.peer_eof && !st.shut_wr {
+                if let Some(sock) = self.sock() {
+                    let _ = sock.shutdown(Shutdown::Write);
+                    st.shut_wr = true;
+                }
+            }
+        }
+        self.settle(side, st);
     }
 
     fn sock(&self) -> Option<&TcpStream> {
@@ -167,6 +199,8 @@ impl Conn {
     pub fn reset(&self, side: &Side, end: ConnEnd, tell: Option<ResetKind>) {
         let mut st = self.lock();
         if st.end.is_some() {
+            // (Its writer may just have let go: it is over now.)
+            self.settle(side, st);
             return;
         }
         st.end = Some(end);
@@ -308,7 +342,13 @@ impl Conn {
                 if st.paused && st.reading && st.end.is_none() {
                     st.paused = false;
                     if let Some(sock) = self.sock() {
-                        side.outbox.watch(sock, self.id);
+                        if let Err(e) = side.outbox.watch(sock, self.id) {
+                            // (Not in the set: nothing to take out of it.)
+                            st.paused = true;
+                            drop(st);
+                            tracing::warn!("connection {}: cannot watch its socket: {e}", self.id);
+                            self.reset(side, self.local_failure(), Some(ResetKind::Reset));
+                        }
                     }
                 }
             }
@@ -330,10 +370,12 @@ impl Conn {
     }
 
     /// Queued bytes wait for a writer: one is started unless one runs (or
-    /// the socket is still being connected, whose thread drains after).
-    fn start_writer(self: &Arc<Self>, side: &Arc<Side>, st: &mut State) {
+    /// a thread holds the writing: it drains or releases after). True when
+    /// no thread could be started: the caller resets the connection once
+    /// it let go of the lock (without a writer the bytes cannot go).
+    fn start_writer(self: &Arc<Self>, side: &Arc<Side>, st: &mut State) -> bool {
         if st.writer || self.sock().is_none() {
-            return;
+            return false;
         }
         st.writer = true;
         let (c, s) = (self.clone(), side.clone());
@@ -341,13 +383,10 @@ impl Conn {
             .name(format!("fwd-{}-w", self.id))
             .spawn(move || c.drain(&s));
         if spawned.is_err() {
-            // Without a writer the bytes cannot go: the connection ends.
             st.writer = false;
-            st.end = Some(ConnEnd::Cut);
-            st.queue.clear();
-            side.outbox
-                .control(Frame::Reset(self.id, ResetKind::Reset).encode());
+            return true;
         }
+        false
     }
 
     /// The writer: writes the queue out with blocking writes (then the
@@ -377,13 +416,16 @@ impl Conn {
             let Some(sock) = self.sock() else {
                 return;
             };
-            if let Err(e) = self.write_all(sock, &chunk) {
-                tracing::debug!("connection {}: write: {e}", self.id);
-                let mut st = self.lock();
-                st.writer = false;
-                drop(st);
-                self.reset(side, self.local_failure(), Some(ResetKind::Reset));
-                return;
+            match self.write_all(sock, &chunk) {
+                Ok(true) => {}
+                // Reset meanwhile: the loop's next turn sees it.
+                Ok(false) => continue,
+                Err(e) => {
+                    tracing::debug!("connection {}: write: {e}", self.id);
+                    self.lock().writer = false;
+                    self.reset(side, self.local_failure(), Some(ResetKind::Reset));
+                    return;
+                }
             }
             let credit = {
                 let mut st = self.lock();
@@ -407,21 +449,21 @@ impl Conn {
         (st.written >= CREDIT_EVERY).then(|| std::mem::take(&mut st.written))
     }
 
-    /// Writes `b` whole, looking every [`WRITE_CHECK`] whether the
-    /// connection was reset meanwhile (then it gives up quietly).
-    fn write_all(&self, sock: &TcpStream, mut b: &[u8]) -> io::Result<()> {
+    /// Writes `b` whole (true), looking every [`WRITE_CHECK`] whether the
+    /// connection was reset meanwhile (then it gives up quietly: false).
+    fn write_all(&self, sock: &TcpStream, mut b: &[u8]) -> io::Result<bool> {
         while !b.is_empty() {
             match send(sock, b, SendFlags::NOSIGNAL) {
                 Ok(n) => b = &b[n..],
                 Err(rustix::io::Errno::INTR) => {}
                 Err(rustix::io::Errno::AGAIN) => {
                     if self.lock().end.is_some() {
-                        return Ok(());
+                        return Ok(false);
                     }
                 }
                 Err(e) => return Err(e.into()),
             }
         }
-        Ok(())
+        Ok(true)
     }
 }

@@ -39,6 +39,10 @@ use std::os::fd::AsFd;
 use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
+/// How long the target side's connections may take, once the listening
+/// side's stream has ended, to write what they still hold to the target.
+const LAST_WRITES: Duration = Duration::from_secs(5);
+
 /// What this side does.
 enum Role {
     /// Accepts connections; ends after the first with `once`; at most
@@ -98,11 +102,9 @@ impl Side {
     /// Connection `c` is over: out of the table, reported (listening
     /// side), and the stream ended when it was the last after a stop.
     fn retire(&self, c: &Conn) {
-        let mut t = self.table();
-        if t.open.remove(&c.id).is_none() {
-            return;
-        }
-        if let Role::Listen { once, .. } = self.role {
+        if let Role::Listen { .. } = self.role {
+            // (Said before it leaves the table: a stream that ends once the
+            // table is empty has every connection's report before it.)
             let (end, up, down) = c.outcome();
             self.say.send(&FromAgent::Conn(ConnReport {
                 id: c.id,
@@ -112,9 +114,13 @@ impl Side {
                 end,
                 peer: c.peer.clone(),
             }));
-            if once {
-                t.stopping = true;
-            }
+        }
+        let mut t = self.table();
+        if t.open.remove(&c.id).is_none() {
+            return;
+        }
+        if let Role::Listen { once: true, .. } = self.role {
+            t.stopping = true;
         }
         self.changed.notify_all();
         self.end_if_idle(&t);
@@ -250,11 +256,39 @@ impl Write for Demux {
         }
         self.ended = true;
         match self.side.role {
-            // The target side ends its stream once its connections are over.
+            // The target side ends its stream once its connections are over:
+            // the listening side has retired all of them, so what is left
+            // here is writing its last bytes to the target; one that cannot
+            // within [`LAST_WRITES`] (a server that stopped reading) is cut.
             Role::Target { .. } => {
                 let mut t = self.side.table();
                 t.stopping = true;
                 self.side.end_if_idle(&t);
+                if !t.open.is_empty() {
+                    drop(t);
+                    let side = self.side.clone();
+                    std::thread::spawn(move || {
+                        let deadline = std::time::Instant::now() + LAST_WRITES;
+                        let mut t = side.table();
+                        while !t.open.is_empty() {
+                            let left =
+                                deadline.saturating_duration_since(std::time::Instant::now());
+                            if left.is_zero() {
+                                break;
+                            }
+                            t = side
+                                .changed
+                                .wait_timeout(t, left)
+                                .unwrap_or_else(|e| e.into_inner())
+                                .0;
+                        }
+                        let open: Vec<Arc<Conn>> = t.open.values().cloned().collect();
+                        drop(t);
+                        for c in open {
+                            c.reset(&side, ConnEnd::Cut, None);
+                        }
+                    });
+                }
             }
             // The listening side ended first; if not, it stops now.
             Role::Listen { .. } => self.side.stop(),
@@ -401,20 +435,26 @@ fn accept_loop(listener: TcpListener, side: &Arc<Side>) {
         };
         let c = {
             let mut t = side.table();
-            if t.stopping {
+            let Some(id) = t.last.checked_add(1).filter(|_| !t.stopping) else {
+                // (Stopping, or 2^32 - 1 connections: no number is left.)
                 return;
-            }
-            t.last += 1;
-            let c = Conn::new(t.last, peer.to_string(), End::Client, false);
-            t.open.insert(c.id, c.clone());
+            };
+            t.last = id;
+            // The accept loop holds its writing until the socket is in.
+            let c = Conn::new(id, peer.to_string(), End::Client, true);
+            t.open.insert(id, c.clone());
             c
         };
         tracing::debug!("connection {} from {peer}", c.id);
         side.outbox.control(Frame::Open(c.id).encode());
-        // (A connection cut meanwhile was retired by its reset.)
         c.begin(sock, side);
+        c.release(side);
         if once {
-            // Later clients are refused: the listener closes here.
+            // Later clients are refused: the listening socket (and its
+            // duplicate) stops listening here.
+            if let Some(l) = &side.listener {
+                let _ = rustix::net::shutdown(l.as_fd(), rustix::net::Shutdown::Read);
+            }
             return;
         }
     }

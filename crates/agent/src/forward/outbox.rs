@@ -4,11 +4,11 @@
 //! the hop: the transfer's own thread reads each socket that is ready
 //! straight into the chunk it is filling, behind a 9-byte header.
 //!
-//! - **Queued frames**: *control* frames (`Open`, `Reset`, `Credit`: small,
-//!   never waited for, so the demultiplexer that makes some never blocks)
-//!   go first; *data* frames (an `Eof` whose socket's end was seen outside
-//!   the read loop) after them. An eventfd is readable exactly while one is
-//!   queued, or the outbox has ended.
+//! - **Queued frames**: `Hello`, `Open`, `Reset`, `Credit` (small, never
+//!   waited for, so the demultiplexer that makes some never blocks), and a
+//!   socket's frame read when the chunk had no room left for it; they go
+//!   out before any socket is read again. An eventfd is readable exactly
+//!   while one is queued, or the outbox has ended.
 //! - **Sockets**: each connection's socket is in an epoll set while it may
 //!   be read (it has flow-control credit and has not ended,
 //!   [`super::conn`]); the set holds the eventfd too.
@@ -37,7 +37,6 @@ const SMALL: usize = 4096;
 #[derive(Default)]
 struct Queues {
     control: VecDeque<Vec<u8>>,
-    data: VecDeque<Vec<u8>>,
     /// The frame being read out, and how far.
     cur: Vec<u8>,
     at: usize,
@@ -118,35 +117,27 @@ impl Outbox {
         self.arm(&mut q);
     }
 
-    /// Puts a frame read from a socket ahead of everything queued (it was
-    /// read for a buffer with no room for it).
-    fn put_first(&self, frame: Vec<u8>) {
+    /// Queues a frame read from a socket for a buffer with no room for
+    /// it, behind everything queued (its connection's `Open` among them).
+    /// Also after the close: it was read before, and belongs to the stream.
+    fn put_read(&self, frame: Vec<u8>) {
         let mut q = self.lock();
-        if q.closed || q.failed.is_some() {
+        if q.failed.is_some() {
             return;
         }
-        q.control.push_front(frame);
-        self.arm(&mut q);
-    }
-
-    /// Queues a data frame (behind the control frames).
-    pub fn data(&self, frame: Vec<u8>) {
-        let mut q = self.lock();
-        if q.closed || q.failed.is_some() {
-            return;
-        }
-        q.data.push_back(frame);
+        q.control.push_back(frame);
         self.arm(&mut q);
     }
 
     /// Reads `sock` (connection `id`) when it is ready.
-    pub fn watch(&self, sock: impl AsFd, id: u32) {
-        let _ = epoll::add(
+    pub fn watch(&self, sock: impl AsFd, id: u32) -> io::Result<()> {
+        epoll::add(
             &self.epoll,
             sock,
             epoll::EventData::new_u64(u64::from(id)),
             epoll::EventFlags::IN,
-        );
+        )?;
+        Ok(())
     }
 
     /// No longer reads `sock`.
@@ -190,7 +181,7 @@ impl OutboxInput {
         let mut n = 0;
         while n < buf.len() {
             if q.at == q.cur.len() {
-                let Some(f) = q.control.pop_front().or_else(|| q.data.pop_front()) else {
+                let Some(f) = q.control.pop_front() else {
                     break;
                 };
                 q.cur = f;
@@ -202,7 +193,7 @@ impl OutboxInput {
             q.at += take;
             n += take;
         }
-        let empty = q.at == q.cur.len() && q.control.is_empty() && q.data.is_empty();
+        let empty = q.at == q.cur.len() && q.control.is_empty();
         if empty && q.armed && !q.closed {
             // Nothing queued: the eventfd no longer polls readable.
             let mut b = [0u8; 8];
@@ -252,6 +243,17 @@ impl Read for OutboxInput {
                 }
                 continue;
             }
+            // What was queued while this waited goes first: a connection's
+            // `Open` is queued before its socket is watched, so its bytes
+            // never overtake it.
+            match self.queued(&mut buf[n..])? {
+                Queued::Bytes(k) => n += k,
+                Queued::End if n == 0 => return Ok(0),
+                Queued::End => return Ok(n),
+            }
+            if n == buf.len() {
+                return Ok(n);
+            }
             let Some(side) = self.side.upgrade() else {
                 return Err(io::Error::new(io::ErrorKind::BrokenPipe, "forward gone"));
             };
@@ -276,7 +278,7 @@ impl Read for OutboxInput {
                     let k = c.read_into(&side, &mut f);
                     if k > 0 {
                         f.truncate(k);
-                        self.outbox.put_first(f);
+                        self.outbox.put_read(f);
                         if let Queued::Bytes(q) = self.queued(buf)? {
                             n += q;
                         }
