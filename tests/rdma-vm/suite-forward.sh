@@ -6,9 +6,9 @@
 #             after the client's half-close (`--once`), then 10 concurrent
 #             connections and Ctrl-C, no agent left.
 
-RF=(timeout 600 "$PIPE" forward -v -F "$S/config" --remote-bin "$BIN_DIR" --transport rdma --connect-timeout 120)
-# forward_port ERRFILE: the port from its "forwarding ADDR:PORT" line.
-forward_port() {
+FWD_RUN=(timeout 600 "$PIPE" forward -v -F "$S/config" --remote-bin "$BIN_DIR" --transport rdma --connect-timeout 120)
+# fwd_port ERRFILE: the port from its "forwarding ADDR:PORT" line.
+fwd_port() {
     local p="" i
     for i in $(seq 1200); do
         p=$(sed -n 's/.*forwarding [0-9.]*:\([0-9]*\) .*/\1/p' "$1" | head -n1)
@@ -26,9 +26,9 @@ if [ -n "$sshd_ok" ] && want forward; then
     python3 "$FPY" serve sha 7700 "$FD" &
     fsrv=$!
     for _ in $(seq 100); do [ -e "$FD/ready" ] && break; sleep 0.1; done
-    "${RF[@]}" --once rxehost0:0 rxehost1:127.0.0.1:7700 2>"$W/fwd1.err" &
+    "${FWD_RUN[@]}" --once rxehost0:0 rxehost1:127.0.0.1:7700 2>"$W/fwd1.err" &
     fpid=$!
-    port=$(forward_port "$W/fwd1.err")
+    port=$(fwd_port "$W/fwd1.err")
     ok=1
     if [ -z "$port" ]; then
         ok=; echo "    no 'forwarding' line"
@@ -45,9 +45,9 @@ if [ -n "$sshd_ok" ] && want forward; then
         fail "forward: bulk over rdma"
         sed "s/^/    [fwd] /" "$W/fwd1.err"
     fi
-    "${RF[@]}" rxehost0:0 rxehost1:127.0.0.1:7700 2>"$W/fwd2.err" &
+    "${FWD_RUN[@]}" rxehost0:0 rxehost1:127.0.0.1:7700 2>"$W/fwd2.err" &
     fpid=$!
-    port=$(forward_port "$W/fwd2.err")
+    port=$(fwd_port "$W/fwd2.err")
     ok=1
     if [ -z "$port" ]; then
         ok=; echo "    no 'forwarding' line"
@@ -131,9 +131,9 @@ PY
         rs=$(LD_PRELOAD=$PRE python3 "$W/fcli.py" "$RXE_SERVER_IP" 7802 "$FMIB" 2>&1)
         k2=$(rxe_pkts)
         for integ in encrypt checksum; do
-            "${RF[@]}" --integrity "$integ" --once rxehost0:0 rxehost1:127.0.0.1:7803 2>"$W/fperf.err" &
+            "${FWD_RUN[@]}" --integrity "$integ" --once rxehost0:0 rxehost1:127.0.0.1:7803 2>"$W/fperf.err" &
             fp=$!
-            port=$(forward_port "$W/fperf.err")
+            port=$(fwd_port "$W/fperf.err")
             r=$(python3 "$W/fcli.py" 127.0.0.1 "$port" "$FMIB" 2>&1)
             wait "$fp"
             eval "fw_$integ=\$r"
