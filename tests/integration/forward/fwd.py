@@ -77,21 +77,26 @@ def data(size, seed):
     return bytes(out[:size])
 
 
-def sha_client(port, size, seed=1, b=None):
-    if b is None:
-        b = data(size, seed) if size < (64 << 20) else os.urandom(size)
-    c = socket.create_connection(("127.0.0.1", port))
-    c.sendall(b)
-    c.shutdown(socket.SHUT_WR)
+def check_digest(c, sent, what):
+    """Reads c to its end: it must be the server's digest of `sent`."""
     r = b""
     while True:
         x = c.recv(4096)
         if not x:
             break
         r += x
-    want = "%s %d\n" % (hashlib.sha256(b).hexdigest(), size)
+    want = "%s %d\n" % (hashlib.sha256(sent).hexdigest(), len(sent))
     if r.decode() != want:
-        raise SystemExit("port %d: got %r, want %r" % (port, r, want))
+        raise SystemExit("%s: got %r, want %r" % (what, r, want))
+
+
+def sha_client(port, size, seed=1, b=None):
+    if b is None:
+        b = data(size, seed) if size < (64 << 20) else os.urandom(size)
+    c = socket.create_connection(("127.0.0.1", port))
+    c.sendall(b)
+    c.shutdown(socket.SHUT_WR)
+    check_digest(c, b, "port %d" % port)
 
 
 def main():
@@ -175,15 +180,7 @@ def main():
         while not os.path.exists(os.path.join(d, "go")):
             time.sleep(0.05)
         th.join()
-        r = b""
-        while True:
-            x = c.recv(4096)
-            if not x:
-                break
-            r += x
-        want = "%s %d\n" % (hashlib.sha256(b).hexdigest(), size)
-        if r.decode() != want:
-            raise SystemExit("got %r, want %r" % (r, want))
+        check_digest(c, b, "stall")
         print("OK %d" % last)
 
 
