@@ -450,35 +450,6 @@ fn forward_tapped_hops_carry_no_plaintext_under_the_default_protection() {
     net.assert_clean();
 }
 
-/// Resets (`ss -K`, as a middlebox that drops them would) the established
-/// TCP connections of process `pid` in namespace `ns` that are not on the
-/// loopback (a target agent's hop connections, not its connection to the
-/// server); how many it found.
-fn reset_hops_of(ns: &str, pid: u32) -> usize {
-    let ss = |args: &[&str]| {
-        Command::new("ip")
-            .args(["netns", "exec", ns, "ss"])
-            .args(args)
-            .output()
-            .expect("run ss")
-    };
-    let out = ss(&["-tnpH", "state", "established"]);
-    let mut n = 0;
-    for l in String::from_utf8_lossy(&out.stdout).lines() {
-        if !l.contains(&format!("pid={pid},")) || l.contains("127.0.0.1:") {
-            continue;
-        }
-        let f: Vec<&str> = l.split_whitespace().collect();
-        let Some((_, port)) = f.get(2).and_then(|a| a.rsplit_once(':')) else {
-            continue;
-        };
-        let filter = format!("( sport = :{port} or dport = :{port} )");
-        let k = ss(&["-K", "-tnH", "state", "established", &filter]);
-        n += String::from_utf8_lossy(&k.stdout).lines().count();
-    }
-    n
-}
-
 /// A connection open across a lost data connection: the hops' connections
 /// reset mid-stream (twice) reconnect and resume from their replay window,
 /// and the forwarded connection goes on byte-exact, none the wiser.
@@ -523,7 +494,8 @@ fn forward_connection_survives_its_hops_being_reset() {
     for _ in 0..2 {
         // Mid-stream: the server has part of it.
         std::thread::sleep(Duration::from_millis(800));
-        let n = reset_hops_of(&net.ns(1), agent);
+        // (Its hop connections, not its connection to the server.)
+        let n = reset_connections_of(&net.ns(1), agent, false);
         assert!(n > 0, "no hop connection of the target's agent found");
     }
     let o = c.wait_with_output().unwrap();

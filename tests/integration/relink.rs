@@ -370,33 +370,6 @@ fn relay_killed_beyond_the_replay_window_fails_clearly() {
     net.assert_clean();
 }
 
-/// Resets every established TCP connection of process `pid` in namespace
-/// `ns` (`ss -K`, as a middlebox that drops them would); how many it found.
-fn reset_connections_of(ns: &str, pid: u32) -> usize {
-    let ss = |args: &[&str]| {
-        std::process::Command::new("ip")
-            .args(["netns", "exec", ns, "ss"])
-            .args(args)
-            .output()
-            .expect("run ss")
-    };
-    let out = ss(&["-tnpH", "state", "established"]);
-    let mut n = 0;
-    for l in String::from_utf8_lossy(&out.stdout).lines() {
-        if !l.contains(&format!("pid={pid},")) {
-            continue;
-        }
-        let f: Vec<&str> = l.split_whitespace().collect();
-        let Some((_, port)) = f.get(2).and_then(|a| a.rsplit_once(':')) else {
-            continue;
-        };
-        let filter = format!("( sport = :{port} or dport = :{port} )");
-        let k = ss(&["-K", "-tnH", "state", "established", &filter]);
-        n += String::from_utf8_lossy(&k.stdout).lines().count();
-    }
-    n
-}
-
 /// The relay's data connections (its incoming and its outgoing chain hop)
 /// are reset mid-stream while every agent lives: both hops reconnect to the
 /// same peers and resume (no re-link: nobody died), every sink's copy is
@@ -415,7 +388,7 @@ fn relay_connections_reset_mid_stream_the_chain_reconnects() {
     let d = &net.dir;
     let data = random_bytes(48 << 20, 17);
     let (s, pid) = start_chain(&net, &[], &data);
-    let killed = reset_connections_of(&net.ns(2), pid);
+    let killed = reset_connections_of(&net.ns(2), pid, true);
     assert!(killed >= 2, "reset {killed} connections of n2's relay");
     let r = s.finish(Duration::from_secs(90));
     r.ok();

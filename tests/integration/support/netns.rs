@@ -239,3 +239,31 @@ pub fn netns_listeners(ns: &str) -> Vec<String> {
         .map(|l| l.to_string())
         .collect()
 }
+
+/// Resets (`ss -K`, as a middlebox that drops them would) the established
+/// TCP connections of process `pid` in namespace `ns`, those on the
+/// loopback too only `with_loopback`; how many it found.
+pub fn reset_connections_of(ns: &str, pid: u32, with_loopback: bool) -> usize {
+    let ss = |args: &[&str]| {
+        Command::new("ip")
+            .args(["netns", "exec", ns, "ss"])
+            .args(args)
+            .output()
+            .expect("run ss")
+    };
+    let out = ss(&["-tnpH", "state", "established"]);
+    let mut n = 0;
+    for l in String::from_utf8_lossy(&out.stdout).lines() {
+        if !l.contains(&format!("pid={pid},")) || (!with_loopback && l.contains("127.0.0.1:")) {
+            continue;
+        }
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let Some((_, port)) = f.get(2).and_then(|a| a.rsplit_once(':')) else {
+            continue;
+        };
+        let filter = format!("( sport = :{port} or dport = :{port} )");
+        let k = ss(&["-K", "-tnH", "state", "established", &filter]);
+        n += String::from_utf8_lossy(&k.stdout).lines().count();
+    }
+    n
+}
