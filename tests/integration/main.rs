@@ -40,6 +40,7 @@ mod rdpipe_messages;
 mod rdpipe_netns;
 mod rdpipe_ssh;
 mod readme;
+mod reattach;
 mod reconnect;
 mod relay_only;
 mod relink;

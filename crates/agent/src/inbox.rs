@@ -10,7 +10,7 @@ use super::segment::{Ev, StopReason};
 use rdpipe_control::seal::Opener;
 use rdpipe_control::{Direction, FromAgent, NetAddr, Reach, ToAgent};
 use rdpipe_transport::{Endpoint, TransportError};
-use std::io::BufRead;
+use std::io::{BufRead, BufReader};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -57,20 +57,22 @@ pub fn connect_wait(
 /// line, each line opened by `opener` on a sealed channel), watch for its
 /// silence and catch signals; all end the segment through `tx` with a
 /// [`StopReason`] (a line that does not open ends it as a closed channel
-/// does). `PROBE` orders are answered on `say`, probing from `fabric` (this
+/// does). With `detach` (`--reattach`), a channel that ends without `BYE`,
+/// or goes silent, is waited past instead: [`Detach`]. `PROBE` orders are answered on `say`, probing from `fabric` (this
 /// host's RDMA-capable addresses). A merge segment's `lanes` get their own
 /// `CONNECT` and `PROBE` orders (`LANE K ...`); `LANE K UNLINK` gives lane K
 /// up ([`Ev::LaneDrop`]).
 #[allow(clippy::too_many_arguments)]
 pub fn listen<R: BufRead + Send + 'static>(
     lanes: usize,
-    mut stdin: R,
+    stdin: R,
     mut opener: Option<Opener>,
     tx: &mpsc::Sender<Ev>,
     meter: &Arc<Meter>,
     say: &Say,
     fabric: Vec<NetAddr>,
     silence: Duration,
+    detach: Option<Detach>,
 ) -> ConnectOrders {
     // Signals end the segment like a closed control channel does.
     {
@@ -78,20 +80,6 @@ pub fn listen<R: BufRead + Send + 'static>(
         crate::guard::on_stop_signals(move |s| {
             let _ = tx.send(Ev::Stop(StopReason::Signal(s)));
             false
-        });
-    }
-    let last_heard = Arc::new(Mutex::new(Instant::now()));
-    {
-        // rdpipe pings every PING_EVERY; silence means it (or its host) is gone.
-        let tx = tx.clone();
-        let last_heard = last_heard.clone();
-        std::thread::spawn(move || loop {
-            std::thread::sleep(Duration::from_secs(1));
-            let t = *last_heard.lock().unwrap_or_else(|p| p.into_inner());
-            if t.elapsed() > silence {
-                let _ = tx.send(Ev::Stop(StopReason::ControlSilent(silence.as_secs())));
-                return;
-            }
         });
     }
     let (in_tx, in_rx) = mpsc::channel();
@@ -105,19 +93,22 @@ pub fn listen<R: BufRead + Send + 'static>(
     let say = say.clone();
     let fabric = Arc::new(fabric);
     std::thread::spawn(move || {
-        let mut line = String::new();
+        let mut channel = Channel::new(Box::new(stdin), detach);
         loop {
-            line.clear();
-            match stdin.read_line(&mut line) {
-                Ok(0) | Err(_) => break,
-                Ok(_) => *last_heard.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now(),
-            }
+            let mut line = match channel.next(silence, &say) {
+                Heard::Line(l) => l,
+                Heard::End(reason) => {
+                    let _ = tx.send(Ev::Stop(reason));
+                    return;
+                }
+            };
             if let Some(o) = opener.as_mut() {
                 match o.open(&line) {
                     Ok(l) => line = l,
                     Err(e) => {
                         tracing::warn!("control channel: {e}; ending the segment");
-                        break;
+                        let _ = tx.send(Ev::Stop(StopReason::ControlClosed));
+                        return;
                     }
                 }
             }
@@ -152,6 +143,17 @@ pub fn listen<R: BufRead + Send + 'static>(
                     }
                 }
                 Ok(ToAgent::Ping) => {}
+                Ok(ToAgent::Bye) => {
+                    tracing::debug!("control: BYE");
+                    channel.bye = true;
+                }
+                Ok(ToAgent::AttachKey { secret }) => {
+                    tracing::debug!("control: ATTACHKEY");
+                    channel.set_secret(secret);
+                }
+                Ok(ToAgent::Attach { .. }) => {
+                    tracing::debug!("control: ATTACH on an attached channel (ignored)");
+                }
                 Ok(ToAgent::Stop) => {
                     tracing::debug!("control: STOP");
                     let _ = stop_tx.send(());
@@ -211,7 +213,6 @@ pub fn listen<R: BufRead + Send + 'static>(
                 Err(e) => tracing::debug!("control: {e}: {}", line.trim_end()),
             }
         }
-        let _ = tx.send(Ev::Stop(StopReason::ControlClosed));
     });
     ConnectOrders {
         input: in_rx,
@@ -220,5 +221,184 @@ pub fn listen<R: BufRead + Send + 'static>(
         relink_out: relink_out_rx,
         lanes: lane_rx,
         stop: stop_rx,
+    }
+}
+
+/// What an agent that may outlive its control channel needs (`--reattach`).
+pub struct Detach {
+    /// Where a new channel attaches.
+    pub listener: crate::attach::Listener,
+    /// How long to wait for one.
+    pub wait: Duration,
+    /// Where the agent's stderr goes to a new channel.
+    pub stderr: Arc<crate::stderr_relay::StderrRelay>,
+}
+
+/// What the channel gave: a line, or the end of the segment.
+enum Heard {
+    Line(String),
+    End(StopReason),
+}
+
+/// What the channel's threads report.
+enum Input {
+    /// A line of channel number N.
+    Line(u32, String),
+    /// Channel N ended (end of file, an error, a line cut short).
+    Closed(u32),
+    /// A new channel, authenticated ([`crate::attach`]).
+    Attached(crate::attach::Channel),
+}
+
+/// rdpipe's control channel as a sequence of lines across re-attaches: each
+/// channel has a reader thread that sends its lines tagged with the
+/// channel's number; a new channel replaces the current one whenever it
+/// comes, and the lines of a replaced channel are ignored.
+struct Channel {
+    rx: mpsc::Receiver<Input>,
+    tx: mpsc::Sender<Input>,
+    /// The current channel's number.
+    gen: u32,
+    last_heard: Instant,
+    /// Lines heard (all channels), less `PING`: what `ATTACHED` says.
+    received: u64,
+    /// `BYE` was heard: the end of file that follows is meant.
+    bye: bool,
+    /// `ATTACHKEY`'s secret, which the attach socket's thread checks.
+    secret: crate::attach::Secret,
+    detach: Option<Detach>,
+    /// The helper process of the current channel, when it is a re-attached
+    /// one (dropping it ends the helper).
+    helper: Option<std::os::unix::net::UnixStream>,
+}
+
+impl Channel {
+    fn new(first: Box<dyn BufRead + Send>, detach: Option<Detach>) -> Channel {
+        let (tx, rx) = mpsc::channel();
+        let secret = crate::attach::Secret::default();
+        let detach = detach.and_then(|d| {
+            let tx = Mutex::new(tx.clone());
+            let served = d.listener.serve(secret.clone(), move |ch| {
+                let _ = tx
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .send(Input::Attached(ch));
+            });
+            match served {
+                Ok(()) => Some(d),
+                Err(e) => {
+                    tracing::warn!("cannot serve the re-attach socket: {e}");
+                    None
+                }
+            }
+        });
+        let c = Channel {
+            rx,
+            tx,
+            gen: 0,
+            last_heard: Instant::now(),
+            received: 0,
+            bye: false,
+            secret,
+            detach,
+            helper: None,
+        };
+        c.read(first);
+        c
+    }
+
+    /// `ATTACHKEY`.
+    fn set_secret(&self, key: Vec<u8>) {
+        *self.secret.lock().unwrap_or_else(|p| p.into_inner()) = Some(key);
+    }
+
+    /// Starts the reader thread of the current channel.
+    fn read(&self, mut r: Box<dyn BufRead + Send>) {
+        let (tx, gen) = (self.tx.clone(), self.gen);
+        std::thread::spawn(move || loop {
+            let mut line = String::new();
+            match r.read_line(&mut line) {
+                Ok(1..) if line.ends_with('\n') => {
+                    if tx.send(Input::Line(gen, line)).is_err() {
+                        return;
+                    }
+                }
+                _ => {
+                    let _ = tx.send(Input::Closed(gen));
+                    return;
+                }
+            }
+        });
+    }
+
+    /// Takes a new channel over: rdpipe gets the lines it missed, and the
+    /// lines of the old channel are ignored from now on. False when the
+    /// agent no longer has what rdpipe missed.
+    fn take_over(&mut self, ch: crate::attach::Channel, say: &Say) -> bool {
+        let Some(d) = &self.detach else {
+            return false;
+        };
+        let has = ch.rdpipe_has;
+        if let Err(e) = say.reattach(Box::new(ch.stdout), self.received, has) {
+            tracing::warn!("re-attach: {e}");
+            return false;
+        }
+        d.stderr.reattach(ch.stderr);
+        self.gen += 1;
+        self.last_heard = Instant::now();
+        self.helper = Some(ch.helper);
+        self.read(Box::new(BufReader::new(ch.stdin)));
+        tracing::info!("re-attached (rdpipe had {has} of this agent's lines)");
+        true
+    }
+
+    /// The next line, across re-attaches; or why the segment ends.
+    fn next(&mut self, silence: Duration, say: &Say) -> Heard {
+        // While the channel is lost: until when a new one may come.
+        let mut lost: Option<(StopReason, Instant)> = None;
+        loop {
+            let wait = match &lost {
+                Some((_, until)) => until.saturating_duration_since(Instant::now()),
+                None => Duration::from_secs(1),
+            };
+            let why = match self.rx.recv_timeout(wait) {
+                Ok(Input::Line(g, l)) if g == self.gen => {
+                    self.last_heard = Instant::now();
+                    if l.trim_end() != "PING" {
+                        self.received += 1;
+                    }
+                    return Heard::Line(l);
+                }
+                Ok(Input::Closed(g)) if g == self.gen && lost.is_none() => {
+                    StopReason::ControlClosed
+                }
+                Ok(Input::Attached(ch)) => {
+                    if !self.take_over(ch, say) {
+                        return Heard::End(StopReason::ControlClosed);
+                    }
+                    lost = None;
+                    continue;
+                }
+                Ok(_) => continue,
+                Err(mpsc::RecvTimeoutError::Timeout) => match lost {
+                    Some(_) => {
+                        let secs = self.detach.as_ref().map_or(0, |d| d.wait.as_secs());
+                        return Heard::End(StopReason::NotReattached(secs));
+                    }
+                    None if self.last_heard.elapsed() <= silence => continue,
+                    None => StopReason::ControlSilent(silence.as_secs()),
+                },
+                Err(mpsc::RecvTimeoutError::Disconnected) => StopReason::ControlClosed,
+            };
+            let keyed = self.secret.lock().unwrap_or_else(|p| p.into_inner()).is_some();
+            let wait = match &self.detach {
+                Some(d) if keyed && !self.bye => d.wait,
+                _ => return Heard::End(why),
+            };
+            say.lost();
+            self.helper = None;
+            tracing::info!("{why}; waiting up to {} s for rdpipe to re-attach", wait.as_secs());
+            lost = Some((why, Instant::now() + wait));
+        }
     }
 }

@@ -23,7 +23,11 @@
 //!   connections carried as frames over the segment's two hops;
 //! - [`passthrough`]: a relay-only segment (`HOST:`): the incoming stream
 //!   forwarded to the outgoing transfer, no command;
-//! - [`inbox`]: rdpipe's control lines, the silence watchdog, signals;
+//! - [`inbox`]: rdpipe's control lines, the silence watchdog, signals, and
+//!   the channel given up and taken over again with `--reattach`;
+//! - [`attach`]: the re-attach socket, the new channel's hand-over and its
+//!   secret; [`stderr_relay`]: stderr through a pipe while the channel may
+//!   be lost;
 //! - [`trust`]: with `--munge` (`--launcher srun`), the sealed channel's
 //!   handshake: every line from rdpipe is then opened first;
 //! - [`say`]: the control lines to rdpipe and the byte-count meter;
@@ -40,10 +44,13 @@
 //! (rdpipe's `-vv` / `RUST_LOG`), its `tracing` log.
 //!
 //! The agent ends when its stdin closes, when rdpipe is silent for
-//! [`rdpipe_control::CONTROL_SILENCE`], or on SIGTERM/SIGINT/SIGHUP; a data peer
+//! [`rdpipe_control::CONTROL_SILENCE`], or on SIGTERM/SIGINT/SIGHUP; with
+//! `--reattach SECS`, a channel that closes without `BYE` or goes silent is
+//! waited past for SECS instead ([`attach`]); a data peer
 //! that goes silent is detected by the transport (TCP keepalive and user
 //! timeout, 30 s).
 
+pub mod attach;
 pub mod command;
 pub mod copy;
 pub mod file;
@@ -61,13 +68,14 @@ pub mod say;
 pub mod segment;
 pub mod shell;
 pub mod spool;
+pub mod stderr_relay;
 pub mod transfers;
 pub mod trust;
 pub mod usage;
 
 /// If `args` (without the program name) start with one of the internal modes
 /// (`--agent`, `--ssh-guard`, `--cmd-guard`, `--agent-protocol`,
-/// `--doctor-probe`), runs it and returns its exit status. `rdpipe`, `rdrecv`
+/// `--doctor-probe`, `--agent-attach`), runs it and returns its exit status. `rdpipe`, `rdrecv`
 /// and `rdcp` call this first.
 pub fn internal_mode(args: &[OsString]) -> Option<ExitCode> {
     match args.first().and_then(|a| a.to_str()) {
@@ -76,6 +84,7 @@ pub fn internal_mode(args: &[OsString]) -> Option<ExitCode> {
         Some("--cmd-guard") => Some(guard::cmd_main(args[1..].iter().cloned())),
         Some("--agent-protocol") => Some(rdpipe_control::agent_id::print_agent_id()),
         Some("--doctor-probe") => Some(inventory::main(args[1..].iter().cloned())),
+        Some("--agent-attach") => Some(attach::helper_main(args[1..].iter().cloned())),
         _ => None,
     }
 }
@@ -118,8 +127,39 @@ pub fn main<I: IntoIterator<Item = OsString>>(args: I) -> ExitCode {
     }
 }
 
+/// With `--reattach`: the attach socket and the stderr relay, or why not
+/// (the agent then ends with its channel, as without).
+fn detachable(secs: u64) -> Option<inbox::Detach> {
+    if secs == 0 {
+        return None;
+    }
+    let listener = match attach::Listener::open() {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!("cannot make the re-attach socket: {e}; this agent ends with its ssh session");
+            return None;
+        }
+    };
+    let stderr = match stderr_relay::StderrRelay::start() {
+        Ok(r) => Arc::new(r),
+        Err(e) => {
+            tracing::warn!("cannot relay stderr: {e}; this agent ends with its ssh session");
+            return None;
+        }
+    };
+    Some(inbox::Detach {
+        listener,
+        wait: Duration::from_secs(secs),
+        stderr,
+    })
+}
+
 fn run(a: AgentArgs) -> bool {
     let say = Say::stdout();
+    if a.reattach > 0 {
+        // Every line, from the first: a re-attach resends from rdpipe's count.
+        say.keep_log();
+    }
     let mut stdin = BufReader::new(io::stdin());
     let refuse = |message: &dyn std::fmt::Display| {
         say.send(&FromAgent::fail(Part::Agent, FailKind::Error, 2, message));
@@ -157,8 +197,14 @@ fn run(a: AgentArgs) -> bool {
     };
     tracing::debug!("RDMA-capable addresses: {fabric:?}");
     say.send(&FromAgent::Fabric(fabric.clone()));
+    let detach = detachable(a.reattach);
+    let relay = detach.as_ref().map(|d| d.stderr.clone());
+    if let Some(d) = &detach {
+        say.send(&FromAgent::Detachable(d.listener.path().display().to_string()));
+    }
     tracing::debug!("started: input {:?}, output {:?}", a.input, a.output);
     let meter = Arc::new(Meter::new(&say));
+    let say_end = say.clone();
     let (tx, rx) = mpsc::channel();
     let silence = rdpipe_control::control_silence(a.reconnect_timeout);
     let orders = inbox::listen(
@@ -170,6 +216,7 @@ fn run(a: AgentArgs) -> bool {
         &say,
         fabric,
         silence,
+        detach,
     );
     let mut shared = command::Shared::default();
     if let Some(host) = &a.source_host {
@@ -290,5 +337,12 @@ fn run(a: AgentArgs) -> bool {
         forward::start_target(to, timeout, &mut seg, &mut t);
     }
     drop(t);
-    seg.run(rx)
+    let ok = seg.run(rx);
+    // Lines the lost channel did not carry (the last ones, `END`) reach
+    // rdpipe through a re-attach, if one comes in time.
+    say_end.linger(Duration::from_secs(a.reattach));
+    if let Some(r) = relay {
+        r.finish();
+    }
+    ok
 }

@@ -3,9 +3,11 @@
 //! counts into `SIZE` and `BYTES` lines once rdpipe asked for `PROGRESS`.
 
 use rdpipe_control::{Direction, FromAgent, PROGRESS_EVERY};
+use std::collections::VecDeque;
 use std::io::{self, Write};
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 
 /// `m`, about a line merge's lane K when `lane` is `Some(K)` (`LANE K ...`,
 /// [`super::gather`]).
@@ -21,31 +23,144 @@ pub fn lane_line(lane: Option<usize>, m: FromAgent) -> FromAgent {
 
 /// Control-channel output, shared by the threads: each line is written whole
 /// under the lock, and nothing after `END`.
+///
+/// With a log ([`Say::keep_log`], `--reattach`), every line is also kept
+/// (the last [`LOG_LINES`]) with its number, so that a new channel gets the
+/// lines rdpipe did not read from the lost one ([`Say::reattach`]).
 #[derive(Clone)]
-pub struct Say(Arc<Mutex<(Box<dyn Write + Send>, bool)>>);
+pub struct Say(Arc<(Mutex<Out>, Condvar)>);
+
+/// The most lines kept for a re-attach.
+pub const LOG_LINES: usize = 65536;
+
+struct Out {
+    w: Box<dyn Write + Send>,
+    ended: bool,
+    /// A write failed: the channel is gone (until a re-attach).
+    broken: bool,
+    /// Kept lines, the first one numbered `first` (0-based).
+    log: Option<(u64, VecDeque<String>)>,
+}
+
+/// Why [`Say::reattach`] could not bring a new channel up to date.
+#[derive(Debug, thiserror::Error)]
+#[error("rdpipe has {has} of this agent's lines; the oldest still kept is line {first}")]
+pub struct LogGap {
+    has: u64,
+    first: u64,
+}
 
 impl Say {
     /// Lines on stdout (the SSH channel).
     pub fn stdout() -> Say {
-        Say::to(Box::new(io::stdout()))
+        // Unbuffered, through a descriptor of its own: a failed write leaves
+        // nothing half-buffered behind to reach a later channel.
+        match io::stdout().as_fd().try_clone_to_owned() {
+            Ok(fd) => Say::to(Box::new(std::fs::File::from(fd))),
+            Err(_) => Say::to(Box::new(io::stdout())),
+        }
     }
 
     /// Lines into `w`.
     pub fn to(w: Box<dyn Write + Send>) -> Say {
-        Say(Arc::new(Mutex::new((w, false))))
+        Say(Arc::new((
+            Mutex::new(Out {
+                w,
+                ended: false,
+                broken: false,
+                log: None,
+            }),
+            Condvar::new(),
+        )))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Out> {
+        self.0 .0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Keeps every line from now on for a re-attach.
+    pub fn keep_log(&self) {
+        let mut o = self.lock();
+        if o.log.is_none() {
+            o.log = Some((0, VecDeque::new()));
+        }
     }
 
     /// Sends one message (dropped after `END`).
     pub fn send(&self, m: &FromAgent) {
-        let mut g = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let (o, ended) = &mut *g;
-        if *ended {
+        let mut g = self.lock();
+        if g.ended {
             return;
         }
-        *ended = matches!(m, FromAgent::End { .. });
-        // rdpipe gone: nothing to tell, stdin EOF ends us.
-        let _ = o.write_all(format!("{m}\n").as_bytes());
-        let _ = o.flush();
+        g.ended = matches!(m, FromAgent::End { .. });
+        let line = format!("{m}\n");
+        if let Some((first, log)) = g.log.as_mut() {
+            log.push_back(line.clone());
+            if log.len() > LOG_LINES {
+                log.pop_front();
+                *first += 1;
+            }
+        }
+        if g.broken {
+            return;
+        }
+        // rdpipe gone: nothing to tell; the channel's end of file says so.
+        if g.w.write_all(line.as_bytes()).and_then(|_| g.w.flush()).is_err() {
+            g.broken = true;
+        }
+    }
+
+    /// The channel was found lost (its end of file, or silence).
+    pub fn lost(&self) {
+        self.lock().broken = true;
+    }
+
+    /// A new channel `w`: `ATTACHED received`, then every kept line from
+    /// the `has`-th on.
+    pub fn reattach(&self, w: Box<dyn Write + Send>, received: u64, has: u64) -> Result<(), LogGap> {
+        let mut g = self.lock();
+        let Out { w: out, log, broken, .. } = &mut *g;
+        let Some((first, lines)) = log.as_ref() else {
+            return Err(LogGap { has, first: 0 });
+        };
+        let end = first + lines.len() as u64;
+        if has < *first || has > end {
+            return Err(LogGap { has, first: *first });
+        }
+        *out = w;
+        let mut text = format!("{}\n", FromAgent::Attached(received));
+        lines
+            .iter()
+            .skip((has - first) as usize)
+            .for_each(|l| text.push_str(l));
+        *broken = out
+            .write_all(text.as_bytes())
+            .and_then(|_| out.flush())
+            .is_err();
+        self.0 .1.notify_all();
+        Ok(())
+    }
+
+    /// Before the agent exits: if its last lines went to a lost channel,
+    /// waits up to `limit` for a re-attach to deliver them.
+    pub fn linger(&self, limit: std::time::Duration) {
+        let mut g = self.lock();
+        if g.log.is_none() {
+            return;
+        }
+        let deadline = std::time::Instant::now() + limit;
+        while g.broken {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            g = self
+                .0
+                 .1
+                .wait_timeout(g, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
     }
 }
 

@@ -45,6 +45,9 @@ pub enum StopReason {
     /// Nothing from rdpipe for so many seconds
     /// ([`rdpipe_control::control_silence`]).
     ControlSilent(u64),
+    /// The control channel was lost and no re-attach came within so many
+    /// seconds (`--reattach`).
+    NotReattached(u64),
     /// SIGTERM, SIGINT or SIGHUP.
     Signal(i32),
 }
@@ -56,6 +59,10 @@ impl fmt::Display for StopReason {
             StopReason::ControlSilent(secs) => write!(
                 f,
                 "control channel silent for {secs} s (rdpipe or its host gone)"
+            ),
+            StopReason::NotReattached(secs) => write!(
+                f,
+                "control channel lost and not re-attached within {secs} s (rdpipe or its host gone)"
             ),
             StopReason::Signal(s) => write!(f, "killed by signal {s}"),
         }

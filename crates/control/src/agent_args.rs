@@ -89,6 +89,10 @@ pub struct AgentArgs {
     /// (rdpipe's `--reconnect-timeout`; 0: off).
     #[arg(long, default_value_t = 60)]
     pub reconnect_timeout: u64,
+    /// Outlive a control channel that closes without `BYE` by up to SECS,
+    /// waiting for rdpipe to re-attach (`--launcher ssh`; 0: end at once).
+    #[arg(long, value_name = "SECS", default_value_t = 0)]
+    pub reattach: u64,
     /// Bytes each sending hop keeps until its receiver has them, to resume
     /// after a reconnect (rdpipe's `--replay-window`).
     #[arg(long, value_name = "BYTES", default_value_t = rdpipe_transport::endpoint::REPLAY_WINDOW)]
@@ -294,6 +298,9 @@ impl AgentArgs {
         val("connect-timeout", &self.connect_timeout);
         val("handshake-timeout", &self.handshake_timeout);
         val("reconnect-timeout", &self.reconnect_timeout);
+        if self.reattach > 0 {
+            val("reattach", &self.reattach);
+        }
         val("reconnect-window", &self.reconnect_window);
         val("integrity", &self.integrity.as_str());
         if let Some(r) = self.rate_limit {
@@ -422,6 +429,7 @@ mod tests {
         a.compress = Compress::Zstd(5);
         a.connect_timeout = 9;
         a.reconnect_timeout = 0;
+        a.reattach = 7;
         a.reconnect_window = 12345;
         a.direct = true;
         a.sink = true;

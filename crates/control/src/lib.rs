@@ -23,6 +23,13 @@
 //!   there asks for (see `rdpipe_transport::chain`);
 //! - `UNLINK`: a relay whose next sink died: no re-link is coming (nothing
 //!   downstream is left to feed); its relay ends.
+//! - `STOP`: `rdpipe forward`'s listening side stops (Ctrl-C);
+//! - `ATTACHKEY KEY`: right after the key line, to an agent started with
+//!   `--reattach`: the secret a re-attach presents;
+//! - `BYE`: rdpipe closes the channel on purpose; the end of file that
+//!   follows ends the agent at once;
+//! - `ATTACH KEY N`: the first line on a new channel to a detached agent
+//!   (see "Re-attach" below).
 //!
 //! With `--launcher srun` (the agent's `--munge`) the channel is agreed and
 //! sealed first ([`seal`]): rdpipe's first line is `MUNGE CRED` ([`CredLine`]),
@@ -30,7 +37,18 @@
 //! every rdpipe → agent line above, the key line included, travels as
 //! `SEAL HEX` (Slurm's step I/O is plain TCP; ssh's channel is encrypted).
 //!
-//! End of file on the agent's stdin means rdpipe (or the SSH connection) is gone.
+//! End of file on the agent's stdin after `BYE` ends the agent. Without
+//! `BYE` it means rdpipe or its SSH connection is gone: an agent started
+//! with `--reattach SECS` keeps its command and hops running and waits up to
+//! SECS for a new channel (re-attach), any other ends.
+//!
+//! Re-attach: a new session runs `rdrecv --agent-attach PATH`, which hands its
+//! stdin, stdout and stderr to the agent over the Unix socket PATH (from
+//! `DETACHABLE`; a 0700 directory, the peer's uid checked). rdpipe's first
+//! line there is `ATTACH KEY N`; the agent answers `ATTACHED M` and sends
+//! its lines from the N-th on again, and rdpipe sends its own from the M-th.
+//! Both count every line of the run but `PING` (rdpipe's) and the two
+//! attach lines.
 //!
 //! agent → rdpipe, on the agent's stdout:
 //! - `MUNGE CRED`: with `--munge`, before anything else, the agent's answer
@@ -62,6 +80,9 @@
 //! - `USAGE AU AS CU CS`: right before `END`, the CPU the agent and its command
 //!   used ([`Usage`]);
 //! - `BYTES in|out N`: a running byte count (after `PROGRESS`);
+//! - `DETACHABLE PATH`: after `FABRIC`, with `--reattach`: where a new
+//!   channel re-attaches;
+//! - `ATTACHED N`: the answer to `ATTACH` on a new channel;
 //! - `END ok` / `END fail`: the last line.
 //!
 //! The versions of this protocol and what each added are in
@@ -113,7 +134,7 @@ pub use usage::{CpuTimes, Usage};
 
 /// Version of the control protocol (`HELLO V`). An agent of another version is
 /// not used.
-pub const PROTOCOL: u32 = 12;
+pub const PROTOCOL: u32 = 13;
 
 /// The most addresses one `PROBE` asks about (and an agent accepts).
 pub const MAX_PROBE: usize = 16;
@@ -229,6 +250,25 @@ pub enum ToAgent {
     /// `STOP`: to `rdpipe forward`'s listening side: stop accepting, cut the
     /// open connections and end both streams cleanly (Ctrl-C).
     Stop,
+    /// `BYE`: rdpipe closes this channel on purpose (teardown, Ctrl-C, a
+    /// source given up): the end of file that follows ends the segment at
+    /// once instead of waiting to be re-attached.
+    Bye,
+    /// `ATTACHKEY KEY`: the secret a re-attach must present (64 hex
+    /// digits), sent once after the key line to a re-attachable agent.
+    AttachKey {
+        /// The secret.
+        secret: Vec<u8>,
+    },
+    /// `ATTACH KEY N`: the first line on a new channel to a detached agent:
+    /// the secret, and how many of the agent's lines rdpipe has (the agent
+    /// sends the rest again).
+    Attach {
+        /// The secret.
+        secret: Vec<u8>,
+        /// Lines received from the agent so far.
+        received: u64,
+    },
     /// `LANE K LINE`: `LINE` (`CONNECT in`, `PROBE in`, `UNLINK`) is for lane
     /// K (1-based) of a merge segment's agent.
     Lane {
@@ -257,6 +297,11 @@ impl fmt::Display for ToAgent {
             }
             ToAgent::Unlink => f.write_str("UNLINK"),
             ToAgent::Stop => f.write_str("STOP"),
+            ToAgent::Bye => f.write_str("BYE"),
+            ToAgent::AttachKey { secret } => write!(f, "ATTACHKEY {}", encode_hex(secret)),
+            ToAgent::Attach { secret, received } => {
+                write!(f, "ATTACH {} {received}", encode_hex(secret))
+            }
             ToAgent::Lane { lane, msg } => write!(f, "LANE {lane} {msg}"),
         }
     }
@@ -289,6 +334,14 @@ impl FromStr for ToAgent {
             }),
             ["UNLINK"] => Ok(ToAgent::Unlink),
             ["STOP"] => Ok(ToAgent::Stop),
+            ["BYE"] => Ok(ToAgent::Bye),
+            ["ATTACHKEY", key] => Ok(ToAgent::AttachKey {
+                secret: keys::parse_key(key)?,
+            }),
+            ["ATTACH", key, n] => Ok(ToAgent::Attach {
+                secret: keys::parse_key(key)?,
+                received: n.parse().map_err(|_| ParseError::Field("line count"))?,
+            }),
             ["LANE", lane, ..] => {
                 let (lane, rest) = lane_prefix(l, lane)?;
                 match rest.parse()? {
@@ -402,6 +455,14 @@ pub enum FromAgent {
     Listening(std::net::SocketAddr),
     /// `CONN ...`: one forwarded connection is over.
     Conn(ConnReport),
+    /// `DETACHABLE PATH`: this agent outlives its control channel for
+    /// `--reconnect-timeout`; a new channel re-attaches through the Unix
+    /// socket at PATH (right after `FABRIC`).
+    Detachable(String),
+    /// `ATTACHED N`: the answer to `ATTACH` on a new channel: the agent has
+    /// N of rdpipe's lines (rdpipe sends the rest again); the agent's own
+    /// lines from rdpipe's count on follow.
+    Attached(u64),
     /// `LANE K LINE`: `LINE` (`PORT in`, `REACH in`, `DONE in`, `BYTES in`,
     /// `LOST in`, `RECONNECTED in`, `FAIL in`, `END`) is about lane K
     /// (1-based) of a merge segment's agent.
@@ -491,6 +552,8 @@ impl fmt::Display for FromAgent {
             FromAgent::Lines(n) => write!(f, "LINES {n}"),
             FromAgent::Listening(a) => write!(f, "LISTENING {a}"),
             FromAgent::Conn(c) => write!(f, "CONN {c}"),
+            FromAgent::Detachable(p) => write!(f, "DETACHABLE {}", one_line(p)),
+            FromAgent::Attached(n) => write!(f, "ATTACHED {n}"),
         }
     }
 }
@@ -639,6 +702,9 @@ impl FromStr for FromAgent {
             "LINES" => Ok(FromAgent::Lines(num(rest, "lines")?)),
             "LISTENING" => Ok(FromAgent::Listening(num(rest, "address")?)),
             "CONN" => Ok(FromAgent::Conn(rest.parse()?)),
+            "DETACHABLE" if rest.starts_with('/') => Ok(FromAgent::Detachable(rest.to_string())),
+            "DETACHABLE" => Err(ParseError::Field("socket path")),
+            "ATTACHED" => Ok(FromAgent::Attached(num(rest, "line count")?)),
             "SPOOL" => {
                 let mut w = rest.split(' ');
                 let peak = num(field(&mut w, "peak")?, "peak")?;

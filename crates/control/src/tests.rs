@@ -497,3 +497,38 @@ proptest::proptest! {
         let _ = line.parse::<FromAgent>();
     }
 }
+
+#[test]
+fn attach_lines_round_trip() {
+    round_trip_from(FromAgent::Detachable("/run/user/1000/rdpipe-a-x1/s".into()));
+    round_trip_from(FromAgent::Attached(0));
+    round_trip_from(FromAgent::Attached(u64::MAX));
+    let secret = vec![0xab; 32];
+    for m in [
+        ToAgent::Bye,
+        ToAgent::AttachKey {
+            secret: secret.clone(),
+        },
+        ToAgent::Attach {
+            secret,
+            received: 17,
+        },
+    ] {
+        assert_eq!(m.to_string().parse::<ToAgent>(), Ok(m.clone()));
+    }
+    for bad in ["ATTACHED", "ATTACHED -1", "ATTACHED x", "DETACHABLE", "DETACHABLE rel/s"] {
+        assert!(bad.parse::<FromAgent>().is_err(), "{bad}");
+    }
+    for bad in ["ATTACH", "ATTACH zz 1", "ATTACHKEY q", "ATTACH {k} x", "BYE now"] {
+        let bad = bad.replace("{k}", &"ab".repeat(32));
+        assert!(bad.parse::<ToAgent>().is_err(), "{bad}");
+    }
+}
+
+proptest::proptest! {
+    #[test]
+    fn attach_lines_never_panic(line in "(ATTACH|ATTACHED|ATTACHKEY|DETACHABLE)[ 0-9a-f/.-]{0,80}") {
+        let _ = line.parse::<FromAgent>();
+        let _ = line.parse::<ToAgent>();
+    }
+}

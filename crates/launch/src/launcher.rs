@@ -258,6 +258,34 @@ pub trait Launcher: Send + Sync {
     /// Starts one segment's agent and readies its control channel.
     fn spawn_agent(&self, start: AgentStart) -> Boxed<'static, Result<Spawned, LaunchError>>;
 
+    /// Whether an agent it started outlives a lost channel and can be
+    /// reached again through [`Launcher::reattach`] (the agent is then
+    /// started with `--reattach`).
+    fn reattachable(&self) -> bool {
+        false
+    }
+
+    /// Opens a new channel to segment `seg`'s host and runs `line` there
+    /// (`rdrecv --agent-attach PATH`), first re-establishing the connection
+    /// to the host if it was lost (retrying with backoff until `deadline`).
+    fn reattach<'a>(
+        &'a self,
+        seg: usize,
+        host: &'a RemoteHost,
+        line: String,
+        deadline: std::time::Instant,
+    ) -> Boxed<'a, Result<AgentHandle, LaunchError>> {
+        let _ = (line, deadline);
+        Box::pin(async move {
+            Err(LaunchError::new(
+                self.kind(),
+                Some(&host.spec),
+                LaunchCause::Start(format!("{} cannot re-attach to an agent", self.kind())),
+            )
+            .at(seg))
+        })
+    }
+
     /// Ends what [`Launcher::prepare`] started (masters closed, leftover
     /// steps cancelled).
     fn close(&self) -> Boxed<'_, ()>;

@@ -142,6 +142,20 @@ impl CompressReport {
     }
 }
 
+/// One re-attach of an agent whose control channel (its ssh session) was
+/// lost.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ReattachReport {
+    /// The agent's host, as written.
+    pub host: String,
+    /// Its segment (1-based).
+    pub segment: usize,
+    /// Seconds from the loss to the agent answering on the new channel.
+    pub downtime_seconds: f64,
+    /// How the channel was lost (ssh's or the session's words).
+    pub lost: String,
+}
+
 /// One reconnect of a hop.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ReconnectReport {
@@ -423,6 +437,9 @@ pub struct PipeReport {
     /// `rdpipe forward`: where it listened and each connection.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub forward: Option<ForwardReport>,
+    /// Agents re-attached after their ssh session was lost, in order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub reattaches: Vec<ReattachReport>,
     /// The outcome.
     pub verdict: VerdictReport,
     /// `--rate-limit`, bytes per second, applied by every hop's sender.
@@ -444,6 +461,7 @@ impl PipeReport {
             sinks: vec![],
             sources: vec![],
             forward: None,
+            reattaches: vec![],
             rate_limit_bytes_per_second: None,
             verdict: VerdictReport {
                 exit_status,

@@ -164,6 +164,15 @@ impl Started {
         .is_some()
     }
 
+    /// Waits until rdpipe has written at least `n` bytes to its stdout (a
+    /// readiness signal: data flows end to end); false after `limit`.
+    pub fn wait_stdout_len(&self, n: usize, limit: Duration) -> bool {
+        poll(limit, Duration::from_millis(10), || {
+            (self.out_so_far.lock().unwrap().len() >= n).then_some(())
+        })
+        .is_some()
+    }
+
     /// Waits until a line of stderr so far contains `needle` (a readiness
     /// signal) and returns that line; panics after `limit`, showing stderr.
     pub fn wait_stderr_line(&self, needle: &str, limit: Duration) -> String {

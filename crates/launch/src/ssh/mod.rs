@@ -15,6 +15,7 @@ use crate::launcher::{
 };
 use rdpipe_plan::{Host, RemoteHost};
 use std::collections::HashMap;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -48,6 +49,11 @@ struct Connections {
     /// The run's directory of control sockets (none with `--persist`).
     dir: Option<tempfile::TempDir>,
     masters: Vec<Master>,
+    /// Each master's host and control socket (the last one started for it).
+    ends: Vec<(RemoteHost, PathBuf)>,
+    /// Per master: held while its connection is being re-established, with
+    /// how many times it was.
+    renewals: Vec<Arc<tokio::sync::Mutex<u32>>>,
     /// Segment index → index into `masters`.
     of_segment: HashMap<usize, usize>,
 }
@@ -70,6 +76,81 @@ impl SshLauncher {
         let c = self.state.lock().expect("not poisoned");
         let m = *c.of_segment.get(&seg)?;
         Some(c.masters[m].session.clone())
+    }
+
+    /// Segment `seg`'s master, started again if it is gone (one at a time
+    /// per master; retried with backoff until `deadline`).
+    async fn renew(&self, seg: usize, deadline: Instant) -> Result<Arc<openssh::Session>, String> {
+        let (k, lock) = {
+            let c = self.state.lock().expect("not poisoned");
+            let k = *c.of_segment.get(&seg).ok_or("no ssh connection to this host")?;
+            (k, c.renewals[k].clone())
+        };
+        let mut renewed = lock.lock().await;
+        let mut pause = Duration::from_millis(100);
+        let mut last = String::from("the ssh connection was lost");
+        loop {
+            let session = self.state.lock().expect("not poisoned").masters[k]
+                .session
+                .clone();
+            if session.check().await.is_ok() {
+                return Ok(session);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(last);
+            }
+            *renewed += 1;
+            let (host, ctl) = self.renewal_socket(k, *renewed)?;
+            debug!("ssh master {} for {}: starting it again", k + 1, host.spec);
+            let start = async {
+                match self.persist {
+                    None => Master::launch(&self.ssh, &host, &ctl, &self.exe).await,
+                    Some(keep) => Master::persistent(&self.ssh, &host, &ctl, keep)
+                        .await
+                        .map(|(m, _)| m),
+                }
+            };
+            // (Dropping a master that is still logging in ends its guard.)
+            let started = tokio::time::timeout(left, start).await;
+            match started {
+                Ok(Ok(m)) => {
+                    let old = {
+                        let mut c = self.state.lock().expect("not poisoned");
+                        c.ends[k].1 = ctl;
+                        std::mem::replace(&mut c.masters[k], m)
+                    };
+                    tokio::spawn(old.close());
+                }
+                Ok(Err(e)) => {
+                    last = e.to_string();
+                    debug!("ssh master {} for {}: {last}", k + 1, host.spec);
+                    tokio::time::sleep(pause.min(deadline.saturating_duration_since(Instant::now())))
+                        .await;
+                    pause = (pause * 2).min(Duration::from_secs(2));
+                }
+                Err(_) => return Err(last),
+            }
+        }
+    }
+
+    /// The host of master `k` and a control socket for its `n`-th renewal
+    /// (`--persist`: the same one).
+    fn renewal_socket(&self, k: usize, n: u32) -> Result<(RemoteHost, PathBuf), String> {
+        let c = self.state.lock().expect("not poisoned");
+        let (host, ctl) = c.ends[k].clone();
+        let Some(dir) = &c.dir else {
+            return Ok((host, ctl));
+        };
+        let sub = dir.path().join(format!("m{k}r{n}"));
+        // The old master's guard removes the run's directory when it leaves
+        // it empty: make it again.
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&sub)
+            .map_err(|e| format!("cannot create {}: {e}", sub.display()))?;
+        Ok((host, sub.join("ctl")))
     }
 
     fn error(host: &RemoteHost, seg: usize, cause: LaunchCause) -> LaunchError {
@@ -306,6 +387,8 @@ impl Launcher for SshLauncher {
                         c.of_segment.insert(s, k);
                     }
                     c.masters.push(m);
+                    c.ends.push((jobs[n].0.clone(), ctls[n].clone()));
+                    c.renewals.push(Default::default());
                 }
             }
             drop(c);
@@ -367,6 +450,28 @@ impl Launcher for SshLauncher {
                 handle,
                 sealer: None,
             })
+        })
+    }
+
+    fn reattachable(&self) -> bool {
+        true
+    }
+
+    fn reattach<'a>(
+        &'a self,
+        seg: usize,
+        host: &'a RemoteHost,
+        line: String,
+        deadline: Instant,
+    ) -> Boxed<'a, Result<AgentHandle, LaunchError>> {
+        Box::pin(async move {
+            let session = self
+                .renew(seg, deadline)
+                .await
+                .map_err(|m| Self::error(host, seg, LaunchCause::Connect(m)))?;
+            spawn_remote(session, line, self.max_sessions)
+                .await
+                .map_err(|m| Self::error(host, seg, LaunchCause::Start(m)))
         })
     }
 

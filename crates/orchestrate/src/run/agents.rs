@@ -164,6 +164,9 @@ impl Runner {
             FromAgent::Lines(n) => self.segs[i].lines = Some(n),
             FromAgent::Listening(addr) => self.forward_listening(i, addr),
             FromAgent::Conn(c) => self.forward_conn(c),
+            FromAgent::Detachable(path) => self.detachable(i, path),
+            // (Only the first line of a new channel: [`super::reattach`].)
+            FromAgent::Attached(_) => debug!("[{}] an ATTACHED line out of place: ignored", i + 1),
             // (Unwrapped above: a lane never speaks for another.)
             FromAgent::Lane { .. } => debug!("[{}] a nested LANE line: ignored", i + 1),
             FromAgent::Lost { dir, offset } => {

@@ -34,6 +34,7 @@ pub mod launchers;
 
 pub mod outcome;
 pub mod progress;
+pub mod reattach;
 pub mod record;
 pub mod relink;
 pub mod sinks;
@@ -98,6 +99,8 @@ enum Event {
     Sink(Result<Report, TransportError>),
     /// rdpipe's own probe for hop `k` ([`discover`]) found this.
     Reached(usize, Vec<(std::net::IpAddr, rdpipe_control::Reach)>),
+    /// The re-attach to agent `i` ([`reattach`]) ended.
+    Reattached(usize, Result<reattach::NewChannel, String>),
 }
 
 /// What rdpipe knows about one segment's agent.
@@ -294,6 +297,8 @@ struct Runner {
     disc: discover::Discovery,
     /// `rdpipe forward`'s listening address and connections.
     fwd: forward::ForwardState,
+    /// The re-attaches so far (`--json`).
+    reattaches: Vec<rdpipe_report::ReattachReport>,
 }
 
 /// A run's secrets, all random.
@@ -320,6 +325,9 @@ struct AgentChannel {
     sealer: Option<rdpipe_control::seal::Sealer>,
     /// A local process's pid (the agent's, or its `srun`'s).
     pid: Option<u32>,
+    /// Re-attaching ([`reattach`]): the agent's socket (`DETACHABLE`), the
+    /// secret, the lines on each side, a re-attach in progress.
+    attach: reattach::AttachState,
 }
 
 /// What went wrong, for the verdict.
@@ -399,6 +407,7 @@ impl Runner {
             progress: None,
             disc,
             fwd: Default::default(),
+            reattaches: Vec::new(),
         }
     }
 
@@ -534,7 +543,7 @@ impl Runner {
                         let cause = Cause::Silent { seg, secs };
                         if self.plan.source_of(i).is_some() {
                             // That source alone: its agent is told to go.
-                            self.agents[i].stdin = None;
+                            self.dismiss(i);
                             self.source_lost(i, cause).await;
                         } else {
                             self.fail(Some(Node::Segment(i)), cause);
@@ -625,8 +634,24 @@ impl Runner {
         self.send_line(i, &m.to_string()).await;
     }
 
+    /// Agent `i`'s channel ended for good: its end (and its lanes') judged.
+    async fn channel_ended(&mut self, i: usize, code: Option<i32>, text: String) {
+        // A merge segment's lanes end with its agent.
+        for l in self.plan.lanes_of(i) {
+            self.agent_exited(l, code, text.clone()).await;
+        }
+        self.agent_exited(i, code, text).await
+    }
+
     /// Writes `line` to agent `i`'s control channel, sealed on an srun one.
     async fn send_line(&mut self, i: usize, line: &str) {
+        self.agents[i].attach.sent(line);
+        self.write_line(i, line).await;
+    }
+
+    /// [`Runner::send_line`] without recording it (a line sent again after
+    /// a re-attach).
+    async fn write_line(&mut self, i: usize, line: &str) {
         let agent = &mut self.agents[i];
         let Some(w) = agent.stdin.as_mut() else {
             return;
@@ -647,14 +672,18 @@ impl Runner {
 
     async fn handle(&mut self, m: Event) {
         match m {
-            Event::Line(i, l) => self.handle_line(i, &l).await,
-            Event::Exited(i, code, text) => {
-                // A merge segment's lanes end with its agent.
-                for l in self.plan.lanes_of(i) {
-                    self.agent_exited(l, code, text.clone()).await;
-                }
-                self.agent_exited(i, code, text).await
+            Event::Line(i, l) => {
+                self.agents[i].attach.received += 1;
+                self.handle_line(i, &l).await
             }
+            Event::Exited(i, code, text) => {
+                if self.should_reattach(i) {
+                    self.start_reattach(i, code, text);
+                } else {
+                    self.channel_ended(i, code, text).await
+                }
+            }
+            Event::Reattached(i, r) => self.reattached(i, r).await,
             Event::Source(r) => self.source_ended(r),
             Event::Sink(r) => self.sink_ended(r),
             Event::Reached(k, r) => self.probed(k, r).await,

@@ -80,6 +80,7 @@ impl Runner {
             sinks: self.sink_reports(),
             sources: self.source_reports(),
             forward: self.forward_report(),
+            reattaches: self.reattaches.clone(),
             rate_limit_bytes_per_second: self.config.rate_limit.map(|r| r.bytes_per_sec()),
             verdict: VerdictReport {
                 exit_status: 0,

@@ -152,7 +152,7 @@ impl Runner {
                         j + 1,
                         i + 1
                     );
-                    self.agents[j].stdin = None;
+                    self.dismiss(j);
                 }
             }
         }

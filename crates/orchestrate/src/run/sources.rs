@@ -221,7 +221,7 @@ impl Runner {
             if self.plan.merge_of_lane(j).is_some() {
                 self.send(j, &ToAgent::Unlink).await;
             } else {
-                self.agents[j].stdin = None;
+                self.dismiss(j);
             }
         }
     }

@@ -79,7 +79,10 @@ impl Runner {
             }
             let host = self.plan.segments[i].host.clone();
             let launcher = self.launchers.of(&host).clone();
-            let settings = agent_settings(&self.plan, i, &self.config, via);
+            let mut settings = agent_settings(&self.plan, i, &self.config, via);
+            if launcher.reattachable() && matches!(host, Host::Remote(_)) {
+                settings.reattach = self.config.reconnect_timeout;
+            }
             let bin = match &host {
                 Host::Local => self.exe.exe.display().to_string(),
                 Host::Remote(_) => self
@@ -130,6 +133,12 @@ impl Runner {
                     .collect(),
             };
             let mut lines = vec![keys.to_string()];
+            if args_of[i].as_ref().is_some_and(|(_, argv)| argv.iter().any(|a| a == "--reattach")) {
+                let mut secret = vec![0u8; 32];
+                getrandom::getrandom(&mut secret).expect("the OS random source works");
+                lines.push(ToAgent::AttachKey { secret: secret.clone() }.to_string());
+                self.agents[i].attach.secret = Some(secret);
+            }
             if self.progress.is_some() {
                 lines.push(ToAgent::Progress.to_string());
             }
@@ -218,10 +227,24 @@ impl Runner {
         } = h;
         self.agents[i].pid = pid;
         self.agents[i].stdin = Some(stdin);
-        // A failure here is reported through the agent's exit.
+        // A failure here is reported through the agent's exit. What follows
+        // the key line is recorded for a re-attach ([`super::reattach`]).
         for l in lines {
             self.send_line(i, l).await;
+            self.agents[i].attach.logging = true;
         }
+        self.watch_channel(i, stdout, stderr, wait);
+    }
+
+    /// Starts the tasks that forward agent `i`'s stderr and turn its stdout
+    /// lines (complete ones) and its channel's end into events.
+    pub(super) fn watch_channel(
+        &mut self,
+        i: usize,
+        stdout: rdpipe_launch::Reader,
+        stderr: Option<rdpipe_launch::Reader>,
+        wait: rdpipe_launch::WaitFuture,
+    ) {
         // Local stderr keeps its own words, as when inherited.
         let prefix = if self.is_local(i) {
             String::new()
@@ -246,6 +269,11 @@ impl Runner {
             let mut r = BufReader::new(stdout);
             let mut buf = Vec::new();
             while let Ok(1..) = r.read_until(b'\n', &mut buf).await {
+                if buf.last() != Some(&b'\n') {
+                    // Cut short by the channel's end: sent again after a
+                    // re-attach, if there is one.
+                    break;
+                }
                 let l = String::from_utf8_lossy(&buf).trim_end().to_string();
                 let _ = tx.send(Event::Line(i, l));
                 buf.clear();

@@ -53,13 +53,18 @@ impl Runner {
     pub(super) fn close_channels(&mut self) {
         debug!("closing the agents' control channels");
         self.closing = true;
-        self.agents.iter_mut().for_each(|a| a.stdin = None);
+        for i in 0..self.agents.len() {
+            self.dismiss(i);
+            self.give_up_reattach(i);
+        }
     }
 
     /// The whole teardown (see the module doc).
     pub(super) async fn teardown(&mut self) {
         debug!("teardown: closing the agents' control channels");
         self.close_channels();
+        // (The `BYE`s are written by tasks of their own.)
+        tokio::task::yield_now().await;
         self.kill_local_agents().await;
         self.launchers.remote().close().await;
         self.launchers.of(&rdpipe_plan::Host::Local).close().await;

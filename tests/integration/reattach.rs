@@ -1,0 +1,278 @@
+//! A run that outlives its ssh sessions (namespace hosts with sshd; root):
+//! the ssh master for one host SIGKILLed mid-stream, and every TCP segment
+//! of one host (ssh's included) answered with a reset for 3 s, both
+//! complete byte-exact with the re-attach reported; the same outage longer
+//! than `--reconnect-timeout` fails within the bound, names the host,
+//! leaves no process and no `> FILE`; Ctrl-C while a host's session is
+//! down still ends everything; another uid cannot attach to an agent.
+
+use crate::support::*;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// The pids of rdpipe's ssh master processes for `host` (not their guards).
+fn masters_of(host: &str) -> Vec<u32> {
+    pgrep(&format!("^ssh .* -M -S .* -- {host}$"))
+}
+
+/// Every TCP segment into namespace `ns` answered with a reset (the nftables
+/// table `rdpreset`), until [`unreset`]. Separate `accept` lines are not
+/// needed: nothing is spared.
+fn reset_all(ns: &str) {
+    let nft = |args: &[&str]| {
+        let ok = Command::new("ip")
+            .args(["netns", "exec", ns, "nft"])
+            .args(args)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "nft {args:?}");
+    };
+    nft(&["add table inet rdpreset"]);
+    nft(&["add chain inet rdpreset in { type filter hook input priority 0; }"]);
+    nft(&["add rule inet rdpreset in meta l4proto tcp reject with tcp reset"]);
+}
+
+fn unreset(ns: &str) {
+    let _ = Command::new("ip")
+        .args(["netns", "exec", ns, "nft", "delete table inet rdpreset"])
+        .status();
+}
+
+/// `--json FILE`'s re-attaches: (host, downtime) each.
+fn json_reattaches(path: &std::path::Path) -> Vec<(String, f64)> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+    v["reattaches"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|r| {
+                    (
+                        r["host"].as_str().unwrap_or("").to_string(),
+                        r["downtime_seconds"].as_f64().unwrap_or(-1.0),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A stream through n1 and n2, paced so that it lasts a few seconds.
+fn paced_run(net: &Netns, data: &[u8], json: &std::path::Path, extra: &[&str]) -> Started {
+    let mut args: Vec<String> = vec![
+        "-vv".into(),
+        "--rate-limit".into(),
+        "40M".into(),
+        "--json".into(),
+        json.display().to_string(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args.extend(["n1:cat".to_string(), "n2:cat".to_string()]);
+    net.start_rdpipe(&args, Some(data.to_vec()))
+}
+
+#[test]
+fn ssh_master_killed_mid_stream_reattaches_and_completes() {
+    need_root!("network namespaces");
+    need_ssh!();
+    let net = Netns::start_with("rak", 2);
+    let data = random_bytes(160 << 20, 61);
+    let json = net.dir.path("run.json");
+    let p = paced_run(&net, &data, &json, &[]);
+    assert!(p.wait_stdout_len(4 << 20, Duration::from_secs(30)), "no data flows");
+    let masters = wait_until("n1's ssh master", Duration::from_secs(20), || {
+        let m = masters_of("n1");
+        (!m.is_empty()).then_some(m)
+    });
+    std::thread::sleep(Duration::from_millis(800));
+    for m in masters {
+        kill("-KILL", m);
+    }
+    let r = p.finish(Duration::from_secs(120));
+    assert_eq!(r.code(), Some(0), "{}", r.stderr);
+    assert!(r.stdout == data, "output differs ({} bytes)", r.stdout.len());
+    assert!(r.stderr.contains("re-attached after"), "{}", r.stderr);
+    let re = json_reattaches(&json);
+    assert!(
+        !re.is_empty() && re.iter().all(|(h, s)| h == "n1" && *s >= 0.0),
+        "{re:?}"
+    );
+    net.assert_clean();
+}
+
+#[test]
+fn a_host_resetting_every_connection_for_3_s_completes_byte_exact() {
+    need_root!("network namespaces and nftables");
+    need_ssh!();
+    let net = Netns::start_with("rar", 2);
+    let data = random_bytes(256 << 20, 62);
+    let json = net.dir.path("run.json");
+    let p = paced_run(&net, &data, &json, &["--progress"]);
+    assert!(p.wait_stdout_len(4 << 20, Duration::from_secs(30)), "no data flows");
+    std::thread::sleep(Duration::from_millis(1000));
+    let ns = net.ns(1);
+    reset_all(&ns);
+    std::thread::sleep(Duration::from_secs(3));
+    unreset(&ns);
+    let r = p.finish(Duration::from_secs(180));
+    assert_eq!(r.code(), Some(0), "{}", r.stderr);
+    assert!(r.stdout == data, "output differs ({} bytes)", r.stdout.len());
+    net.assert_clean();
+}
+
+#[test]
+fn an_outage_past_the_reconnect_timeout_fails_in_bound_and_leaves_nothing() {
+    need_root!("network namespaces and nftables");
+    need_ssh!();
+    let net = Netns::start_with("rao", 2);
+    let data = random_bytes(128 << 20, 63);
+    let dir = Scratch::new("reattach-out");
+    let out = dir.path("out.bin");
+    std::fs::write(&out, b"the old contents\n").unwrap();
+    let args = vec![
+        "--rate-limit".to_string(),
+        "20M".into(),
+        "--reconnect-timeout".into(),
+        "5".into(),
+        "n1:cat".into(),
+        format!("n2:> {}", out.display()),
+    ];
+    let p = net.start_rdpipe(&args, Some(data));
+    wait_until("data in the file", Duration::from_secs(30), || {
+        let tmp = std::fs::read_dir(dir.path(".")).ok()?.flatten().any(|e| {
+            e.file_name().to_string_lossy().contains("rdpipe")
+                && e.metadata().map(|m| m.len() > (4 << 20)).unwrap_or(false)
+        });
+        tmp.then_some(())
+    });
+    let ns = net.ns(1);
+    reset_all(&ns);
+    let t = Instant::now();
+    let r = p.finish(Duration::from_secs(90));
+    let took = t.elapsed();
+    unreset(&ns);
+    assert_ne!(r.code(), Some(0), "{}", r.stderr);
+    assert!(r.stderr.contains("n1"), "names the host:\n{}", r.stderr);
+    // The hop's dead-peer time (30 s) plus the timeout bounds it.
+    assert!(took < Duration::from_secs(60), "took {took:?}:\n{}", r.stderr);
+    assert_eq!(
+        std::fs::read(&out).unwrap(),
+        b"the old contents\n",
+        "> FILE replaced"
+    );
+    let left = net.wait_clean(Duration::from_secs(15));
+    assert!(left.is_empty(), "processes left over: {left:?}");
+}
+
+#[test]
+fn ctrl_c_while_a_hosts_session_is_down_ends_everything() {
+    need_root!("network namespaces and nftables");
+    need_ssh!();
+    let net = Netns::start_with("rac", 2);
+    let args = vec![
+        "-v".to_string(),
+        "--reconnect-timeout".into(),
+        "8".into(),
+        "n1:yes".into(),
+        "n2:cat".into(),
+    ];
+    let p = net.start_rdpipe(&args, None);
+    assert!(p.wait_stdout_len(4 << 20, Duration::from_secs(30)), "no data flows");
+    let masters = wait_until("n1's ssh master", Duration::from_secs(20), || {
+        let m = masters_of("n1");
+        (!m.is_empty()).then_some(m)
+    });
+    let ns = net.ns(1);
+    reset_all(&ns);
+    for m in masters {
+        kill("-KILL", m);
+    }
+    p.wait_stderr_line("re-attaching", Duration::from_secs(20));
+    p.signal("-INT");
+    let r = p.finish(Duration::from_secs(20));
+    unreset(&ns);
+    assert_eq!(r.code(), Some(130), "{}", r.stderr);
+    // The agent on n1 waits out its re-attach time (8 s), then ends.
+    let left = net.wait_clean(Duration::from_secs(20));
+    assert!(left.is_empty(), "processes left over: {left:?}");
+}
+
+#[test]
+fn another_user_cannot_attach_to_an_agent() {
+    need_root!("network namespaces and another uid");
+    need_ssh!();
+    let net = Netns::start_with("rau", 2);
+    let args = vec![
+        "-vv".to_string(),
+        "n1:sleep 30; echo late".into(),
+        "n2:cat".into(),
+    ];
+    let p = net.start_rdpipe(&args, None);
+    let line = p.wait_stderr_line("re-attachable at ", Duration::from_secs(30));
+    let path = line.split("re-attachable at ").nth(1).unwrap().trim().to_string();
+    let dir = std::path::Path::new(&path).parent().unwrap();
+    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(dir).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o700, "{}", dir.display());
+    // As nobody: the directory keeps it out.
+    let helper = rdpipe();
+    let o = Command::new("ip")
+        .args(["netns", "exec", &net.ns(1), "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&helper)
+        .args(["--agent-attach", &path])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(3), "{o:?}");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no agent at"), "{o:?}");
+    // As root without the secret: turned away; the run goes on.
+    let mut c = Command::new("ip")
+        .args(["netns", "exec", &net.ns(1)])
+        .arg(&helper)
+        .args(["--agent-attach", &path])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut i = c.stdin.take().unwrap();
+        writeln!(i, "ATTACH {} 0", "00".repeat(32)).unwrap();
+    }
+    let st = wait_bounded(&mut c, Duration::from_secs(20), "the helper");
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut c.stdout.take().unwrap(), &mut out).unwrap();
+    assert!(!out.contains("ATTACHED"), "{out}");
+    assert!(st.success(), "the agent let the helper go");
+    p.wait_stderr_line("re-attach refused: the attaching process presented a wrong secret", Duration::from_secs(10));
+    p.signal("-TERM");
+    let r = p.finish(Duration::from_secs(20));
+    assert_ne!(r.code(), Some(0));
+    net.assert_clean();
+    // An attach to a run that ended: one line.
+    let o = Command::new("ip")
+        .args(["netns", "exec", &net.ns(1)])
+        .arg(&helper)
+        .args(["--agent-attach", &path])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(3));
+    assert_eq!(String::from_utf8_lossy(&o.stderr).lines().count(), 1, "{o:?}");
+}
+
+#[test]
+fn zz_scratch_hup() {
+    need_root!("x");
+    let net = Netns::start_with("rsh", 1);
+    let mut c = Command::new("ip")
+        .args(["netns", "exec", &net.ns(0), "ssh", "-F"])
+        .arg(&net.config)
+        .args(["n1", "trap 'echo HUP >> /tmp/zzhup' HUP; trap 'echo TERM >> /tmp/zzhup' TERM; echo start >> /tmp/zzhup; while :; do sleep 0.1; done"])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    kill("-KILL", c.id());
+    let _ = c.wait();
+    std::thread::sleep(Duration::from_secs(2));
+    eprintln!("RESULT: {:?}", std::fs::read_to_string("/tmp/zzhup"));
+    eprintln!("left: {:?}", net.stray_pids(1));
+}
