@@ -361,23 +361,32 @@ fn ssh_options_ports_and_user_at_host() {
     assert_eq!(r.stdout_str(), "ABC\n");
 }
 
+/// The ssh master for h1 killed mid-stream: rdpipe starts it again and
+/// re-attaches to h1's agent, which kept streaming; byte-exact, exit 0.
 #[test]
 fn ssh_master_killed_mid_stream() {
     need_ssh!();
     let ssh = LocalSsh::start("masterkill");
+    let data = random_bytes(96 << 20, 41);
     let mark = format!("SMARK{}", std::process::id());
     let p = start(
         &[],
         &args(
             &ssh,
             &[
-                &format!("h1:yes {mark}"),
-                &format!("h2:cat >/dev/null # {mark}"),
+                "-v",
+                "--rate-limit",
+                "32M",
+                &format!("h1:cat # {mark}"),
+                &format!("h2:cat # {mark}"),
             ],
         ),
-        None,
+        Some(data.clone()),
     );
-    wait_for(&format!("^yes {mark}"), Duration::from_secs(20));
+    assert!(
+        p.wait_stdout_len(4 << 20, Duration::from_secs(30)),
+        "no data flows"
+    );
     let cfg = ssh.config.to_string_lossy().into_owned();
     let masters = pgrep(&format!("^ssh .*{cfg}.* -M .*-- h1$"));
     assert_eq!(masters.len(), 1, "{}", ps(&pgrep(&cfg)));
@@ -385,9 +394,18 @@ fn ssh_master_killed_mid_stream() {
         .args(["-9", &masters[0].to_string()])
         .status()
         .unwrap();
-    let r = p.finish(Duration::from_secs(40));
-    assert_ne!(r.code(), Some(0), "{}", r.stderr);
-    assert!(r.stderr.contains("h1 [1]"), "{}", r.stderr);
+    let r = p.finish(Duration::from_secs(60));
+    assert_eq!(r.code(), Some(0), "{}", r.stderr);
+    assert!(
+        r.stdout == data,
+        "output differs ({} bytes)",
+        r.stdout.len()
+    );
+    assert!(
+        r.stderr.contains("h1 [1] 'cat") && r.stderr.contains("re-attached after"),
+        "{}",
+        r.stderr
+    );
     for pat in [mark.as_str(), cfg.as_str()] {
         assert!(
             wait_gone(pat, Duration::from_secs(8)),

@@ -80,7 +80,10 @@ fn ssh_master_killed_mid_stream_reattaches_and_completes() {
     let data = random_bytes(160 << 20, 61);
     let json = net.dir.path("run.json");
     let p = paced_run(&net, &data, &json, &[]);
-    assert!(p.wait_stdout_len(4 << 20, Duration::from_secs(30)), "no data flows");
+    assert!(
+        p.wait_stdout_len(4 << 20, Duration::from_secs(30)),
+        "no data flows"
+    );
     let masters = wait_until("n1's ssh master", Duration::from_secs(20), || {
         let m = masters_of("n1");
         (!m.is_empty()).then_some(m)
@@ -91,7 +94,11 @@ fn ssh_master_killed_mid_stream_reattaches_and_completes() {
     }
     let r = p.finish(Duration::from_secs(120));
     assert_eq!(r.code(), Some(0), "{}", r.stderr);
-    assert!(r.stdout == data, "output differs ({} bytes)", r.stdout.len());
+    assert!(
+        r.stdout == data,
+        "output differs ({} bytes)",
+        r.stdout.len()
+    );
     assert!(r.stderr.contains("re-attached after"), "{}", r.stderr);
     let re = json_reattaches(&json);
     assert!(
@@ -109,7 +116,10 @@ fn a_host_resetting_every_connection_for_3_s_completes_byte_exact() {
     let data = random_bytes(256 << 20, 62);
     let json = net.dir.path("run.json");
     let p = paced_run(&net, &data, &json, &["--progress"]);
-    assert!(p.wait_stdout_len(4 << 20, Duration::from_secs(30)), "no data flows");
+    assert!(
+        p.wait_stdout_len(4 << 20, Duration::from_secs(30)),
+        "no data flows"
+    );
     std::thread::sleep(Duration::from_millis(1000));
     let ns = net.ns(1);
     reset_all(&ns);
@@ -117,7 +127,11 @@ fn a_host_resetting_every_connection_for_3_s_completes_byte_exact() {
     unreset(&ns);
     let r = p.finish(Duration::from_secs(180));
     assert_eq!(r.code(), Some(0), "{}", r.stderr);
-    assert!(r.stdout == data, "output differs ({} bytes)", r.stdout.len());
+    assert!(
+        r.stdout == data,
+        "output differs ({} bytes)",
+        r.stdout.len()
+    );
     // The progress line's byte counts keep the ssh connection busy: the
     // resets reach it.
     let re = json_reattaches(&json);
@@ -161,7 +175,11 @@ fn an_outage_past_the_reconnect_timeout_fails_in_bound_and_leaves_nothing() {
     assert_ne!(r.code(), Some(0), "{}", r.stderr);
     assert!(r.stderr.contains("n1"), "names the host:\n{}", r.stderr);
     // The hop's dead-peer time (30 s) plus the timeout bounds it.
-    assert!(took < Duration::from_secs(60), "took {took:?}:\n{}", r.stderr);
+    assert!(
+        took < Duration::from_secs(60),
+        "took {took:?}:\n{}",
+        r.stderr
+    );
     assert_eq!(
         std::fs::read(&out).unwrap(),
         b"the old contents\n",
@@ -184,7 +202,10 @@ fn ctrl_c_while_a_hosts_session_is_down_ends_everything() {
         "n2:cat".into(),
     ];
     let p = net.start_rdpipe(&args, None);
-    assert!(p.wait_stdout_len(4 << 20, Duration::from_secs(30)), "no data flows");
+    assert!(
+        p.wait_stdout_len(4 << 20, Duration::from_secs(30)),
+        "no data flows"
+    );
     let masters = wait_until("n1's ssh master", Duration::from_secs(20), || {
         let m = masters_of("n1");
         (!m.is_empty()).then_some(m)
@@ -216,20 +237,37 @@ fn another_user_cannot_attach_to_an_agent() {
     ];
     let p = net.start_rdpipe(&args, None);
     let line = p.wait_stderr_line("re-attachable at ", Duration::from_secs(30));
-    let path = line.split("re-attachable at ").nth(1).unwrap().trim().to_string();
+    let path = line
+        .split("re-attachable at ")
+        .nth(1)
+        .unwrap()
+        .trim()
+        .to_string();
     let dir = std::path::Path::new(&path).parent().unwrap();
-    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(dir).unwrap().permissions());
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(dir).unwrap().permissions());
     assert_eq!(mode & 0o777, 0o700, "{}", dir.display());
     // As nobody: the directory keeps it out.
     let helper = rdpipe();
     let o = Command::new("ip")
-        .args(["netns", "exec", &net.ns(1), "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"])
+        .args([
+            "netns",
+            "exec",
+            &net.ns(1),
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+        ])
         .arg(&helper)
         .args(["--agent-attach", &path])
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(3), "{o:?}");
-    assert!(String::from_utf8_lossy(&o.stderr).contains("no agent at"), "{o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("no agent at"),
+        "{o:?}"
+    );
     // As root without the secret: turned away; the run goes on.
     let mut c = Command::new("ip")
         .args(["netns", "exec", &net.ns(1)])
@@ -249,7 +287,10 @@ fn another_user_cannot_attach_to_an_agent() {
     std::io::Read::read_to_string(&mut c.stdout.take().unwrap(), &mut out).unwrap();
     assert!(!out.contains("ATTACHED"), "{out}");
     assert!(st.success(), "the agent let the helper go");
-    p.wait_stderr_line("re-attach refused: the attaching process presented a wrong secret", Duration::from_secs(10));
+    p.wait_stderr_line(
+        "re-attach refused: the attaching process presented a wrong secret",
+        Duration::from_secs(10),
+    );
     p.signal("-TERM");
     let r = p.finish(Duration::from_secs(20));
     assert_ne!(r.code(), Some(0));
@@ -262,6 +303,9 @@ fn another_user_cannot_attach_to_an_agent() {
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(3));
-    assert_eq!(String::from_utf8_lossy(&o.stderr).lines().count(), 1, "{o:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&o.stderr).lines().count(),
+        1,
+        "{o:?}"
+    );
 }
-

@@ -130,7 +130,11 @@ impl Listener {
     /// replaces the current one even when that one still seems alive: a
     /// connection a firewall forgot is only noticed from one side); each
     /// refused one is logged.
-    pub fn serve(&self, secret: Secret, taken: impl Fn(Channel) + Send + Sync + 'static) -> io::Result<()> {
+    pub fn serve(
+        &self,
+        secret: Secret,
+        taken: impl Fn(Channel) + Send + Sync + 'static,
+    ) -> io::Result<()> {
         let sock = self.sock.try_clone()?;
         let taken = Arc::new(taken);
         std::thread::Builder::new()
@@ -288,8 +292,7 @@ pub fn helper_main<I: IntoIterator<Item = std::ffi::OsString>>(args: I) -> std::
     let mut space = [0u8; rustix::cmsg_space!(ScmRights(3))];
     let mut anc = SendAncillaryBuffer::new(&mut space);
     anc.push(SendAncillaryMessage::ScmRights(&fds));
-    if let Err(e) = rustix::net::sendmsg(&s, &[IoSlice::new(b"A")], &mut anc, SendFlags::empty())
-    {
+    if let Err(e) = rustix::net::sendmsg(&s, &[IoSlice::new(b"A")], &mut anc, SendFlags::empty()) {
         eprintln!("rdrecv: cannot hand the channel to the agent: {e}");
         return std::process::ExitCode::from(NO_AGENT);
     }

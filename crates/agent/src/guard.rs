@@ -11,6 +11,14 @@
 //! because rdpipe finished, failed, or was killed with SIGKILL, the guardian
 //! terminates the master. So no `ssh` process of a pipeline outlives rdpipe, which
 //! a daemonised master (`ssh -f` with `ControlPersist=yes`) would.
+//!
+//! Agents that outlive a lost ssh session (`--reattach`) would wait out their
+//! re-attach time after rdpipe is gone. So rdpipe hands the guardian, on that
+//! pipe, a farewell per such agent (`FAREWELL ARGV INPUT`, both hex: a
+//! command that reaches the agent through the master, and what to write to
+//! it): when the pipe closes without `CLOSE` first (rdpipe died: an orderly
+//! end says `CLOSE`), the guardian runs them all (at most [`FAREWELL_TIME`])
+//! before it ends the master, and the agents end at once.
 
 use rustix::process::{kill_process, Pid, Signal};
 use std::ffi::OsString;
@@ -67,6 +75,65 @@ enum Ev {
     Exited(Option<i32>),
 }
 
+/// The longest the guardian spends on the farewells.
+pub const FAREWELL_TIME: Duration = Duration::from_secs(3);
+
+/// What rdpipe told the guardian on its stdin.
+#[derive(Default)]
+struct Told {
+    /// `CLOSE`: rdpipe ends on purpose.
+    close: bool,
+    /// `FAREWELL ARGV INPUT`s.
+    farewells: Vec<(Vec<OsString>, Vec<u8>)>,
+}
+
+/// A `FAREWELL ARGV INPUT` line: ARGV's words joined by NUL, and INPUT, each
+/// in hex.
+fn farewell(line: &str) -> Option<(Vec<OsString>, Vec<u8>)> {
+    use std::os::unix::ffi::OsStringExt;
+    let mut w = line.strip_prefix("FAREWELL ")?.split(' ');
+    let argv = rdpipe_control::decode_hex(w.next()?)?;
+    let input = rdpipe_control::decode_hex(w.next()?)?;
+    let argv: Vec<OsString> = argv
+        .split(|&b| b == 0)
+        .map(|a| OsString::from_vec(a.to_vec()))
+        .collect();
+    (!argv.is_empty() && w.next().is_none()).then_some((argv, input))
+}
+
+/// Runs every farewell at once, each with its input on stdin; those still
+/// running after [`FAREWELL_TIME`] are killed.
+fn run_farewells(all: &[(Vec<OsString>, Vec<u8>)]) {
+    use std::io::Write;
+    let mut running = Vec::new();
+    for (argv, input) in all {
+        let started = Command::new(&argv[0])
+            .args(&argv[1..])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn();
+        if let Ok(mut c) = started {
+            if let Some(mut i) = c.stdin.take() {
+                let _ = i.write_all(input);
+            }
+            running.push(c);
+        }
+    }
+    let deadline = Instant::now() + FAREWELL_TIME;
+    while Instant::now() < deadline {
+        running.retain_mut(|c| !matches!(c.try_wait(), Ok(Some(_)) | Err(_)));
+        if running.is_empty() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    for mut c in running {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
 /// Runs `args[0] args[1..]` until it exits (its status is returned) or stdin
 /// reaches end of file or a SIGTERM/SIGINT/SIGHUP arrives (it is then terminated).
 ///
@@ -119,12 +186,20 @@ fn supervise(args: &[OsString]) -> ExitCode {
     };
     let pid = Pid::from_child(&child);
     let (tx, rx) = mpsc::channel();
+    let told = std::sync::Arc::new(std::sync::Mutex::new(Told::default()));
     {
         let tx = tx.clone();
+        let told = told.clone();
         std::thread::spawn(move || {
-            let mut buf = [0u8; 64];
-            let mut stdin = std::io::stdin();
-            while matches!(stdin.read(&mut buf), Ok(n) if n > 0) {}
+            let mut lines = std::io::BufRead::lines(std::io::stdin().lock());
+            while let Some(Ok(l)) = lines.next() {
+                let mut t = told.lock().unwrap_or_else(|p| p.into_inner());
+                match farewell(&l) {
+                    Some(f) => t.farewells.push(f),
+                    None if l == "CLOSE" => t.close = true,
+                    None => {}
+                }
+            }
             let _ = tx.send(Ev::Gone);
         });
     }
@@ -146,6 +221,10 @@ fn supervise(args: &[OsString]) -> ExitCode {
             ExitCode::from(code.unwrap_or(1).clamp(0, 255) as u8)
         }
         _ => {
+            let t = std::mem::take(&mut *told.lock().unwrap_or_else(|p| p.into_inner()));
+            if !t.close && !t.farewells.is_empty() {
+                run_farewells(&t.farewells);
+            }
             // The whole group: ssh and whatever it started (a ProxyCommand). We
             // lead the group (rdpipe starts us in our own) and catch SIGTERM.
             let _ = kill_process(pid, Signal::Term);

@@ -390,14 +390,21 @@ impl Channel {
                 },
                 Err(mpsc::RecvTimeoutError::Disconnected) => StopReason::ControlClosed,
             };
-            let keyed = self.secret.lock().unwrap_or_else(|p| p.into_inner()).is_some();
+            let keyed = self
+                .secret
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .is_some();
             let wait = match &self.detach {
                 Some(d) if keyed && !self.bye => d.wait,
                 _ => return Heard::End(why),
             };
             say.lost();
             self.helper = None;
-            tracing::info!("{why}; waiting up to {} s for rdpipe to re-attach", wait.as_secs());
+            tracing::info!(
+                "{why}; waiting up to {} s for rdpipe to re-attach",
+                wait.as_secs()
+            );
             lost = Some((why, Instant::now() + wait));
         }
     }

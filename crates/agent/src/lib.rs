@@ -136,7 +136,9 @@ fn detachable(secs: u64) -> Option<inbox::Detach> {
     let listener = match attach::Listener::open() {
         Ok(l) => l,
         Err(e) => {
-            tracing::warn!("cannot make the re-attach socket: {e}; this agent ends with its ssh session");
+            tracing::warn!(
+                "cannot make the re-attach socket: {e}; this agent ends with its ssh session"
+            );
             return None;
         }
     };
@@ -200,7 +202,9 @@ fn run(a: AgentArgs) -> bool {
     let detach = detachable(a.reattach);
     let relay = detach.as_ref().map(|d| d.stderr.clone());
     if let Some(d) = &detach {
-        say.send(&FromAgent::Detachable(d.listener.path().display().to_string()));
+        say.send(&FromAgent::Detachable(
+            d.listener.path().display().to_string(),
+        ));
     }
     tracing::debug!("started: input {:?}, output {:?}", a.input, a.output);
     let meter = Arc::new(Meter::new(&say));

@@ -105,7 +105,11 @@ impl Say {
             return;
         }
         // rdpipe gone: nothing to tell; the channel's end of file says so.
-        if g.w.write_all(line.as_bytes()).and_then(|_| g.w.flush()).is_err() {
+        if g.w
+            .write_all(line.as_bytes())
+            .and_then(|_| g.w.flush())
+            .is_err()
+        {
             g.broken = true;
         }
     }
@@ -117,9 +121,19 @@ impl Say {
 
     /// A new channel `w`: `ATTACHED received`, then every kept line from
     /// the `has`-th on.
-    pub fn reattach(&self, w: Box<dyn Write + Send>, received: u64, has: u64) -> Result<(), LogGap> {
+    pub fn reattach(
+        &self,
+        w: Box<dyn Write + Send>,
+        received: u64,
+        has: u64,
+    ) -> Result<(), LogGap> {
         let mut g = self.lock();
-        let Out { w: out, log, broken, .. } = &mut *g;
+        let Out {
+            w: out,
+            log,
+            broken,
+            ..
+        } = &mut *g;
         let Some((first, lines)) = log.as_ref() else {
             return Err(LogGap { has, first: 0 });
         };

@@ -48,7 +48,10 @@ impl State {
             return;
         };
         if self.dropped > 0 {
-            let note = format!("[{} bytes of stderr dropped while detached]\n", self.dropped);
+            let note = format!(
+                "[{} bytes of stderr dropped while detached]\n",
+                self.dropped
+            );
             let _ = o.write_all(note.as_bytes());
             self.dropped = 0;
         }

@@ -516,10 +516,22 @@ fn attach_lines_round_trip() {
     ] {
         assert_eq!(m.to_string().parse::<ToAgent>(), Ok(m.clone()));
     }
-    for bad in ["ATTACHED", "ATTACHED -1", "ATTACHED x", "DETACHABLE", "DETACHABLE rel/s"] {
+    for bad in [
+        "ATTACHED",
+        "ATTACHED -1",
+        "ATTACHED x",
+        "DETACHABLE",
+        "DETACHABLE rel/s",
+    ] {
         assert!(bad.parse::<FromAgent>().is_err(), "{bad}");
     }
-    for bad in ["ATTACH", "ATTACH zz 1", "ATTACHKEY q", "ATTACH {k} x", "BYE now"] {
+    for bad in [
+        "ATTACH",
+        "ATTACH zz 1",
+        "ATTACHKEY q",
+        "ATTACH {k} x",
+        "BYE now",
+    ] {
         let bad = bad.replace("{k}", &"ab".repeat(32));
         assert!(bad.parse::<ToAgent>().is_err(), "{bad}");
     }

@@ -286,6 +286,14 @@ pub trait Launcher: Send + Sync {
         })
     }
 
+    /// Should rdpipe die without closing (SIGKILL), runs `line` on segment
+    /// `seg`'s host with `input` on its stdin before the connection goes:
+    /// how a re-attachable agent is told to end at once rather than wait
+    /// out its re-attach time.
+    fn farewell(&self, seg: usize, line: String, input: String) {
+        let _ = (seg, line, input);
+    }
+
     /// Ends what [`Launcher::prepare`] started (masters closed, leftover
     /// steps cancelled).
     fn close(&self) -> Boxed<'_, ()>;

@@ -113,7 +113,9 @@ pub struct Master {
     /// The guard that ends the master with the run (none for a `--persist`
     /// master, which outlives it).
     guard: Option<tokio::process::Child>,
-    guard_stdin: Option<tokio::process::ChildStdin>,
+    /// Lines for the guard ([`Master::tell_guard`]); dropping it says
+    /// `CLOSE` and closes the guard's stdin.
+    guard_lines: Option<tokio::sync::mpsc::UnboundedSender<String>>,
     /// The session, for opening channels.
     pub session: Arc<Session>,
 }
@@ -159,7 +161,18 @@ impl Master {
             // guard's stdin makes it end the master instead.
             .process_group(0);
         let mut guard = cmd.spawn().map_err(SshError::Spawn)?;
-        let guard_stdin = guard.stdin.take();
+        let guard_lines = guard.stdin.take().map(|mut stdin| {
+            use tokio::io::AsyncWriteExt;
+            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+            tokio::spawn(async move {
+                while let Some(l) = rx.recv().await {
+                    let _ = stdin.write_all(format!("{l}\n").as_bytes()).await;
+                }
+                // An orderly end: the guard skips the farewells.
+                let _ = stdin.write_all(b"CLOSE\n").await;
+            });
+            tx
+        });
         let session = Arc::new(Session::resume_mux(ctl.into(), Some(log.clone().into())));
         let limit = Duration::from_secs(cfg.connect_timeout.max(1) + 30);
         let start = Instant::now();
@@ -175,7 +188,7 @@ impl Master {
             if ctl.exists() && session.check().await.is_ok() {
                 return Ok(Master {
                     guard: Some(guard),
-                    guard_stdin,
+                    guard_lines,
                     session,
                 });
             }
@@ -205,7 +218,7 @@ impl Master {
         let session = Arc::new(Session::resume_mux(ctl.into(), Some(log.clone().into())));
         let kept = |session| Master {
             guard: None,
-            guard_stdin: None,
+            guard_lines: None,
             session,
         };
         if ctl.exists() && session.check().await.is_ok() {
@@ -250,10 +263,17 @@ impl Master {
         Err(SshError::Connect(last_log_line(&log)))
     }
 
+    /// Hands the guard a line (`FAREWELL ...`, [`rdpipe_agent::guard`]).
+    pub fn tell_guard(&self, line: String) {
+        if let Some(tx) = &self.guard_lines {
+            let _ = tx.send(line);
+        }
+    }
+
     /// Ends the master (and with it every channel still open) and waits for
     /// it; a `--persist` master is left running, its sessions closed.
     pub async fn close(mut self) {
-        self.guard_stdin.take();
+        self.guard_lines.take();
         let Some(mut guard) = self.guard.take() else {
             return;
         };

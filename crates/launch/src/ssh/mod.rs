@@ -54,6 +54,9 @@ struct Connections {
     /// Per master: held while its connection is being re-established, with
     /// how many times it was.
     renewals: Vec<Arc<tokio::sync::Mutex<u32>>>,
+    /// Per master: the `FAREWELL` lines its guard has (a renewed master's
+    /// guard gets them too).
+    farewells: Vec<Vec<String>>,
     /// Segment index → index into `masters`.
     of_segment: HashMap<usize, usize>,
 }
@@ -83,7 +86,10 @@ impl SshLauncher {
     async fn renew(&self, seg: usize, deadline: Instant) -> Result<Arc<openssh::Session>, String> {
         let (k, lock) = {
             let c = self.state.lock().expect("not poisoned");
-            let k = *c.of_segment.get(&seg).ok_or("no ssh connection to this host")?;
+            let k = *c
+                .of_segment
+                .get(&seg)
+                .ok_or("no ssh connection to this host")?;
             (k, c.renewals[k].clone())
         };
         let mut renewed = lock.lock().await;
@@ -117,7 +123,10 @@ impl SshLauncher {
                 Ok(Ok(m)) => {
                     let old = {
                         let mut c = self.state.lock().expect("not poisoned");
-                        c.ends[k].1 = ctl;
+                        c.ends[k].1 = ctl.clone();
+                        for f in &c.farewells[k] {
+                            m.tell_guard(farewell_line(&self.ssh, &host, &ctl, f));
+                        }
                         std::mem::replace(&mut c.masters[k], m)
                     };
                     tokio::spawn(old.close());
@@ -125,8 +134,10 @@ impl SshLauncher {
                 Ok(Err(e)) => {
                     last = e.to_string();
                     debug!("ssh master {} for {}: {last}", k + 1, host.spec);
-                    tokio::time::sleep(pause.min(deadline.saturating_duration_since(Instant::now())))
-                        .await;
+                    tokio::time::sleep(
+                        pause.min(deadline.saturating_duration_since(Instant::now())),
+                    )
+                    .await;
                     pause = (pause * 2).min(Duration::from_secs(2));
                 }
                 Err(_) => return Err(last),
@@ -156,6 +167,28 @@ impl SshLauncher {
     fn error(host: &RemoteHost, seg: usize, cause: LaunchCause) -> LaunchError {
         LaunchError::new(LauncherKind::Ssh, Some(&host.spec), cause).at(seg)
     }
+}
+
+/// The guard's `FAREWELL ARGV INPUT` line for `f` (the remote line and its
+/// input, NUL between): `ssh` through the master at `ctl` running the line.
+fn farewell_line(ssh: &SshConfig, host: &RemoteHost, ctl: &std::path::Path, f: &str) -> String {
+    let (line, input) = f.split_once('\0').unwrap_or((f, ""));
+    let mut argv: Vec<String> = vec!["ssh".into()];
+    argv.extend(ssh.args(host));
+    argv.extend([
+        "-S".into(),
+        ctl.display().to_string(),
+        "-o".into(),
+        "ControlMaster=no".into(),
+        "--".into(),
+        host.destination(),
+        line.to_string(),
+    ]);
+    format!(
+        "FAREWELL {} {}",
+        rdpipe_control::encode_hex(argv.join("\0").as_bytes()),
+        rdpipe_control::encode_hex(input.as_bytes())
+    )
 }
 
 /// Starts a remote agent: `line` in a native-mux session on a master.
@@ -389,6 +422,7 @@ impl Launcher for SshLauncher {
                     c.masters.push(m);
                     c.ends.push((jobs[n].0.clone(), ctls[n].clone()));
                     c.renewals.push(Default::default());
+                    c.farewells.push(Vec::new());
                 }
             }
             drop(c);
@@ -473,6 +507,18 @@ impl Launcher for SshLauncher {
                 .await
                 .map_err(|m| Self::error(host, seg, LaunchCause::Start(m)))
         })
+    }
+
+    fn farewell(&self, seg: usize, line: String, input: String) {
+        let mut c = self.state.lock().expect("not poisoned");
+        let Some(&k) = c.of_segment.get(&seg) else {
+            return;
+        };
+        let (host, ctl) = c.ends[k].clone();
+        // Kept encoded with its input; the command is made per master.
+        let f = format!("{}\0{}", line, input);
+        c.masters[k].tell_guard(farewell_line(&self.ssh, &host, &ctl, &f));
+        c.farewells[k].push(f);
     }
 
     fn close(&self) -> Boxed<'_, ()> {

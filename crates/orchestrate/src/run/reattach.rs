@@ -88,10 +88,33 @@ enum Failed {
 }
 
 impl Runner {
-    /// Agent `i` says it can be re-attached at `path`.
+    /// Agent `i` says it can be re-attached at `path`. Should rdpipe die
+    /// (SIGKILL), the launcher attaches to it once more to say `BYE`, so that
+    /// it ends at once rather than wait to be re-attached.
     pub(super) fn detachable(&mut self, i: usize, path: String) {
         debug!("[{}] re-attachable at {path}", i + 1);
+        let line = self.attach_line(i, &path);
         self.agents[i].attach.path = Some(path);
+        if let Some(secret) = self.agents[i].attach.secret.clone() {
+            let bye = ToAgent::Attach {
+                secret,
+                received: 0,
+            };
+            let input = format!("{bye}\n{}\n", ToAgent::Bye);
+            let host = &self.plan.segments[i].host;
+            self.launchers.of(host).farewell(i, line, input);
+        }
+    }
+
+    /// The remote command line that attaches a new channel to agent `i`
+    /// (socket `path`).
+    fn attach_line(&self, i: usize, path: &str) -> String {
+        let bin = self
+            .agent_bins
+            .get(&i)
+            .cloned()
+            .unwrap_or_else(|| default_bin(self.config.remote_bin.as_deref()));
+        remote_command_line(&bin, &["--agent-attach".into(), path.to_string()], &[])
     }
 
     /// Closes agent `i`'s channel on purpose: `BYE` first where the agent
@@ -137,12 +160,7 @@ impl Runner {
         };
         a.stdin = None;
         let received = a.attach.received;
-        let bin = self
-            .agent_bins
-            .get(&i)
-            .cloned()
-            .unwrap_or_else(|| default_bin(self.config.remote_bin.as_deref()));
-        let line = remote_command_line(&bin, &["--agent-attach".into(), path], &[]);
+        let line = self.attach_line(i, &path);
         let launcher = self.launchers.of(&self.plan.segments[i].host).clone();
         let limit = Duration::from_secs(self.config.reconnect_timeout);
         info!(

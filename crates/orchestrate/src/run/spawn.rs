@@ -133,10 +133,18 @@ impl Runner {
                     .collect(),
             };
             let mut lines = vec![keys.to_string()];
-            if args_of[i].as_ref().is_some_and(|(_, argv)| argv.iter().any(|a| a == "--reattach")) {
+            if args_of[i]
+                .as_ref()
+                .is_some_and(|(_, argv)| argv.iter().any(|a| a == "--reattach"))
+            {
                 let mut secret = vec![0u8; 32];
                 getrandom::getrandom(&mut secret).expect("the OS random source works");
-                lines.push(ToAgent::AttachKey { secret: secret.clone() }.to_string());
+                lines.push(
+                    ToAgent::AttachKey {
+                        secret: secret.clone(),
+                    }
+                    .to_string(),
+                );
                 self.agents[i].attach.secret = Some(secret);
             }
             if self.progress.is_some() {
