@@ -11,7 +11,7 @@ tcp\t'TCP only'"
 complete -c rdcp -l chunk-size -d 'Bytes per chunk, e.g. 256K, 1M' -r
 complete -c rdcp -l slots -d 'Buffers in flight per transfer' -r
 complete -c rdcp -l connect-timeout -d 'Seconds to keep trying to connect (ssh and data connections)' -r
-complete -c rdcp -l reconnect-timeout -d 'Seconds a hop whose data connection died (a reset, a NAT that forgot it, an RDMA queue pair in the error state) keeps trying to reconnect and resume the stream from where its receiver is, out of the sender\'s --replay-window; after that the run fails naming the hop. 0: off' -r
+complete -c rdcp -l reconnect-timeout -d 'Seconds a hop whose data connection died (a reset, a NAT that forgot it, an RDMA queue pair in the error state) keeps trying to reconnect and resume the stream from where its receiver is, out of the sender\'s --replay-window; after that the run fails naming the hop. Also how long an agent whose ssh session died keeps its command running while rdpipe connects again and re-attaches to it (--launcher ssh). 0: off' -r
 complete -c rdcp -l handshake-timeout -d 'Seconds the authentication handshake of each transfer may take' -r
 complete -c rdcp -l integrity -d 'How each hop is protected (`auto`: `encrypt` where rdpipe\'s host has AES instructions, else `mac`; see docs/security.md)' -r -f -a "auto\t'`encrypt` where this CPU has AES instructions (it then costs less CPU than `mac`), `mac` where it has not'
 checksum\t'xxh3 checksum only: catches accidents, not an attacker on the path (for trusted fabrics; the fastest)'

@@ -104,7 +104,9 @@ pub struct RunOpts {
     /// Seconds a hop whose data connection died (a reset, a NAT that forgot it,
     /// an RDMA queue pair in the error state) keeps trying to reconnect and
     /// resume the stream from where its receiver is, out of the sender's
-    /// --replay-window; after that the run fails naming the hop. 0: off.
+    /// --replay-window; after that the run fails naming the hop. Also how long
+    /// an agent whose ssh session died keeps its command running while rdpipe
+    /// connects again and re-attaches to it (--launcher ssh). 0: off.
     #[arg(long, value_name = "SECS", default_value_t = 60,
           value_parser = clap::value_parser!(u64).range(0..=86400))]
     pub reconnect_timeout: u64,

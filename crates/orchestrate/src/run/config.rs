@@ -67,7 +67,8 @@ pub struct Config {
     /// Seconds to keep trying to connect.
     pub connect_timeout: u64,
     /// `--reconnect-timeout`: seconds a hop whose connection died tries to
-    /// reconnect and resume (0: off).
+    /// reconnect and resume, and an agent whose ssh session died waits to be
+    /// re-attached (0: off).
     pub reconnect_timeout: u64,
     /// Seconds the authentication handshake may take.
     pub handshake_timeout: u64,
