@@ -11,6 +11,7 @@
 # relink (a dead relay of an RDMA chain re-linked around; tests/rdma-vm/suite-relink.sh)
 # gather (`--from`: a line merge and --each from rxe1 into rxe0; tests/rdma-vm/suite-gather.sh)
 # forward (`rdpipe forward` from rxe0 to rxe1 over RDMA: Python sendall, concurrent connections; tests/rdma-vm/suite-forward.sh)
+# reattach (the ssh session to an RDMA host lost mid-stream, re-attached; tests/rdma-vm/suite-reattach.sh)
 # reconnect (an RDMA hop whose link goes down mid-stream resumes; tests/rdma-vm/suite-reconnect.sh)
 # compress (--compress over RDMA under each protection)
 # perf (default: all), and `ring`, `syscalls`, `relaycpu`, `rdcpbig` (tests/rdma-vm/suite-rdcp.sh) and `forwardperf` (tests/rdma-vm/suite-forward.sh), only when named
@@ -354,7 +355,7 @@ rm -f "$W/rkill.out"
 
 fi
 
-if want rdpipe || want fabric || want fanout || want gather || want forward || want forwardperf || want relaycpu || want relink || want rdcpbig; then
+if want rdpipe || want fabric || want fanout || want gather || want forward || want forwardperf || want relaycpu || want relink || want reattach || want rdcpbig; then
 echo "== rdpipe over RDMA: two 'hosts' (an sshd on rxe0's and on rxe1's address)"
 PIPE=$(rdma_bin rdpipe) || die "rdpipe not built (cargo build --release)"
 BIN_DIR=$(dirname "$PIPE")
@@ -517,6 +518,8 @@ fi
 . "$(dirname "$0")/suite-forward.sh"
 # relink: a dead relay of an RDMA chain.
 . "$(dirname "$0")/suite-relink.sh"
+# reattach: the ssh session to an RDMA host lost mid-stream.
+. "$(dirname "$0")/suite-reattach.sh"
 # rdcpbig: rdcp's rate for one big file against the plain transfer.
 . "$(dirname "$0")/suite-rdcp.sh"
 for f in "$S"/sshd-*.pid; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null; done
