@@ -33,6 +33,23 @@ fn reset_all(ns: &str) {
     nft(&["add rule inet rdpreset in meta l4proto tcp reject with tcp reset"]);
 }
 
+/// Every TCP segment into namespace `ns` dropped (the nftables table
+/// `rdpreset`, removed by [`unreset`]): connections stall without breaking.
+fn drop_all(ns: &str) {
+    for args in [
+        "add table inet rdpreset",
+        "add chain inet rdpreset in { type filter hook input priority 0; }",
+        "add rule inet rdpreset in meta l4proto tcp drop",
+    ] {
+        let ok = Command::new("ip")
+            .args(["netns", "exec", ns, "nft", args])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "nft {args}");
+    }
+}
+
 fn unreset(ns: &str) {
     let _ = Command::new("ip")
         .args(["netns", "exec", ns, "nft", "delete table inet rdpreset"])
@@ -136,6 +153,44 @@ fn a_host_resetting_every_connection_for_3_s_completes_byte_exact() {
     // resets reach it.
     let re = json_reattaches(&json);
     eprintln!("re-attaches: {re:?}");
+    assert!(re.iter().any(|(h, _)| h == "n1"), "{re:?}\n{}", r.stderr);
+    net.assert_clean();
+}
+
+/// Packets dropped rather than reset: the ssh connection stalls without
+/// breaking (ssh's keepalive would end it only after 90 s). The agent's
+/// channel carries no `PONG` for 12 s, so rdpipe re-attaches through a new
+/// master; the data hop rides the 20 s out on TCP retransmits.
+#[test]
+fn a_stalled_ssh_connection_is_replaced_and_the_run_completes() {
+    need_root!("network namespaces and nftables");
+    need_ssh!();
+    let net = Netns::start_with("ras", 2);
+    let data = random_bytes(192 << 20, 64);
+    let json = net.dir.path("run.json");
+    let args: Vec<String> = [
+        "-v",
+        "--rate-limit",
+        "5M",
+        "--json",
+        &json.display().to_string(),
+        "n1:cat",
+        "n2:cat",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let p = net.start_rdpipe(&args, Some(data[..96 << 20].to_vec()));
+    assert!(p.wait_stdout_len(4 << 20, Duration::from_secs(30)), "no data flows");
+    let ns = net.ns(1);
+    drop_all(&ns);
+    p.wait_stderr_line("nothing on it for 12 s", Duration::from_secs(30));
+    std::thread::sleep(Duration::from_secs(3));
+    unreset(&ns);
+    let r = p.finish(Duration::from_secs(120));
+    assert_eq!(r.code(), Some(0), "{}", r.stderr);
+    assert!(r.stdout == data[..96 << 20], "output differs ({} bytes)", r.stdout.len());
+    let re = json_reattaches(&json);
     assert!(re.iter().any(|(h, _)| h == "n1"), "{re:?}\n{}", r.stderr);
     net.assert_clean();
 }

@@ -142,7 +142,11 @@ pub fn listen<R: BufRead + Send + 'static>(
                         let _ = tx.send(Ev::LaneDrop(k));
                     }
                 }
-                Ok(ToAgent::Ping) => {}
+                Ok(ToAgent::Ping) => {
+                    if channel.detach.is_some() {
+                        say.pong();
+                    }
+                }
                 Ok(ToAgent::Bye) => {
                     tracing::debug!("control: BYE");
                     channel.bye = true;

@@ -114,6 +114,18 @@ impl Say {
         }
     }
 
+    /// `PONG`, outside the log: a sign of life, never sent again.
+    pub fn pong(&self) {
+        let mut g = self.lock();
+        if g.ended || g.broken {
+            return;
+        }
+        let line = format!("{}\n", FromAgent::Pong);
+        if g.w.write_all(line.as_bytes()).and_then(|_| g.w.flush()).is_err() {
+            g.broken = true;
+        }
+    }
+
     /// The channel was found lost (its end of file, or silence).
     pub fn lost(&self) {
         self.lock().broken = true;

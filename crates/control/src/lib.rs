@@ -47,8 +47,9 @@
 //! `DETACHABLE`; a 0700 directory, the peer's uid checked). rdpipe's first
 //! line there is `ATTACH KEY N`; the agent answers `ATTACHED M` and sends
 //! its lines from the N-th on again, and rdpipe sends its own from the M-th.
-//! Both count every line of the run but `PING` (rdpipe's) and the two
-//! attach lines.
+//! Both count every line of the run but `PING`, `PONG` and the two attach
+//! lines. A channel that carries no `PONG` for [`STALLED_AFTER`] is taken
+//! for lost (a connection that stalled without breaking) and re-attached.
 //!
 //! agent → rdpipe, on the agent's stdout:
 //! - `MUNGE CRED`: with `--munge`, before anything else, the agent's answer
@@ -83,6 +84,7 @@
 //! - `DETACHABLE PATH`: after `FABRIC`, with `--reattach`: where a new
 //!   channel re-attaches;
 //! - `ATTACHED N`: the answer to `ATTACH` on a new channel;
+//! - `PONG`: with `--reattach`, the answer to each `PING` (not counted);
 //! - `END ok` / `END fail`: the last line.
 //!
 //! The versions of this protocol and what each added are in
@@ -141,6 +143,11 @@ pub const MAX_PROBE: usize = 16;
 
 /// How often rdpipe sends `PING` on each agent's control channel.
 pub const PING_EVERY: Duration = Duration::from_secs(5);
+
+/// A re-attachable agent's channel that has carried no `PONG` for this long
+/// (two `PING`s unanswered, and some) is taken for lost: rdpipe re-attaches
+/// through a new ssh connection.
+pub const STALLED_AFTER: Duration = Duration::from_secs(12);
 
 /// An agent that hears nothing from rdpipe for this long (no `PING`, no line at
 /// all) considers rdpipe or its host gone and ends the segment, with
@@ -463,6 +470,9 @@ pub enum FromAgent {
     /// N of rdpipe's lines (rdpipe sends the rest again); the agent's own
     /// lines from rdpipe's count on follow.
     Attached(u64),
+    /// `PONG`: a re-attachable agent's answer to `PING` (not counted, never
+    /// sent again): rdpipe's sign that the channel still carries lines.
+    Pong,
     /// `LANE K LINE`: `LINE` (`PORT in`, `REACH in`, `DONE in`, `BYTES in`,
     /// `LOST in`, `RECONNECTED in`, `FAIL in`, `END`) is about lane K
     /// (1-based) of a merge segment's agent.
@@ -554,6 +564,7 @@ impl fmt::Display for FromAgent {
             FromAgent::Conn(c) => write!(f, "CONN {c}"),
             FromAgent::Detachable(p) => write!(f, "DETACHABLE {}", one_line(p)),
             FromAgent::Attached(n) => write!(f, "ATTACHED {n}"),
+            FromAgent::Pong => f.write_str("PONG"),
         }
     }
 }
@@ -705,6 +716,7 @@ impl FromStr for FromAgent {
             "DETACHABLE" if rest.starts_with('/') => Ok(FromAgent::Detachable(rest.to_string())),
             "DETACHABLE" => Err(ParseError::Field("socket path")),
             "ATTACHED" => Ok(FromAgent::Attached(num(rest, "line count")?)),
+            "PONG" if rest.is_empty() => Ok(FromAgent::Pong),
             "SPOOL" => {
                 let mut w = rest.split(' ');
                 let peak = num(field(&mut w, "peak")?, "peak")?;

@@ -503,6 +503,7 @@ fn attach_lines_round_trip() {
     round_trip_from(FromAgent::Detachable("/run/user/1000/rdpipe-a-x1/s".into()));
     round_trip_from(FromAgent::Attached(0));
     round_trip_from(FromAgent::Attached(u64::MAX));
+    round_trip_from(FromAgent::Pong);
     let secret = vec![0xab; 32];
     for m in [
         ToAgent::Bye,

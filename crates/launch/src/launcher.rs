@@ -267,15 +267,18 @@ pub trait Launcher: Send + Sync {
 
     /// Opens a new channel to segment `seg`'s host and runs `line` there
     /// (`rdrecv --agent-attach PATH`), first re-establishing the connection
-    /// to the host if it was lost (retrying with backoff until `deadline`).
+    /// to the host if it was lost, or if it was made before `stale` (a
+    /// connection that stalled without breaking), retrying with backoff
+    /// until `deadline`.
     fn reattach<'a>(
         &'a self,
         seg: usize,
         host: &'a RemoteHost,
         line: String,
         deadline: std::time::Instant,
+        stale: Option<std::time::Instant>,
     ) -> Boxed<'a, Result<AgentHandle, LaunchError>> {
-        let _ = (line, deadline);
+        let _ = (line, deadline, stale);
         Box::pin(async move {
             Err(LaunchError::new(
                 self.kind(),

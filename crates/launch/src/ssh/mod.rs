@@ -57,6 +57,8 @@ struct Connections {
     /// Per master: the `FAREWELL` lines its guard has (a renewed master's
     /// guard gets them too).
     farewells: Vec<Vec<String>>,
+    /// Per master: when it came up.
+    started: Vec<Instant>,
     /// Segment index → index into `masters`.
     of_segment: HashMap<usize, usize>,
 }
@@ -81,9 +83,15 @@ impl SshLauncher {
         Some(c.masters[m].session.clone())
     }
 
-    /// Segment `seg`'s master, started again if it is gone (one at a time
-    /// per master; retried with backoff until `deadline`).
-    async fn renew(&self, seg: usize, deadline: Instant) -> Result<Arc<openssh::Session>, String> {
+    /// Segment `seg`'s master, started again if it is gone or was started
+    /// before `stale` (one at a time per master; retried with backoff until
+    /// `deadline`).
+    async fn renew(
+        &self,
+        seg: usize,
+        deadline: Instant,
+        stale: Option<Instant>,
+    ) -> Result<Arc<openssh::Session>, String> {
         let (k, lock) = {
             let c = self.state.lock().expect("not poisoned");
             let k = *c
@@ -96,10 +104,12 @@ impl SshLauncher {
         let mut pause = Duration::from_millis(100);
         let mut last = String::from("the ssh connection was lost");
         loop {
-            let session = self.state.lock().expect("not poisoned").masters[k]
-                .session
-                .clone();
-            if session.check().await.is_ok() {
+            let (session, since) = {
+                let c = self.state.lock().expect("not poisoned");
+                (c.masters[k].session.clone(), c.started[k])
+            };
+            let stalled = stale.is_some_and(|t| since <= t);
+            if !stalled && session.check().await.is_ok() {
                 return Ok(session);
             }
             let left = deadline.saturating_duration_since(Instant::now());
@@ -124,6 +134,7 @@ impl SshLauncher {
                     let old = {
                         let mut c = self.state.lock().expect("not poisoned");
                         c.ends[k].1 = ctl.clone();
+                        c.started[k] = Instant::now();
                         for f in &c.farewells[k] {
                             m.tell_guard(farewell_line(&self.ssh, &host, &ctl, f));
                         }
@@ -423,6 +434,7 @@ impl Launcher for SshLauncher {
                     c.ends.push((jobs[n].0.clone(), ctls[n].clone()));
                     c.renewals.push(Default::default());
                     c.farewells.push(Vec::new());
+                    c.started.push(Instant::now());
                 }
             }
             drop(c);
@@ -497,10 +509,11 @@ impl Launcher for SshLauncher {
         host: &'a RemoteHost,
         line: String,
         deadline: Instant,
+        stale: Option<Instant>,
     ) -> Boxed<'a, Result<AgentHandle, LaunchError>> {
         Box::pin(async move {
             let session = self
-                .renew(seg, deadline)
+                .renew(seg, deadline, stale)
                 .await
                 .map_err(|m| Self::error(host, seg, LaunchCause::Connect(m)))?;
             spawn_remote(session, line, self.max_sessions)

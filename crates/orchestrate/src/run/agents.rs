@@ -167,6 +167,8 @@ impl Runner {
             FromAgent::Detachable(path) => self.detachable(i, path),
             // (Only the first line of a new channel: [`super::reattach`].)
             FromAgent::Attached(_) => debug!("[{}] an ATTACHED line out of place: ignored", i + 1),
+            // (Taken by the channel's reader: `Event::Pong`.)
+            FromAgent::Pong => {}
             // (Unwrapped above: a lane never speaks for another.)
             FromAgent::Lane { .. } => debug!("[{}] a nested LANE line: ignored", i + 1),
             FromAgent::Lost { dir, offset } => {

@@ -89,10 +89,13 @@ pub fn tool() -> &'static str {
 
 /// Something the event loop hears.
 enum Event {
-    /// A control line from agent `i`.
-    Line(usize, String),
-    /// Agent `i` exited (status, description).
-    Exited(usize, Option<i32>, String),
+    /// A control line from agent `i`, on its channel number N
+    /// ([`reattach::AttachState::gen`]).
+    Line(usize, u32, String),
+    /// Agent `i`'s `PONG` on its channel number N.
+    Pong(usize, u32),
+    /// Agent `i`'s channel number N ended (status, description).
+    Exited(usize, u32, Option<i32>, String),
     /// rdpipe's stdin sender ended.
     Source(Result<Report, TransportError>),
     /// rdpipe's stdout receiver ended.
@@ -556,6 +559,7 @@ impl Runner {
                 for i in 0..self.agents.len() {
                     self.send(i, &ToAgent::Ping).await;
                 }
+                self.find_stalled();
             }
             let tick = tokio::time::sleep(Duration::from_millis(100));
             tokio::select! {
@@ -672,13 +676,20 @@ impl Runner {
 
     async fn handle(&mut self, m: Event) {
         match m {
-            Event::Line(i, l) => {
-                self.agents[i].attach.received += 1;
-                self.handle_line(i, &l).await
+            Event::Line(i, g, l) => {
+                if self.agents[i].attach.current(g) {
+                    self.agents[i].attach.received += 1;
+                    self.handle_line(i, &l).await
+                }
             }
-            Event::Exited(i, code, text) => {
-                if self.should_reattach(i) {
-                    self.start_reattach(i, code, text);
+            Event::Pong(i, g) => {
+                self.agents[i].attach.current(g);
+            }
+            Event::Exited(i, g, code, text) => {
+                if !self.agents[i].attach.current(g) {
+                    debug!("[{}] a replaced channel ended ({text})", i + 1);
+                } else if self.should_reattach(i) {
+                    self.start_reattach(i, code, text, None);
                 } else {
                     self.channel_ended(i, code, text).await
                 }

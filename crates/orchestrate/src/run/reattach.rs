@@ -22,7 +22,7 @@
 //! [`Launcher::reattach`]: rdpipe_launch::Launcher::reattach
 
 use super::{Event, Runner};
-use rdpipe_control::{FromAgent, ToAgent};
+use rdpipe_control::{FromAgent, ToAgent, STALLED_AFTER};
 use rdpipe_launch::command_line::remote_command_line;
 use rdpipe_launch::install::default_bin;
 use rdpipe_launch::{AgentHandle, Launcher};
@@ -51,9 +51,23 @@ pub(super) struct AttachState {
     pub received: u64,
     /// A re-attach in progress.
     pub pending: Option<Pending>,
+    /// The current channel's number: the events of a channel replaced by a
+    /// re-attach are ignored.
+    pub gen: u32,
+    /// When the current channel last carried a line or a `PONG`.
+    pub heard: Option<Instant>,
 }
 
 impl AttachState {
+    /// Whether an event of channel `g` is about the current channel (which
+    /// was then heard from).
+    pub fn current(&mut self, g: u32) -> bool {
+        if g == self.gen {
+            self.heard = Some(Instant::now());
+        }
+        g == self.gen
+    }
+
     /// Records `line`, sent to the agent (or to be sent after a re-attach).
     pub fn sent(&mut self, line: &str) {
         if self.logging && line != "PING" {
@@ -149,8 +163,33 @@ impl Runner {
             && matches!(self.plan.segments[i].host, Host::Remote(_))
     }
 
-    /// Starts re-attaching to agent `i`, whose channel ended as `text` says.
-    pub(super) fn start_reattach(&mut self, i: usize, code: Option<i32>, text: String) {
+    /// Re-attaches to the agents whose channel carried nothing (not even a
+    /// `PONG`) for [`STALLED_AFTER`]: a connection that stalled without
+    /// breaking, which ssh's keepalive would end only much later. The new
+    /// channel goes through a new ssh connection.
+    pub(super) fn find_stalled(&mut self) {
+        for i in 0..self.agents.len() {
+            let a = &self.agents[i].attach;
+            let silent = a.heard.is_some_and(|t| t.elapsed() > STALLED_AFTER);
+            if silent && self.should_reattach(i) {
+                let text = format!(
+                    "nothing on it for {} s",
+                    STALLED_AFTER.as_secs()
+                );
+                self.start_reattach(i, None, text, Some(Instant::now()));
+            }
+        }
+    }
+
+    /// Starts re-attaching to agent `i`, whose channel ended as `text` says
+    /// (through a connection made after `stale`, when given).
+    pub(super) fn start_reattach(
+        &mut self,
+        i: usize,
+        code: Option<i32>,
+        text: String,
+        stale: Option<Instant>,
+    ) {
         let Host::Remote(host) = self.plan.segments[i].host.clone() else {
             return;
         };
@@ -159,6 +198,8 @@ impl Runner {
             return;
         };
         a.stdin = None;
+        // The old channel's events are ignored from now on.
+        a.attach.gen += 1;
         let received = a.attach.received;
         let line = self.attach_line(i, &path);
         let launcher = self.launchers.of(&self.plan.segments[i].host).clone();
@@ -174,7 +215,7 @@ impl Runner {
         let tx = self.events.tx.clone();
         let task = tokio::spawn(async move {
             let deadline = Instant::now() + limit;
-            let r = reconnect(launcher, i, &host, line, &secret, received, deadline).await;
+            let r = reconnect(launcher, i, &host, line, &secret, received, deadline, stale).await;
             let r = r.map_err(|f| match f {
                 Failed::Gone => String::new(),
                 Failed::Unreachable(m) => m,
@@ -263,7 +304,9 @@ impl Runner {
 }
 
 /// Opens a new channel to the agent at `line`'s socket and attaches it,
-/// retrying until `deadline`.
+/// retrying until `deadline` (through a connection made after `stale`,
+/// when given).
+#[allow(clippy::too_many_arguments)]
 async fn reconnect(
     launcher: Arc<dyn Launcher>,
     seg: usize,
@@ -272,13 +315,15 @@ async fn reconnect(
     secret: &[u8],
     received: u64,
     deadline: Instant,
+    stale: Option<Instant>,
 ) -> Result<NewChannel, Failed> {
     let mut pause = Duration::from_millis(100);
     loop {
-        let h = launcher
-            .reattach(seg, host, line.clone(), deadline)
-            .await
-            .map_err(|e| Failed::Unreachable(e.cause.to_string()))?;
+        let opened = launcher.reattach(seg, host, line.clone(), deadline, stale);
+        let h = match tokio::time::timeout_at(deadline.into(), opened).await {
+            Ok(h) => h.map_err(|e| Failed::Unreachable(e.cause.to_string()))?,
+            Err(_) => return Err(Failed::Unreachable("no new ssh session in time".into())),
+        };
         match handshake(h, secret, received).await {
             Ok(ch) => return Ok(ch),
             Err(Failed::Gone) => return Err(Failed::Gone),

@@ -183,7 +183,7 @@ impl Runner {
                     }
                     // What the agent said instead comes first.
                     if let Some(l) = replay {
-                        let _ = self.events.tx.send(Event::Line(i, l));
+                        let _ = self.events.tx.send(Event::Line(i, 0, l));
                     }
                     // No key: its channel closes, and it ends.
                     self.watch_agent(i, handle, &[]).await;
@@ -273,6 +273,8 @@ impl Runner {
             })
         });
         let tx = self.events.tx.clone();
+        let gen = self.agents[i].attach.gen;
+        self.agents[i].attach.heard = Some(std::time::Instant::now());
         tokio::spawn(async move {
             let mut r = BufReader::new(stdout);
             let mut buf = Vec::new();
@@ -283,7 +285,11 @@ impl Runner {
                     break;
                 }
                 let l = String::from_utf8_lossy(&buf).trim_end().to_string();
-                let _ = tx.send(Event::Line(i, l));
+                let m = match l == "PONG" {
+                    true => Event::Pong(i, gen),
+                    false => Event::Line(i, gen, l),
+                };
+                let _ = tx.send(m);
                 buf.clear();
             }
             if let Some(t) = stderr_task {
@@ -291,7 +297,7 @@ impl Runner {
                 let _ = tokio::time::timeout(Duration::from_secs(2), t).await;
             }
             let (code, text) = wait.await;
-            let _ = tx.send(Event::Exited(i, code, text));
+            let _ = tx.send(Event::Exited(i, gen, code, text));
         });
     }
 }
