@@ -94,18 +94,14 @@ fn kill9_mid_stream(victim: Victim, tag: &str) {
     let ssh = LocalSsh::start(tag);
     let mark = marker(tag);
     let cfg = ssh.config.to_string_lossy().into_owned();
-    let s = start(
-        &[],
-        &args(
-            &ssh,
-            &[
-                "-v",
-                &format!("h1:yes {mark}"),
-                &format!("h2:cat >/dev/null # {mark}"),
-            ],
-        ),
-        None,
-    );
+    let yes = format!("h1:yes {mark}");
+    let cat = format!("h2:cat >/dev/null # {mark}");
+    // (-v for the re-attach line, where the master is the victim.)
+    let words: Vec<&str> = match victim {
+        Victim::RecvMaster => vec!["-v", &yes, &cat],
+        _ => vec![&yes, &cat],
+    };
+    let s = start(&[], &args(&ssh, &words), None);
     let (pattern, comm_is) = match victim {
         Victim::Command => (format!("^yes {mark}"), "yes"),
         Victim::SendAgent => (format!("rdrecv --agent .*yes {mark}"), "rdrecv"),

@@ -181,7 +181,10 @@ fn a_stalled_ssh_connection_is_replaced_and_the_run_completes() {
     .map(|s| s.to_string())
     .collect();
     let p = net.start_rdpipe(&args, Some(data[..96 << 20].to_vec()));
-    assert!(p.wait_stdout_len(4 << 20, Duration::from_secs(30)), "no data flows");
+    assert!(
+        p.wait_stdout_len(4 << 20, Duration::from_secs(30)),
+        "no data flows"
+    );
     let ns = net.ns(1);
     drop_all(&ns);
     p.wait_stderr_line("nothing on it for 12 s", Duration::from_secs(30));
@@ -189,7 +192,11 @@ fn a_stalled_ssh_connection_is_replaced_and_the_run_completes() {
     unreset(&ns);
     let r = p.finish(Duration::from_secs(120));
     assert_eq!(r.code(), Some(0), "{}", r.stderr);
-    assert!(r.stdout == data[..96 << 20], "output differs ({} bytes)", r.stdout.len());
+    assert!(
+        r.stdout == data[..96 << 20],
+        "output differs ({} bytes)",
+        r.stdout.len()
+    );
     let re = json_reattaches(&json);
     assert!(re.iter().any(|(h, _)| h == "n1"), "{re:?}\n{}", r.stderr);
     net.assert_clean();
@@ -363,4 +370,38 @@ fn another_user_cannot_attach_to_an_agent() {
         1,
         "{o:?}"
     );
+}
+
+/// A run that never loses its channel leaves no attach socket behind, and
+/// its agents' stderr (through the relay) reaches rdpipe's stderr whole.
+#[test]
+fn a_normal_run_leaves_no_attach_socket_and_keeps_stderr() {
+    need_root!("network namespaces");
+    need_ssh!();
+    let net = Netns::start_with("ran", 2);
+    let args = vec![
+        "-vv".to_string(),
+        "n1:cat; echo to-stderr-n1 >&2".into(),
+        "n2:cat".into(),
+    ];
+    let r = net.rdpipe(&args, Some(b"hello\n".to_vec()), 60);
+    assert_eq!(r.code(), Some(0), "{}", r.stderr);
+    assert_eq!(r.stdout, b"hello\n");
+    assert!(
+        r.stderr.lines().any(|l| l == "n1: to-stderr-n1"),
+        "{}",
+        r.stderr
+    );
+    let paths: Vec<String> = r
+        .stderr
+        .lines()
+        .filter_map(|l| l.split("re-attachable at ").nth(1))
+        .map(|p| p.trim().to_string())
+        .collect();
+    assert_eq!(paths.len(), 2, "{}", r.stderr);
+    for p in paths {
+        let dir = std::path::Path::new(&p).parent().unwrap().to_path_buf();
+        assert!(!dir.exists(), "{} left behind", dir.display());
+    }
+    net.assert_clean();
 }

@@ -2,8 +2,9 @@
 //! died (`--reattach SECS`).
 //!
 //! The agent listens on a Unix socket in a directory of its own (mode 0700,
-//! in `$XDG_RUNTIME_DIR` when it is short, else `/tmp`) and tells rdpipe its
-//! path (`DETACHABLE PATH`). rdpipe opens a new ssh session that runs
+//! a random name in `/tmp`: not `$XDG_RUNTIME_DIR`, which systemd removes
+//! when the user's last session ends, and the lost one may be that) and
+//! tells rdpipe its path (`DETACHABLE PATH`). rdpipe opens a new ssh session that runs
 //! `rdrecv --agent-attach PATH` ([`helper_main`]): the helper connects and
 //! hands its own stdin, stdout and stderr (the new session's) to the agent
 //! with `SCM_RIGHTS`, then waits until the agent closes the connection
@@ -11,7 +12,11 @@
 //! a peer of its own uid (`SO_PEERCRED`; the directory already keeps other
 //! users out) whose session's first line is `ATTACH KEY N` with the secret
 //! rdpipe sent as `ATTACHKEY` on the first channel (compared in constant
-//! time). The secret is never on a command line or in an environment.
+//! time). The secret is never on a command line or in an environment. The
+//! helper, in turn, hands the channel (and so the secret) only to a socket in
+//! a directory of its own uid with mode 0700, not a symbolic link, whose
+//! listener is of its own uid: a name in `/tmp` that another user made after
+//! the agent's directory went away gets nothing.
 
 use rdpipe_control::ToAgent;
 use rustix::net::{
@@ -78,16 +83,37 @@ pub struct Listener {
 }
 
 /// The directory the socket's own directory goes in (short: `sun_path` has
-/// 108 bytes).
+/// 108 bytes; lasting: not removed when the user's sessions end).
 fn runtime_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("XDG_RUNTIME_DIR") {
-        let d = PathBuf::from(d);
-        let plain = d.to_str().is_some_and(|s| !s.contains(char::is_whitespace));
-        if plain && d.as_os_str().len() < 48 && d.is_dir() {
-            return d;
-        }
-    }
     PathBuf::from("/tmp")
+}
+
+/// Removes the socket at `path` and its directory (at the agent's exit: the
+/// thread that serves it is never joined, so its [`Listener`] is never
+/// dropped).
+pub fn remove(path: &Path) {
+    let _ = std::fs::remove_file(path);
+    if let Some(d) = path.parent() {
+        let _ = std::fs::remove_dir(d);
+    }
+}
+
+/// Whether `path`'s directory is this user's own private one: owned by
+/// this uid, mode 0700, not a symbolic link.
+fn private_dir(path: &Path) -> io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let dir = path
+        .parent()
+        .ok_or_else(|| io::Error::other("no directory"))?;
+    let m = std::fs::symlink_metadata(dir)?;
+    let me = rustix::process::getuid().as_raw();
+    if !m.is_dir() || m.uid() != me || m.mode() & 0o777 != 0o700 {
+        return Err(io::Error::other(format!(
+            "{} is not a private directory of this user",
+            dir.display()
+        )));
+    }
+    Ok(())
 }
 
 /// The secret a channel must present: none until rdpipe sent `ATTACHKEY`.
@@ -269,24 +295,30 @@ pub fn helper_main<I: IntoIterator<Item = std::ffi::OsString>>(args: I) -> std::
         eprintln!("rdrecv: --agent-attach takes one socket path");
         return std::process::ExitCode::from(2);
     };
-    let s = match UnixStream::connect(path) {
+    let path = Path::new(path);
+    let s = match private_dir(path).and_then(|()| UnixStream::connect(path)) {
         Ok(s) => s,
         Err(e) => {
             eprintln!(
                 "rdrecv: no agent at {}: {e}",
                 rdpipe_term::escaped(&path.to_string_lossy())
             );
-            // A socket whose agent is gone (SIGKILL): nothing will answer.
+            // A socket (in our own directory) whose agent is gone
+            // (SIGKILL): nothing will answer.
             if e.kind() == io::ErrorKind::ConnectionRefused {
-                let p = Path::new(path);
-                let _ = std::fs::remove_file(p);
-                if let Some(d) = p.parent() {
-                    let _ = std::fs::remove_dir(d);
-                }
+                remove(path);
             }
             return std::process::ExitCode::from(NO_AGENT);
         }
     };
+    let me = rustix::process::getuid();
+    match rustix::net::sockopt::get_socket_peercred(&s) {
+        Ok(c) if c.uid == me => {}
+        _ => {
+            eprintln!("rdrecv: the agent socket's listener is not this user's");
+            return std::process::ExitCode::from(NO_AGENT);
+        }
+    }
     let (i, o, e) = (io::stdin(), io::stdout(), io::stderr());
     let fds = [i.as_fd(), o.as_fd(), e.as_fd()];
     let mut space = [0u8; rustix::cmsg_space!(ScmRights(3))];

@@ -101,36 +101,39 @@ fn farewell(line: &str) -> Option<(Vec<OsString>, Vec<u8>)> {
     (!argv.is_empty() && w.next().is_none()).then_some((argv, input))
 }
 
-/// Runs every farewell at once, each with its input on stdin; those still
-/// running after [`FAREWELL_TIME`] are killed.
+/// How many farewells run at once: sessions on one master, which sshd
+/// bounds (`MaxSessions`, 10 by default).
+const FAREWELLS_AT_ONCE: usize = 8;
+
+/// Runs the farewells, [`FAREWELLS_AT_ONCE`] at a time, each with its input
+/// on stdin; whatever still runs after [`FAREWELL_TIME`] in all is killed.
 fn run_farewells(all: &[(Vec<OsString>, Vec<u8>)]) {
     use std::io::Write;
-    let mut running = Vec::new();
-    for (argv, input) in all {
-        let started = Command::new(&argv[0])
-            .args(&argv[1..])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn();
-        if let Ok(mut c) = started {
-            if let Some(mut i) = c.stdin.take() {
-                let _ = i.write_all(input);
-            }
-            running.push(c);
-        }
-    }
     let deadline = Instant::now() + FAREWELL_TIME;
-    while Instant::now() < deadline {
-        running.retain_mut(|c| !matches!(c.try_wait(), Ok(Some(_)) | Err(_)));
-        if running.is_empty() {
-            return;
+    for batch in all.chunks(FAREWELLS_AT_ONCE) {
+        let mut running = Vec::new();
+        for (argv, input) in batch {
+            let started = Command::new(&argv[0])
+                .args(&argv[1..])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn();
+            if let Ok(mut c) = started {
+                if let Some(mut i) = c.stdin.take() {
+                    let _ = i.write_all(input);
+                }
+                running.push(c);
+            }
         }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    for mut c in running {
-        let _ = c.kill();
-        let _ = c.wait();
+        while Instant::now() < deadline && !running.is_empty() {
+            running.retain_mut(|c| !matches!(c.try_wait(), Ok(Some(_)) | Err(_)));
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        for mut c in running {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
 }
 

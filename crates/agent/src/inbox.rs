@@ -98,6 +98,7 @@ pub fn listen<R: BufRead + Send + 'static>(
             let mut line = match channel.next(silence, &say) {
                 Heard::Line(l) => l,
                 Heard::End(reason) => {
+                    say.give_up();
                     let _ = tx.send(Ev::Stop(reason));
                     return;
                 }

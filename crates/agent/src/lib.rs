@@ -201,6 +201,7 @@ fn run(a: AgentArgs) -> bool {
     say.send(&FromAgent::Fabric(fabric.clone()));
     let detach = detachable(a.reattach);
     let relay = detach.as_ref().map(|d| d.stderr.clone());
+    let socket = detach.as_ref().map(|d| d.listener.path().to_path_buf());
     if let Some(d) = &detach {
         say.send(&FromAgent::Detachable(
             d.listener.path().display().to_string(),
@@ -347,6 +348,9 @@ fn run(a: AgentArgs) -> bool {
     say_end.linger(Duration::from_secs(a.reattach));
     if let Some(r) = relay {
         r.finish();
+    }
+    if let Some(p) = socket {
+        attach::remove(&p);
     }
     ok
 }

@@ -38,6 +38,8 @@ struct Out {
     ended: bool,
     /// A write failed: the channel is gone (until a re-attach).
     broken: bool,
+    /// No re-attach can come any more (the agent stopped waiting for one).
+    given_up: bool,
     /// Kept lines, the first one numbered `first` (0-based).
     log: Option<(u64, VecDeque<String>)>,
 }
@@ -68,6 +70,7 @@ impl Say {
                 w,
                 ended: false,
                 broken: false,
+                given_up: false,
                 log: None,
             }),
             Condvar::new(),
@@ -116,14 +119,28 @@ impl Say {
 
     /// `PONG`, outside the log: a sign of life, never sent again.
     pub fn pong(&self) {
-        let mut g = self.lock();
+        // Never waits: a line being written (into a channel that may be
+        // stalled) says as much.
+        let Ok(mut g) = self.0 .0.try_lock() else {
+            return;
+        };
         if g.ended || g.broken {
             return;
         }
         let line = format!("{}\n", FromAgent::Pong);
-        if g.w.write_all(line.as_bytes()).and_then(|_| g.w.flush()).is_err() {
+        if g.w
+            .write_all(line.as_bytes())
+            .and_then(|_| g.w.flush())
+            .is_err()
+        {
             g.broken = true;
         }
+    }
+
+    /// No re-attach will come: [`Say::linger`] stops waiting.
+    pub fn give_up(&self) {
+        self.lock().given_up = true;
+        self.0 .1.notify_all();
     }
 
     /// The channel was found lost (its end of file, or silence).
@@ -175,7 +192,7 @@ impl Say {
             return;
         }
         let deadline = std::time::Instant::now() + limit;
-        while g.broken {
+        while g.broken && !g.given_up {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             if left.is_zero() {
                 return;

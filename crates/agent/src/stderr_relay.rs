@@ -18,7 +18,10 @@ pub const KEEP: usize = 256 << 10;
 
 struct State {
     /// The channel's stderr; none while it is lost.
-    out: Option<File>,
+    out: Option<Arc<File>>,
+    /// Bumped by each re-attach: a write that fails on a replaced channel
+    /// does not mark the new one lost.
+    gen: u64,
     /// Bytes no channel took yet.
     kept: VecDeque<u8>,
     /// Bytes dropped from `kept`'s front.
@@ -26,15 +29,7 @@ struct State {
 }
 
 impl State {
-    fn write(&mut self, b: &[u8]) {
-        if self.kept.is_empty() {
-            if let Some(o) = self.out.as_mut() {
-                if o.write_all(b).is_ok() {
-                    return;
-                }
-                self.out = None;
-            }
-        }
+    fn keep(&mut self, b: &[u8]) {
         self.kept.extend(b);
         let over = self.kept.len().saturating_sub(KEEP);
         if over > 0 {
@@ -44,9 +39,10 @@ impl State {
     }
 
     fn flush_kept(&mut self) {
-        let Some(o) = self.out.as_mut() else {
+        let Some(o) = self.out.clone() else {
             return;
         };
+        let mut o = &*o;
         if self.dropped > 0 {
             let note = format!(
                 "[{} bytes of stderr dropped while detached]\n",
@@ -61,6 +57,30 @@ impl State {
         } else {
             self.out = None;
         }
+    }
+}
+
+/// Writes `b` to the channel's stderr, outside the lock (a stalled channel
+/// blocks only this thread, not a re-attach), or keeps it.
+fn relay(state: &Mutex<State>, b: &[u8]) {
+    let (out, gen) = {
+        let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
+        match (&s.out, s.kept.is_empty()) {
+            (Some(o), true) => (o.clone(), s.gen),
+            _ => return s.keep(b),
+        }
+    };
+    if (&*out).write_all(b).is_ok() {
+        return;
+    }
+    let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
+    if s.gen == gen {
+        s.out = None;
+        s.keep(b);
+    } else {
+        // Written (partly) to a replaced channel: the new one gets it.
+        s.keep(b);
+        s.flush_kept();
     }
 }
 
@@ -79,7 +99,8 @@ impl StderrRelay {
         rustix::stdio::dup2_stderr(&w)?;
         drop(w);
         let state = Arc::new(Mutex::new(State {
-            out: Some(File::from(real)),
+            out: Some(Arc::new(File::from(real))),
+            gen: 0,
             kept: VecDeque::new(),
             dropped: 0,
         }));
@@ -92,7 +113,7 @@ impl StderrRelay {
                 loop {
                     match r.read(&mut buf) {
                         Ok(0) => break,
-                        Ok(n) => s.lock().unwrap_or_else(|p| p.into_inner()).write(&buf[..n]),
+                        Ok(n) => relay(&s, &buf[..n]),
                         Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                         Err(_) => break,
                     }
@@ -107,7 +128,8 @@ impl StderrRelay {
     /// A new channel's stderr: what was kept goes there first.
     pub fn reattach(&self, fd: OwnedFd) {
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        s.out = Some(File::from(fd));
+        s.out = Some(Arc::new(File::from(fd)));
+        s.gen += 1;
         s.flush_kept();
     }
 
@@ -119,7 +141,7 @@ impl StderrRelay {
             let s = self.state.lock().unwrap_or_else(|p| p.into_inner());
             // (Failing that, fd 2 stays the pipe, which is read below.)
             let _ = match &s.out {
-                Some(f) => rustix::stdio::dup2_stderr(f).map_err(io::Error::from),
+                Some(f) => rustix::stdio::dup2_stderr(&**f).map_err(io::Error::from),
                 None => File::open("/dev/null")
                     .and_then(|f| rustix::stdio::dup2_stderr(&f).map_err(io::Error::from)),
             };

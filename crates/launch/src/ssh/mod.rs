@@ -106,7 +106,11 @@ impl SshLauncher {
         loop {
             let (session, since) = {
                 let c = self.state.lock().expect("not poisoned");
-                (c.masters[k].session.clone(), c.started[k])
+                match (c.masters.get(k), c.started.get(k)) {
+                    (Some(m), Some(&t)) => (m.session.clone(), t),
+                    // Closed meanwhile (teardown).
+                    _ => return Err("the run is ending".into()),
+                }
             };
             let stalled = stale.is_some_and(|t| since <= t);
             if !stalled && session.check().await.is_ok() {
@@ -133,6 +137,11 @@ impl SshLauncher {
                 Ok(Ok(m)) => {
                     let old = {
                         let mut c = self.state.lock().expect("not poisoned");
+                        if c.masters.len() <= k {
+                            // Closed meanwhile (teardown): this one too.
+                            tokio::spawn(m.close());
+                            return Err("the run is ending".into());
+                        }
                         c.ends[k].1 = ctl.clone();
                         c.started[k] = Instant::now();
                         for f in &c.farewells[k] {
@@ -160,7 +169,7 @@ impl SshLauncher {
     /// (`--persist`: the same one).
     fn renewal_socket(&self, k: usize, n: u32) -> Result<(RemoteHost, PathBuf), String> {
         let c = self.state.lock().expect("not poisoned");
-        let (host, ctl) = c.ends[k].clone();
+        let (host, ctl) = c.ends.get(k).cloned().ok_or("the run is ending")?;
         let Some(dir) = &c.dir else {
             return Ok((host, ctl));
         };

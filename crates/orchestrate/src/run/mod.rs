@@ -628,7 +628,9 @@ impl Runner {
             }
             None => (i, m),
         };
-        if self.agents[i].stdin.is_none() {
+        // (While a re-attach is under way the line is recorded, and sent
+        // once the new channel is up.)
+        if self.agents[i].stdin.is_none() && self.agents[i].attach.pending.is_none() {
             return;
         }
         if !matches!(m, ToAgent::RelinkIn { .. } | ToAgent::RelinkOut { .. }) {

@@ -70,7 +70,7 @@ impl AttachState {
 
     /// Records `line`, sent to the agent (or to be sent after a re-attach).
     pub fn sent(&mut self, line: &str) {
-        if self.logging && line != "PING" {
+        if self.logging && self.secret.is_some() && line != "PING" {
             self.lines.push(line.to_string());
         }
     }
@@ -110,9 +110,11 @@ impl Runner {
         let line = self.attach_line(i, &path);
         self.agents[i].attach.path = Some(path);
         if let Some(secret) = self.agents[i].attach.secret.clone() {
+            // (A count beyond the agent's lines: it ends at once, sending
+            // nothing again.)
             let bye = ToAgent::Attach {
                 secret,
-                received: 0,
+                received: u64::MAX,
             };
             let input = format!("{bye}\n{}\n", ToAgent::Bye);
             let host = &self.plan.segments[i].host;
@@ -172,10 +174,7 @@ impl Runner {
             let a = &self.agents[i].attach;
             let silent = a.heard.is_some_and(|t| t.elapsed() > STALLED_AFTER);
             if silent && self.should_reattach(i) {
-                let text = format!(
-                    "nothing on it for {} s",
-                    STALLED_AFTER.as_secs()
-                );
+                let text = format!("nothing on it for {} s", STALLED_AFTER.as_secs());
                 self.start_reattach(i, None, text, Some(Instant::now()));
             }
         }
@@ -282,11 +281,12 @@ impl Runner {
             );
         }
         let again: Vec<String> = lines.iter().skip(from).cloned().collect();
+        // Reading first: the agent sends its own backlog meanwhile.
+        self.watch_channel(i, stdout, stderr, wait);
         debug!("[{}] sending {} line(s) again", i + 1, again.len());
         for l in again {
             self.write_line(i, &l).await;
         }
-        self.watch_channel(i, stdout, stderr, wait);
     }
 
     /// Teardown: a re-attach still under way is given up (the agent ends on
