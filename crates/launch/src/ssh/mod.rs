@@ -28,6 +28,11 @@ use tracing::debug;
 /// client). See docs/fanout.md for the set-up time per host.
 pub const MAX_PARALLEL_STARTS: usize = 32;
 
+/// The longest pause between two attempts to start a lost master again: a
+/// refused attempt costs a fork of ssh and its guard, and the session's
+/// return is noticed within this (as a data hop's redial, every 0.5 s).
+const RENEW_PAUSE_MAX: Duration = Duration::from_millis(500);
+
 /// Starts agents through ssh master connections.
 pub struct SshLauncher {
     ssh: SshConfig,
@@ -158,7 +163,7 @@ impl SshLauncher {
                         pause.min(deadline.saturating_duration_since(Instant::now())),
                     )
                     .await;
-                    pause = (pause * 2).min(Duration::from_secs(2));
+                    pause = (pause * 2).min(RENEW_PAUSE_MAX);
                 }
                 Err(_) => return Err(last),
             }

@@ -333,7 +333,7 @@ async fn reconnect(
                     return Err(Failed::Unreachable(m));
                 }
                 tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_secs(2));
+                pause = (pause * 2).min(Duration::from_millis(500));
             }
         }
     }
