@@ -1,53 +1,47 @@
 //! A run that outlives its ssh sessions (namespace hosts with sshd; root):
-//! the ssh master for one host SIGKILLed mid-stream, and every TCP segment
-//! of one host (ssh's included) answered with a reset for 3 s, both
-//! complete byte-exact with the re-attach reported; the same outage longer
-//! than `--reconnect-timeout` fails within the bound, names the host,
-//! leaves no process and no `> FILE`; Ctrl-C while a host's session is
-//! down still ends everything; another uid cannot attach to an agent.
+//! the ssh master for one host SIGKILLed mid-stream; every TCP segment into
+//! one host (ssh's included) answered with a reset for 3 s; the same
+//! segments dropped instead, so that the ssh connection stalls without
+//! breaking: all complete byte-exact with the re-attach reported. An outage
+//! longer than `--reconnect-timeout` fails within the bound, names the
+//! host, leaves no process and no `> FILE`; Ctrl-C while a host's session
+//! is down still ends everything; another uid cannot attach to an agent,
+//! nor a process without its secret; a normal run leaves no socket behind.
 
 use crate::support::*;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// The pids of rdpipe's ssh master processes for `host` (not their guards).
+/// The pids of rdpipe's ssh master processes for `host` (not their guards),
+/// once there are some.
 fn masters_of(host: &str) -> Vec<u32> {
-    pgrep(&format!("^ssh .* -M -S .* -- {host}$"))
+    wait_until(format!("{host}'s ssh master"), Duration::from_secs(20), || {
+        let m = pgrep(&format!("^ssh .* -M -S .* -- {host}$"));
+        (!m.is_empty()).then_some(m)
+    })
 }
 
-/// Every TCP segment into namespace `ns` answered with a reset (the nftables
-/// table `rdpreset`), until [`unreset`]. Separate `accept` lines are not
-/// needed: nothing is spared.
-fn reset_all(ns: &str) {
-    let nft = |args: &[&str]| {
-        let ok = Command::new("ip")
-            .args(["netns", "exec", ns, "nft"])
-            .args(args)
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "nft {args:?}");
-    };
-    nft(&["add table inet rdpreset"]);
-    nft(&["add chain inet rdpreset in { type filter hook input priority 0; }"]);
-    nft(&["add rule inet rdpreset in meta l4proto tcp reject with tcp reset"]);
-}
-
-/// Every TCP segment into namespace `ns` dropped (the nftables table
-/// `rdpreset`, removed by [`unreset`]): connections stall without breaking.
-fn drop_all(ns: &str) {
+/// Every TCP segment into namespace `ns` handled by `verdict` (`reject with
+/// tcp reset`: answered with a reset; `drop`: connections stall without
+/// breaking) in the nftables table `rdpreset`, until [`unreset`]. Nothing is
+/// spared, so no separate `accept` lines.
+fn block_tcp(ns: &str, verdict: &str) {
     for args in [
-        "add table inet rdpreset",
-        "add chain inet rdpreset in { type filter hook input priority 0; }",
-        "add rule inet rdpreset in meta l4proto tcp drop",
+        "add table inet rdpreset".to_string(),
+        "add chain inet rdpreset in { type filter hook input priority 0; }".to_string(),
+        format!("add rule inet rdpreset in meta l4proto tcp {verdict}"),
     ] {
         let ok = Command::new("ip")
-            .args(["netns", "exec", ns, "nft", args])
+            .args(["netns", "exec", ns, "nft", &args])
             .status()
             .unwrap()
             .success();
         assert!(ok, "nft {args}");
     }
+}
+
+fn reset_all(ns: &str) {
+    block_tcp(ns, "reject with tcp reset");
 }
 
 fn unreset(ns: &str) {
@@ -101,10 +95,7 @@ fn ssh_master_killed_mid_stream_reattaches_and_completes() {
         p.wait_stdout_len(4 << 20, Duration::from_secs(30)),
         "no data flows"
     );
-    let masters = wait_until("n1's ssh master", Duration::from_secs(20), || {
-        let m = masters_of("n1");
-        (!m.is_empty()).then_some(m)
-    });
+    let masters = masters_of("n1");
     std::thread::sleep(Duration::from_millis(800));
     for m in masters {
         kill("-KILL", m);
@@ -186,7 +177,7 @@ fn a_stalled_ssh_connection_is_replaced_and_the_run_completes() {
         "no data flows"
     );
     let ns = net.ns(1);
-    drop_all(&ns);
+    block_tcp(&ns, "drop");
     p.wait_stderr_line("nothing on it for 12 s", Duration::from_secs(30));
     std::thread::sleep(Duration::from_secs(3));
     unreset(&ns);
@@ -268,10 +259,7 @@ fn ctrl_c_while_a_hosts_session_is_down_ends_everything() {
         p.wait_stdout_len(4 << 20, Duration::from_secs(30)),
         "no data flows"
     );
-    let masters = wait_until("n1's ssh master", Duration::from_secs(20), || {
-        let m = masters_of("n1");
-        (!m.is_empty()).then_some(m)
-    });
+    let masters = masters_of("n1");
     let ns = net.ns(1);
     reset_all(&ns);
     for m in masters {
@@ -285,6 +273,20 @@ fn ctrl_c_while_a_hosts_session_is_down_ends_everything() {
     // The agent on n1 waits out its re-attach time (8 s), then ends.
     let left = net.wait_clean(Duration::from_secs(20));
     assert!(left.is_empty(), "processes left over: {left:?}");
+}
+
+/// A command in host n1's namespace, run through `prefix` (`setpriv ...`).
+fn in_host(net: &Netns, prefix: &[&str]) -> Command {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", &net.ns(1)]).args(prefix);
+    c
+}
+
+/// `rdpipe --agent-attach PATH` on host n1, through `prefix`.
+fn attach(net: &Netns, prefix: &[&str], path: &str) -> Command {
+    let mut c = in_host(net, prefix);
+    c.arg(rdpipe()).args(["--agent-attach", path]);
+    c
 }
 
 #[test]
@@ -309,20 +311,18 @@ fn another_user_cannot_attach_to_an_agent() {
     let mode =
         std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(dir).unwrap().permissions());
     assert_eq!(mode & 0o777, 0o700, "{}", dir.display());
-    // As nobody: the directory keeps it out.
-    let helper = rdpipe();
-    let o = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &net.ns(1),
-            "setpriv",
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-        ])
-        .arg(&helper)
-        .args(["--agent-attach", &path])
+    // As nobody: the directory keeps a direct connect out, and our own
+    // helper refuses to hand a channel to a directory not its user's.
+    let o = in_host(&net, &["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"])
+        .args(["python3", "-c", "import socket,sys; socket.socket(socket.AF_UNIX).connect(sys.argv[1])"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(
+        !o.status.success() && String::from_utf8_lossy(&o.stderr).contains("PermissionError"),
+        "{o:?}"
+    );
+    let o = attach(&net, &["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"], &path)
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(3), "{o:?}");
@@ -331,10 +331,7 @@ fn another_user_cannot_attach_to_an_agent() {
         "{o:?}"
     );
     // As root without the secret: turned away; the run goes on.
-    let mut c = Command::new("ip")
-        .args(["netns", "exec", &net.ns(1)])
-        .arg(&helper)
-        .args(["--agent-attach", &path])
+    let mut c = attach(&net, &[], &path)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .spawn()
@@ -358,12 +355,7 @@ fn another_user_cannot_attach_to_an_agent() {
     assert_ne!(r.code(), Some(0));
     net.assert_clean();
     // An attach to a run that ended: one line.
-    let o = Command::new("ip")
-        .args(["netns", "exec", &net.ns(1)])
-        .arg(&helper)
-        .args(["--agent-attach", &path])
-        .output()
-        .unwrap();
+    let o = attach(&net, &[], &path).output().unwrap();
     assert_eq!(o.status.code(), Some(3));
     assert_eq!(
         String::from_utf8_lossy(&o.stderr).lines().count(),
