@@ -15,10 +15,14 @@ use std::time::{Duration, Instant};
 /// The pids of rdpipe's ssh master processes for `host` (not their guards),
 /// once there are some.
 fn masters_of(host: &str) -> Vec<u32> {
-    wait_until(format!("{host}'s ssh master"), Duration::from_secs(20), || {
-        let m = pgrep(&format!("^ssh .* -M -S .* -- {host}$"));
-        (!m.is_empty()).then_some(m)
-    })
+    wait_until(
+        format!("{host}'s ssh master"),
+        Duration::from_secs(20),
+        || {
+            let m = pgrep(&format!("^ssh .* -M -S .* -- {host}$"));
+            (!m.is_empty()).then_some(m)
+        },
+    )
 }
 
 /// Every TCP segment into namespace `ns` handled by `verdict` (`reject with
@@ -313,18 +317,39 @@ fn another_user_cannot_attach_to_an_agent() {
     assert_eq!(mode & 0o777, 0o700, "{}", dir.display());
     // As nobody: the directory keeps a direct connect out, and our own
     // helper refuses to hand a channel to a directory not its user's.
-    let o = in_host(&net, &["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"])
-        .args(["python3", "-c", "import socket,sys; socket.socket(socket.AF_UNIX).connect(sys.argv[1])"])
-        .arg(&path)
-        .output()
-        .unwrap();
+    let o = in_host(
+        &net,
+        &[
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+        ],
+    )
+    .args([
+        "/usr/bin/python3",
+        "-c",
+        "import socket,sys; socket.socket(socket.AF_UNIX).connect(sys.argv[1])",
+    ])
+    .arg(&path)
+    .output()
+    .unwrap();
     assert!(
         !o.status.success() && String::from_utf8_lossy(&o.stderr).contains("PermissionError"),
         "{o:?}"
     );
-    let o = attach(&net, &["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"], &path)
-        .output()
-        .unwrap();
+    let o = attach(
+        &net,
+        &[
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+        ],
+        &path,
+    )
+    .output()
+    .unwrap();
     assert_eq!(o.status.code(), Some(3), "{o:?}");
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("no agent at"),

@@ -21,11 +21,13 @@
 //!
 //! [`Launcher::reattach`]: rdpipe_launch::Launcher::reattach
 
+use super::verdict::Cause;
 use super::{Event, Runner};
 use rdpipe_control::{FromAgent, ToAgent, STALLED_AFTER};
 use rdpipe_launch::command_line::remote_command_line;
 use rdpipe_launch::install::default_bin;
 use rdpipe_launch::{AgentHandle, Launcher};
+use rdpipe_plan::Node;
 use rdpipe_plan::{Host, RemoteHost};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -202,7 +204,13 @@ impl Runner {
         let received = a.attach.received;
         let line = self.attach_line(i, &path);
         let launcher = self.launchers.of(&self.plan.segments[i].host).clone();
-        let limit = Duration::from_secs(self.config.reconnect_timeout);
+        // A channel that stalled may belong to a network outage the data
+        // hops ride out (their dead-peer time, then their reconnect): the
+        // agent is given as long, as it was before stalls were noticed.
+        let mut limit = Duration::from_secs(self.config.reconnect_timeout);
+        if stale.is_some() {
+            limit += Duration::from_secs(rdpipe_transport::connect::DEAD_PEER_SECS);
+        }
         info!(
             "{}: the control channel was lost ({text}); re-attaching (up to {} s)",
             self.seg_desc(i),
@@ -238,8 +246,31 @@ impl Runner {
         if let Some(t) = &self.progress {
             t.set_note(None);
         }
+        let plain = !self.plan.is_sink(i) && self.plan.source_of(i).is_none();
         let ch = match r {
             Ok(ch) => ch,
+            // The host could not be reached: said so, as a root cause (a
+            // sink's or a source's is judged with the others).
+            Err(why)
+                if !why.is_empty()
+                    && plain
+                    && self.signal.is_none()
+                    && !self.closing
+                    && self.segs[i].ended.is_none() =>
+            {
+                self.segs[i].exited = true;
+                for l in self.plan.lanes_of(i) {
+                    self.segs[l].exited = true;
+                }
+                let cause = Cause::Unreachable {
+                    seg: self.seg_desc(i),
+                    host: self.plan.segments[i].host.label().to_string(),
+                    lost: p.text,
+                    why,
+                };
+                self.fail(Some(Node::Segment(i)), cause);
+                return;
+            }
             Err(why) => {
                 let text = match why.is_empty() {
                     true => p.text,

@@ -82,6 +82,18 @@ pub enum Cause {
         /// During teardown (then collateral).
         teardown: bool,
     },
+    /// An agent's ssh session was lost and no new one could be made to
+    /// re-attach it in time ([`super::reattach`]).
+    Unreachable {
+        /// The segment.
+        seg: String,
+        /// Its host.
+        host: String,
+        /// How the session was lost.
+        lost: String,
+        /// Why no new one came.
+        why: String,
+    },
     /// The agent ended (END ok) without reporting every transfer.
     Incomplete {
         /// The segment.
@@ -170,6 +182,7 @@ impl Cause {
             }
             | Cause::Launch(_)
             | Cause::Lost { .. }
+            | Cause::Unreachable { .. }
             | Cause::Interrupted(_)
             | Cause::TooFew { .. }
             | Cause::Local(_) => 0,
@@ -227,6 +240,16 @@ impl fmt::Display for Cause {
             Cause::Died { seg, how, .. } => {
                 write!(f, "{seg}: the agent died without a report ({how})")
             }
+            Cause::Unreachable {
+                seg,
+                host,
+                lost,
+                why,
+            } => write!(
+                f,
+                "{seg}: its ssh session was lost ({lost}) and no new one came up ({why}): \
+                 is {host} down or cut off from the network?"
+            ),
             Cause::Lost { seg, host, by } => write!(
                 f,
                 "{seg}: no word from it since {} lost {} to it: is {host} down or cut off \
