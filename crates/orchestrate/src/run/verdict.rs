@@ -478,6 +478,36 @@ mod tests {
     }
 
     #[test]
+    fn a_host_not_reached_again_outranks_its_neighbours_timeouts() {
+        let timeout = at(
+            0,
+            Cause::Transfer {
+                text: "h1 [1] 'x': connection lost".into(),
+                echo: false,
+            },
+        );
+        let gone = at(
+            1,
+            Cause::Unreachable {
+                seg: "h2 [2] 'cat'".into(),
+                host: "h2".into(),
+                lost: "nothing on it for 12 s".into(),
+                why: "ssh: connect to host h2 port 22: No route to host".into(),
+            },
+        );
+        let v = decide(&[timeout, gone], &[None; 2], false);
+        assert_eq!(
+            v.lines,
+            [
+                "h2 [2] 'cat': its ssh session was lost (nothing on it for 12 s) and no new one \
+                 came up (ssh: connect to host h2 port 22: No route to host): is h2 down or cut \
+                 off from the network?"
+            ]
+        );
+        assert_eq!(v.status, EXIT_FAILED);
+    }
+
+    #[test]
     fn pipefail_takes_the_rightmost_failing_command() {
         let v = decide(
             &[seg_failed(0), seg_failed(2)],
