@@ -10,7 +10,6 @@ use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 /// The most stderr bytes kept while no channel takes them.
@@ -88,7 +87,8 @@ fn relay(state: &Mutex<State>, b: &[u8]) {
 /// [`StderrRelay::finish`].
 pub struct StderrRelay {
     state: Arc<Mutex<State>>,
-    thread: Mutex<Option<JoinHandle<()>>>,
+    /// Disconnected when the relay thread ends.
+    done: Mutex<Option<std::sync::mpsc::Receiver<()>>>,
 }
 
 impl StderrRelay {
@@ -105,9 +105,12 @@ impl StderrRelay {
             dropped: 0,
         }));
         let s = state.clone();
-        let thread = std::thread::Builder::new()
+        // Dropped by the thread when it ends: `finish` waits on it.
+        let (ended, done) = std::sync::mpsc::channel::<()>();
+        std::thread::Builder::new()
             .name("stderr".into())
             .spawn(move || {
+                let _ended = ended;
                 let mut r = File::from(r);
                 let mut buf = vec![0u8; 16 << 10];
                 loop {
@@ -121,7 +124,7 @@ impl StderrRelay {
             })?;
         Ok(StderrRelay {
             state,
-            thread: Mutex::new(Some(thread)),
+            done: Mutex::new(Some(done)),
         })
     }
 
@@ -146,12 +149,10 @@ impl StderrRelay {
                     .and_then(|f| rustix::stdio::dup2_stderr(&f).map_err(io::Error::from)),
             };
         }
-        let t = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(t) = t {
-            let deadline = std::time::Instant::now() + Duration::from_millis(500);
-            while !t.is_finished() && std::time::Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(5));
-            }
+        let done = self.done.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(done) = done {
+            // Woken as soon as the thread reads the pipe's end.
+            let _ = done.recv_timeout(Duration::from_millis(500));
         }
     }
 }
