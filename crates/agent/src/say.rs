@@ -44,6 +44,22 @@ struct Out {
     log: Option<(u64, VecDeque<String>)>,
 }
 
+impl Out {
+    /// Writes `line` unless the channel is known lost; a failed write marks
+    /// it lost (rdpipe gone: nothing to tell, the channel's end says so).
+    fn write(&mut self, line: &str) {
+        if !self.broken
+            && self
+                .w
+                .write_all(line.as_bytes())
+                .and_then(|_| self.w.flush())
+                .is_err()
+        {
+            self.broken = true;
+        }
+    }
+}
+
 /// Why [`Say::reattach`] could not bring a new channel up to date.
 #[derive(Debug, thiserror::Error)]
 #[error("rdpipe has {has} of this agent's lines; the oldest still kept is line {first}")]
@@ -104,17 +120,7 @@ impl Say {
                 *first += 1;
             }
         }
-        if g.broken {
-            return;
-        }
-        // rdpipe gone: nothing to tell; the channel's end of file says so.
-        if g.w
-            .write_all(line.as_bytes())
-            .and_then(|_| g.w.flush())
-            .is_err()
-        {
-            g.broken = true;
-        }
+        g.write(&line);
     }
 
     /// `PONG`, outside the log: a sign of life, never sent again.
@@ -124,16 +130,8 @@ impl Say {
         let Ok(mut g) = self.0 .0.try_lock() else {
             return;
         };
-        if g.ended || g.broken {
-            return;
-        }
-        let line = format!("{}\n", FromAgent::Pong);
-        if g.w
-            .write_all(line.as_bytes())
-            .and_then(|_| g.w.flush())
-            .is_err()
-        {
-            g.broken = true;
+        if !g.ended {
+            g.write(&format!("{}\n", FromAgent::Pong));
         }
     }
 
