@@ -167,6 +167,9 @@ pub fn main<I: IntoIterator<Item = OsString>>(args: I) -> ExitCode {
     code
 }
 
+/// How often the guard repeats its SIGTERM to a master that has not ended.
+const TERM_AGAIN: Duration = Duration::from_millis(50);
+
 fn supervise(args: &[OsString]) -> ExitCode {
     let Some((prog, rest)) = args.split_first() else {
         eprintln!("rdpipe --ssh-guard: no command");
@@ -230,16 +233,25 @@ fn supervise(args: &[OsString]) -> ExitCode {
             }
             // The whole group: ssh and whatever it started (a ProxyCommand). We
             // lead the group (rdpipe starts us in our own) and catch SIGTERM.
-            let _ = kill_process(pid, Signal::Term);
-            let me = rustix::process::getpid();
-            if rustix::process::getpgrp() == me {
-                let _ = rustix::process::kill_process_group(me, Signal::Term);
-            }
+            let term = || {
+                let _ = kill_process(pid, Signal::Term);
+                let me = rustix::process::getpid();
+                if rustix::process::getpgrp() == me {
+                    let _ = rustix::process::kill_process_group(me, Signal::Term);
+                }
+            };
+            term();
+            // Again every 50 ms: OpenSSH 9.2's client loop checks for a
+            // signal only before it calls poll(2), so a SIGTERM that lands
+            // while the master is busy (closing the run's last sessions, as
+            // at every teardown) waits for its next wake-up, seconds away.
             let deadline = Instant::now() + Duration::from_secs(2);
             loop {
-                match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                let left = deadline.saturating_duration_since(Instant::now());
+                match rx.recv_timeout(left.min(TERM_AGAIN)) {
                     Ok(Ev::Exited(_)) => break,
                     Ok(Ev::Gone) => continue,
+                    Err(_) if !left.is_zero() => term(),
                     Err(_) => {
                         let _ = kill_process(pid, Signal::Kill);
                         let _ = waiter.join();

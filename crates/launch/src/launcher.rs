@@ -87,9 +87,8 @@ pub struct AgentStart {
     pub seg: usize,
     /// Where it runs.
     pub host: Host,
-    /// The agent binary on a remote host (self-install's choice, or
-    /// `rdrecv` from PATH); a local agent is this executable.
-    pub bin: String,
+    /// What runs as the agent.
+    pub program: AgentProgram,
     /// The agent's settings (its command line is `--agent` and
     /// [`AgentArgs::to_argv`]); a launcher may add its own (srun's
     /// `--munge`).
@@ -101,6 +100,25 @@ pub struct AgentStart {
     pub pipe_stderr: bool,
 }
 
+/// What a launcher runs as an agent.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AgentProgram {
+    /// This binary: self-install's choice, `rdrecv` from PATH, `DIR/rdrecv`
+    /// (`--remote-bin`), or this executable for a local agent.
+    Bin(String),
+    /// Self-install's fast path ([`crate::install::start`]): the host runs
+    /// the agent it already has once it checked that binary, or answers the
+    /// probe instead ([`Spawned::Probed`]).
+    Checked {
+        /// The cache entry's name.
+        entry: String,
+        /// This binary's SHA-256 (lowercase hex).
+        sha256: String,
+        /// How long the check may take.
+        limit: std::time::Duration,
+    },
+}
+
 /// A started agent and how its control channel is to be used.
 pub enum Spawned {
     /// The channel is ready; on a launcher whose channel is plain (srun's
@@ -108,6 +126,8 @@ pub enum Spawned {
     Ready {
         /// The agent.
         handle: AgentHandle,
+        /// The binary the host chose to run, for [`AgentProgram::Checked`].
+        ran: Option<String>,
         /// The sealer of every line to it, where the channel needs one
         /// (boxed: its cipher state is large).
         sealer: Option<Box<Sealer>>,
@@ -123,6 +143,9 @@ pub enum Spawned {
         /// handled as any other line of it.
         replay: Option<String>,
     },
+    /// For [`AgentProgram::Checked`]: the host has no agent it could run
+    /// at once, and this is its answer to the probe; nothing runs.
+    Probed(ShellOutput),
 }
 
 /// What a remote `sh -c SCRIPT sh ARGS...` gave.

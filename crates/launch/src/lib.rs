@@ -20,8 +20,8 @@ pub mod srun;
 pub mod ssh;
 
 pub use launcher::{
-    AgentHandle, AgentStart, Boxed, LaunchCause, LaunchError, Launcher, LauncherKind, Reader,
-    RemoteLauncher, ShellOutput, Spawned, WaitFuture, Writer,
+    AgentHandle, AgentProgram, AgentStart, Boxed, LaunchCause, LaunchError, Launcher, LauncherKind,
+    Reader, RemoteLauncher, ShellOutput, Spawned, WaitFuture, Writer,
 };
 pub use local::LocalLauncher;
 pub use srun::SrunLauncher;

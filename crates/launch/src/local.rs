@@ -127,6 +127,7 @@ impl Launcher for LocalLauncher {
             })?;
             Ok(Spawned::Ready {
                 handle: local_handle(ch),
+                ran: None,
                 sealer: None,
             })
         })

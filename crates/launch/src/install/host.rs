@@ -73,18 +73,29 @@ pub async fn prepare_host(
     )
     .await
     .map_err(InstallError::Probe)?;
+    debug!("{}: probed in {} ms", host.spec, t.elapsed().as_millis());
+    after_probe(&*launcher, seg, &host, &bin, &out, limit).await
+}
+
+/// Finds or installs the agent on one host from its answer `out` to the
+/// probe (that of [`prepare_host`], or of the fast path's session
+/// ([`super::start`]) when the host had no agent it could run at once).
+pub async fn after_probe(
+    launcher: &dyn Launcher,
+    seg: usize,
+    host: &RemoteHost,
+    bin: &AgentBinary,
+    out: &ShellOutput,
+    limit: Duration,
+) -> Result<Option<String>, InstallError> {
     let p = probe::Probe::parse(&out.stdout).map_err(|e| {
         InstallError::Probe(match out.stderr.trim() {
             "" => e.to_string(),
             _ => format!("{e}; {}", out.why()),
         })
     })?;
-    debug!(
-        "{}: probed in {} ms: {p:?}",
-        host.spec,
-        t.elapsed().as_millis()
-    );
-    let dir = match decide(&p, &bin)? {
+    debug!("{}: the probe says {p:?}", host.spec);
+    let dir = match decide(&p, bin)? {
         Choice::Installed => return Ok(None),
         Choice::Cached(dir) => {
             debug!("{}: using the cached agent in {dir}", host.spec);
@@ -109,9 +120,9 @@ pub async fn prepare_host(
     // Generous: 1 s per 256 KiB on top of the usual limit.
     let upload_limit = limit + Duration::from_secs(bin.bytes.len() as u64 >> 18);
     let out = remote_sh(
-        &*launcher,
+        launcher,
         seg,
-        &host,
+        host,
         probe::UPLOAD,
         &[&bin.entry, sha, crc],
         Some(bin.bytes.clone()),

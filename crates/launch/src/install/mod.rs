@@ -23,15 +23,18 @@
 //!
 //! - [`elf`]: the glibc version a binary needs (its `GLIBC_x.y` version needs);
 //! - [`cksum`]: POSIX `cksum` and SHA-256;
-//! - [`probe`]: the remote scripts and the probe's answer.
+//! - [`probe`]: the remote scripts and the probe's answer;
+//! - [`start`]: the fast path, a host that has the agent runs it in the
+//!   agent's own session.
 
 pub mod cksum;
 pub mod elf;
 mod host;
 pub mod probe;
+pub mod start;
 
 pub(crate) use host::feed;
-pub use host::{default_bin, prepare_host};
+pub use host::{after_probe, default_bin, prepare_host};
 
 use elf::GlibcVersion;
 use probe::{CachePart, Probe, RemoteLibc};

@@ -24,6 +24,7 @@ mod trust;
 
 pub use allocation::{Srun, SrunError};
 
+use crate::install::start::{settle, Started};
 use crate::launcher::{
     AgentStart, Boxed, LaunchCause, LaunchError, Launcher, LauncherKind, ShellOutput, Spawned,
 };
@@ -238,7 +239,7 @@ impl Launcher for SrunLauncher {
             settings.munge = true;
             settings.munge_socket = srun.munge_socket.clone();
             let argv = crate::launcher::agent_argv(&settings);
-            let line = crate::command_line::remote_command_line(&start.bin, &argv, &start.env);
+            let line = crate::command_line::agent_command_line(&start.program, &argv, &start.env);
             let ch = step(&srun, &host.name, &line, Stdio::piped())
                 .process_group(0)
                 .spawn()
@@ -251,12 +252,18 @@ impl Launcher for SrunLauncher {
                         )),
                     )
                 })?;
-            let mut handle = crate::local::local_handle(ch);
+            let handle = crate::local::local_handle(ch);
+            let fail = |m| Self::error(Some(&host.spec), Some(start.seg), LaunchCause::Start(m));
+            let (bin, mut handle) = match settle(&start.program, handle).await.map_err(fail)? {
+                Started::Agent(bin, handle) => (bin, handle),
+                Started::Probed(out) => return Ok(Spawned::Probed(out)),
+            };
             // The channel is sealed first; nothing of the run's keys goes
             // down one that is not.
             match trust::seal(&mut handle, &host.name, srun.munge_socket.clone(), limit).await {
                 Ok(sealer) => Ok(Spawned::Ready {
                     handle,
+                    ran: Some(bin),
                     sealer: Some(Box::new(sealer)),
                 }),
                 Err(r) => Ok(Spawned::Refused {

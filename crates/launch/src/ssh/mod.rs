@@ -8,7 +8,8 @@ mod master;
 
 pub use master::{alive_count_max, Master, SshConfig, SshError};
 
-use crate::command_line::remote_command_line;
+use crate::command_line::agent_command_line;
+use crate::install::start::{settle, Started};
 use crate::launcher::{
     AgentHandle, AgentStart, Boxed, LaunchCause, LaunchError, Launcher, LauncherKind, Reader,
     ShellOutput, Spawned, WaitFuture,
@@ -500,16 +501,21 @@ impl Launcher for SshLauncher {
                 ));
             };
             let argv = crate::launcher::agent_argv(&start.settings);
-            let line = remote_command_line(&start.bin, &argv, &start.env);
+            let line = agent_command_line(&start.program, &argv, &start.env);
             // Never closed, so acquiring only waits.
-            let _permit = starts.acquire_owned().await;
-            let handle = spawn_remote(session, line, max)
-                .await
-                .map_err(|m| Self::error(host, start.seg, LaunchCause::Start(m)))?;
-            Ok(Spawned::Ready {
-                handle,
-                sealer: None,
-            })
+            let permit = starts.acquire_owned().await;
+            let fail = |m| Self::error(host, start.seg, LaunchCause::Start(m));
+            let handle = spawn_remote(session, line, max).await.map_err(fail)?;
+            // The next start need not wait for this one's check.
+            drop(permit);
+            match settle(&start.program, handle).await.map_err(fail)? {
+                Started::Agent(bin, handle) => Ok(Spawned::Ready {
+                    handle,
+                    ran: Some(bin),
+                    sealer: None,
+                }),
+                Started::Probed(out) => Ok(Spawned::Probed(out)),
+            }
         })
     }
 

@@ -1,21 +1,56 @@
-//! The run's side of self-install ([`rdpipe_launch::install`]): before any
-//! agent starts, per remote host and in parallel, the probe through the
-//! host's launcher (an ssh session, or an srun job step), then the choice of
-//! the `rdrecv` in PATH, the cached copy or an upload (each bounded in
-//! time). Skipped with `--no-install` or `--remote-bin`: then agents start as
-//! `rdrecv` from PATH or `DIR/rdrecv`.
+//! The run's side of self-install ([`rdpipe_launch::install`]): every remote
+//! agent starts on the fast path ([`rdpipe_launch::install::start`]), its
+//! session running the agent the host already has once the host checked it.
+//! A host without one answers the probe in that session instead; then, once
+//! per host and bounded in time, rdpipe picks the `rdrecv` in PATH, the
+//! cached copy or an upload, and starts the agent again. Skipped with
+//! `--no-install` or `--remote-bin`: then agents start as `rdrecv` from PATH
+//! or `DIR/rdrecv`.
 
 use super::verdict::Cause;
 use super::Runner;
-use rdpipe_launch::install::{prepare_host, AgentBinary};
-use rdpipe_launch::MAX_PARALLEL_STARTS;
-use rdpipe_plan::Node;
+use rdpipe_launch::install::{after_probe, default_bin, AgentBinary, InstallError};
+use rdpipe_launch::{
+    AgentProgram, AgentStart, LaunchError, Launcher, Spawned, MAX_PARALLEL_STARTS,
+};
+use rdpipe_plan::Host;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::{OnceCell, Semaphore};
 
 /// Reading this executable and hashing it (for the cache entry's name), on a
 /// blocking thread while the hosts are being readied.
 pub(super) type BinaryRead = tokio::task::JoinHandle<std::io::Result<AgentBinary>>;
+
+/// What one host's probe answer decided: the binary to run (None: `rdrecv`
+/// from PATH), or why there is none.
+type Decision = Result<Option<String>, InstallError>;
+
+/// Self-install for this run: the binary, and each host's decision once a
+/// fast path fell back to the probe.
+pub(super) struct Install {
+    bin: Arc<AgentBinary>,
+    limit: Duration,
+    decided: HashMap<String, Arc<OnceCell<Decision>>>,
+    /// How many hosts install at once.
+    bound: Arc<Semaphore>,
+}
+
+/// Why an agent did not start.
+pub(super) enum StartFailure {
+    /// Its launcher could not start it.
+    Launch(LaunchError),
+    /// Its host cannot have the agent.
+    Install(InstallError),
+}
+
+/// One agent's start on the fast path, with what its fallback needs.
+pub(super) struct Checked {
+    bin: Arc<AgentBinary>,
+    decided: Arc<OnceCell<Decision>>,
+    bound: Arc<Semaphore>,
+}
 
 impl Runner {
     /// Starts reading the binary to install, when this run may install it.
@@ -30,14 +65,12 @@ impl Runner {
         Some(tokio::task::spawn_blocking(move || AgentBinary::read(&exe)))
     }
 
-    /// Finds or installs the agent on every remote host (see the module doc)
-    /// with the binary `read` reads; false when a host cannot have one
+    /// Waits for the binary `read` reads; false when it cannot be read
     /// (reported).
-    pub(super) async fn install_agents(&mut self, read: Option<BinaryRead>) -> bool {
+    pub(super) async fn ready_install(&mut self, read: Option<BinaryRead>) -> bool {
         let Some(read) = read else {
             return true;
         };
-        let hosts = self.plan.remote_hosts();
         let bin = match read.await {
             Ok(Ok(b)) => Arc::new(b),
             Ok(Err(e)) => {
@@ -53,49 +86,81 @@ impl Runner {
                 return false;
             }
         };
-        let limit = Duration::from_secs(self.config.connect_timeout.max(30));
-        let mut set = tokio::task::JoinSet::new();
-        let bound = Arc::new(tokio::sync::Semaphore::new(MAX_PARALLEL_STARTS));
-        for (n, (host, segs)) in hosts.iter().enumerate() {
-            if segs.iter().all(|&s| self.segs[s].not_started) {
-                continue;
-            }
-            let launcher = self.launchers.remote().clone();
-            let (host, bin, seg) = (host.clone(), bin.clone(), segs[0]);
-            let bound = bound.clone();
-            set.spawn(async move {
-                // Never closed, so acquiring only waits.
-                let _permit = bound.acquire_owned().await;
-                (n, prepare_host(launcher, seg, host, bin, limit).await)
-            });
-        }
-        let mut ok = true;
-        while let Some(r) = set.join_next().await {
-            match r {
-                Ok((n, Ok(path))) => {
-                    if let Some(path) = path {
-                        for &s in &hosts[n].1 {
-                            self.agent_bins.insert(s, path.clone());
-                        }
-                    }
-                }
-                Ok((n, Err(error))) => {
-                    let host = hosts[n].0.spec.clone();
-                    let cause = Cause::Install { host, error };
-                    if self.only_sources(&hosts[n].1) {
-                        // Those sources alone ([`super::sources`]).
-                        self.sources_not_started(&hosts[n].1, cause);
-                    } else {
-                        ok = false;
-                        self.fail(Some(Node::Segment(hosts[n].1[0])), cause);
-                    }
-                }
-                Err(e) => {
-                    ok = false;
-                    self.fail(None, Cause::Local(format!("install task failed: {e}")));
-                }
-            }
-        }
-        ok
+        let decided = self
+            .plan
+            .remote_hosts()
+            .into_iter()
+            .map(|(h, _)| (h.spec, Arc::new(OnceCell::new())))
+            .collect();
+        self.install = Some(Install {
+            bin,
+            limit: Duration::from_secs(self.config.connect_timeout.max(30)),
+            decided,
+            bound: Arc::new(Semaphore::new(MAX_PARALLEL_STARTS)),
+        });
+        true
     }
+
+    /// What segment `i`'s agent runs on `host`, and what its fast path
+    /// needs.
+    pub(super) fn program_of(&self, host: &Host) -> (AgentProgram, Option<Checked>) {
+        let Host::Remote(r) = host else {
+            return (AgentProgram::Bin(self.exe.exe.display().to_string()), None);
+        };
+        match &self.install {
+            Some(x) => (
+                AgentProgram::Checked {
+                    entry: x.bin.entry.clone(),
+                    sha256: x.bin.sums.sha256.clone(),
+                    limit: x.limit,
+                },
+                Some(Checked {
+                    bin: x.bin.clone(),
+                    decided: x.decided.get(&r.spec).cloned().unwrap_or_default(),
+                    bound: x.bound.clone(),
+                }),
+            ),
+            None => (
+                AgentProgram::Bin(default_bin(self.config.remote_bin.as_deref())),
+                None,
+            ),
+        }
+    }
+}
+
+/// Starts one agent through `launcher`; when its host answers the probe
+/// instead, decides (once per host: the first answer decides for every
+/// segment there), installs where needed and starts it again.
+pub(super) async fn start_agent(
+    launcher: Arc<dyn Launcher>,
+    mut start: AgentStart,
+    checked: Option<Checked>,
+) -> Result<Spawned, StartFailure> {
+    let first = launcher
+        .spawn_agent(start.clone())
+        .await
+        .map_err(StartFailure::Launch)?;
+    let (Spawned::Probed(out), Some(c), Host::Remote(host)) = (&first, &checked, &start.host)
+    else {
+        return Ok(first);
+    };
+    let limit = match &start.program {
+        AgentProgram::Checked { limit, .. } => *limit,
+        AgentProgram::Bin(_) => Duration::from_secs(30),
+    };
+    let decision = c
+        .decided
+        .get_or_init(|| async {
+            // Never closed, so acquiring only waits.
+            let _permit = c.bound.acquire().await;
+            after_probe(&*launcher, start.seg, host, &c.bin, out, limit).await
+        })
+        .await
+        .clone()
+        .map_err(StartFailure::Install)?;
+    start.program = AgentProgram::Bin(decision.unwrap_or_else(|| default_bin(None)));
+    launcher
+        .spawn_agent(start)
+        .await
+        .map_err(StartFailure::Launch)
 }

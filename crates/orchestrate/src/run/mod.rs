@@ -275,9 +275,11 @@ struct Runner {
     exe: LocalExe,
     /// How each segment's agent is started.
     launchers: Launchers,
-    /// Segment index → the agent binary to run there, where self-install
-    /// chose one ([`install`]).
+    /// Segment index → the agent binary its host ran (a re-attach's helper
+    /// is the same binary).
     agent_bins: std::collections::HashMap<usize, String>,
+    /// Self-install, when this run may install its agent.
+    install: Option<install::Install>,
     /// The run's secrets.
     keys: Keys,
     /// The event loop's queue: agents' lines and exits, rdpipe's own ends.
@@ -399,6 +401,7 @@ impl Runner {
             exe,
             launchers,
             agent_bins: Default::default(),
+            install: None,
             keys,
             events: Events { tx, rx },
             agents: (0..n).map(|_| AgentChannel::default()).collect(),
@@ -460,7 +463,7 @@ impl Runner {
         let ready = match prepared {
             Ok(true) => {
                 let r = tokio::select! {
-                    ok = self.install_agents(binary) => Ok(ok),
+                    ok = self.ready_install(binary) => Ok(ok),
                     sig = signals.next() => Err(sig),
                 };
                 if let Err(sig) = r {

@@ -6,11 +6,11 @@
 //! line by line, prefixed with the host.
 
 use super::agent_args::{agent_settings, chain_hops};
+use super::install::{start_agent, StartFailure};
 use super::verdict::Cause;
 use super::{Event, Runner};
 use rdpipe_control::{Direction, KeyLine, ToAgent};
 use rdpipe_launch::command_line::tuning_env;
-use rdpipe_launch::install::default_bin;
 use rdpipe_launch::{AgentHandle, AgentStart, LaunchError, Spawned};
 use rdpipe_plan::{Host, Node};
 use std::time::Duration;
@@ -83,26 +83,20 @@ impl Runner {
             if launcher.reattachable() && matches!(host, Host::Remote(_)) {
                 settings.reattach = self.config.reconnect_timeout;
             }
-            let bin = match &host {
-                Host::Local => self.exe.exe.display().to_string(),
-                Host::Remote(_) => self
-                    .agent_bins
-                    .get(&i)
-                    .cloned()
-                    .unwrap_or_else(|| default_bin(self.config.remote_bin.as_deref())),
-            };
+            let (program, checked) = self.program_of(&host);
             let start = AgentStart {
                 seg: i,
                 host: host.clone(),
-                bin,
+                program,
                 settings: settings.clone(),
                 env: tuning.clone(),
                 pipe_stderr: self.progress.is_some(),
             };
             args_of.push(Some((launcher.kind(), settings.to_argv())));
-            starting.spawn(async move { (i, launcher.spawn_agent(start).await) });
+            starting.spawn(async move { (i, start_agent(launcher, start, checked).await) });
         }
-        let mut started: Vec<Option<Result<Spawned, LaunchError>>> = (0..n).map(|_| None).collect();
+        let mut started: Vec<Option<Result<Spawned, StartFailure>>> =
+            (0..n).map(|_| None).collect();
         while let Some(r) = starting.join_next().await {
             match r {
                 Ok((i, s)) => started[i] = Some(s),
@@ -110,6 +104,7 @@ impl Runner {
             }
         }
         let mut lost = Vec::new();
+        let mut install_failed = std::collections::HashSet::new();
         for (i, spawned) in started.into_iter().enumerate() {
             if self.plan.merge_of_lane(i).is_some() || self.segs[i].not_started {
                 continue;
@@ -153,14 +148,23 @@ impl Runner {
             let pid_of = |h: &AgentHandle| h.pid.map(|p| format!(" (pid {p})")).unwrap_or_default();
             let host = self.plan.segments[i].host.label().to_string();
             match spawned {
-                Ok(Spawned::Ready { handle, sealer }) => {
+                Ok(Spawned::Ready {
+                    handle,
+                    ran,
+                    sealer,
+                }) => {
                     if let Some((via, argv)) = &args_of[i] {
                         debug!(
-                            "[{}] agent started on {host}{} ({via}): --agent {}",
+                            "[{}] agent started on {host}{} ({via}{}): --agent {}",
                             i + 1,
                             pid_of(&handle),
+                            ran.as_ref().map(|b| format!(", {b}")).unwrap_or_default(),
                             argv.join(" ")
                         );
+                    }
+                    if let (Some(bin), Host::Remote(_)) = (ran, &self.plan.segments[i].host) {
+                        // For a re-attach's helper.
+                        self.agent_bins.insert(i, bin);
                     }
                     if sealer.is_some() {
                         debug!("[{}] control channel sealed (munge, X25519)", i + 1);
@@ -189,7 +193,26 @@ impl Runner {
                     self.watch_agent(i, handle, &[]).await;
                     self.agents[i].stdin = None;
                 }
-                Err(e) => {
+                Ok(Spawned::Probed(_)) => {
+                    // (start_agent answers a probe's answer itself.)
+                    self.segs[i].exited = true;
+                    let seg = self.seg_desc(i);
+                    let message = "the host answered the probe again".to_string();
+                    self.fail(Some(me), Cause::Segment { seg, message });
+                }
+                Err(StartFailure::Install(error)) => {
+                    self.segs[i].exited = true;
+                    let host = self.plan.segments[i].host.label().to_string();
+                    let first = install_failed.insert(host.clone());
+                    let cause = Cause::Install { host, error };
+                    if self.plan.source_of(i).is_some() {
+                        lost.push((i, cause));
+                    } else if first {
+                        // Once per host, as every segment there fails alike.
+                        self.fail(Some(me), cause);
+                    }
+                }
+                Err(StartFailure::Launch(e)) => {
                     self.segs[i].exited = true;
                     let seg = self.seg_desc(i);
                     let message = e.cause.to_string();
