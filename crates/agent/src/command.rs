@@ -266,9 +266,19 @@ pub fn start_with(
         Ok((r, w))
     });
     let shell = super::shell::login_shell();
-    let mut c = match (&lifeline, std::env::current_exe()) {
-        (Ok((r, _)), Ok(exe)) => {
-            let mut c = Command::new(exe);
+    let mut c = match &lifeline {
+        Ok((r, _)) => {
+            // This very binary, even when its file was replaced since it
+            // started (another host sharing this HOME installed the same
+            // build into the same cache entry: a new file, and our path to
+            // it would name that one, or nothing while it is renamed).
+            let mut c = Command::new("/proc/self/exe");
+            c.arg0(
+                std::env::current_exe()
+                    .ok()
+                    .and_then(|p| p.file_name().map(|n| n.to_os_string()))
+                    .unwrap_or_else(|| "rdrecv".into()),
+            );
             c.arg("--cmd-guard")
                 .arg(std::os::fd::AsRawFd::as_raw_fd(r).to_string())
                 .arg(&shell);

@@ -3,8 +3,9 @@
 //! `HOST:CMD` means there what `ssh HOST CMD` means. The same holds for local
 //! segments (this machine's user's shell).
 //!
-//! The entry comes from `getent passwd UID` (the NSS view: files, LDAP, SSSD,
-//! ...), else from /etc/passwd; an empty shell field means `/bin/sh`
+//! The entry comes from /etc/passwd, else from `getent passwd UID` (the NSS
+//! view: LDAP, SSSD, ...; a process to start, so only for users the file does
+//! not list: every agent start reads it); an empty shell field means `/bin/sh`
 //! (passwd(5)). A shell that is not an executable file, or that refuses logins
 //! (`nologin`, `false`: only possible for local segments, since sshd would not
 //! have started the agent), gives `/bin/sh`. Without any entry, `$SHELL`, then
@@ -67,8 +68,8 @@ pub fn usable(shell: &Path) -> bool {
 /// The current user's shell (see the module doc).
 pub fn login_shell() -> PathBuf {
     let uid = rustix::process::getuid().as_raw();
-    let found = from_getent(uid)
-        .or_else(|| from_passwd_file(uid))
+    let found = from_passwd_file(uid)
+        .or_else(|| from_getent(uid))
         .or_else(|| std::env::var("SHELL").ok().filter(|s| !s.is_empty()))
         .map(PathBuf::from);
     match found {

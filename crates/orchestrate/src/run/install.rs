@@ -18,6 +18,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{OnceCell, Semaphore};
+use tracing::debug;
 
 /// Reading this executable and hashing it (for the cache entry's name), on a
 /// blocking thread while the hosts are being readied.
@@ -136,14 +137,28 @@ pub(super) async fn start_agent(
     mut start: AgentStart,
     checked: Option<Checked>,
 ) -> Result<Spawned, StartFailure> {
+    let t = std::time::Instant::now();
     let first = launcher
         .spawn_agent(start.clone())
         .await
         .map_err(StartFailure::Launch)?;
     let (Spawned::Probed(out), Some(c), Host::Remote(host)) = (&first, &checked, &start.host)
     else {
+        if let (Spawned::Ready { ran: Some(bin), .. }, Some(_), Host::Remote(host)) =
+            (&first, &checked, &start.host)
+        {
+            match bin.rsplit_once('/') {
+                Some((dir, _)) => debug!("{}: using the cached agent in {dir}", host.spec),
+                None => debug!("{}: using the {bin} in PATH", host.spec),
+            }
+        }
         return Ok(first);
     };
+    debug!(
+        "{}: probed in {} ms (no agent it could run at once)",
+        host.spec,
+        t.elapsed().as_millis()
+    );
     let limit = match &start.program {
         AgentProgram::Checked { limit, .. } => *limit,
         AgentProgram::Bin(_) => Duration::from_secs(30),
