@@ -112,20 +112,23 @@ pub async fn after_probe(
     };
     info!(
         "{}: {why}; installing this rdpipe ({} bytes) into {dir}",
-        host.spec,
-        bin.bytes.len()
+        host.spec, bin.size
     );
     let t = Instant::now();
-    let (sha, crc) = (&bin.sums.sha256, bin.sums.cksum());
+    let bytes = bin.bytes().map_err(|message| InstallError::Upload {
+        dir: dir.clone(),
+        message,
+    })?;
+    let (sha, crc) = (&bin.sha256, bin.cksum());
     // Generous: 1 s per 256 KiB on top of the usual limit.
-    let upload_limit = limit + Duration::from_secs(bin.bytes.len() as u64 >> 18);
+    let upload_limit = limit + Duration::from_secs(bin.size >> 18);
     let out = remote_sh(
         launcher,
         seg,
         host,
         probe::UPLOAD,
         &[&bin.entry, sha, crc],
-        Some(bin.bytes.clone()),
+        Some(bytes),
         upload_limit,
     )
     .await

@@ -27,12 +27,14 @@
 //! - [`start`]: the fast path, a host that has the agent runs it in the
 //!   agent's own session.
 
+mod binary;
 pub mod cksum;
 pub mod elf;
 mod host;
 pub mod probe;
 pub mod start;
 
+pub use binary::AgentBinary;
 pub(crate) use host::feed;
 pub use host::{after_probe, default_bin, prepare_host};
 
@@ -42,69 +44,6 @@ use probe::{CachePart, Probe, RemoteLibc};
 use std::path::Path;
 
 pub use rdpipe_control::{AgentId, VERSION};
-
-/// The local binary that is uploaded (rdpipe itself: it is also the agent).
-pub struct AgentBinary {
-    /// Its bytes.
-    pub bytes: std::sync::Arc<Vec<u8>>,
-    /// The cache entry's name: `<version>-<12 hex digits of its BLAKE3 hash>`.
-    pub entry: String,
-    /// The architecture it is built for (`uname -m` spelling).
-    pub arch: &'static str,
-    /// The glibc it needs, if any.
-    pub glibc: Option<GlibcVersion>,
-    /// Its checksums, as a host's probe and upload compute them.
-    pub sums: Sums,
-}
-
-/// A binary's checksums in the forms the remote tools print them, computed
-/// once per run (not once per host): SHA-256 at once, POSIX `cksum` only if
-/// a host has neither `openssl` nor `sha256sum`.
-#[derive(Debug)]
-pub struct Sums {
-    /// SHA-256, lowercase hex.
-    pub sha256: String,
-    data: std::sync::Arc<Vec<u8>>,
-    crc: std::sync::OnceLock<String>,
-}
-
-impl Sums {
-    /// The checksums of `data`.
-    pub fn of(data: std::sync::Arc<Vec<u8>>) -> Sums {
-        Sums {
-            sha256: cksum::sha256_hex(&data),
-            data,
-            crc: std::sync::OnceLock::new(),
-        }
-    }
-
-    /// POSIX `cksum`'s `CRC SIZE`.
-    pub fn cksum(&self) -> &str {
-        self.crc.get_or_init(|| cksum::posix_cksum(&self.data))
-    }
-}
-
-impl AgentBinary {
-    /// Reads `exe` and computes its hashes (blocking: a few milliseconds
-    /// for a binary of a few MB).
-    pub fn read(exe: &Path) -> std::io::Result<AgentBinary> {
-        Ok(AgentBinary::of(std::fs::read(exe)?))
-    }
-
-    /// The binary `bytes`.
-    pub fn of(bytes: Vec<u8>) -> AgentBinary {
-        let hash = blake3::hash(&bytes).to_hex();
-        let glibc = elf::glibc_needed(&bytes);
-        let bytes = std::sync::Arc::new(bytes);
-        AgentBinary {
-            entry: format!("{VERSION}-{}", &hash.as_str()[..12]),
-            arch: std::env::consts::ARCH,
-            glibc,
-            sums: Sums::of(bytes.clone()),
-            bytes,
-        }
-    }
-}
 
 /// What to run on a host.
 #[derive(Debug, Clone, PartialEq)]
@@ -245,8 +184,8 @@ pub fn decide(p: &Probe, bin: &AgentBinary) -> Result<Choice, InstallError> {
     check_cache(p)?;
     let this = AgentId::this();
     if let Some((size, Some(id))) = &p.cached {
-        let same = p.cached_sum.as_ref().is_some_and(|s| s.matches(&bin.sums));
-        if *size == bin.bytes.len() as u64 && *id == this && same {
+        let same = p.cached_sum.as_ref().is_some_and(|s| s.matches(bin));
+        if *size == bin.size && *id == this && same {
             return Ok(Choice::Cached(p.cache_dir.clone()));
         }
     }
@@ -256,7 +195,7 @@ pub fn decide(p: &Probe, bin: &AgentBinary) -> Result<Choice, InstallError> {
             local: bin.arch.to_string(),
         });
     }
-    if let Some(need) = bin.glibc {
+    if let Some(need) = bin.glibc() {
         match &p.libc {
             RemoteLibc::Glibc(have) if *have < need => {
                 return Err(InstallError::OldGlibc { have: *have, need })
@@ -279,13 +218,9 @@ mod tests {
     use super::*;
 
     fn bin(glibc: Option<(u32, u32)>) -> AgentBinary {
-        AgentBinary {
-            bytes: std::sync::Arc::new(vec![0; 100]),
-            entry: format!("{VERSION}-0123456789ab"),
-            arch: "x86_64",
-            glibc: glibc.map(|(major, minor)| GlibcVersion { major, minor }),
-            sums: Sums::of(std::sync::Arc::new(vec![0; 100])),
-        }
+        let mut b = AgentBinary::of(vec![0; 100]);
+        b.arch = "x86_64";
+        b.with_glibc(glibc.map(|(major, minor)| GlibcVersion { major, minor }))
     }
 
     fn probe(arch: &str, libc: &str) -> Probe {
@@ -338,9 +273,9 @@ mod tests {
         assert_eq!(decide(&p, &b), Ok(Choice::Upload("/c".into())));
         p.cached_sum = Some(probe::Sum::Sha256("0".repeat(64)));
         assert_eq!(decide(&p, &b), Ok(Choice::Upload("/c".into())));
-        p.cached_sum = Some(probe::Sum::Sha256(cksum::sha256_hex(&b.bytes)));
+        p.cached_sum = Some(probe::Sum::Sha256(cksum::sha256_hex(&b.bytes().unwrap())));
         assert_eq!(decide(&p, &b), Ok(Choice::Cached("/c".into())));
-        p.cached_sum = Some(probe::Sum::Cksum(cksum::posix_cksum(&b.bytes)));
+        p.cached_sum = Some(probe::Sum::Cksum(cksum::posix_cksum(&b.bytes().unwrap())));
         assert_eq!(decide(&p, &b), Ok(Choice::Cached("/c".into())));
         p.path_agent = Some(AgentId::this());
         assert_eq!(decide(&p, &b), Ok(Choice::Installed));

@@ -119,11 +119,11 @@ pub enum Sum {
 }
 
 impl Sum {
-    /// Whether this is the checksum of the binary that has `sums`.
-    pub fn matches(&self, sums: &super::Sums) -> bool {
+    /// Whether this is the checksum of `bin`.
+    pub fn matches(&self, bin: &super::AgentBinary) -> bool {
         match self {
-            Sum::Sha256(h) => h.eq_ignore_ascii_case(&sums.sha256),
-            Sum::Cksum(c) => c.split_whitespace().eq(sums.cksum().split_whitespace()),
+            Sum::Sha256(h) => h.eq_ignore_ascii_case(&bin.sha256),
+            Sum::Cksum(c) => c.split_whitespace().eq(bin.cksum().split_whitespace()),
         }
     }
 }
@@ -376,17 +376,15 @@ mod tests {
         assert_eq!(p.path_agent, Some(id.clone()));
         assert_eq!(p.cached, Some((agent.len() as u64, Some(id))));
         assert!(
-            p.cached_sum.as_ref().is_some_and(
-                |s| s.matches(&super::super::Sums::of(std::sync::Arc::new(agent.clone())))
-            ),
+            p.cached_sum
+                .as_ref()
+                .is_some_and(|s| s.matches(&super::super::AgentBinary::of(agent.clone()))),
             "{out}"
         );
         assert!(!p
             .cached_sum
             .unwrap()
-            .matches(&super::super::Sums::of(std::sync::Arc::new(
-                b"an impostor".to_vec()
-            ))));
+            .matches(&super::super::AgentBinary::of(b"an impostor".to_vec())));
         let me = rustix::process::geteuid().as_raw();
         assert_eq!(p.uid, Some(me));
         let parts: Vec<CachePart> = p.owners.iter().map(|o| o.part).collect();

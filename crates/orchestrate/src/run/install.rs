@@ -112,7 +112,7 @@ impl Runner {
             Some(x) => (
                 AgentProgram::Checked {
                     entry: x.bin.entry.clone(),
-                    sha256: x.bin.sums.sha256.clone(),
+                    sha256: x.bin.sha256.clone(),
                     limit: x.limit,
                 },
                 Some(Checked {
