@@ -200,8 +200,8 @@ fn run_inner(
     stdin_is_input: bool,
 ) -> Result<Option<PipeReport>, RunError> {
     let launchers = Launchers::for_run(&a, &exe);
-    let p = build_plan(&a, &**launchers.remote(), stdin_is_input)?;
     if a.dry_run {
+        let p = build_plan(&a, &**launchers.remote(), stdin_is_input)?;
         print!("{}", p.describe(&|h| launchers.of(h).describe_host(h)));
         print!("{}", launchers.remote().describe_hosts(&p.remote_hosts()));
         print!(
@@ -246,6 +246,9 @@ fn run_inner(
         }
         return Ok(None);
     }
+    // The data addresses are asked while the hosts' connections start
+    // ([`Runner::plan_addresses`]).
+    let (p, wanted) = build::plan_names(&a, stdin_is_input)?;
     debug!(
         "{} segment(s), {} transfer(s), {} remote host(s)",
         p.segments.len(),
@@ -256,7 +259,9 @@ fn run_inner(
         .enable_all()
         .build()
         .map_err(RunError::Runtime)?;
-    let (v, mut report) = rt.block_on(Runner::new(a, p, exe, launchers).run())?;
+    let mut runner = Runner::new(a, p, exe, launchers);
+    runner.addresses = Some((stdin_is_input, wanted));
+    let (v, mut report) = rt.block_on(runner.run())?;
     report.verdict = VerdictReport {
         exit_status: v.status,
         errors: v.lines,
@@ -280,6 +285,9 @@ struct Runner {
     agent_bins: std::collections::HashMap<usize, String>,
     /// Self-install, when this run may install its agent.
     install: Option<install::Install>,
+    /// Until the plan has its data addresses: whether stdin is the input,
+    /// and the hosts whose launcher is to say theirs.
+    addresses: Option<(bool, Vec<rdpipe_plan::RemoteHost>)>,
     /// The run's secrets.
     keys: Keys,
     /// The event loop's queue: agents' lines and exits, rdpipe's own ends.
@@ -402,6 +410,7 @@ impl Runner {
             launchers,
             agent_bins: Default::default(),
             install: None,
+            addresses: None,
             keys,
             events: Events { tx, rx },
             agents: (0..n).map(|_| AgentChannel::default()).collect(),
@@ -451,12 +460,17 @@ impl Runner {
         let start = Instant::now();
         let mut signals = teardown::Signals::new();
         let binary = self.read_agent_binary();
+        let addresses = self.ask_addresses();
         // Preparing the hosts may take up to the connect timeout: a signal
         // cancels it (dropping a half-started master closes its guard's
         // stdin, which ends it).
         let prepared = tokio::select! {
             ok = self.prepare_hosts() => Ok(ok),
             sig = signals.next() => Err(sig),
+        };
+        let prepared = match prepared {
+            Ok(true) => Ok(self.plan_addresses(addresses).await),
+            other => other,
         };
         // The agent binary on each host: found, or installed (bounded; a
         // signal cancels it too).
