@@ -119,7 +119,13 @@ async fn read_mark(mut h: AgentHandle, limit: Duration) -> Result<Started, Strin
     };
     let (out, started) = match tokio::time::timeout(limit, read).await {
         Ok(r) => r?,
-        Err(_) => return Err(format!("no answer within {} s", limit.as_secs())),
+        Err(_) => {
+            return Err(format!(
+                "the agent's start did not answer within {} s (a login script waiting for \
+                 input, or an rdrecv in PATH that hangs?)",
+                limit.as_secs()
+            ))
+        }
     };
     if started {
         return Ok(Started::Agent(
