@@ -2,8 +2,6 @@
 //! quoted for `sh`, the endpoint tuning variables passed as `env K=V` (ssh
 //! and srun pass no environment on).
 
-use crate::launcher::AgentProgram;
-
 /// Shell-quotes one word for the remote `sh`.
 pub fn sh_quote(s: &str) -> String {
     if !s.is_empty()
@@ -37,32 +35,6 @@ pub fn remote_command_line(bin: &str, args: &[String], env: &[(String, String)])
         .chain(args.iter().map(|w| sh_quote(w)))
         .collect::<Vec<_>>()
         .join(" ")
-}
-
-/// The remote shell's command line that runs `program` with `args`: the
-/// binary itself, or self-install's fast path (`sh -c START sh ENTRY SHA256
-/// 'PROTOCOL WIRE' ARGS...`, [`crate::install::start`]).
-pub fn agent_command_line(
-    program: &AgentProgram,
-    args: &[String],
-    env: &[(String, String)],
-) -> String {
-    match program {
-        AgentProgram::Bin(bin) => remote_command_line(bin, args, env),
-        AgentProgram::Checked { entry, sha256, .. } => {
-            let me = rdpipe_control::AgentId::this();
-            let mut words = vec![
-                "-c".to_string(),
-                crate::install::start::script(),
-                "sh".into(),
-                entry.clone(),
-                sha256.clone(),
-                format!("{} {}", me.protocol, me.wire),
-            ];
-            words.extend(args.iter().cloned());
-            remote_command_line("sh", &words, env)
-        }
-    }
 }
 
 /// `sh -c SCRIPT sh ARGS...` as one quoted line.

@@ -59,6 +59,32 @@ pub fn script() -> String {
     format!("{START}{}", super::probe::PROBE)
 }
 
+/// The remote shell's command line that runs `program` with `args`: the
+/// binary itself, or self-install's fast path (`sh -c START sh ENTRY SHA256
+/// 'PROTOCOL WIRE' ARGS...`, this module).
+pub fn agent_command_line(
+    program: &AgentProgram,
+    args: &[String],
+    env: &[(String, String)],
+) -> String {
+    match program {
+        AgentProgram::Bin(bin) => crate::command_line::remote_command_line(bin, args, env),
+        AgentProgram::Checked { entry, sha256, .. } => {
+            let me = rdpipe_control::AgentId::this();
+            let mut words = vec![
+                "-c".to_string(),
+                script(),
+                "sh".into(),
+                entry.clone(),
+                sha256.clone(),
+                format!("{} {}", me.protocol, me.wire),
+            ];
+            words.extend(args.iter().cloned());
+            crate::command_line::remote_command_line("sh", &words, env)
+        }
+    }
+}
+
 /// What the session did.
 pub enum Started {
     /// It runs the agent: this binary (`rdrecv`, or the cached agent's

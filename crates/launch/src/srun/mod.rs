@@ -24,7 +24,7 @@ mod trust;
 
 pub use allocation::{Srun, SrunError};
 
-use crate::install::start::{settle, Started};
+use crate::install::start::{agent_command_line, settle, Started};
 use crate::launcher::{
     AgentStart, Boxed, LaunchCause, LaunchError, Launcher, LauncherKind, ShellOutput, Spawned,
 };
@@ -239,7 +239,7 @@ impl Launcher for SrunLauncher {
             settings.munge = true;
             settings.munge_socket = srun.munge_socket.clone();
             let argv = crate::launcher::agent_argv(&settings);
-            let line = crate::command_line::agent_command_line(&start.program, &argv, &start.env);
+            let line = agent_command_line(&start.program, &argv, &start.env);
             let ch = step(&srun, &host.name, &line, Stdio::piped())
                 .process_group(0)
                 .spawn()

@@ -8,8 +8,7 @@ mod master;
 
 pub use master::{alive_count_max, Master, SshConfig, SshError};
 
-use crate::command_line::agent_command_line;
-use crate::install::start::{settle, Started};
+use crate::install::start::{agent_command_line, settle, Started};
 use crate::launcher::{
     AgentHandle, AgentStart, Boxed, LaunchCause, LaunchError, Launcher, LauncherKind, Reader,
     ShellOutput, Spawned, WaitFuture,
