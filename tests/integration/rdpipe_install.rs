@@ -413,6 +413,25 @@ fn self_install_never_runs_a_planted_cache_binary() {
         "{}",
         r.stderr
     );
+    // The same host holding a line merge with a source elsewhere: the run
+    // fails with the same line, at once, and the other host's source gets
+    // no keys, so its command never runs.
+    let ran = net.dir.path("source-ran");
+    let src = format!("n1:touch {}; echo a", ran.display());
+    let r = go(
+        &net,
+        &["--from", &src, "--from", "n2:echo b", "n2:sort"],
+        None,
+        25,
+    );
+    assert_eq!(r.code(), Some(127), "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("rdpipe: error: n2: will not run an agent from"),
+        "{}",
+        r.stderr
+    );
+    assert!(!ran.exists(), "a source's command ran: {}", r.stderr);
     // Another user's: refused the same way.
     std::fs::set_permissions(&entry, std::fs::Permissions::from_mode(0o700)).unwrap();
     std::os::unix::fs::chown(&cached[0], Some(65534), Some(65534)).unwrap();

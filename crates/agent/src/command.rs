@@ -270,8 +270,8 @@ pub fn start_with(
         Ok((r, _)) => {
             // This very binary, even when its file was replaced since it
             // started (another host sharing this HOME installed the same
-            // build into the same cache entry: a new file, and our path to
-            // it would name that one, or nothing while it is renamed).
+            // build into the same cache entry: a new file, and the path
+            // `current_exe` gives is then `… (deleted)`).
             let mut c = Command::new("/proc/self/exe");
             c.arg0(
                 std::env::current_exe()

@@ -3,9 +3,11 @@
 //! `HOST:CMD` means there what `ssh HOST CMD` means. The same holds for local
 //! segments (this machine's user's shell).
 //!
-//! The entry comes from /etc/passwd, else from `getent passwd UID` (the NSS
-//! view: LDAP, SSSD, ...; a process to start, so only for users the file does
-//! not list: every agent start reads it); an empty shell field means `/bin/sh`
+//! The entry is the NSS view, as sshd sees it: `getent passwd UID` (files,
+//! LDAP, SSSD, ...). Where /etc/nsswitch.conf lists `files` first for
+//! `passwd` (or says nothing), /etc/passwd is read first and `getent` (a
+//! process to start at every agent start) asked only for users the file
+//! does not list: the same answer. An empty shell field means `/bin/sh`
 //! (passwd(5)). A shell that is not an executable file, or that refuses logins
 //! (`nologin`, `false`: only possible for local segments, since sshd would not
 //! have started the agent), gives `/bin/sh`. Without any entry, `$SHELL`, then
@@ -45,6 +47,20 @@ fn from_getent(uid: u32) -> Option<String> {
         .find_map(|l| shell_of(l, uid))
 }
 
+/// Whether NSS asks /etc/passwd first for `passwd` (nsswitch.conf's
+/// `passwd:` line; none, or no file: glibc's default, files first).
+fn files_first(nsswitch: Option<&str>) -> bool {
+    let line = nsswitch.and_then(|t| {
+        t.lines()
+            .map(|l| l.split('#').next().unwrap_or("").trim())
+            .find_map(|l| l.strip_prefix("passwd:"))
+    });
+    match line.and_then(|l| l.split_whitespace().next()) {
+        Some(first) => first == "files" || first == "compat",
+        None => true,
+    }
+}
+
 fn from_passwd_file(uid: u32) -> Option<String> {
     std::fs::read_to_string("/etc/passwd")
         .ok()?
@@ -68,10 +84,16 @@ pub fn usable(shell: &Path) -> bool {
 /// The current user's shell (see the module doc).
 pub fn login_shell() -> PathBuf {
     let uid = rustix::process::getuid().as_raw();
-    let found = from_passwd_file(uid)
-        .or_else(|| from_getent(uid))
-        .or_else(|| std::env::var("SHELL").ok().filter(|s| !s.is_empty()))
-        .map(PathBuf::from);
+    let found = match files_first(
+        std::fs::read_to_string("/etc/nsswitch.conf")
+            .ok()
+            .as_deref(),
+    ) {
+        true => from_passwd_file(uid).or_else(|| from_getent(uid)),
+        false => from_getent(uid).or_else(|| from_passwd_file(uid)),
+    }
+    .or_else(|| std::env::var("SHELL").ok().filter(|s| !s.is_empty()))
+    .map(PathBuf::from);
     match found {
         Some(s) if usable(&s) => s,
         _ => PathBuf::from(FALLBACK),
@@ -81,6 +103,16 @@ pub fn login_shell() -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nsswitch_order() {
+        assert!(files_first(None));
+        assert!(files_first(Some("group: files\n")));
+        assert!(files_first(Some("passwd:         files systemd\n")));
+        assert!(files_first(Some("# passwd: sss\npasswd: compat\n")));
+        assert!(!files_first(Some("passwd: sss files\n")));
+        assert!(!files_first(Some("passwd:ldap files # x\n")));
+    }
 
     #[test]
     fn passwd_lines() {

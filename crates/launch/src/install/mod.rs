@@ -1,8 +1,11 @@
 //! Self-install: rdpipe runs its own binary as the agent on hosts that have no
 //! usable `rdrecv`. Only the machine you type on needs rdma-pipe installed.
 //!
-//! Per remote host (unless `--no-install` or `--remote-bin`), through the
-//! host's launcher (a session on its ssh master, or an srun job step), rdpipe runs one probe ([`probe::PROBE`]): the
+//! Each remote agent (unless `--no-install` or `--remote-bin`) starts on the
+//! fast path ([`start`]): its own session runs the agent the host already
+//! has, once the host checked it as below. Where it has none, that session
+//! answers the probe ([`probe::PROBE`]) instead, through the host's launcher
+//! (a session on its ssh master, or an srun job step): the
 //! architecture, the C library, whether the `rdrecv` in PATH answers
 //! `--agent-protocol` with this build's agent and wire protocols ([`AgentId`]),
 //! and whether the per-build cache entry
@@ -13,14 +16,16 @@
 //! the same channel, checks its SHA-256 (`sha256sum`) or POSIX `cksum` there,
 //! renames it into place and runs it once. `<hash>` is the first 12 hex digits
 //! of the binary's BLAKE3 hash, and entries are only made by that rename after
-//! the check. A later run reuses the cached binary only when the probe's
-//! SHA-256 of it (or its `cksum` where there is no `sha256sum`) is this
-//! binary's, and only from a cache that is the user's alone: the base
+//! the check. A later run reuses the cached binary only when the host's
+//! SHA-256 of it (or its `cksum` where there is no `sha256sum`; on the fast
+//! path, the mark a checksum left for the file as it is) is this binary's,
+//! and only from a cache that is the user's alone: the base
 //! directory, `rdma-pipe/`, the entry and the binary owned by the user and
 //! writable by nobody else. Anything else there could swap the binary, which
 //! gets the hop keys on its stdin ([`InstallError::UnsafeCache`] says which
 //! and how to fix it); a binary that is not this one is uploaded over.
 //!
+//! - [`binary`]: the local binary, its hashes remembered per file;
 //! - [`elf`]: the glibc version a binary needs (its `GLIBC_x.y` version needs);
 //! - [`cksum`]: POSIX `cksum` and SHA-256;
 //! - [`probe`]: the remote scripts and the probe's answer;

@@ -18,9 +18,11 @@ use super::AgentId;
 /// them in that order), `cached` (the size of the cached binary and what it
 /// says) and `sum` (its SHA-256 from `openssl`, which uses the CPU's SHA
 /// instructions, else `sha256sum`, else its POSIX `cksum`) when there is
-/// one, and `end`. Every program it runs gets no stdin and, where `timeout`
-/// exists, 10 s. It runs before every agent start, so it forks as few
-/// programs as it can.
+/// one and every part of the cache is the user's alone (else the binary is
+/// not run, not even for its answer: another user may have put it there;
+/// [`super::decide`] refuses such a cache from the `own` lines), and `end`. Every program it runs gets no stdin and, where `timeout`
+/// exists, 10 s. It runs in an agent's session that found no agent it could
+/// run at once ([`super::start`]), so it forks as few programs as it can.
 pub const PROBE: &str = "b=${XDG_CACHE_HOME:-$HOME/.cache}; c=$b/rdma-pipe/$2; \
 t=; if command -v timeout >/dev/null 2>&1; then t=\"timeout 10\"; fi; \
 echo \"arch $(uname -m 2>/dev/null)\"; \
@@ -30,9 +32,12 @@ echo \"cache $c\"; \
 if command -v \"$1\" >/dev/null 2>&1; then \
 echo \"path $($t \"$1\" --agent-protocol </dev/null 2>/dev/null | head -n 1)\"; fi; \
 set --; for p in \"$b\" \"$b/rdma-pipe\" \"$c\" \"$c/rdrecv\"; do [ -e \"$p\" ] && set -- \"$@\" \"$p\"; done; \
-if [ $# -gt 0 ]; then LC_ALL=C ls -ldnL \"$@\" 2>/dev/null | \
-{ for n in base pipe entry bin; do IFS= read -r l || break; echo \"own $n $l\"; done; }; fi; \
-if [ -f \"$c/rdrecv\" ] && [ -x \"$c/rdrecv\" ]; then \
+o=; safe=1; if [ $# -gt 0 ]; then o=$(LC_ALL=C ls -ldnL \"$@\" 2>/dev/null); \
+[ -n \"$o\" ] && { printf %s \"$o\"; echo; } | \
+{ for n in base pipe entry bin; do IFS= read -r l || break; echo \"own $n $l\"; done; }; \
+set -f; for x in $o; do case $x in [-d]????w*|[-d]???????w*) safe=;; esac; done; set +f; \
+for p in \"$@\"; do [ -O \"$p\" ] 2>/dev/null || safe=; done; fi; \
+if [ -n \"$safe\" ] && [ -f \"$c/rdrecv\" ] && [ -x \"$c/rdrecv\" ]; then \
 echo \"cached $(wc -c <\"$c/rdrecv\") $($t \"$c/rdrecv\" --agent-protocol </dev/null 2>/dev/null | head -n 1)\"; \
 if command -v openssl >/dev/null 2>&1 && s=$($t openssl dgst -sha256 <\"$c/rdrecv\" 2>/dev/null); then echo \"sum sha256 ${s##* }\"; \
 elif command -v sha256sum >/dev/null 2>&1; then s=$($t sha256sum <\"$c/rdrecv\"); echo \"sum sha256 ${s%% *}\"; \
@@ -237,7 +242,8 @@ mod tests {
 
     #[test]
     fn scripts_survive_csh_and_fish_quoting() {
-        for s in [PROBE, UPLOAD] {
+        let start = super::super::start::script();
+        for s in [PROBE, UPLOAD, start.as_str()] {
             assert!(!s.contains(['\'', '\\', '!', '\n']), "{s}");
         }
     }

@@ -8,16 +8,19 @@
 //! agent and wire protocols, or the cached agent when [`super::decide`]
 //! would pick it: every part of the cache owned by the user and writable by
 //! nobody else, and the file this binary. That last check is the file's
-//! SHA-256 (`openssl dgst`, 10 ms for 9 MB) the first time; it then leaves a
-//! stamp beside the file (`stamp`: its inode, mode, size and change time as
-//! GNU `ls -ldnLic` prints them), and later starts compare that instead. A
-//! file written or replaced since has another change time or inode, which no
-//! user can set back, so the stamp fails and the checksum decides again.
-//! Anything else (no `openssl`, another binary, an unsafe cache, a shell
-//! without `test -O`, an `ls` without `--time-style`) answers
-//! [`super::probe::PROBE`] instead and ends; rdpipe then decides, installs
-//! where needed, and starts the agent in a second session as before. rdpipe
-//! sends nothing down the session before the mark, so no key reaches a
+//! SHA-256 (`openssl dgst`, 10 ms for 9 MB) the first time; it then leaves
+//! a mark in the entry, an empty file named `.ok-INODE-SIZE-CTIME` after
+//! the file as listed before the checksum (GNU `ls -ldnLic`, change time in
+//! nanoseconds), and later starts look for the mark of the file as it is
+//! now. Only the user can make a file in the entry (it is checked to be
+//! theirs alone), so the mark's contents and mode do not matter; writing or
+//! replacing the agent gives it another change time or inode, which no user
+//! can set back, so any change falls back to the checksum. Anything else (no
+//! `openssl`, another binary, an unsafe cache, a path with a control
+//! character, a shell without `test -O`, an `ls` without `--time-style`)
+//! answers [`super::probe::PROBE`] instead and ends; rdpipe then decides,
+//! installs where needed, and starts the agent in a second session. rdpipe
+//! sends nothing down the session before the mark line, so no key reaches a
 //! binary the host did not check.
 
 use crate::launcher::{AgentHandle, AgentProgram, ShellOutput};
@@ -33,25 +36,29 @@ pub const EXEC_MARK: &str = "rdpipe-agent-exec";
 /// arguments. One line without `'`, `\` or `!` (see [`super::probe`]). The
 /// mode check word-splits `ls`'s lines (globbing off) and refuses any word
 /// shaped like a mode with group or other write permission: a file name can
-/// only add a refusal, never hide a mode. The stamp is compared word by word
-/// with the last as many words of that listing (`ls` pads its columns to the
-/// widest entry). What it runs gets no stdin until rdpipe has read the mark.
-pub const START: &str = "n=$1; w=$2; v=$3; shift 3; \
+/// only add a refusal, never hide a mode. The agent's line is the listing's
+/// last (GNU `ls` lists its operands by name, each here inside the one
+/// before): its last 7 + (words of its path) words. The mark line is printed
+/// with `printf %s` (no escapes read in the path), after an empty line (a
+/// login script's output without a newline cannot run into it). What runs
+/// gets no stdin until rdpipe has read the mark line.
+pub const START: &str = "n=$1; w=$2; v=$3; shift 3; t=; \
+if command -v timeout >/dev/null 2>&1; then t=\"timeout 10\"; fi; \
 if command -v rdrecv >/dev/null 2>&1; then \
-case $(rdrecv --agent-protocol </dev/null 2>/dev/null) in \"$v \"*) echo rdpipe-agent-exec rdrecv; exec rdrecv \"$@\";; esac; fi; \
-c=${XDG_CACHE_HOME:-$HOME/.cache}; e=$c/rdma-pipe/$n; b=$e/rdrecv; ok=; st=; \
-l=\"ls -ldnLic --time-style=+%s.%N\"; \
+case $($t rdrecv --agent-protocol </dev/null 2>/dev/null) in \"$v \"*) \
+echo; printf %s \"rdpipe-agent-exec rdrecv\"; echo; exec rdrecv \"$@\";; esac; fi; \
+c=${XDG_CACHE_HOME:-$HOME/.cache}; e=$c/rdma-pipe/$n; b=$e/rdrecv; ok=; u=; \
+case $b in *[[:cntrl:]]*) ;; *) \
 if { [ -f \"$b\" ] && [ -x \"$b\" ] && [ -O \"$c\" ] && [ -O \"$c/rdma-pipe\" ] && [ -O \"$e\" ] && [ -O \"$b\" ]; } 2>/dev/null \
-&& m=$(LC_ALL=C $l \"$c\" \"$c/rdma-pipe\" \"$e\" \"$b\" 2>/dev/null); then ok=1; set -f; \
-for x in $m; do case $x in [-d]????w*|[-d]???????w*) ok=;; esac; done; set +f; fi; \
-sw() { k=$#; st=\"$*\"; }; sl() { [ $# -ge $k ] && shift $(($# - k)); u=\"$*\"; }; \
-if [ -n \"$ok\" ] && [ -f \"$e/stamp\" ] && IFS= read -r st <\"$e/stamp\" && [ -n \"$st\" ]; then \
-set -f; sw $st; sl $m; set +f; \
-if [ \"$u\" = \"$st\" ]; then echo \"rdpipe-agent-exec $b\"; exec \"$b\" \"$@\"; fi; fi; \
-if [ -n \"$ok\" ] && command -v openssl >/dev/null 2>&1 && s=$(openssl dgst -sha256 <\"$b\" 2>/dev/null) \
-&& [ \"${s##* }\" = \"$w\" ]; then \
-s=$(LC_ALL=C $l \"$b\" 2>/dev/null) && echo \"$s\" >\"$e/.stamp.$$\" && mv -f \"$e/.stamp.$$\" \"$e/stamp\"; \
-echo \"rdpipe-agent-exec $b\"; exec \"$b\" \"$@\"; fi; \
+&& m=$(LC_ALL=C ls -ldnLic --time-style=+%s.%N \"$c\" \"$c/rdma-pipe\" \"$e\" \"$b\" 2>/dev/null); then ok=1; set -f; \
+for x in $m; do case $x in [-d]????w*|[-d]???????w*) ok=;; esac; done; \
+sw() { k=$#; }; sl() { [ $# -ge $k ] && shift $(($# - k)) && u=$1-$6-$7; }; sw $b; k=$((k + 7)); sl $m; set +f; \
+case $u in */*|\"\") ok=;; esac; fi;; esac; \
+if [ -n \"$ok\" ] && [ -e \"$e/.ok-$u\" ]; then \
+echo; printf %s \"rdpipe-agent-exec $b\"; echo; exec \"$b\" \"$@\"; fi; \
+if [ -n \"$ok\" ] && command -v openssl >/dev/null 2>&1 && s=$($t openssl dgst -sha256 <\"$b\" 2>/dev/null) \
+&& [ \"${s##* }\" = \"$w\" ]; then { rm -f \"$e\"/.ok-*; : >\"$e/.ok-$u\"; } 2>/dev/null; \
+echo; printf %s \"rdpipe-agent-exec $b\"; echo; exec \"$b\" \"$@\"; fi; \
 set -- rdrecv \"$n\"; ";
 
 /// The fast path's script with the probe after it: what the session runs.
@@ -126,10 +133,9 @@ async fn read_mark(mut h: AgentHandle, limit: Duration) -> Result<Started, Strin
                     .rsplit(|&c| c == b'\n')
                     .next()
                     .unwrap_or_default();
-                if let Some(bin) = line
-                    .strip_prefix(EXEC_MARK.as_bytes())
-                    .and_then(|r| r.strip_prefix(b" "))
-                {
+                let mark = format!("{EXEC_MARK} ");
+                let at = line.windows(mark.len()).position(|w| w == mark.as_bytes());
+                if let Some(bin) = at.map(|i| &line[i + mark.len()..]) {
                     let bin = String::from_utf8_lossy(bin).into_owned();
                     return Ok((bin.into_bytes(), true));
                 }
@@ -163,7 +169,10 @@ async fn read_mark(mut h: AgentHandle, limit: Duration) -> Result<Started, Strin
     if let Some(mut e) = h.stderr.take() {
         let _ = tokio::time::timeout(limit, e.read_to_end(&mut err)).await;
     }
-    let (code, _) = h.wait.await;
+    let code = match tokio::time::timeout(limit, h.wait).await {
+        Ok((code, _)) => code,
+        Err(_) => None,
+    };
     Ok(Started::Probed(ShellOutput {
         code,
         stdout: String::from_utf8_lossy(&out).into_owned(),
@@ -194,7 +203,7 @@ mod tests {
                 .arg("-c")
                 .arg(script())
                 .args(["sh", "v-1", sha, &proto, "--agent", "x y"])
-                .env("XDG_CACHE_HOME", dir.path().join("cache"))
+                .env("XDG_CACHE_HOME", dir.path().join("ca che"))
                 .env("PATH", format!("{}:/usr/bin:/bin", path_dir.display()))
                 .output()
                 .unwrap();
@@ -207,11 +216,11 @@ mod tests {
         let out = run(&sha);
         assert!(probed(&out), "{out}");
 
-        let entry = dir.path().join("cache/rdma-pipe/v-1");
+        let entry = dir.path().join("ca che/rdma-pipe/v-1");
         std::fs::create_dir_all(&entry).unwrap();
         for d in [
-            dir.path().join("cache"),
-            dir.path().join("cache/rdma-pipe"),
+            dir.path().join("ca che"),
+            dir.path().join("ca che/rdma-pipe"),
             entry.clone(),
         ] {
             std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700)).unwrap();
@@ -219,20 +228,32 @@ mod tests {
         let bin = entry.join("rdrecv");
         std::fs::write(&bin, &agent).unwrap();
         std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let ran = format!("{EXEC_MARK} {}\nagent --agent x y\n", bin.display());
+        let ran = format!("\n{EXEC_MARK} {}\nagent --agent x y\n", bin.display());
         // Another binary's checksum: not run.
         assert!(probed(&run(&"0".repeat(64))));
-        assert!(!entry.join("stamp").exists());
-        // This one: checked, stamped, run; then run on the stamp.
+        let marks = || {
+            std::fs::read_dir(&entry)
+                .unwrap()
+                .filter(|e| {
+                    e.as_ref()
+                        .unwrap()
+                        .file_name()
+                        .to_string_lossy()
+                        .starts_with(".ok-")
+                })
+                .count()
+        };
+        assert_eq!(marks(), 0);
+        // This one: checked, marked, run; then run on the mark.
         assert_eq!(run(&sha), ran);
-        assert!(entry.join("stamp").exists());
+        assert_eq!(marks(), 1);
         assert_eq!(
             run(&"0".repeat(64)),
             ran,
-            "the stamp stands for the checksum"
+            "the mark stands for the checksum"
         );
         // The file replaced (same size, other bytes): a new inode and change
-        // time, so the stamp no longer holds, and the checksum decides.
+        // time, so the mark no longer holds, and the checksum decides.
         let other = b"#!/bin/sh\necho \"other $*\"\n".to_vec();
         let tmp = entry.join("new");
         std::fs::write(&tmp, &other).unwrap();
@@ -241,7 +262,7 @@ mod tests {
         assert!(probed(&run(&sha)));
         std::fs::write(&bin, &agent).unwrap();
         assert_eq!(run(&sha), ran);
-        // A directory of the cache others may write: not run, stamp or not.
+        // A directory of the cache others may write: not run, mark or not.
         std::fs::set_permissions(&entry, std::fs::Permissions::from_mode(0o770)).unwrap();
         assert!(probed(&run(&sha)));
         std::fs::set_permissions(&entry, std::fs::Permissions::from_mode(0o700)).unwrap();
@@ -263,7 +284,10 @@ mod tests {
             std::fs::set_permissions(&rdrecv, std::fs::Permissions::from_mode(0o755)).unwrap();
         };
         fake(&me.to_string());
-        assert_eq!(run(&sha), format!("{EXEC_MARK} rdrecv\npath --agent x y\n"));
+        assert_eq!(
+            run(&sha),
+            format!("\n{EXEC_MARK} rdrecv\npath --agent x y\n")
+        );
         fake(&format!("{} {} 0.0.1", me.protocol + 1, me.wire));
         assert_eq!(run(&sha), ran);
     }

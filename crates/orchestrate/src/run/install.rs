@@ -142,7 +142,8 @@ pub(super) async fn start_agent(
         .spawn_agent(start.clone())
         .await
         .map_err(StartFailure::Launch)?;
-    let (Spawned::Probed(out), Some(c), Host::Remote(host)) = (&first, &checked, &start.host)
+    let (Spawned::Probed(out), Some(c), Host::Remote(host), AgentProgram::Checked { limit, .. }) =
+        (&first, &checked, &start.host, &start.program)
     else {
         if let (Spawned::Ready { ran: Some(bin), .. }, Some(_), Host::Remote(host)) =
             (&first, &checked, &start.host)
@@ -159,10 +160,7 @@ pub(super) async fn start_agent(
         host.spec,
         t.elapsed().as_millis()
     );
-    let limit = match &start.program {
-        AgentProgram::Checked { limit, .. } => *limit,
-        AgentProgram::Bin(_) => Duration::from_secs(30),
-    };
+    let limit = *limit;
     let decision = c
         .decided
         .get_or_init(|| async {

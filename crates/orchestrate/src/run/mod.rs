@@ -469,7 +469,10 @@ impl Runner {
             sig = signals.next() => Err(sig),
         };
         let prepared = match prepared {
-            Ok(true) => Ok(self.plan_addresses(addresses).await),
+            Ok(true) => tokio::select! {
+                ok = self.plan_addresses(addresses) => Ok(ok),
+                sig = signals.next() => Err(sig),
+            },
             other => other,
         };
         // The agent binary on each host: found, or installed (bounded; a

@@ -105,6 +105,12 @@ impl Runner {
         }
         let mut lost = Vec::new();
         let mut install_failed = std::collections::HashSet::new();
+        // A host that cannot have the agent fails the run (unless it holds
+        // only `--from` sources): then no agent gets its keys, so no command
+        // starts anywhere, as when every host was readied before any agent.
+        let doomed = started.iter().enumerate().any(|(i, s)| {
+            matches!(s, Some(Err(StartFailure::Install(_)))) && self.plan.source_of(i).is_none()
+        });
         for (i, spawned) in started.into_iter().enumerate() {
             if self.plan.merge_of_lane(i).is_some() || self.segs[i].not_started {
                 continue;
@@ -113,6 +119,11 @@ impl Runner {
                 self.segs[i].exited = true;
                 continue;
             };
+            if doomed && matches!(spawned, Ok(Spawned::Ready { .. } | Spawned::Refused { .. })) {
+                // Its channel closes without a key line: it ends at once.
+                self.segs[i].exited = true;
+                continue;
+            }
             // The keys of its two hops, and the request for byte counts when
             // there is a progress line.
             let me = Node::Segment(i);
@@ -203,13 +214,11 @@ impl Runner {
                 Err(StartFailure::Install(error)) => {
                     self.segs[i].exited = true;
                     let host = self.plan.segments[i].host.label().to_string();
-                    let first = install_failed.insert(host.clone());
-                    let cause = Cause::Install { host, error };
                     if self.plan.source_of(i).is_some() {
-                        lost.push((i, cause));
-                    } else if first {
+                        lost.push((i, Cause::Install { host, error }));
+                    } else if install_failed.insert(host.clone()) {
                         // Once per host, as every segment there fails alike.
-                        self.fail(Some(me), cause);
+                        self.fail(Some(me), Cause::Install { host, error });
                     }
                 }
                 Err(StartFailure::Launch(e)) => {
