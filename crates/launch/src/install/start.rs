@@ -191,6 +191,16 @@ mod tests {
     /// answers the probe instead.
     #[test]
     fn the_fast_path_runs_only_a_checked_agent() {
+        // The fast path checks with `openssl dgst` (scripts/install-deps).
+        if Command::new("openssl").arg("version").output().is_err() {
+            let why = "the_fast_path_runs_only_a_checked_agent: no openssl here";
+            assert!(
+                std::env::var("RDPIPE_REQUIRE_ALL").as_deref() != Ok("1"),
+                "{why} (RDPIPE_REQUIRE_ALL=1)"
+            );
+            eprintln!("SKIPPED: {why}");
+            return;
+        }
         let dir = tempfile::tempdir().unwrap();
         let me = rdpipe_control::AgentId::this();
         let proto = format!("{} {}", me.protocol, me.wire);
