@@ -117,6 +117,7 @@ pub async fn settle(program: &AgentProgram, h: AgentHandle) -> Result<Started, S
 /// Reads the session's first words, within `limit`: its mark (the agent
 /// now runs, and gets `h` back) or its whole answer to the probe.
 async fn read_mark(mut h: AgentHandle, limit: Duration) -> Result<Started, String> {
+    let mark = format!("{EXEC_MARK} ");
     let read = async {
         let mut out = Vec::new();
         // A byte at a time: nothing after the mark may be taken from the
@@ -133,7 +134,6 @@ async fn read_mark(mut h: AgentHandle, limit: Duration) -> Result<Started, Strin
                     .rsplit(|&c| c == b'\n')
                     .next()
                     .unwrap_or_default();
-                let mark = format!("{EXEC_MARK} ");
                 let at = line.windows(mark.len()).position(|w| w == mark.as_bytes());
                 if let Some(bin) = at.map(|i| &line[i + mark.len()..]) {
                     let bin = String::from_utf8_lossy(bin).into_owned();
