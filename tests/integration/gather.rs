@@ -3,8 +3,8 @@
 //! (every line exactly once, whole, in its source's order, tagged), `--each`
 //! (each source's stream byte-exact in its own file, `RDPIPE_SOURCE`), a
 //! failing source named while the others complete (`--min-ok`), a source
-//! host killed mid-stream, a hostlist of sources, the `--json` sources, and
-//! SIGINT leaving no process on any host.
+//! host killed mid-stream, a hostlist of sources, the `--json` sources,
+//! `--compress` per source, and SIGINT leaving no process on any host.
 
 use crate::support::*;
 
@@ -231,6 +231,62 @@ fn gather_each_source_byte_exact_in_its_own_file() {
     net.assert_clean();
 }
 
+/// `--compress` on a gather: each source's hop compresses at its source and
+/// is decompressed at the sink, byte-exact, text shrunk and random data sent
+/// as it is (each chunk that does not shrink goes raw).
+#[test]
+fn gather_compress_each_source_hop() {
+    need_root!("network namespaces");
+    let net = Netns::start("gg");
+    let d = &net.dir;
+    let text: Vec<u8> = (0..300_000u32)
+        .flat_map(|i| format!("{i:08} sensor 7 reading {}\n", i % 977).into_bytes())
+        .collect();
+    let rnd = random_bytes((3 << 20) + 17, 54);
+    std::fs::write(d.path("text"), &text).unwrap();
+    std::fs::write(d.path("rnd"), &rnd).unwrap();
+    let a: Vec<String> = vec![
+        "--each".into(),
+        "--compress=zstd:1".into(),
+        "--json".into(),
+        d.s("report.json"),
+        "--from".into(),
+        format!("n1:< {}", d.s("text")),
+        "--from".into(),
+        format!("n2:cat {}", d.s("text")),
+        "--from".into(),
+        format!("n3:< {}", d.s("rnd")),
+        format!("n3:> {}", d.s("out.%h")),
+    ];
+    let r = net.rdpipe(&a, None, 120);
+    r.ok();
+    for (h, want) in [("n1", &text), ("n2", &text), ("n3", &rnd)] {
+        let got = std::fs::read(d.path(&format!("out.{h}"))).unwrap();
+        assert!(got == *want, "{h}'s stream differs ({} bytes)", got.len());
+    }
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.path("report.json")).unwrap()).unwrap();
+    let hops = v["hops"].as_array().expect("hops in the report");
+    assert_eq!(hops.len(), 3, "{v}");
+    for hop in hops {
+        let from = hop["from"].as_str().unwrap();
+        let c = &hop["compress"];
+        assert_eq!(c["mode"], "zstd:1", "{from}: {hop}");
+        let (before, after) = (
+            c["bytes_before"].as_u64().unwrap(),
+            c["bytes_after"].as_u64().unwrap(),
+        );
+        if from == "n3" {
+            assert_eq!(before, rnd.len() as u64, "{hop}");
+            assert!(after >= before, "random data shrank? {hop}");
+        } else {
+            assert_eq!(before, text.len() as u64, "{hop}");
+            assert!(after * 4 < before, "{from}: text not compressed: {hop}");
+        }
+    }
+    net.assert_clean();
+}
+
 #[test]
 fn gather_failing_source_is_named_and_the_others_complete() {
     need_root!("network namespaces");
@@ -378,12 +434,12 @@ fn gather_source_host_killed_mid_stream() {
 #[test]
 fn gather_from_a_hostlist_is_one_source_per_host() {
     need_root!("network namespaces");
-    let net = Netns::start_with("ge", 8);
+    let net = Netns::start_with("ge", 16);
     let gen = write_gen(&net);
     let r = net.rdpipe(
         &[
             "--from".to_string(),
-            format!("n[1-8]:{gen} s 100"),
+            format!("n[1-16]:{gen} s 100"),
             "-v".into(),
             "--json".into(),
             net.dir.s("report.json"),
@@ -393,8 +449,8 @@ fn gather_from_a_hostlist_is_one_source_per_host() {
     );
     r.ok();
     let lines = r.stdout_str();
-    assert_eq!(lines.lines().count(), 800, "{}", r.stderr);
-    for h in 1..=8 {
+    assert_eq!(lines.lines().count(), 1600, "{}", r.stderr);
+    for h in 1..=16 {
         assert!(
             r.stderr.lines().any(|l| l
                 .starts_with(&format!("rdpipe: source {h} [{}] n{h} ", 2 * h - 1))
@@ -407,7 +463,7 @@ fn gather_from_a_hostlist_is_one_source_per_host() {
         serde_json::from_str(&std::fs::read_to_string(net.dir.path("report.json")).unwrap())
             .unwrap();
     let sources = v["sources"].as_array().expect("sources in the report");
-    assert_eq!(sources.len(), 8);
+    assert_eq!(sources.len(), 16);
     assert!(
         sources.iter().all(|s| s["lines"] == 100 && s["ok"] == true),
         "{sources:?}"

@@ -42,9 +42,10 @@ impl Netns {
         Netns::start_with(tag, 3)
     }
 
-    /// [`Netns::start`] with `hosts` hosts `n1`..`nN` (at most 9).
+    /// [`Netns::start`] with `hosts` hosts `n1`..`nN` (at most 16: host N's
+    /// address is 10.99.0.1N, 10.99.0.110 to .116 past 9).
     pub fn start_with(tag: &str, hosts: usize) -> Netns {
-        assert!((1..=9).contains(&hosts));
+        assert!((1..=16).contains(&hosts));
         static N: AtomicUsize = AtomicUsize::new(0);
         let n = N.fetch_add(1, Ordering::Relaxed);
         let prefix = format!("rdp{}{tag}{n}x", std::process::id() % 100000);
