@@ -327,6 +327,44 @@ fn rdcp_reports_what_it_could_not_copy_and_copies_the_rest() {
     assert!(!d.path("norec").exists());
 }
 
+/// Every "cannot write" line the destination's agent prints reaches rdcp's
+/// stderr, the last ones included: the agent writes them just before its
+/// failure and exits at once after it, so what is still in its stderr pipe
+/// must be relayed first.
+#[test]
+fn rdcp_every_cannot_write_line_arrives() {
+    need_ssh!();
+    let ssh = LocalSsh::start("rdcpfailmany");
+    let d = &ssh.dir;
+    let n = 400;
+    std::fs::create_dir_all(d.path("src")).unwrap();
+    for k in 0..n {
+        std::fs::write(d.path(&format!("src/f{k:04}")), b"x").unwrap();
+        // A directory where each file goes: none can be written.
+        std::fs::create_dir_all(d.path(&format!("dst/src/f{k:04}/inside"))).unwrap();
+    }
+    for round in 0..3 {
+        let r = run_rdcp(
+            &args(&ssh, &["-r", &d.s("src"), &format!("h1:{}", d.s("dst"))]),
+            None,
+            LIMIT,
+        );
+        assert_eq!(r.code(), Some(1), "{}", r.stderr);
+        let missing: Vec<usize> = (0..n)
+            .filter(|k| {
+                !r.stderr
+                    .contains(&format!("cannot write {}/src/f{k:04}: ", d.s("dst")))
+            })
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "round {round}: {} of {n} 'cannot write' lines missing, the first f{:04}",
+            missing.len(),
+            missing[0]
+        );
+    }
+}
+
 /// `--specials` host to host: a FIFO, a socket's name and (as root) a
 /// character device arrive as nodes with their modes, times, owners and
 /// device number; without it each is skipped with a warning naming it and

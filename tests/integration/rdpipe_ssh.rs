@@ -189,6 +189,38 @@ fn ssh_failing_middle_command() {
     assert!(r.elapsed < Duration::from_secs(10), "{:?}", r.elapsed);
 }
 
+/// A failing command's stderr reaches rdpipe's whole, its last line included
+/// (through the agent's stderr relay, emptied before the agent exits).
+#[test]
+fn ssh_failing_commands_stderr_arrives_whole() {
+    need_ssh!();
+    let ssh = LocalSsh::start("failerr");
+    let n = 3000;
+    let cmd =
+        format!("i=0; while [ $i -lt {n} ]; do echo \"err $i\" >&2; i=$((i+1)); done; exit 3");
+    for round in 0..3 {
+        let r = run(
+            &args(&ssh, &["h1:cat", &format!("h2:cat >/dev/null; {cmd}")]),
+            Some(b"x\n".to_vec()),
+            Duration::from_secs(60),
+        );
+        assert_eq!(r.code(), Some(3), "{}", r.stderr);
+        let got: Vec<&str> = r
+            .stderr
+            .lines()
+            .filter(|l| !l.starts_with("rdpipe:"))
+            .filter_map(|l| l.split_once("err ").map(|(_, k)| k))
+            .collect();
+        let want: Vec<String> = (0..n).map(|i| i.to_string()).collect();
+        assert!(
+            got == want,
+            "round {round}: {} of {n} stderr lines, the last {:?}",
+            got.len(),
+            got.last()
+        );
+    }
+}
+
 #[test]
 fn ssh_missing_remote_tool() {
     need_ssh!();

@@ -346,11 +346,18 @@ fn run(a: AgentArgs) -> bool {
     // Lines the lost channel did not carry (the last ones, `END`) reach
     // rdpipe through a re-attach, if one comes in time.
     say_end.linger(Duration::from_secs(a.reattach));
+    // What is still in the stderr pipe (the lines a failure's `FAIL` points
+    // to: "cannot write FILE") reaches the channel before the process ends.
     if let Some(r) = relay {
         r.finish();
     }
     if let Some(p) = socket {
         attach::remove(&p);
+    }
+    if !ok {
+        // Not dropping the segment: after a failure its threads may be
+        // blocked in network I/O.
+        std::process::exit(1);
     }
     ok
 }

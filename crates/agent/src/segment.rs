@@ -359,9 +359,10 @@ impl Segment {
     }
 
     /// Runs until every part has ended (or the grace after a failure is over),
-    /// reports `END`, and returns whether the segment succeeded. After a failure
-    /// the process exits at once (threads may be blocked in network I/O).
-    pub fn run(mut self, rx: mpsc::Receiver<Ev>) -> bool {
+    /// reports `END`, and returns whether the segment succeeded. After a
+    /// failure the caller exits without dropping the segment (threads may be
+    /// blocked in network I/O), once its stderr is relayed.
+    pub fn run(&mut self, rx: mpsc::Receiver<Ev>) -> bool {
         drop(std::mem::replace(&mut self.tx, mpsc::channel().0));
         while self.busy() {
             let ev = match self.deadline {
@@ -395,10 +396,7 @@ impl Segment {
             self.say.send(&FromAgent::Usage(u));
         }
         self.say.send(&FromAgent::End { ok: self.ok });
-        if !self.ok {
-            std::process::exit(1);
-        }
-        true
+        self.ok
     }
 
     fn handle(&mut self, ev: Ev) {
